@@ -1,0 +1,1 @@
+//! The launcher <-> agent protocol (filled in by the sessions work, issue 4).

@@ -1,0 +1,132 @@
+//! Command-line flags (lexopt). `NIX_SANDBOX_MANIFEST` (colon-separated) is
+//! read before the `--manifest` flags, so flags override it by environment name.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+pub const HELP: &str = "\
+nix-sandbox-mcp: sandboxed code execution for LLM agents over MCP
+
+Usage: nix-sandbox-mcp [--stdio] [--manifest PATH]... [OPTIONS]
+
+  --stdio                   serve MCP on stdin/stdout (the default)
+  --manifest PATH           an environments manifest; repeatable, a later file
+                            adds environments or replaces them by name
+                            (NIX_SANDBOX_MANIFEST, colon-separated, comes first)
+  --check                   run a trivial program in every environment, print
+                            one line each (ok / FAIL: reason), exit 1 if any fails
+  --max-code-bytes N        largest `code` accepted, in bytes (default 1048576)
+  --allow-wrappers-outside-store
+                            accept wrappers outside /nix/store: FOR TESTS ONLY,
+                            it lets an unreviewed script stand in for a sandbox
+  --help                    print this help
+  --version                 print the version
+
+Logs go to stderr; RUST_LOG sets their level (default info).
+";
+
+pub const DEFAULT_MAX_CODE_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Stdio,
+    Check,
+    Help,
+    Version,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub mode: Mode,
+    pub manifests: Vec<PathBuf>,
+    pub allow_outside_store: bool,
+    pub max_code_bytes: usize,
+}
+
+/// Parses `args` (without the program name); `env_manifests` is the value of
+/// `NIX_SANDBOX_MANIFEST`, if set. The error is one line for stderr.
+pub fn parse(
+    args: impl IntoIterator<Item = OsString>,
+    env_manifests: Option<OsString>,
+) -> Result<Options, String> {
+    use lexopt::prelude::*;
+
+    let mut opts = Options {
+        mode: Mode::Stdio,
+        manifests: Vec::new(),
+        allow_outside_store: false,
+        max_code_bytes: DEFAULT_MAX_CODE_BYTES,
+    };
+    if let Some(list) = env_manifests {
+        opts.manifests.extend(
+            std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()),
+        );
+    }
+    let mut parser = lexopt::Parser::from_args(args);
+    let fail = |e: lexopt::Error| e.to_string();
+    while let Some(arg) = parser.next().map_err(fail)? {
+        match arg {
+            Long("stdio") => {}
+            Long("check") => opts.mode = Mode::Check,
+            Long("help") | Short('h') => return Ok(Options { mode: Mode::Help, ..opts }),
+            Long("version") | Short('V') => return Ok(Options { mode: Mode::Version, ..opts }),
+            Long("manifest") => opts.manifests.push(parser.value().map_err(fail)?.into()),
+            Long("allow-wrappers-outside-store") => opts.allow_outside_store = true,
+            Long("max-code-bytes") => {
+                let value = parser.value().map_err(fail)?;
+                opts.max_code_bytes = value
+                    .parse()
+                    .map_err(|e| format!("invalid value for --max-code-bytes: {e}"))?;
+            }
+            other => return Err(fail(other.unexpected())),
+        }
+    }
+    Ok(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let o = parse(args(&[]), None).unwrap();
+        assert_eq!(o.mode, Mode::Stdio);
+        assert!(o.manifests.is_empty());
+        assert!(!o.allow_outside_store);
+        assert_eq!(o.max_code_bytes, 1_048_576);
+    }
+
+    #[test]
+    fn env_manifests_come_before_flags() {
+        let o = parse(
+            args(&["--manifest", "/c.json", "--manifest=/d.json", "--check"]),
+            Some("/a.json::/b.json".into()),
+        )
+        .unwrap();
+        assert_eq!(o.mode, Mode::Check);
+        let want: Vec<PathBuf> = ["/a.json", "/b.json", "/c.json", "/d.json"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(o.manifests, want);
+    }
+
+    #[test]
+    fn bad_flags_are_one_line_errors() {
+        for bad in [&["--nope"][..], &["--manifest"], &["--max-code-bytes", "x"], &["extra"]] {
+            let e = parse(args(bad), None).unwrap_err();
+            assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn help_says_the_store_flag_is_for_tests() {
+        assert!(HELP.contains("FOR TESTS ONLY"));
+        assert_eq!(parse(args(&["--help"]), None).unwrap().mode, Mode::Help);
+    }
+}

@@ -1,0 +1,121 @@
+//! nix-sandbox-mcp: the MCP server. It reads the manifests Nix wrote and runs
+//! code through the jailed wrappers they name; it builds no jail itself.
+//!
+//! stdout is the MCP channel: only the protocol goes there (the `--help`,
+//! `--version` and `--check` modes, which serve no MCP, print there too).
+//! Logs go to stderr.
+
+mod check;
+mod cli;
+mod errors;
+mod exec;
+mod manifest;
+mod mcp;
+mod result;
+mod stdin_eof;
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::Mode;
+use crate::exec::JobEnv;
+use crate::manifest::Catalog;
+
+fn main() -> ExitCode {
+    let opts = match cli::parse(std::env::args_os().skip(1), std::env::var_os("NIX_SANDBOX_MANIFEST")) {
+        Ok(opts) => opts,
+        Err(e) => {
+            eprintln!("nix-sandbox-mcp: {e} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    match opts.mode {
+        Mode::Help => return print(cli::HELP),
+        Mode::Version => return print(&format!("nix-sandbox-mcp {}\n", env!("CARGO_PKG_VERSION"))),
+        Mode::Stdio | Mode::Check => {}
+    }
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
+    for error in &catalog.errors {
+        tracing::error!(%error, "manifest refused; its environments are not served");
+    }
+    let job_env = JobEnv::from_process();
+    if opts.mode == Mode::Check {
+        let mut out = std::io::stdout().lock();
+        return match runtime.block_on(check::run_check(&catalog, &job_env, &mut out)) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the report");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    tracing::info!(environments = ?catalog.names(), "serving MCP on stdio");
+    let config = mcp::Config {
+        catalog,
+        job_env,
+        max_code_bytes: opts.max_code_bytes,
+        project_mount: project_mount(),
+        shutdown: CancellationToken::new(),
+    };
+    match runtime.block_on(serve_stdio(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "the MCP service failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves until the client closes stdin. EOF kills every running job at
+/// once (the shutdown token), before rmcp drains the last responses.
+async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
+    let shutdown = config.shutdown.clone();
+    let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
+    let stdin = stdin_eof::EofCancels::new(stdin, shutdown.clone());
+    let service = mcp::Server::start(config)
+        .serve((stdin, stdout))
+        .await
+        .map_err(|e| format!("MCP initialisation failed: {e}"))?;
+    let quit = service.waiting().await;
+    shutdown.cancel();
+    let quit = quit.map_err(|e| format!("the MCP service task failed: {e}"))?;
+    tracing::info!(reason = ?quit, "client gone, server stopping");
+    Ok(())
+}
+
+/// `PROJECT_MOUNT` (default `/project`) when `PROJECT_DIR` is set.
+fn project_mount() -> Option<String> {
+    let dir = std::env::var_os("PROJECT_DIR").filter(|v| !v.is_empty())?;
+    let mount = std::env::var("PROJECT_MOUNT").ok().filter(|v| !v.is_empty());
+    tracing::debug!(project_dir = ?dir, "project mounted read-only");
+    Some(mount.unwrap_or_else(|| "/project".into()))
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn print(text: &str) -> ExitCode {
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}

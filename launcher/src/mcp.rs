@@ -1,0 +1,334 @@
+//! The MCP surface: one tool, `run`, and the server instructions.
+//!
+//! A call goes: arguments ([`RunArgs`]) -> environment -> code checks ->
+//! wrapper check -> sandbox probe -> [`exec::run`] -> [`result::ran`].
+//! [`Server::dispatch`] is where a session table joins later (issue 4).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::check::{self, Probes};
+use crate::errors::RunError;
+use crate::exec::{self, Job, JobEnv};
+use crate::manifest::{Catalog, Env};
+use crate::result;
+
+/// Most packages listed per environment in the instructions.
+const MAX_PACKAGES_LISTED: usize = 8;
+
+/// What the server needs to answer calls.
+pub struct Config {
+    pub catalog: Catalog,
+    pub job_env: JobEnv,
+    pub max_code_bytes: usize,
+    /// Where the project is mounted in the jail, when `PROJECT_DIR` is set.
+    pub project_mount: Option<String>,
+    /// Cancelled when the client goes away: every running job is killed.
+    pub shutdown: CancellationToken,
+}
+
+/// The MCP server handler.
+pub struct Server {
+    catalog: Catalog,
+    probes: Arc<Probes>,
+    job_env: JobEnv,
+    max_code_bytes: usize,
+    shutdown: CancellationToken,
+    instructions: String,
+    tool: Tool,
+}
+
+impl Server {
+    /// Builds the handler and starts the background sandbox probes.
+    pub fn start(config: Config) -> Self {
+        let probes = Arc::new(Probes::new(&config.catalog, config.job_env.clone()));
+        probes.start(&config.catalog);
+        Self {
+            instructions: instructions(&config.catalog, config.project_mount.as_deref()),
+            tool: run_tool(&config.catalog),
+            catalog: config.catalog,
+            probes,
+            job_env: config.job_env,
+            max_code_bytes: config.max_code_bytes,
+            shutdown: config.shutdown,
+        }
+    }
+
+    /// Routes one `run` call. Sessions (issue 4) branch off here.
+    async fn dispatch(&self, args: RunArgs, ct: CancellationToken) -> CallToolResult {
+        let env = match self.resolve_env(args.env.as_deref()) {
+            Ok(env) => env,
+            Err(e) => return result::refused(&e),
+        };
+        match self.run_ephemeral(&env, &args.code, ct).await {
+            Ok(r) | Err(r) => r,
+        }
+    }
+
+    fn resolve_env(&self, requested: Option<&str>) -> Result<Arc<Env>, RunError> {
+        let unknown = |name: &str| {
+            RunError::unknown_env(name, &self.catalog.names(), &self.catalog.error_lines())
+        };
+        let name = match requested {
+            Some(name) => name,
+            None => self.catalog.default_env().ok_or_else(|| unknown("python"))?,
+        };
+        self.catalog.envs.get(name).cloned().ok_or_else(|| unknown(name))
+    }
+
+    async fn run_ephemeral(
+        &self,
+        env: &Env,
+        code: &str,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, CallToolResult> {
+        let refuse = |e: RunError| result::refused(&e);
+        if code.is_empty() {
+            return Err(refuse(RunError::empty_code()));
+        }
+        if code.len() > self.max_code_bytes {
+            return Err(refuse(RunError::code_too_large(code.len(), self.max_code_bytes)));
+        }
+        if !check::wrapper_ready(&env.run[0]) {
+            return Err(refuse(RunError::wrapper_missing(&env.name, &env.run[0])));
+        }
+        self.probes
+            .ensure(env)
+            .await
+            .map_err(|reason| refuse(RunError::sandbox_unavailable(&env.name, &reason)))?;
+        let job = Job {
+            argv: &env.run,
+            code: code.as_bytes(),
+            timeout: Duration::from_secs(env.limits.timeout_s.get()),
+            output_bytes: usize::try_from(env.limits.output_bytes.get()).unwrap_or(usize::MAX),
+            env: &self.job_env,
+        };
+        let stop = async {
+            tokio::select! {
+                () = ct.cancelled() => {}
+                () = self.shutdown.cancelled() => {}
+            }
+        };
+        match exec::run(job, stop).await {
+            Ok(outcome) => {
+                tracing::info!(
+                    env = %env.name,
+                    exit = ?outcome.exit,
+                    timed_out = outcome.timed_out,
+                    cancelled = outcome.cancelled,
+                    ms = outcome.duration.as_millis() as u64,
+                    "run finished"
+                );
+                Ok(result::ran(env, &outcome))
+            }
+            Err(e) => {
+                tracing::error!(env = %env.name, error = %e, "cannot start the wrapper");
+                Err(refuse(RunError::wrapper_missing(&env.name, &env.run[0])))
+            }
+        }
+    }
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("nix-sandbox-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(self.instructions.clone())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(vec![self.tool.clone()]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if request.name != "run" {
+            return Err(McpError::invalid_params(
+                format!("unknown tool `{}`; this server has one tool, `run`", request.name),
+                None,
+            ));
+        }
+        let result = match RunArgs::parse(request.arguments.as_ref()) {
+            Ok(args) => self.dispatch(args, context.ct).await,
+            Err(e) => result::refused(&e),
+        };
+        Ok(result.into())
+    }
+}
+
+/// The arguments of `run`.
+#[derive(Debug, PartialEq, Eq)]
+struct RunArgs {
+    code: String,
+    env: Option<String>,
+}
+
+impl RunArgs {
+    fn parse(arguments: Option<&JsonObject>) -> Result<Self, RunError> {
+        let empty = JsonObject::new();
+        let arguments = arguments.unwrap_or(&empty);
+        if let Some(key) = arguments.keys().find(|k| !matches!(k.as_str(), "code" | "env")) {
+            return Err(RunError::invalid_arguments(&format!("unknown argument `{key}`")));
+        }
+        let code = match arguments.get("code") {
+            Some(Value::String(code)) => code.clone(),
+            Some(_) => return Err(RunError::invalid_arguments("`code` must be a string")),
+            None => return Err(RunError::invalid_arguments("`code` is missing")),
+        };
+        let env = match arguments.get("env") {
+            Some(Value::String(env)) => Some(env.clone()),
+            Some(Value::Null) | None => None,
+            Some(_) => return Err(RunError::invalid_arguments("`env` must be a string")),
+        };
+        Ok(Self { code, env })
+    }
+}
+
+/// The `run` tool: `code` and `env` (enumerated, with its default).
+fn run_tool(catalog: &Catalog) -> Tool {
+    let mut env = json!({"type": "string"});
+    match catalog.default_env() {
+        Some(default) => {
+            env["enum"] = json!(catalog.names());
+            env["description"] = json!(format!("Environment (default {default})."));
+        }
+        None => env["description"] = json!("No environment is available."),
+    }
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "The program's source."},
+            "env": env,
+        },
+        "required": ["code"],
+        "additionalProperties": false,
+    });
+    let Value::Object(schema) = schema else { unreachable!("a JSON object literal") };
+    Tool::new(
+        "run",
+        "Run a program in a fresh sandbox (new each call) and return its output.",
+        schema,
+    )
+}
+
+/// One line per environment (sorted), the project mount, how to read results.
+fn instructions(catalog: &Catalog, project_mount: Option<&str>) -> String {
+    let mut text = String::from("Sandboxed code runner; no network unless noted. Environments:\n");
+    if catalog.envs.is_empty() {
+        text.push_str("(none usable: run answers why)\n");
+    }
+    for env in catalog.envs.values() {
+        text.push_str(&format!("- {}: {}", env.name, env.description));
+        if !env.packages.is_empty() {
+            let shown: Vec<&str> = env
+                .packages
+                .iter()
+                .take(MAX_PACKAGES_LISTED)
+                .map(String::as_str)
+                .collect();
+            text.push_str(&format!("; packages: {}", shown.join(", ")));
+            let more = env.packages.len().saturating_sub(MAX_PACKAGES_LISTED);
+            if more > 0 {
+                text.push_str(&format!(" (+{more} more)"));
+            }
+        }
+        if env.network {
+            text.push_str("; network");
+        }
+        text.push('\n');
+    }
+    if let Some(mount) = project_mount {
+        text.push_str(&format!("The project is read-only at {mount}.\n"));
+    }
+    text.push_str(
+        "Results: stdout, then stderr after `--- stderr ---`, then notes (exit code, timeout, cut output).",
+    );
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::read_file;
+
+    fn catalog(envs: &[(&str, bool, usize)]) -> Catalog {
+        let mut environments = serde_json::Map::new();
+        for (name, network, packages) in envs {
+            let packages: Vec<String> = (0..*packages).map(|i| format!("pkg{i}")).collect();
+            environments.insert(
+                name.to_string(),
+                json!({
+                    "description": format!("{name} env"), "interpreter": "bash",
+                    "run": ["/nix/store/x-a/bin/a"], "session": [], "network": network,
+                    "packages": packages, "store_path": "/nix/store/x-a",
+                    "limits": {"timeout_s": 30, "memory_mb": 1, "pids": 1, "output_bytes": 8,
+                               "workspace_mb": 1, "tmp_mb": 1, "cpu_s": 1, "file_mb": 1, "nofile": 1}
+                }),
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        std::fs::write(&path, json!({"version": 1, "environments": environments}).to_string())
+            .unwrap();
+        let mut catalog = Catalog::default();
+        for env in read_file(&path, false).unwrap() {
+            catalog.envs.insert(env.name.clone(), Arc::new(env));
+        }
+        catalog
+    }
+
+    #[test]
+    fn instructions_are_sorted_and_capped() {
+        let c = catalog(&[("shell", true, 2), ("python", false, 10)]);
+        let text = instructions(&c, Some("/project"));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "- python: python env; packages: pkg0, pkg1, pkg2, pkg3, pkg4, pkg5, pkg6, pkg7 (+2 more)"
+        );
+        assert_eq!(lines[2], "- shell: shell env; packages: pkg0, pkg1; network");
+        assert_eq!(lines[3], "The project is read-only at /project.");
+        assert!(!instructions(&c, None).contains("project"));
+    }
+
+    #[test]
+    fn the_schema_enumerates_envs_and_names_the_default() {
+        let tool = run_tool(&catalog(&[("shell", false, 0), ("node", false, 0)]));
+        let env = &tool.input_schema["properties"]["env"];
+        assert_eq!(env["enum"], json!(["node", "shell"]));
+        assert_eq!(env["description"], "Environment (default node).");
+        let tool = run_tool(&catalog(&[("shell", false, 0), ("python", false, 0)]));
+        assert_eq!(tool.input_schema["properties"]["env"]["description"], "Environment (default python).");
+    }
+
+    #[test]
+    fn arguments_are_checked() {
+        let parse = |v: Value| RunArgs::parse(v.as_object());
+        assert_eq!(
+            parse(json!({"code": "1", "env": "node"})).unwrap(),
+            RunArgs { code: "1".into(), env: Some("node".into()) }
+        );
+        assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);
+        for bad in [json!({}), json!({"code": 1}), json!({"code": "1", "env": 2}), json!({"code": "1", "x": 1})] {
+            let e = parse(bad.clone()).unwrap_err();
+            assert_eq!(e.code.as_str(), "invalid_arguments", "{bad}");
+        }
+        assert_eq!(RunArgs::parse(None).unwrap_err().code.as_str(), "invalid_arguments");
+    }
+}

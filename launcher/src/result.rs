@@ -1,0 +1,217 @@
+//! Turns the outcome of a run, or a refusal, into the `run` tool's result.
+//!
+//! # Result format (the decision the README documents)
+//!
+//! `content[0]` is one text block for the model:
+//! - stdout as it was written;
+//! - then, when stderr is not empty, a line `--- stderr ---` and stderr;
+//! - then one short sentence per abnormal event: `exit code 3`,
+//!   `killed by signal 9`, `timed out after 30 s; the process tree was killed`,
+//!   `cancelled`, `stdout cut: 123456 bytes dropped from the middle` (the cut
+//!   itself is marked in place by `[... N bytes dropped ...]`);
+//! - a successful run that printed nothing says `(no output)`.
+//!
+//! `structuredContent` carries the same facts for programs:
+//! `{"env", "exit_code", "signal", "timed_out", "cancelled",
+//! "stdout_dropped_bytes", "stderr_dropped_bytes", "duration_ms", "store_path"}`.
+//! `exit_code` is null when the wrapper was killed by a signal; `signal` is
+//! the signal that ended the wrapper, or N when it exited with 128+N (how a
+//! wrapper reports that the code died of signal N). No `outputSchema` is
+//! declared, to keep `tools/list` small.
+//!
+//! A call refused before anything ran has `isError: true`, the text
+//! `error[code]: sentence`, and `structuredContent` `{"error": {"code", "message"}}`.
+//!
+//! `isError` is true when the code did not succeed (non-zero exit, killed by
+//! a signal, timed out, cancelled) or the launcher refused the call; it is
+//! false exactly when the code ran and exited 0.
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::json;
+
+use crate::errors::RunError;
+use crate::exec::{Exit, Outcome};
+use crate::manifest::Env;
+
+/// The result of a run that happened.
+pub fn ran(env: &Env, outcome: &Outcome) -> CallToolResult {
+    let signal = match outcome.exit {
+        Exit::Signal(n) => Some(n),
+        Exit::Code(code) if (129..=192).contains(&code) => Some(code - 128),
+        _ => None,
+    };
+    let exit_code = match outcome.exit {
+        Exit::Code(code) => Some(code),
+        _ => None,
+    };
+    let structured = json!({
+        "env": env.name,
+        "exit_code": exit_code,
+        "signal": signal,
+        "timed_out": outcome.timed_out,
+        "cancelled": outcome.cancelled,
+        "stdout_dropped_bytes": outcome.stdout.dropped(),
+        "stderr_dropped_bytes": outcome.stderr.dropped(),
+        "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+        "store_path": env.store_path,
+    });
+    let text = render(env, outcome, signal);
+    let mut result = if outcome.succeeded() {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    };
+    result.structured_content = Some(structured);
+    result
+}
+
+/// The result of a call refused before anything ran.
+pub fn refused(error: &RunError) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
+    result.structured_content = Some(json!({
+        "error": {"code": error.code.as_str(), "message": error.message}
+    }));
+    result
+}
+
+fn render(env: &Env, o: &Outcome, signal: Option<i32>) -> String {
+    let mut text = o.stdout.render();
+    if !o.stderr.is_empty() {
+        end_line(&mut text);
+        text.push_str("--- stderr ---\n");
+        text.push_str(&o.stderr.render());
+    }
+    let mut notes = Vec::new();
+    if o.stdout.dropped() > 0 {
+        notes.push(format!("stdout cut: {} bytes dropped from the middle", o.stdout.dropped()));
+    }
+    if o.stderr.dropped() > 0 {
+        notes.push(format!("stderr cut: {} bytes dropped from the middle", o.stderr.dropped()));
+    }
+    if o.timed_out {
+        notes.push(format!(
+            "timed out after {} s; the process tree was killed",
+            env.limits.timeout_s
+        ));
+    } else if o.cancelled {
+        notes.push("cancelled".into());
+    } else {
+        match (o.exit, signal) {
+            (_, Some(n)) => notes.push(format!("killed by signal {n}")),
+            (Exit::Code(0), None) => {}
+            (Exit::Code(code), None) => notes.push(format!("exit code {code}")),
+            (_, None) => notes.push("ended without an exit status".into()),
+        }
+    }
+    if text.is_empty() && notes.is_empty() {
+        return "(no output)".into();
+    }
+    for note in notes {
+        end_line(&mut text);
+        text.push_str(&note);
+    }
+    text
+}
+
+fn end_line(text: &mut String) {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::RunError;
+    use proto::cap::Cap;
+    use std::time::Duration;
+
+    fn env() -> Env {
+        let manifest = serde_json::json!({
+            "description": "d", "interpreter": "python", "run": ["/nix/store/x-a/bin/a"],
+            "session": [], "network": false, "packages": [], "store_path": "/nix/store/x-a",
+            "limits": {"timeout_s": 30, "memory_mb": 1, "pids": 1, "output_bytes": 8,
+                       "workspace_mb": 1, "tmp_mb": 1, "cpu_s": 1, "file_mb": 1, "nofile": 1}
+        });
+        let mut env: Env = serde_json::from_value(manifest).unwrap();
+        env.name = "python".into();
+        env
+    }
+
+    fn outcome(exit: Exit, out: &[u8], err: &[u8]) -> Outcome {
+        let mut stdout = Cap::new(8);
+        stdout.push(out);
+        let mut stderr = Cap::new(8);
+        stderr.push(err);
+        Outcome {
+            exit,
+            timed_out: false,
+            cancelled: false,
+            stdout,
+            stderr,
+            duration: Duration::from_millis(12),
+        }
+    }
+
+    fn text(r: &CallToolResult) -> &str {
+        &r.content[0].as_text().unwrap().text
+    }
+
+    #[test]
+    fn success_is_stdout_and_not_an_error() {
+        let r = ran(&env(), &outcome(Exit::Code(0), b"1\n", b""));
+        assert_eq!(text(&r), "1\n");
+        assert_eq!(r.is_error, Some(false));
+        let s = r.structured_content.unwrap();
+        assert_eq!(s["exit_code"], 0);
+        assert_eq!(s["signal"], serde_json::Value::Null);
+        assert_eq!(s["duration_ms"], 12);
+        assert_eq!(s["store_path"], "/nix/store/x-a");
+    }
+
+    #[test]
+    fn silence_says_no_output() {
+        let r = ran(&env(), &outcome(Exit::Code(0), b"", b""));
+        assert_eq!(text(&r), "(no output)");
+    }
+
+    #[test]
+    fn stderr_and_exit_code_are_labelled() {
+        let r = ran(&env(), &outcome(Exit::Code(3), b"a", b"b\n"));
+        assert_eq!(text(&r), "a\n--- stderr ---\nb\nexit code 3");
+        assert_eq!(r.is_error, Some(true));
+    }
+
+    #[test]
+    fn exit_128_plus_n_is_a_signal() {
+        let r = ran(&env(), &outcome(Exit::Code(137), b"", b""));
+        assert_eq!(text(&r), "killed by signal 9");
+        let s = r.structured_content.unwrap();
+        assert_eq!((s["exit_code"].as_i64(), s["signal"].as_i64()), (Some(137), Some(9)));
+    }
+
+    #[test]
+    fn cuts_and_timeouts_are_said_plainly() {
+        let mut o = outcome(Exit::Signal(9), b"0123456789abcdefghij", b"");
+        o.timed_out = true;
+        let r = ran(&env(), &o);
+        assert_eq!(
+            text(&r),
+            "0123\n[... 12 bytes dropped ...]\nghij\n\
+             stdout cut: 12 bytes dropped from the middle\n\
+             timed out after 30 s; the process tree was killed"
+        );
+        let s = r.structured_content.unwrap();
+        assert_eq!(s["timed_out"], true);
+        assert_eq!(s["stdout_dropped_bytes"], 12);
+        assert_eq!(s["exit_code"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn refusals_carry_code_and_message() {
+        let r = refused(&RunError::empty_code());
+        assert_eq!(r.is_error, Some(true));
+        assert!(text(&r).starts_with("error[empty_code]: "));
+        assert_eq!(r.structured_content.unwrap()["error"]["code"], "empty_code");
+    }
+}

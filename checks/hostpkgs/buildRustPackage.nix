@@ -1,0 +1,69 @@
+# Takes lib, runCommand, jq and the host facts; returns nixpkgs'
+# rustPlatform.buildRustPackage ({ pname, version, src, cargoLock, doCheck,
+# meta, passthru, ... } -> derivation with every binary of the workspace in
+# bin/). It builds with the host's Rust toolchain, offline and --locked,
+# crates from the host's cargo registry cache (`cargo fetch` fills it), and
+# keeps its target directory outside the store (host.json's rust.targetDir)
+# so a rebuild compiles only what changed. It needs to read the host's
+# CARGO_HOME: build as root (`--option build-users-group ''`).
+{
+  lib,
+  runCommand,
+  jq,
+  host,
+}:
+{
+  pname,
+  version,
+  src,
+  cargoLock,
+  doCheck ? true,
+  cargoBuildFlags ? [ ],
+  meta ? { },
+  passthru ? { },
+  ...
+}:
+let
+  rust =
+    host.rust or (throw "hostpkgs: host.json has no Rust toolchain (rust.toolchain); checks/run writes it");
+in
+runCommand "${pname}-${version}"
+  {
+    inherit
+      pname
+      version
+      src
+      doCheck
+      meta
+      passthru
+      ;
+    nativeBuildInputs = [ jq ];
+    lockFile = cargoLock.lockFile;
+    buildFlags = cargoBuildFlags;
+    toolchain = rust.toolchain;
+    cargoHome = rust.cargoHome;
+    targetDir = rust.targetDir;
+  }
+  ''
+    if [ ! -r "$cargoHome/registry" ]; then
+      echo "buildRustPackage: cannot read $cargoHome/registry as $(id -un): build with --option build-users-group '''" >&2
+      exit 1
+    fi
+    export CARGO_HOME=$cargoHome CARGO_TARGET_DIR=$targetDir PATH=$toolchain/bin:$PATH
+    cmp "$lockFile" "$src/Cargo.lock"
+    cd "$src"
+    # shellcheck disable=SC2086 # the flags are words
+    cargo build --release --offline --locked $buildFlags --message-format=json-render-diagnostics \
+      | jq -r 'select(.reason == "compiler-artifact" and .executable != null) | .executable' >"$NIX_BUILD_TOP/bins"
+    if [ -n "$doCheck" ]; then
+      cargo test --release --offline --locked
+    fi
+    mkdir -p "$out/bin"
+    while read -r bin; do
+      cp "$bin" "$out/bin/"
+    done <"$NIX_BUILD_TOP/bins"
+    if [ ! -s "$NIX_BUILD_TOP/bins" ]; then
+      echo "buildRustPackage: $pname built no binary" >&2
+      exit 1
+    fi
+  ''

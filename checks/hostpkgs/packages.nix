@@ -1,0 +1,33 @@
+# Takes nixpkgs' lib, the host facts (host.json, written by checks/run) and
+# the system; returns the package set standing in for nixpkgs' legacyPackages:
+# the host's tools (tools.nix) under nixpkgs' names, and the few builders the
+# flake and jail.nix call, as plain derivations built by the host's /bin/bash.
+{
+  lib,
+  host,
+  system ? "x86_64-linux",
+}:
+lib.fix (
+  self:
+  let
+    hostTool = import ./hostTool.nix { inherit lib system host; };
+  in
+  lib.mapAttrs (pname: tool: hostTool (tool // { inherit pname; })) (import ./tools.nix)
+  // {
+    inherit lib system;
+    callPackage = lib.callPackageWith self;
+    runtimeShell = "${self.bash}/bin/bash";
+    runCommand = import ./runCommand.nix { inherit lib system; };
+    writeTextFile = import ./writeTextFile.nix { inherit lib; inherit (self) runCommand; };
+    writeText = name: text: self.writeTextFile { inherit name text; };
+    writeShellApplication = import ./writeShellApplication.nix {
+      inherit lib;
+      inherit (self) writeTextFile bash shellcheck;
+    };
+    buildEnv = import ./buildEnv.nix { inherit lib; inherit (self) runCommand; };
+    rustPlatform.buildRustPackage = import ./buildRustPackage.nix {
+      inherit lib host;
+      inherit (self) runCommand jq;
+    };
+  }
+)

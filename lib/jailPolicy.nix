@@ -1,0 +1,42 @@
+# Takes pkgs, a checked environment (validateEnvironment.nix), its profile
+# (one tree of its packages) and its workspace permission
+# (ephemeralWorkspace.nix, or a session's); returns the jail's permissions, a
+# function of jail.nix's combinators (DESIGN.md section 4).
+#
+# jail.nix adds the rest itself, once: its base permissions (--proc, --dev,
+# a tmpfs /tmp and home, /bin/sh, --clearenv), the store's runtime closure
+# only, a fake /etc/passwd, every namespace unshared unless a permission
+# shares it, --new-session and --die-with-parent.
+{
+  pkgs,
+  environment,
+  profile,
+  workspace,
+}:
+c:
+let
+  inherit (pkgs) lib;
+  inherit (environment) limits name;
+  bytes = mib: toString (mib * 1024 * 1024);
+in
+lib.optional environment.network c.network
+++ [
+  # jail.nix always passes --unshare-user, which --disable-userns needs.
+  (c.unsafe-add-raw-args "--disable-userns")
+  (c.set-env "LANG" "C.UTF-8")
+  (c.set-env "LC_ALL" "C.UTF-8")
+  (c.set-env "TERM" (c.noescape "\"\${TERM:-dumb}\""))
+  (c.tmpfs "/home/sandbox")
+  (c.set-env "HOME" "/home/sandbox")
+  # Mounted over the base's unlimited /tmp.
+  (c.unsafe-add-raw-args "--size ${bytes limits.tmp_mb} --tmpfs /tmp")
+  (c.set-env "TMPDIR" "/tmp")
+  (c.ro-bind "${pkgs.coreutils}/bin/env" "/usr/bin/env")
+  (c.add-pkg-deps [ profile ])
+  (workspace c)
+  (c.add-runtime (import ./projectMount.nix name))
+  (c.add-runtime (import ./rlimits.nix limits))
+  # Process count (limits.pids, cgroups) and seccomp filters go here.
+]
+++ lib.mapAttrsToList (var: value: c.set-env var (toString value)) environment.env
+++ environment.extraCombinators c

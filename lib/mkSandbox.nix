@@ -1,0 +1,67 @@
+# Takes jail.nix; returns mkSandbox, which takes pkgs and an environment
+#   { name, interpreter (python | bash | node), packages, description ? ...,
+#     limits ? { }, network ? false, extraCombinators ? (c: [ ]), env ? { } }
+# and returns the sandbox package: bin/sandbox-NAME, the interpreter in its
+# jail (arguments passed through: a REPL on a terminal, -c, or a script on
+# stdin; meta.mainProgram), and share/nix-sandbox-mcp/manifest.json, its
+# manifest (this one environment). A bad argument fails evaluation with a
+# message naming the environment and the argument.
+{ jail-nix }:
+pkgs: arguments:
+let
+  inherit (pkgs) lib;
+  environment = import ./validateEnvironment.nix lib arguments;
+  inherit (environment) name;
+  program = (import ./interpreters.nix).${environment.interpreter}.program;
+  jail = jail-nix.lib.init pkgs;
+
+  profile = pkgs.buildEnv {
+    name = "sandbox-${name}-profile";
+    paths = environment.packages;
+  };
+  policy =
+    workspace:
+    import ./jailPolicy.nix {
+      inherit
+        pkgs
+        environment
+        profile
+        workspace
+        ;
+    };
+  run = jail "sandbox-${name}" "${profile}/bin/${program}" (
+    policy (import ./ephemeralWorkspace.nix environment.limits)
+  );
+  manifest = import ./manifestEntry.nix {
+    inherit environment;
+    storePath = placeholder "out";
+    nixpkgsRev = lib.trivial.revisionWithDefault null;
+  };
+in
+pkgs.runCommand "sandbox-${name}"
+  {
+    manifest = builtins.toJSON manifest;
+    passAsFile = [ "manifest" ];
+    passthru.sandbox = {
+      inherit
+        name
+        environment
+        profile
+        run
+        ;
+    };
+    meta = {
+      inherit (environment) description;
+      mainProgram = "sandbox-${name}";
+      platforms = lib.platforms.linux;
+    };
+  }
+  ''
+    if [ ! -x ${profile}/bin/${program} ]; then
+      echo "mkSandbox: environment '${name}': the ${environment.interpreter} interpreter needs ${program} in bin/ of one of its packages" >&2
+      exit 1
+    fi
+    mkdir -p "$out/bin" "$out/share/nix-sandbox-mcp"
+    ln -s ${run}/bin/sandbox-${name} "$out/bin/sandbox-${name}"
+    cp "$manifestPath" "$out/share/nix-sandbox-mcp/manifest.json"
+  ''

@@ -1,0 +1,87 @@
+# Takes jail.nix; returns mkServer, which takes pkgs and
+#   { environments, launcher ? the workspace's launcher built with pkgs }
+# and returns the server package: bin/nix-sandbox-mcp (the launcher serving
+# the merged manifest, plus NIX_SANDBOX_ENVS and NIX_SANDBOX_DIR at
+# start-up; see serverScript.nix) and share/nix-sandbox-mcp/manifest.json.
+# `environments` is a list, or an attribute set by name, of sandboxes
+# (mkSandbox results) or mkSandbox arguments (in an attribute set, `name`
+# defaults to the attribute's name). Names must be unique.
+{ jail-nix }:
+pkgs:
+{
+  environments,
+  launcher ? pkgs.callPackage ../package.nix { },
+}:
+let
+  inherit (pkgs) lib;
+  mkSandbox = import ./mkSandbox.nix { inherit jail-nix; };
+  toSandbox =
+    name: environment:
+    if lib.isDerivation environment then
+      if environment ? sandbox then
+        environment
+      else
+        throw "mkServer: environment ${name} is a package but not a sandbox made by mkSandbox"
+    else
+      mkSandbox pkgs environment;
+  sandboxes =
+    if builtins.isList environments then
+      lib.imap1 (index: toSandbox "number ${toString index}") environments
+    else if builtins.isAttrs environments then
+      lib.mapAttrsToList (
+        name: environment:
+        toSandbox "'${name}'" (
+          if builtins.isAttrs environment && !lib.isDerivation environment then
+            { inherit name; } // environment
+          else
+            environment
+        )
+      ) environments
+    else
+      throw "mkServer: `environments` must be a list or an attribute set (got a ${builtins.typeOf environments})";
+  names = map (sandbox: sandbox.sandbox.name) sandboxes;
+  duplicates = lib.unique (lib.filter (name: lib.count (other: other == name) names > 1) names);
+  checkedSandboxes =
+    if sandboxes == [ ] then
+      throw "mkServer: `environments` is empty"
+    else if duplicates != [ ] then
+      throw "mkServer: more than one environment is named ${lib.concatStringsSep ", " duplicates}"
+    else
+      sandboxes;
+
+  manifest =
+    pkgs.runCommand "nix-sandbox-mcp-manifest.json"
+      {
+        nativeBuildInputs = [ pkgs.jq ];
+        fragments = map (sandbox: "${sandbox}/share/nix-sandbox-mcp/manifest.json") checkedSandboxes;
+      }
+      ''
+        # shellcheck disable=SC2086 # store paths
+        jq -s '{version: 1, environments: (map(.environments) | add)}' $fragments >"$out"
+      '';
+  script = pkgs.writeShellApplication {
+    name = "nix-sandbox-mcp";
+    runtimeInputs = [
+      pkgs.coreutils
+      pkgs.jq
+    ];
+    text = import ./serverScript.nix { inherit manifest launcher; };
+  };
+in
+pkgs.runCommand "nix-sandbox-mcp-${launcher.version}"
+  {
+    passthru = {
+      inherit manifest launcher;
+      sandboxes = checkedSandboxes;
+    };
+    meta = {
+      description = "MCP server running code in Nix-built bubblewrap jails: ${lib.concatStringsSep ", " names}";
+      mainProgram = "nix-sandbox-mcp";
+      platforms = lib.platforms.linux;
+    };
+  }
+  ''
+    mkdir -p "$out/bin" "$out/share/nix-sandbox-mcp"
+    ln -s ${script}/bin/nix-sandbox-mcp "$out/bin/nix-sandbox-mcp"
+    ln -s ${manifest} "$out/share/nix-sandbox-mcp/manifest.json"
+  ''

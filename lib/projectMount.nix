@@ -1,0 +1,19 @@
+# Takes the environment's name; returns the wrapper's run-time shell code
+# (for add-runtime) showing $PROJECT_DIR read-only at $PROJECT_MOUNT
+# (default /project) when PROJECT_DIR is set and not empty. A PROJECT_DIR
+# that is not an existing directory, or a PROJECT_MOUNT that is not an
+# absolute path, stops the wrapper with status 2 and says why on stderr.
+name: ''
+  if [ -n "''${PROJECT_DIR:-}" ]; then
+    if [ ! -d "$PROJECT_DIR" ]; then
+      echo "sandbox-${name}: PROJECT_DIR=$PROJECT_DIR is not an existing directory" >&2
+      exit 2
+    fi
+    sandbox_project_mount=''${PROJECT_MOUNT:-/project}
+    if [[ $sandbox_project_mount != /* ]]; then
+      echo "sandbox-${name}: PROJECT_MOUNT=$sandbox_project_mount is not an absolute path" >&2
+      exit 2
+    fi
+    RUNTIME_ARGS+=(--ro-bind "$PROJECT_DIR" "$sandbox_project_mount")
+  fi
+''

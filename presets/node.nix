@@ -1,0 +1,8 @@
+# Takes pkgs; returns the mkSandbox arguments of the bundled `node`
+# environment: Node.js.
+pkgs: {
+  name = "node";
+  interpreter = "node";
+  description = "Node.js ${pkgs.nodejs.version}";
+  packages = [ pkgs.nodejs ];
+}

@@ -1,0 +1,8 @@
+# Takes pkgs; returns the mkSandbox arguments of the bundled `python`
+# environment: CPython and its standard library.
+pkgs: {
+  name = "python";
+  interpreter = "python";
+  description = "Python ${pkgs.python3.version} (standard library)";
+  packages = [ pkgs.python3 ];
+}

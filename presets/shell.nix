@@ -1,0 +1,23 @@
+# Takes pkgs; returns the mkSandbox arguments of the bundled `shell`
+# environment: bash and the usual command-line tools.
+pkgs: {
+  name = "shell";
+  interpreter = "bash";
+  description = "Bash with coreutils, find, grep, sed, awk, diff, jq, rg, fd, tree, file, tar, gzip";
+  packages = with pkgs; [
+    bash
+    coreutils
+    findutils
+    gnugrep
+    gnused
+    gawk
+    diffutils
+    jq
+    ripgrep
+    fd
+    tree
+    file
+    gnutar
+    gzip
+  ];
+}

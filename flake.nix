@@ -1,0 +1,75 @@
+{
+  description = "Sandboxed code execution for LLM agents over MCP: Nix environments in bubblewrap jails";
+
+  inputs = {
+    nixpkgs.url = "github:NixOS/nixpkgs/nixpkgs-unstable";
+    jail-nix.url = "sourcehut:~alexdavid/jail.nix";
+  };
+
+  outputs =
+    {
+      self,
+      nixpkgs,
+      jail-nix,
+    }:
+    let
+      inherit (nixpkgs) lib;
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
+    in
+    {
+      # mkSandbox pkgs environment, mkServer pkgs { environments; }, and the
+      # bundled presets (pkgs -> mkSandbox arguments).
+      lib = import ./lib { inherit jail-nix; };
+
+      packages = forAllSystems (
+        pkgs:
+        let
+          launcher = pkgs.callPackage ./package.nix { };
+          presets = lib.mapAttrs (_: preset: self.lib.mkSandbox pkgs (preset pkgs)) self.lib.presets;
+        in
+        {
+          inherit launcher;
+          sandbox-python = presets.python;
+          sandbox-shell = presets.shell;
+          sandbox-node = presets.node;
+          default = self.lib.mkServer pkgs {
+            environments = lib.attrValues presets;
+            inherit launcher;
+          };
+        }
+      );
+
+      # The offline harness's end-to-end tests, against real nixpkgs builds.
+      checks = forAllSystems (
+        pkgs:
+        import ./checks/e2e.nix {
+          inherit pkgs;
+          inherit (self.lib) mkSandbox;
+          packages = self.packages.${pkgs.stdenv.hostPlatform.system};
+        }
+      );
+
+      devShells = forAllSystems (pkgs: {
+        default = pkgs.mkShell {
+          packages = with pkgs; [
+            cargo
+            rustc
+            clippy
+            rustfmt
+            bubblewrap
+            python3
+            nodejs
+            jq
+            shellcheck
+            nixfmt
+          ];
+        };
+      });
+
+      formatter = forAllSystems (pkgs: pkgs.nixfmt);
+    };
+}

@@ -1,0 +1,33 @@
+# Takes nixpkgs' lib and rustPlatform; returns the launcher package: the
+# Cargo workspace built from Cargo.lock, with both binaries, nix-sandbox-mcp
+# (the MCP server) and agent (the session jail's entry).
+{ lib, rustPlatform }:
+let
+  workspace = (lib.importTOML ./Cargo.toml).workspace.package;
+in
+rustPlatform.buildRustPackage {
+  pname = "nix-sandbox-mcp";
+  inherit (workspace) version;
+  src = lib.fileset.toSource {
+    root = ./.;
+    fileset = lib.fileset.unions [
+      ./Cargo.toml
+      ./Cargo.lock
+      ./launcher
+      ./agent
+      ./proto
+    ];
+  };
+  cargoLock.lockFile = ./Cargo.lock;
+  # The tests need bubblewrap, user namespaces and the host's interpreters,
+  # which a build sandbox does not give: they run as `cargo test` (see
+  # CONTRIBUTING.md) and the flake's checks test the built package.
+  doCheck = false;
+  meta = {
+    description = "MCP server running code in Nix-built bubblewrap jails";
+    homepage = workspace.repository;
+    license = lib.licenses.mit;
+    mainProgram = "nix-sandbox-mcp";
+    platforms = lib.platforms.linux;
+  };
+}

@@ -1,0 +1,112 @@
+//! The command line: flags, `--help`, `--version` and `--check`.
+
+use std::process::{Command, Output};
+
+use serde_json::json;
+
+use crate::common::*;
+
+fn launcher(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env_remove("NIX_SANDBOX_MANIFEST");
+    cmd
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn bad_flags_exit_2_with_one_line() {
+    for args in [&["--bogus"][..], &["--manifest"], &["--max-code-bytes", "lots"]] {
+        let o = launcher(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("nix-sandbox-mcp: "), "{err}");
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
+fn help_and_version() {
+    let o = launcher(&["--help"]).output().unwrap();
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("--allow-wrappers-outside-store"));
+    assert!(stdout(&o).contains("FOR TESTS ONLY"));
+    let o = launcher(&["--version"]).output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(stdout(&o), format!("nix-sandbox-mcp {}\n", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn check_passes_on_this_machine() {
+    let m = Manifest::new(&template());
+    let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
+        .arg(&m.path)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "node: ok\npython: ok\nshell: ok\n", "{}", stderr(&o));
+    assert!(o.status.success());
+}
+
+#[test]
+fn check_reads_nix_sandbox_manifest() {
+    let m = Manifest::new(&template());
+    let o = launcher(&["--check", "--allow-wrappers-outside-store"])
+        .env("NIX_SANDBOX_MANIFEST", &m.path)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "node: ok\npython: ok\nshell: ok\n", "{}", stderr(&o));
+}
+
+#[test]
+fn check_fails_with_the_reason_when_a_wrapper_cannot_start() {
+    let mut m = template();
+    m["environments"]["broken"] = env_with_wrapper(wrappers().join("broken-run").to_str().unwrap());
+    m["environments"]["gone"] = env_with_wrapper("/nonexistent/sandbox-run");
+    let m = Manifest::new(&m);
+    let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
+        .arg(&m.path)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "broken: FAIL: the wrapper exited with code 1: bwrap: Can't find source path \
+         /nonexistent-host-path-for-the-jail: No such file or directory"
+    );
+    assert_eq!(lines[1], "gone: FAIL: wrapper /nonexistent/sandbox-run is missing or not executable");
+    assert_eq!(&lines[2..], ["node: ok", "python: ok", "shell: ok"]);
+}
+
+#[test]
+fn check_fails_on_a_malformed_manifest_or_none() {
+    let mut bad = template();
+    bad["environments"]["python"]["interpreter"] = json!("ruby");
+    let bad = Manifest::new(&bad);
+    let good = Manifest::new(&json!({"version": 1, "environments": {}}));
+    let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
+        .arg(&bad.path)
+        .arg("--manifest")
+        .arg(&good.path)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with(&format!("manifest: FAIL: {}: environments.python.interpreter: ", bad.path.display())),
+        "{out}"
+    );
+    assert!(out.contains("environments: FAIL: none usable"), "{out}");
+
+    let o = launcher(&["--check"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("environments: FAIL: none usable"));
+}

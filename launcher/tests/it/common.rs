@@ -1,0 +1,338 @@
+//! Shared by the integration tests: fixture manifests, the built server
+//! driven through rmcp's child-process client, and /proc scans for the
+//! processes of a run.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::io::AsyncReadExt;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nix-sandbox-mcp");
+
+/// A guard against hangs, never an assertion about speed.
+pub const GUARD: Duration = Duration::from_secs(30);
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+pub fn wrappers() -> PathBuf {
+    repo().join("tests/fixtures/wrappers")
+}
+
+/// The fixture manifest (python, shell, node) with absolute wrapper paths.
+pub fn template() -> Value {
+    let path = repo().join("tests/fixtures/manifests/fixtures.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replace("@WRAPPERS@", wrappers().to_str().unwrap());
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A copy of the fixture's python environment running `wrapper` instead.
+pub fn env_with_wrapper(wrapper: &str) -> Value {
+    let mut env = template()["environments"]["python"].clone();
+    env["run"] = json!([wrapper]);
+    env
+}
+
+/// A manifest file in its own temporary directory.
+pub struct Manifest {
+    _dir: TempDir,
+    pub path: PathBuf,
+}
+
+impl Manifest {
+    pub fn new(value: &Value) -> Self {
+        Self::raw(&value.to_string())
+    }
+
+    pub fn raw(text: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("manifest.json");
+        std::fs::write(&path, text).unwrap();
+        Self { _dir: dir, path }
+    }
+}
+
+/// The server under test, with an MCP client connected to it.
+pub struct Server {
+    pub client: RunningService<RoleClient, ()>,
+    pub pid: u32,
+    stderr: Arc<Mutex<String>>,
+    _manifests: Vec<Manifest>,
+}
+
+impl Server {
+    /// Serves `manifests` with wrappers allowed outside the store.
+    pub async fn start(manifests: Vec<Manifest>) -> Self {
+        Self::start_with(manifests, &["--allow-wrappers-outside-store"], &[]).await
+    }
+
+    /// Serves the fixture manifest with its `timeout_s` set for every env.
+    pub async fn fixtures_with_timeout(timeout_s: u64) -> Self {
+        let mut m = template();
+        for env in m["environments"].as_object_mut().unwrap().values_mut() {
+            env["limits"]["timeout_s"] = json!(timeout_s);
+        }
+        Self::start(vec![Manifest::new(&m)]).await
+    }
+
+    pub async fn start_with(manifests: Vec<Manifest>, args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let mut cmd = tokio::process::Command::new(BIN);
+        for m in &manifests {
+            cmd.arg("--manifest").arg(&m.path);
+        }
+        cmd.args(args).env_remove("NIX_SANDBOX_MANIFEST").env_remove("PROJECT_DIR");
+        cmd.env("RUST_LOG", "info");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let (transport, stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the server starts");
+        let pid = transport.id().expect("the server has a pid");
+        let log = Arc::new(Mutex::new(String::new()));
+        if let Some(mut stderr) = stderr {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                while let Ok(n) = stderr.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    log.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let client = tokio::time::timeout(GUARD, ().serve(transport))
+            .await
+            .expect("initialize answered")
+            .expect("initialize succeeds");
+        Self { client, pid, stderr: log, _manifests: manifests }
+    }
+
+    /// Calls `run` with `arguments` and returns its result.
+    pub async fn call(&self, arguments: Value) -> CallToolResult {
+        let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
+        let params = CallToolRequestParams::new("run").with_arguments(arguments);
+        tokio::time::timeout(Duration::from_secs(120), self.client.call_tool(params))
+            .await
+            .expect("run answered")
+            .expect("tools/call succeeds at the protocol level")
+    }
+
+    pub async fn run(&self, env: &str, code: &str) -> CallToolResult {
+        self.call(json!({"env": env, "code": code})).await
+    }
+
+    /// What the server logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Peak resident memory of the server process, in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+pub fn text(r: &CallToolResult) -> String {
+    r.content[0].as_text().expect("a text block").text.clone()
+}
+
+pub fn structured(r: &CallToolResult) -> &Value {
+    r.structured_content.as_ref().expect("structuredContent")
+}
+
+/// The error code of a refused call, if it was refused.
+pub fn error_code(r: &CallToolResult) -> Option<String> {
+    structured(r)["error"]["code"].as_str().map(str::to_owned)
+}
+
+/// Asserts that `r` was refused with `code` and returns its message.
+pub fn assert_refused(r: &CallToolResult, code: &str) -> String {
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(error_code(r).as_deref(), Some(code), "{r:?}");
+    let t = text(r);
+    assert!(t.starts_with(&format!("error[{code}]: ")), "{t}");
+    t
+}
+
+/// A string unique to this test run, to find a run's processes in /proc.
+pub fn marker(tag: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "nsm-mark-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Pids whose command line contains `marker`.
+pub fn pids_with(marker: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmdline).contains(marker)
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Waits (up to [`GUARD`]) until `pred` holds; false if it never did.
+pub async fn eventually(mut pred: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < GUARD {
+        if pred() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pred()
+}
+
+/// Asserts that no process of the run marked `marker` is left.
+pub async fn assert_no_process_left(marker: &str) {
+    assert!(
+        eventually(|| pids_with(marker).is_empty()).await,
+        "processes of the run are left: {:?}",
+        pids_with(marker)
+    );
+}
+
+/// Waits until the run marked `marker` has processes.
+pub async fn wait_running(marker: &str) {
+    assert!(
+        eventually(|| !pids_with(marker).is_empty()).await,
+        "the run marked {marker} never started"
+    );
+}
+
+/// A fixture manifest whose `env` passes `marker` to its program, with
+/// `timeout_s`.
+pub fn marked(env: &str, marker: &str, timeout_s: u64) -> Manifest {
+    let mut m = template();
+    let e = &mut m["environments"][env];
+    e["run"].as_array_mut().unwrap().push(json!(marker));
+    e["limits"]["timeout_s"] = json!(timeout_s);
+    Manifest::new(&m)
+}
+
+/// The server spoken to in raw JSON-RPC lines, for what a library client
+/// hides: the bytes on stdout, and closing stdin.
+pub struct RawServer {
+    pub child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl RawServer {
+    /// The server command for `manifest`, logging at `rust_log`.
+    pub fn command(manifest: &Manifest, rust_log: &str) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.arg("--manifest")
+            .arg(&manifest.path)
+            .arg("--allow-wrappers-outside-store")
+            .env("RUST_LOG", rust_log)
+            .env_remove("NIX_SANDBOX_MANIFEST")
+            .kill_on_drop(true);
+        cmd
+    }
+
+    pub fn spawn(manifest: &Manifest, rust_log: &str) -> Self {
+        Self::from_command(Self::command(manifest, rust_log))
+    }
+
+    /// Spawns `cmd` with piped stdio; stderr is collected as it comes.
+    pub fn from_command(mut cmd: tokio::process::Command) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the server starts");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&log);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Self { child, stdin, stdout: tokio::io::BufReader::new(stdout).lines(), stderr: log }
+    }
+
+    /// What the server logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub async fn send(&mut self, message: Value) {
+        use tokio::io::AsyncWriteExt;
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        let mut line = message.to_string();
+        line.push('\n');
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// The next stdout line, if any.
+    pub async fn next_line(&mut self) -> Option<String> {
+        tokio::time::timeout(GUARD, self.stdout.next_line())
+            .await
+            .expect("the server answers")
+            .unwrap()
+    }
+
+    /// Sends initialize (id 0) and the initialized notification.
+    pub async fn initialize(&mut self) -> Value {
+        self.send(json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw-test", "version": "0"}
+            }
+        }))
+        .await;
+        let reply: Value = serde_json::from_str(&self.next_line().await.unwrap()).unwrap();
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        reply
+    }
+
+    pub async fn call_run(&mut self, id: u64, env: &str, code: &str) {
+        self.send(json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "run", "arguments": {"env": env, "code": code}}
+        }))
+        .await;
+    }
+
+    /// Closes the server's stdin: the client is gone.
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+}

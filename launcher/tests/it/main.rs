@@ -1,0 +1,9 @@
+//! Integration tests: the built `nix-sandbox-mcp` against real bubblewrap and
+//! the host's interpreters (tests/fixtures), through a real MCP client.
+
+mod cli;
+mod common;
+mod deadline;
+mod errors;
+mod protocol;
+mod run;

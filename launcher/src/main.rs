@@ -16,6 +16,7 @@ mod stdin_eof;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,9 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::Mode;
 use crate::exec::JobEnv;
 use crate::manifest::Catalog;
+
+/// How long the exit waits for reaper threads after the jobs were killed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
     let opts = match cli::parse(std::env::args_os().skip(1), std::env::var_os("NIX_SANDBOX_MANIFEST")) {
@@ -69,7 +73,11 @@ fn main() -> ExitCode {
         project_mount: project_mount(),
         shutdown: CancellationToken::new(),
     };
-    match runtime.block_on(serve_stdio(config)) {
+    let served = runtime.block_on(serve_stdio(config));
+    // Dropping the tasks kills every job still running (their guards); a
+    // reaper thread stuck on an unkillable process must not hold the exit.
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "the MCP service failed");

@@ -1,0 +1,31 @@
+# Takes pkgs, lib.mkSandbox and the flake's packages for one system; returns
+# the flake's checks for it: every package, and `e2e`, the offline harness's
+# end-to-end script (e2e.py) run in a build against those packages and the
+# environments of environments.nix, with the real nixpkgs.
+{
+  pkgs,
+  mkSandbox,
+  packages,
+}:
+let
+  environments = import ./environments.nix { inherit pkgs mkSandbox; };
+in
+packages
+// {
+  e2e =
+    pkgs.runCommand "nix-sandbox-mcp-e2e"
+      {
+        nativeBuildInputs = [ pkgs.python3 ];
+      }
+      ''
+        export HOME=$TMPDIR/home
+        mkdir -p "$HOME"
+        python3 ${./e2e.py} --label nix-build \
+          --server ${packages.default} \
+          --sandbox python=${packages.sandbox-python} \
+          --sandbox shell=${packages.sandbox-shell} \
+          --sandbox node=${packages.sandbox-node} \
+          --custom ${environments.custom} \
+          --online ${environments.online} | tee "$out"
+      '';
+}

@@ -1,0 +1,524 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the Nix-built sandboxes and server (standard library only).
+
+Run by checks/run (as root, then as an unprivileged user) against packages the
+offline harness built over checks/hostpkgs, and by the flake's checks against
+real nixpkgs builds. Prints one line per test, `ok - LABEL: name`,
+`FAIL - LABEL: name: reason` or `skip - LABEL: name: reason`, and exits 1 when
+any test failed.
+
+  e2e.py --label root --server OUT --sandbox python=OUT --sandbox shell=OUT \
+         --sandbox node=OUT --custom OUT --online OUT [--nix-envs-ref REF]
+
+--custom is a Python-with-jq environment made by lib.mkSandbox with small
+limits (tmp_mb and workspace_mb 8), --online the same with network = true.
+--nix-envs-ref is a flake ref of a sandbox, served through NIX_SANDBOX_ENVS.
+"""
+
+import argparse
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+
+DEADLINE = 120  # seconds; a guard against hangs, not a timing assertion
+SECRET_VAR = "NSM_E2E_SECRET"
+SECRET = "e2e-secret-value-that-must-not-leak"
+MANIFEST = "share/nix-sandbox-mcp/manifest.json"
+
+
+class Failed(Exception):
+    pass
+
+
+def check(condition, reason):
+    if not condition:
+        raise Failed(reason)
+
+
+def manifest_of(out):
+    return json.loads((Path(out) / MANIFEST).read_text())
+
+
+def only_env(out):
+    """(name, entry) of a sandbox's own one-environment manifest."""
+    envs = manifest_of(out)["environments"]
+    check(len(envs) == 1, f"{out}/{MANIFEST} has {len(envs)} environments, not 1")
+    return next(iter(envs.items()))
+
+
+def run(argv, stdin=b"", env=None, extra_env=None):
+    """Runs argv with a small environment (like the launcher's), code on stdin."""
+    base = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"}
+    if env is not None:
+        base = env
+    if extra_env:
+        base = {**base, **extra_env}
+    return subprocess.run(
+        argv, input=stdin, capture_output=True, env=base, timeout=DEADLINE
+    )
+
+
+def show(proc):
+    return (
+        f"exit {proc.returncode}, stdout {proc.stdout[-400:]!r}, "
+        f"stderr {proc.stderr[-600:]!r}"
+    )
+
+
+def expect_stdout(proc, want):
+    check(
+        proc.returncode == 0 and proc.stdout.decode() == want,
+        f"wanted exit 0 and stdout {want!r}; got {show(proc)}",
+    )
+
+
+class Suite:
+    def __init__(self, label):
+        self.label = label
+        self.failed = 0
+
+    def test(self, name, fn, *args):
+        try:
+            fn(*args)
+        except Failed as e:
+            self.failed += 1
+            print(f"FAIL - {self.label}: {name}: {e}", flush=True)
+        except Exception as e:  # a crash of the test is a failure too
+            self.failed += 1
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            print(
+                f"FAIL - {self.label}: {name}: {type(e).__name__}: {e} "
+                f"(e2e.py line {where.lineno})",
+                flush=True,
+            )
+        else:
+            print(f"ok - {self.label}: {name}", flush=True)
+
+    def skip(self, name, reason):
+        print(f"skip - {self.label}: {name}: {reason}", flush=True)
+
+
+# --- direct runs of the wrappers -------------------------------------------
+
+
+def t_python_c(sandboxes):
+    expect_stdout(run([sandboxes["python"] + "/bin/sandbox-python", "-c", "print(6*7)"]), "42\n")
+
+
+STDIN_SCRIPTS = {
+    # Each prints 42, then what reading stdin gave: the script came on stdin
+    # and was read whole before it ran, so reading stdin gets EOF.
+    "python": (
+        b"import sys\nprint(6 * 7)\nprint(repr(sys.stdin.read()))\n",
+        "42\n''\n",
+    ),
+    "shell": (
+        b'echo $((6 * 7))\nif read -r line; then echo "read: $line"; else echo EOF; fi\n',
+        "42\nEOF\n",
+    ),
+    "node": (
+        b"const rest = require('fs').readFileSync(0, 'utf8');\n"
+        b"console.log(6 * 7);\nconsole.log(JSON.stringify(rest));\n",
+        '42\n""\n',
+    ),
+}
+
+
+def t_stdin_script(out, preset):
+    _, entry = only_env(out)
+    code, want = STDIN_SCRIPTS[preset]
+    expect_stdout(run(entry["run"], stdin=code), want)
+
+
+def t_manifest_fragment(out, preset, interpreter):
+    name, entry = only_env(out)
+    check(name == preset, f"environment named {name!r}, not {preset!r}")
+    check(entry["interpreter"] == interpreter, f"interpreter {entry['interpreter']!r}")
+    check(entry["store_path"] == str(Path(out)), f"store_path {entry['store_path']!r} is not {out}")
+    check(entry["run"][0] == f"{out}/bin/sandbox-{preset}", f"run {entry['run']!r}")
+    check(entry["session"] == [], f"session {entry['session']!r}")
+    check(entry["network"] is False, "network is not false")
+    check(all(isinstance(v, int) and v > 0 for v in entry["limits"].values()), "a limit is not a positive integer")
+
+
+SHELL_TOOLS = "bash ls cat find xargs grep sed awk gawk diff jq rg fd tree file tar gzip env"
+
+
+def t_shell_tools(sandboxes):
+    script = f"for t in {SHELL_TOOLS}; do command -v \"$t\" >/dev/null || echo \"missing $t\"; done; jq -n '6*7'"
+    expect_stdout(run([sandboxes["shell"] + "/bin/sandbox-shell", "-c", script]), "42\n")
+
+
+def t_node_e(sandboxes):
+    expect_stdout(run([sandboxes["node"] + "/bin/sandbox-node", "-e", "console.log(6*7)"]), "42\n")
+
+
+def t_custom_jq(custom):
+    name, entry = only_env(custom)
+    check(any(p.startswith("jq-") for p in entry["packages"]), f"packages {entry['packages']} have no jq")
+    code = (
+        b"import subprocess\n"
+        b"out = subprocess.run(['jq', '-n', '6*7'], capture_output=True, text=True, check=True)\n"
+        b"print(out.stdout.strip())\n"
+    )
+    expect_stdout(run(entry["run"], stdin=code), "42\n")
+
+
+CONNECT = (
+    "import socket, sys\n"
+    "s = socket.socket()\n"
+    "s.settimeout(5)\n"
+    "try:\n"
+    "    s.connect(('127.0.0.1', {port}))\n"
+    "    print(s.recv(16).decode())\n"
+    "except OSError as e:\n"
+    "    print('unreachable', e.errno)\n"
+)
+
+
+def t_loopback(sandboxes, online):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        stop = threading.Event()
+
+        def serve():
+            server.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.sendall(b"hello")
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                check(c.recv(16) == b"hello", "the host cannot reach its own listener")
+            code = CONNECT.format(port=port)
+            offline = run([sandboxes["python"] + "/bin/sandbox-python", "-c", code])
+            check(offline.returncode == 0, f"probe failed: {show(offline)}")
+            check(offline.stdout.startswith(b"unreachable"), f"the jail reached the host's listener: {show(offline)}")
+            _, entry = only_env(online)
+            opted_in = run(entry["run"], stdin=code.encode())
+            check(opted_in.stdout == b"hello\n", f"the network = true environment did not reach it: {show(opted_in)}")
+        finally:
+            stop.set()
+            thread.join()
+
+
+ISOLATION_PROBE = """
+import json, os, sys
+home = sys.argv[1]
+seen = {}
+for path in sys.argv[2:]:
+    seen[path] = os.path.exists(path)
+print(json.dumps({
+    "environ": dict(os.environ),
+    "cwd": os.getcwd(),
+    "home_listing": os.listdir("/home") if os.path.isdir("/home") else None,
+    "root_listing": os.listdir("/root") if os.path.isdir("/root") else None,
+    "caller_home": os.listdir(home) if os.path.isdir(home) else None,
+    "seen": seen,
+}))
+"""
+
+
+def t_isolation(sandboxes, scratch):
+    secret_file = scratch / "host-secret.txt"
+    secret_file.write_text("secret")
+    here = str(Path(__file__).resolve().parent)
+    home = os.environ["HOME"]
+    argv = [sandboxes["python"] + "/bin/sandbox-python", "-c", ISOLATION_PROBE, home, str(secret_file), here]
+    proc = run(argv, extra_env={SECRET_VAR: SECRET, "AWS_SECRET_ACCESS_KEY": SECRET})
+    check(proc.returncode == 0, f"probe failed: {show(proc)}")
+    got = json.loads(proc.stdout)
+    env = got["environ"]
+    check(SECRET not in json.dumps(env), f"a secret reached the jail: {env}")
+    for var, want in {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/home/sandbox", "TMPDIR": "/tmp"}.items():
+        check(env.get(var) == want, f"{var}={env.get(var)!r}, wanted {want!r}")
+    check(got["cwd"] == "/workspace", f"cwd {got['cwd']}")
+    check(got["home_listing"] == ["sandbox"], f"/home in the jail shows {got['home_listing']}")
+    check(not got["root_listing"], f"/root in the jail shows {got['root_listing']}")
+    if Path(home).resolve() != Path("/home/sandbox"):
+        check(not got["caller_home"], f"the caller's HOME {home} shows {got['caller_home']} in the jail")
+    for path, seen in got["seen"].items():
+        check(not seen, f"the host's {path} is visible in the jail")
+
+
+def t_policy(sandboxes, custom):
+    """Nested user namespaces, rlimits, UTF-8, /usr/bin/env, pid namespace."""
+    _, entry = only_env(custom)
+    limits = entry["limits"]
+    code = (
+        "import ctypes, json, os, resource, subprocess, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "userns = libc.unshare(0x10000000)\n"
+        "print(json.dumps({\n"
+        "  'userns': userns, 'pid': os.getpid(),\n"
+        "  'rlimits': {n: resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in ['CPU', 'FSIZE', 'NOFILE', 'AS']},\n"
+        "  'encoding': sys.stdout.encoding, 'text': '\u00e9\u2713',\n"
+        "  'env': subprocess.run(['/usr/bin/env'], capture_output=True, text=True).returncode,\n"
+        "}))\n"
+    )
+    proc = run(entry["run"], stdin=code.encode())
+    check(proc.returncode == 0, f"probe failed: {show(proc)}")
+    got = json.loads(proc.stdout)
+    check(got["userns"] == -1, "the jail could create a user namespace")
+    check(got["pid"] < 10, f"pid {got['pid']}: not in a pid namespace of its own")
+    want = {
+        "CPU": limits["cpu_s"],
+        "FSIZE": limits["file_mb"] * 1024 * 1024,
+        "NOFILE": limits["nofile"],
+        "AS": limits["memory_mb"] * 1024 * 1024,
+    }
+    for name, value in want.items():
+        check(got["rlimits"][name] == [value, value] or got["rlimits"][name][1] < value,
+              f"RLIMIT_{name} is {got['rlimits'][name]}, wanted {value}")
+    check(got["encoding"].lower() == "utf-8" and got["text"] == "\u00e9\u2713", f"not UTF-8: {got}")
+    check(got["env"] == 0, "/usr/bin/env did not run")
+
+
+def t_tmpfs_limit(custom, where):
+    _, entry = only_env(custom)
+    limit = entry["limits"][f"{'tmp' if where == '/tmp' else 'workspace'}_mb"]
+    code = (
+        "import errno\n"
+        f"f = open('{where}/fill', 'wb')\n"
+        "try:\n"
+        f"    for _ in range({limit * 2}):\n"
+        "        f.write(b'x' * 1024 * 1024)\n"
+        "        f.flush()\n"
+        "    print('wrote it all')\n"
+        "except OSError as e:\n"
+        "    print(errno.errorcode[e.errno])\n"
+    )
+    expect_stdout(run(entry["run"], stdin=code.encode()), "ENOSPC\n")
+
+
+def t_project(sandboxes, scratch):
+    project = scratch / "project"
+    project.mkdir()
+    (project / "hello.txt").write_text("hello project")
+    code = (
+        "import json, sys\n"
+        "mount = sys.argv[1]\n"
+        "text = open(mount + '/hello.txt').read()\n"
+        "try:\n"
+        "    open(mount + '/new.txt', 'w').write('x')\n"
+        "    wrote = True\n"
+        "except OSError as e:\n"
+        "    wrote = e.strerror\n"
+        "print(json.dumps([text, wrote]))\n"
+    )
+    python = [sandboxes["python"] + "/bin/sandbox-python"]
+    for mount, extra in [("/project", {}), ("/src", {"PROJECT_MOUNT": "/src"})]:
+        proc = run(python + ["-c", code, mount], extra_env={"PROJECT_DIR": str(project), **extra})
+        check(proc.returncode == 0, f"at {mount}: {show(proc)}")
+        got = json.loads(proc.stdout)
+        check(got[0] == "hello project", f"at {mount}: read {got[0]!r}")
+        check(got[1] is not True, f"at {mount}: writing to the project worked")
+    check(not (project / "new.txt").exists(), "a file appeared in the host's project")
+    missing = run(python + ["-c", "print(1)"], extra_env={"PROJECT_DIR": str(scratch / "nope")})
+    check(
+        missing.returncode == 2 and b"PROJECT_DIR" in missing.stderr and missing.stdout == b"",
+        f"a missing PROJECT_DIR: {show(missing)}",
+    )
+
+
+# --- the server over MCP ------------------------------------------------------
+
+
+class McpClient:
+    """A minimal MCP client over stdio: newline-delimited JSON-RPC."""
+
+    def __init__(self, argv, env):
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        self.lines = queue.Queue()
+        self.stderr = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self.next_id = 0
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode(errors="replace"))
+
+    def send(self, message):
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, method, params):
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        while True:
+            try:
+                line = self.lines.get(timeout=DEADLINE)
+            except queue.Empty:
+                raise Failed(f"no answer to {method} within {DEADLINE} s") from None
+            if line is None:
+                raise Failed(f"the server closed stdout; stderr: {''.join(self.stderr)[-800:]}")
+            message = json.loads(line)
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise Failed(f"{method} failed: {message['error']}")
+                return message["result"]
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def call_run(client, env, code):
+    result = client.request("tools/call", {"name": "run", "arguments": {"env": env, "code": code}})
+    text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+    return result, text
+
+
+def t_server(server, custom, scratch, nix_envs_ref, suite):
+    sandbox_dir = scratch / "sandboxes"
+    sandbox_dir.mkdir()
+    (sandbox_dir / "custom").symlink_to(custom)
+    env = {
+        "HOME": os.environ["HOME"],
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "NIX_SANDBOX_DIR": str(sandbox_dir),
+        # A ref that cannot build: reported, and the rest still served.
+        "NIX_SANDBOX_ENVS": ",".join(filter(None, [str(scratch / "no-such-flake"), nix_envs_ref])),
+        SECRET_VAR: SECRET,
+    }
+    for var in ("NIX_CONFIG", "NIX_REMOTE"):
+        if var in os.environ:
+            env[var] = os.environ[var]
+    client = McpClient([server + "/bin/nix-sandbox-mcp", "--stdio"], env)
+    try:
+        init = {}
+
+        def initialize():
+            init.update(client.request("initialize", {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "nix-sandbox-mcp-e2e", "version": "1"},
+            }))
+            check("tools" in init.get("capabilities", {}), f"no tools capability: {init}")
+            client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+        suite.test("server answers initialize over stdio", initialize)
+        if not init:
+            return
+
+        def tools_list():
+            tools = client.request("tools/list", {})["tools"]
+            check([t["name"] for t in tools] == ["run"], f"tools {[t['name'] for t in tools]}")
+            instructions = init.get("instructions", "")
+            for name in ["python", "shell", "node", "custom"]:
+                check(name in instructions, f"instructions do not name {name}: {instructions!r}")
+
+        suite.test("server lists the run tool and every environment", tools_list)
+
+        for env_name, code in [
+            ("python", "print(6*7)"),
+            ("shell", "echo $((6*7))"),
+            ("node", "console.log(6*7)"),
+            ("custom", "import subprocess\nsubprocess.run(['jq', '-n', '6*7'], check=True)"),
+        ]:
+            def ran(env_name=env_name, code=code):
+                result, text = call_run(client, env_name, code)
+                check(not result.get("isError") and text.strip() == "42", f"{result}")
+
+            where = "NIX_SANDBOX_DIR" if env_name == "custom" else "the bundled preset"
+            suite.test(f"server runs code in {env_name} ({where})", ran)
+
+        def env_hidden():
+            result, text = call_run(client, "python", "import os\nprint(sorted(os.environ.items()))")
+            check(not result.get("isError"), f"{result}")
+            check(SECRET not in text, f"the server's environment reached the jail: {text}")
+
+        suite.test("server's environment variables are invisible in the jail", env_hidden)
+
+        def bad_ref_reported():
+            check(
+                any("NIX_SANDBOX_ENVS" in line and "no-such-flake" in line for line in client.stderr),
+                f"no report of the failed ref on stderr: {''.join(client.stderr)[-800:]}",
+            )
+
+        suite.test("server reports a NIX_SANDBOX_ENVS ref that fails and serves the rest", bad_ref_reported)
+
+        if nix_envs_ref:
+            def from_ref():
+                result, text = call_run(client, "online", "print(6*7)")
+                check(not result.get("isError") and text.strip() == "42", f"{result}")
+
+            suite.test("server builds and serves a NIX_SANDBOX_ENVS flake ref", from_ref)
+        else:
+            suite.skip("server builds and serves a NIX_SANDBOX_ENVS flake ref",
+                       "no ref given (nix builds need the store's owner)")
+    finally:
+        client.close()
+
+    def check_mode():
+        proc = run([server + "/bin/nix-sandbox-mcp", "--check"], env={"HOME": env["HOME"], "PATH": env["PATH"]})
+        check(proc.returncode == 0, f"--check: {show(proc)}")
+
+    suite.test("server --check passes in every bundled environment", check_mode)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--label", default=os.environ.get("USER") or str(os.getuid()))
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--sandbox", action="append", default=[], metavar="PRESET=OUT")
+    parser.add_argument("--custom", required=True)
+    parser.add_argument("--online", required=True)
+    parser.add_argument("--nix-envs-ref")
+    args = parser.parse_args()
+    sandboxes = dict(s.split("=", 1) for s in args.sandbox)
+    missing = {"python", "shell", "node"} - sandboxes.keys()
+    if missing:
+        parser.error(f"--sandbox missing for {sorted(missing)}")
+
+    suite = Suite(args.label)
+    with tempfile.TemporaryDirectory(prefix="nsm-e2e-") as tmp:
+        scratch = Path(tmp)
+        suite.test("sandbox-python -c 'print(6*7)' prints 42", t_python_c, sandboxes)
+        for preset, interpreter in [("python", "python"), ("shell", "bash"), ("node", "node")]:
+            suite.test(f"sandbox-{preset} manifest fragment", t_manifest_fragment, sandboxes[preset], preset, interpreter)
+            suite.test(f"sandbox-{preset} runs a script on stdin, which then reads EOF", t_stdin_script, sandboxes[preset], preset)
+        suite.test("sandbox-shell has every tool of the shell preset", t_shell_tools, sandboxes)
+        suite.test("sandbox-node -e runs", t_node_e, sandboxes)
+        suite.test("custom lib.mkSandbox environment (python + jq) runs", t_custom_jq, args.custom)
+        suite.test("the host's loopback listener is unreachable from the jail (reachable with network = true)",
+                   t_loopback, sandboxes, args.online)
+        suite.test("the host's /root, /home, files and environment are invisible", t_isolation, sandboxes, scratch)
+        suite.test("no nested user namespaces; rlimits, UTF-8, /usr/bin/env, pid namespace", t_policy, sandboxes, args.custom)
+        suite.test("/tmp is a size-limited tmpfs", t_tmpfs_limit, args.custom, "/tmp")
+        suite.test("/workspace is a size-limited tmpfs", t_tmpfs_limit, args.custom, "/workspace")
+        suite.test("PROJECT_DIR is readable at PROJECT_MOUNT and not writable; a missing one exits 2",
+                   t_project, sandboxes, scratch)
+        t_server(args.server, args.custom, scratch, args.nix_envs_ref, suite)
+    sys.exit(1 if suite.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

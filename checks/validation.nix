@@ -1,0 +1,73 @@
+# Takes nixpkgs' lib, a package set, mkSandbox and mkServer; returns the
+# argument checks of the offline harness: name -> { sandbox; error; }, where
+# evaluating sandbox.drvPath must fail with a message containing `error`
+# (or succeed, when `error` is null).
+{
+  lib,
+  pkgs,
+  mkSandbox,
+  mkServer,
+}:
+let
+  good = {
+    name = "good";
+    interpreter = "python";
+    packages = [ pkgs.python3 ];
+  };
+  sandbox = arguments: error: {
+    sandbox = mkSandbox pkgs arguments;
+    inherit error;
+  };
+  label = "mkSandbox: environment 'good': argument";
+in
+{
+  good = sandbox good null;
+  every-argument = sandbox (
+    good
+    // {
+      description = "all of them";
+      limits.memory_mb = 2048;
+      network = true;
+      extraCombinators = c: [ (c.set-hostname "good") ];
+      env.FOO = "bar";
+    }
+  ) null;
+  missing-name = sandbox (removeAttrs good [ "name" ]) "mkSandbox: an environment: argument `name` must be a string";
+  bad-name = sandbox (good // { name = "no spaces"; }) "argument `name` must be a string matching";
+  unknown-argument = sandbox (good // { networks = true; }) "mkSandbox: environment 'good': has unknown arguments networks";
+  unknown-interpreter = sandbox (
+    good // { interpreter = "ruby"; }
+  ) "${label} `interpreter` must be one of bash, node, python (got \"ruby\")";
+  no-packages = sandbox (good // { packages = [ ]; }) "${label} `packages` must be a non-empty list";
+  not-a-package = sandbox (good // { packages = [ "python3" ]; }) "${label} `packages` must hold only packages";
+  limit-of-wrong-type = sandbox (
+    good // { limits.memory_mb = "1G"; }
+  ) "${label} `limits.memory_mb` must be a positive integer (got \"1G\")";
+  limit-zero = sandbox (good // { limits.cpu_s = 0; }) "${label} `limits.cpu_s` must be a positive integer (got 0)";
+  unknown-limit = sandbox (good // { limits.memroy_mb = 1; }) "${label} `limits` has unknown limits memroy_mb";
+  network-not-bool = sandbox (good // { network = "yes"; }) "${label} `network` must be true or false";
+  combinators-not-function = sandbox (
+    good // { extraCombinators = [ ]; }
+  ) "${label} `extraCombinators` must be a function";
+  env-path = sandbox (good // { env.PATH = "/bin"; }) "${label} `env.PATH` cannot be set";
+  env-bad-name = sandbox (good // { env."A-B" = "x"; }) "${label} `env` has a variable name that is not a valid shell name";
+  server-duplicate-names = {
+    sandbox = mkServer pkgs {
+      environments = [
+        good
+        good
+      ];
+      launcher = pkgs.bash;
+    };
+    error = "mkServer: more than one environment is named good";
+  };
+  server-attrset-names = {
+    sandbox = mkServer pkgs {
+      environments.fromKey = removeAttrs good [ "name" ];
+      launcher = pkgs.bash // {
+        version = "0";
+      };
+    };
+    error = null;
+  };
+}

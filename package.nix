@@ -8,16 +8,11 @@ in
 rustPlatform.buildRustPackage {
   pname = "nix-sandbox-mcp";
   inherit (workspace) version;
-  src = lib.fileset.toSource {
-    root = ./.;
-    fileset = lib.fileset.unions [
-      ./Cargo.toml
-      ./Cargo.lock
-      ./launcher
-      ./agent
-      ./proto
-    ];
-  };
+  # (lib.fileset needs Nix 2.14; this works with older Nix too.)
+  src = lib.sourceByRegex ./. [
+    "Cargo\\.(toml|lock)"
+    "(launcher|agent|proto)(/.*)?"
+  ];
   cargoLock.lockFile = ./Cargo.lock;
   # The tests need bubblewrap, user namespaces and the host's interpreters,
   # which a build sandbox does not give: they run as `cargo test` (see

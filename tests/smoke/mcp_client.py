@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Smoke test with a real third-party MCP client (the Python `mcp` package).
+
+Usage: python3 tests/smoke/mcp_client.py PATH/TO/nix-sandbox-mcp
+
+Serves the fixture environments (tests/fixtures: the host's bwrap around
+python3, bash and node), then lists the tools and calls `run` the way an MCP
+client does. Prints one line per check and a closing line
+"smoke: N passed, N failed"; exits non-zero on any mismatch.
+Needs: pip install mcp; bubblewrap, python3 and node on the host.
+"""
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+
+results = []
+
+
+def check(name, ok, detail=""):
+    results.append(ok)
+    print(f"{'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
+
+
+def wire(model):
+    """A result as it was on the wire (camelCase keys), whatever the mcp version."""
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def text_of(result):
+    return result["content"][0]["text"]
+
+
+async def main(binary, manifest):
+    params = StdioServerParameters(
+        command=binary,
+        args=["--manifest", str(manifest), "--allow-wrappers-outside-store"],
+    )
+    with tempfile.TemporaryFile(mode="w+") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                init = wire(await session.initialize())
+                check(
+                    "initialize names the server",
+                    init["serverInfo"]["name"] == "nix-sandbox-mcp",
+                    init.get("serverInfo"),
+                )
+                instructions = init.get("instructions", "")
+                check(
+                    "instructions list the environments",
+                    all(f"- {e}: " in instructions for e in ("node", "python", "shell")),
+                    instructions,
+                )
+
+                tools = wire(await session.list_tools())["tools"]
+                names = [t["name"] for t in tools]
+                check("tools/list has exactly `run`", names == ["run"], names)
+                schema = tools[0]["inputSchema"] if tools else {}
+                check(
+                    "run takes code and an enumerated env",
+                    schema.get("required") == ["code"]
+                    and schema.get("properties", {}).get("env", {}).get("enum")
+                    == ["node", "python", "shell"],
+                    schema,
+                )
+
+                r = wire(await session.call_tool("run", {"env": "python", "code": "print(6 * 7)"}))
+                check(
+                    "python run prints and succeeds",
+                    text_of(r) == "42\n" and r.get("isError") is False,
+                    r,
+                )
+                check(
+                    "structuredContent carries the exit code",
+                    r.get("structuredContent", {}).get("exit_code") == 0
+                    and r["structuredContent"].get("env") == "python",
+                    r.get("structuredContent"),
+                )
+
+                r = wire(
+                    await session.call_tool(
+                        "run", {"env": "shell", "code": "echo out; echo err >&2; exit 3"}
+                    )
+                )
+                check(
+                    "bash stderr and exit code are reported",
+                    text_of(r) == "out\n--- stderr ---\nerr\nexit code 3" and r.get("isError") is True,
+                    r,
+                )
+
+                r = wire(await session.call_tool("run", {"env": "node", "code": "console.log([1, 2].length)"}))
+                check("node run prints", text_of(r) == "2\n", r)
+
+                r = wire(await session.call_tool("run", {"env": "cobol", "code": "x"}))
+                check(
+                    "an unknown env is refused with its code",
+                    text_of(r).startswith("error[unknown_env]: ")
+                    and r.get("structuredContent", {}).get("error", {}).get("code") == "unknown_env"
+                    and r.get("isError") is True,
+                    r,
+                )
+        errlog.seek(0)
+        log = errlog.read()
+    if not all(results):
+        print("--- server stderr ---\n" + log)
+
+
+async def main_with_deadline(binary, manifest):
+    with anyio.fail_after(120):  # a guard against hangs
+        await main(binary, manifest)
+
+
+def run():
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    binary = str(Path(sys.argv[1]).resolve())
+    template = (FIXTURES / "manifests" / "fixtures.json").read_text()
+    manifest_text = template.replace("@WRAPPERS@", str(FIXTURES / "wrappers"))
+    json.loads(manifest_text)
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = Path(tmp) / "manifest.json"
+        manifest.write_text(manifest_text)
+        try:
+            anyio.run(main_with_deadline, binary, manifest)
+        except Exception as e:  # a crash is a failed check, reported like one
+            check("the session ran to the end", False, repr(e))
+    passed = sum(results)
+    failed = len(results) - passed
+    print(f"smoke: {passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run())

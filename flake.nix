@@ -18,7 +18,7 @@
         "x86_64-linux"
         "aarch64-linux"
       ];
-      forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
+      forAllSystems = f: lib.genAttrs systems (system: f system nixpkgs.legacyPackages.${system});
     in
     {
       # mkSandbox pkgs environment, mkServer pkgs { environments; }, and the
@@ -26,7 +26,7 @@
       lib = import ./lib { inherit jail-nix; };
 
       packages = forAllSystems (
-        pkgs:
+        _system: pkgs:
         let
           launcher = pkgs.callPackage ./package.nix { };
           presets = lib.mapAttrs (_: preset: self.lib.mkSandbox pkgs (preset pkgs)) self.lib.presets;
@@ -45,31 +45,33 @@
 
       # The offline harness's end-to-end tests, against real nixpkgs builds.
       checks = forAllSystems (
-        pkgs:
+        system: pkgs:
         import ./checks/e2e.nix {
           inherit pkgs;
           inherit (self.lib) mkSandbox;
-          packages = self.packages.${pkgs.stdenv.hostPlatform.system};
+          packages = self.packages.${system};
         }
       );
 
-      devShells = forAllSystems (pkgs: {
-        default = pkgs.mkShell {
-          packages = with pkgs; [
-            cargo
-            rustc
-            clippy
-            rustfmt
-            bubblewrap
-            python3
-            nodejs
-            jq
-            shellcheck
-            nixfmt
-          ];
-        };
-      });
+      devShells = forAllSystems (
+        _system: pkgs: {
+          default = pkgs.mkShell {
+            packages = with pkgs; [
+              cargo
+              rustc
+              clippy
+              rustfmt
+              bubblewrap
+              python3
+              nodejs
+              jq
+              shellcheck
+              nixfmt
+            ];
+          };
+        }
+      );
 
-      formatter = forAllSystems (pkgs: pkgs.nixfmt);
+      formatter = forAllSystems (_system: pkgs: pkgs.nixfmt);
     };
 }

@@ -12,7 +12,8 @@ any test failed.
 
 --custom is a Python-with-jq environment made by lib.mkSandbox with small
 limits (tmp_mb and workspace_mb 8), --online the same with network = true.
---nix-envs-ref is a flake ref of a sandbox, served through NIX_SANDBOX_ENVS.
+--nix-envs-ref is a flake ref of a sandbox, served through NIX_SANDBOX_ENVS;
+--hidden names a host path the jail must not see (repeatable).
 """
 
 import argparse
@@ -234,12 +235,12 @@ print(json.dumps({
 """
 
 
-def t_isolation(sandboxes, scratch):
+def t_isolation(sandboxes, scratch, hidden):
     secret_file = scratch / "host-secret.txt"
     secret_file.write_text("secret")
-    here = str(Path(__file__).resolve().parent)
     home = os.environ["HOME"]
-    argv = [sandboxes["python"] + "/bin/sandbox-python", "-c", ISOLATION_PROBE, home, str(secret_file), here]
+    paths = [str(secret_file), str(Path(__file__).resolve())] + hidden
+    argv = [sandboxes["python"] + "/bin/sandbox-python", "-c", ISOLATION_PROBE, home] + paths
     proc = run(argv, extra_env={SECRET_VAR: SECRET, "AWS_SECRET_ACCESS_KEY": SECRET})
     check(proc.returncode == 0, f"probe failed: {show(proc)}")
     got = json.loads(proc.stdout)
@@ -492,6 +493,8 @@ def main():
     parser.add_argument("--custom", required=True)
     parser.add_argument("--online", required=True)
     parser.add_argument("--nix-envs-ref")
+    parser.add_argument("--hidden", action="append", default=[], metavar="PATH",
+                        help="a host path that must be invisible in the jail (repeatable)")
     args = parser.parse_args()
     sandboxes = dict(s.split("=", 1) for s in args.sandbox)
     missing = {"python", "shell", "node"} - sandboxes.keys()
@@ -510,7 +513,7 @@ def main():
         suite.test("custom lib.mkSandbox environment (python + jq) runs", t_custom_jq, args.custom)
         suite.test("the host's loopback listener is unreachable from the jail (reachable with network = true)",
                    t_loopback, sandboxes, args.online)
-        suite.test("the host's /root, /home, files and environment are invisible", t_isolation, sandboxes, scratch)
+        suite.test("the host's /root, /home, files and environment are invisible", t_isolation, sandboxes, scratch, args.hidden)
         suite.test("no nested user namespaces; rlimits, UTF-8, /usr/bin/env, pid namespace", t_policy, sandboxes, args.custom)
         suite.test("/tmp is a size-limited tmpfs", t_tmpfs_limit, args.custom, "/tmp")
         suite.test("/workspace is a size-limited tmpfs", t_tmpfs_limit, args.custom, "/workspace")

@@ -51,7 +51,10 @@ pub async fn probe(env: &Env, job_env: &JobEnv) -> Result<(), String> {
         return Ok(());
     }
     let how = if outcome.timed_out {
-        format!("an empty program did not finish within {} s", PROBE_TIMEOUT.as_secs())
+        format!(
+            "an empty program did not finish within {} s",
+            PROBE_TIMEOUT.as_secs()
+        )
     } else {
         match outcome.exit {
             Exit::Code(code) => format!("the wrapper exited with code {code}"),
@@ -77,7 +80,11 @@ pub struct Probes {
 
 impl Probes {
     pub fn new(catalog: &Catalog, job_env: JobEnv) -> Self {
-        let states = catalog.envs.keys().map(|name| (name.clone(), Mutex::new(None))).collect();
+        let states = catalog
+            .envs
+            .keys()
+            .map(|name| (name.clone(), Mutex::new(None)))
+            .collect();
         Self { job_env, states }
     }
 
@@ -86,13 +93,17 @@ impl Probes {
         for env in catalog.envs.values() {
             let (probes, env) = (Arc::clone(self), Arc::clone(env));
             tokio::spawn(async move {
-                let Some(state) = probes.states.get(&env.name) else { return };
+                let Some(state) = probes.states.get(&env.name) else {
+                    return;
+                };
                 let mut state = state.lock().await;
                 if state.is_none() {
                     let result = probe(&env, &probes.job_env).await;
                     match &result {
                         Ok(()) => tracing::info!(env = %env.name, "sandbox probe ok"),
-                        Err(reason) => tracing::error!(env = %env.name, %reason, "sandbox probe failed"),
+                        Err(reason) => {
+                            tracing::error!(env = %env.name, %reason, "sandbox probe failed")
+                        }
                     }
                     *state = Some(result);
                 }
@@ -126,7 +137,11 @@ impl Probes {
 
 /// `--check`: one line per manifest problem and per environment; false when
 /// anything failed or no environment is usable.
-pub async fn run_check(catalog: &Catalog, job_env: &JobEnv, out: &mut impl Write) -> std::io::Result<bool> {
+pub async fn run_check(
+    catalog: &Catalog,
+    job_env: &JobEnv,
+    out: &mut impl Write,
+) -> std::io::Result<bool> {
     let mut ok = true;
     for error in &catalog.errors {
         writeln!(out, "manifest: FAIL: {error}")?;

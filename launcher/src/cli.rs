@@ -58,9 +58,8 @@ pub fn parse(
         max_code_bytes: DEFAULT_MAX_CODE_BYTES,
     };
     if let Some(list) = env_manifests {
-        opts.manifests.extend(
-            std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()),
-        );
+        opts.manifests
+            .extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
     }
     let mut parser = lexopt::Parser::from_args(args);
     let fail = |e: lexopt::Error| e.to_string();
@@ -68,8 +67,18 @@ pub fn parse(
         match arg {
             Long("stdio") => {}
             Long("check") => opts.mode = Mode::Check,
-            Long("help") | Short('h') => return Ok(Options { mode: Mode::Help, ..opts }),
-            Long("version") | Short('V') => return Ok(Options { mode: Mode::Version, ..opts }),
+            Long("help") | Short('h') => {
+                return Ok(Options {
+                    mode: Mode::Help,
+                    ..opts
+                });
+            }
+            Long("version") | Short('V') => {
+                return Ok(Options {
+                    mode: Mode::Version,
+                    ..opts
+                });
+            }
             Long("manifest") => opts.manifests.push(parser.value().map_err(fail)?.into()),
             Long("allow-wrappers-outside-store") => opts.allow_outside_store = true,
             Long("max-code-bytes") => {
@@ -118,7 +127,12 @@ mod tests {
 
     #[test]
     fn bad_flags_are_one_line_errors() {
-        for bad in [&["--nope"][..], &["--manifest"], &["--max-code-bytes", "x"], &["extra"]] {
+        for bad in [
+            &["--nope"][..],
+            &["--manifest"],
+            &["--max-code-bytes", "x"],
+            &["extra"],
+        ] {
             let e = parse(args(bad), None).unwrap_err();
             assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e}");
         }

@@ -168,7 +168,13 @@ async fn kill_and_drain(
     }
 }
 
-type Spawned = (Group, oneshot::Receiver<Exit>, pipe::Sender, pipe::Receiver, pipe::Receiver);
+type Spawned = (
+    Group,
+    oneshot::Receiver<Exit>,
+    pipe::Sender,
+    pipe::Receiver,
+    pipe::Receiver,
+);
 
 fn spawn(job: &Job<'_>) -> io::Result<Spawned> {
     let (program, args) = job
@@ -184,12 +190,11 @@ fn spawn(job: &Job<'_>) -> io::Result<Spawned> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    // The wrapper gets SIGKILL when the spawning thread (the runtime's) dies,
-    // so even a crashed launcher leaves no run behind.
+    // The wrapper gets SIGKILL when the thread that spawned it dies: that is
+    // the current-thread runtime's, which lives as long as the launcher, so
+    // even a crashed launcher leaves no run behind.
     unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)
-        });
+        cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from));
     }
     let mut child = cmd.spawn()?;
     let group = Group::new(child.id());
@@ -259,7 +264,9 @@ impl Group {
             let pid = Pid::from_raw(pgid);
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
             if let Err(e) = retry_eintr(|| waitid(Id::Pid(pid), flags)) {
+                // Not our child any more (reaped elsewhere): never signal the id.
                 tracing::error!(pgid, error = %e, "cannot wait for the wrapper");
+                *reaped.lock().unwrap_or_else(|p| p.into_inner()) = true;
                 return;
             }
             let mut reaped = reaped.lock().unwrap_or_else(|p| p.into_inner());
@@ -340,7 +347,9 @@ mod tests {
     async fn exit_code_and_streams_are_reported() {
         let argv = ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"].map(String::from);
         let env = JobEnv::default();
-        let o = run(job(&argv, &env, 10_000), std::future::pending()).await.unwrap();
+        let o = run(job(&argv, &env, 10_000), std::future::pending())
+            .await
+            .unwrap();
         assert_eq!(o.exit, Exit::Code(3));
         assert_eq!(o.stdout.render(), "out\n");
         assert_eq!(o.stderr.render(), "err\n");
@@ -351,7 +360,9 @@ mod tests {
     async fn a_sleeper_with_closed_output_ends_at_the_deadline() {
         let argv = ["/bin/sh", "-c", "exec >&- 2>&-; sleep 1000"].map(String::from);
         let env = JobEnv::default();
-        let o = run(job(&argv, &env, 300), std::future::pending()).await.unwrap();
+        let o = run(job(&argv, &env, 300), std::future::pending())
+            .await
+            .unwrap();
         assert!(o.timed_out);
         assert_eq!(o.exit, Exit::Signal(9));
     }
@@ -370,7 +381,9 @@ mod tests {
     async fn a_missing_program_is_a_spawn_error() {
         let argv = ["/nonexistent/wrapper".to_string()];
         let env = JobEnv::default();
-        let e = run(job(&argv, &env, 1000), std::future::pending()).await.unwrap_err();
+        let e = run(job(&argv, &env, 1000), std::future::pending())
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 }

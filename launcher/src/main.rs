@@ -29,7 +29,10 @@ use crate::manifest::Catalog;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
-    let opts = match cli::parse(std::env::args_os().skip(1), std::env::var_os("NIX_SANDBOX_MANIFEST")) {
+    let opts = match cli::parse(
+        std::env::args_os().skip(1),
+        std::env::var_os("NIX_SANDBOX_MANIFEST"),
+    ) {
         Ok(opts) => opts,
         Err(e) => {
             eprintln!("nix-sandbox-mcp: {e} (see --help)");
@@ -42,7 +45,10 @@ fn main() -> ExitCode {
         Mode::Stdio | Mode::Check => {}
     }
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
@@ -106,7 +112,9 @@ async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
 /// `PROJECT_MOUNT` (default `/project`) when `PROJECT_DIR` is set.
 fn project_mount() -> Option<String> {
     let dir = std::env::var_os("PROJECT_DIR").filter(|v| !v.is_empty())?;
-    let mount = std::env::var("PROJECT_MOUNT").ok().filter(|v| !v.is_empty());
+    let mount = std::env::var("PROJECT_MOUNT")
+        .ok()
+        .filter(|v| !v.is_empty());
     tracing::debug!(project_dir = ?dir, "project mounted read-only");
     Some(mount.unwrap_or_else(|| "/project".into()))
 }

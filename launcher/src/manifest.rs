@@ -148,8 +148,8 @@ pub fn read_file(path: &Path, allow_outside_store: bool) -> Result<Vec<Env>, Vec
     };
     let text = std::fs::read_to_string(path)
         .map_err(|e| vec![err(None, format!("cannot read the manifest: {e}"))])?;
-    let value: Value = serde_json::from_str(&text)
-        .map_err(|e| vec![err(None, format!("invalid JSON: {e}"))])?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| vec![err(None, format!("invalid JSON: {e}"))])?;
     check_version(&value).map_err(|(field, msg)| vec![err(Some(field), msg)])?;
     let file: File = serde_path_to_error::deserialize(value).map_err(|e| {
         let (field, message) = describe(&e);
@@ -196,7 +196,11 @@ fn describe(e: &serde_path_to_error::Error<serde_json::Error>) -> (String, Strin
     if let Some(rest) = message.strip_prefix("missing field `")
         && let Some(name) = rest.strip_suffix('`')
     {
-        let field = if path == "." { name.to_owned() } else { format!("{path}.{name}") };
+        let field = if path == "." {
+            name.to_owned()
+        } else {
+            format!("{path}.{name}")
+        };
         return (field, "missing field".into());
     }
     (path, message)
@@ -286,7 +290,10 @@ mod tests {
         std::fs::write(&path, value.to_string()).unwrap();
         read_file(&path, allow).map_err(|errs| {
             errs.into_iter()
-                .map(|e| ManifestError { file: PathBuf::from("m.json"), ..e })
+                .map(|e| ManifestError {
+                    file: PathBuf::from("m.json"),
+                    ..e
+                })
                 .collect()
         })
     }
@@ -334,7 +341,10 @@ mod tests {
         let mut v = good();
         v["environments"]["python"]["network"] = json!("no");
         let e = only_error(&v, false);
-        assert!(e.starts_with("m.json: environments.python.network: invalid type"), "{e}");
+        assert!(
+            e.starts_with("m.json: environments.python.network: invalid type"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -342,7 +352,10 @@ mod tests {
         let mut v = good();
         v["environments"]["python"]["limits"]["pids"] = json!(0);
         let e = only_error(&v, false);
-        assert!(e.starts_with("m.json: environments.python.limits.pids: invalid value"), "{e}");
+        assert!(
+            e.starts_with("m.json: environments.python.limits.pids: invalid value"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -350,7 +363,10 @@ mod tests {
         let mut v = good();
         v["environments"]["python"]["netwrok"] = json!(true);
         let e = only_error(&v, false);
-        assert!(e.contains("environments.python") && e.contains("unknown field `netwrok`"), "{e}");
+        assert!(
+            e.contains("environments.python") && e.contains("unknown field `netwrok`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -358,7 +374,10 @@ mod tests {
         let mut v = good();
         v["environments"]["python"]["interpreter"] = json!("ruby");
         let e = only_error(&v, false);
-        assert!(e.starts_with("m.json: environments.python.interpreter:"), "{e}");
+        assert!(
+            e.starts_with("m.json: environments.python.interpreter:"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -366,7 +385,12 @@ mod tests {
         let mut v = good();
         v["environments"]["python"]["run"] = json!(["/tmp/run"]);
         let e = only_error(&v, false);
-        assert!(e.starts_with("m.json: environments.python.run[0]: wrapper /tmp/run is outside /nix/store"), "{e}");
+        assert!(
+            e.starts_with(
+                "m.json: environments.python.run[0]: wrapper /tmp/run is outside /nix/store"
+            ),
+            "{e}"
+        );
         assert!(read(&v, true).is_ok());
     }
 
@@ -382,7 +406,10 @@ mod tests {
         let mut v = good();
         v["environments"]["python"]["session"] = json!(["bin/agent"]);
         let e = only_error(&v, true);
-        assert!(e.contains("environments.python.session[0]: wrapper bin/agent is not an absolute path"), "{e}");
+        assert!(
+            e.contains("environments.python.session[0]: wrapper bin/agent is not an absolute path"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -403,7 +430,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope.json");
         let errs = read_file(&missing, false).unwrap_err();
-        assert!(errs[0].to_string().contains("nope.json: cannot read the manifest"));
+        assert!(
+            errs[0]
+                .to_string()
+                .contains("nope.json: cannot read the manifest")
+        );
         let bad = dir.path().join("bad.json");
         std::fs::write(&bad, "{").unwrap();
         let errs = read_file(&bad, false).unwrap_err();
@@ -425,6 +456,10 @@ mod tests {
         assert_eq!(catalog.names(), ["python"]);
         assert_eq!(catalog.envs["python"].description, "override");
         assert_eq!(catalog.errors.len(), 1);
-        assert!(catalog.errors[0].to_string().contains("c.json: (top level): expected a JSON object"));
+        assert!(
+            catalog.errors[0]
+                .to_string()
+                .contains("c.json: (top level): expected a JSON object")
+        );
     }
 }

@@ -80,9 +80,16 @@ impl Server {
         };
         let name = match requested {
             Some(name) => name,
-            None => self.catalog.default_env().ok_or_else(|| unknown("python"))?,
+            None => self
+                .catalog
+                .default_env()
+                .ok_or_else(|| unknown("python"))?,
         };
-        self.catalog.envs.get(name).cloned().ok_or_else(|| unknown(name))
+        self.catalog
+            .envs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| unknown(name))
     }
 
     async fn run_ephemeral(
@@ -96,7 +103,10 @@ impl Server {
             return Err(refuse(RunError::empty_code()));
         }
         if code.len() > self.max_code_bytes {
-            return Err(refuse(RunError::code_too_large(code.len(), self.max_code_bytes)));
+            return Err(refuse(RunError::code_too_large(
+                code.len(),
+                self.max_code_bytes,
+            )));
         }
         if !check::wrapper_ready(&env.run[0]) {
             return Err(refuse(RunError::wrapper_missing(&env.name, &env.run[0])));
@@ -141,7 +151,10 @@ impl Server {
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("nix-sandbox-mcp", env!("CARGO_PKG_VERSION")))
+            .with_server_info(Implementation::new(
+                "nix-sandbox-mcp",
+                env!("CARGO_PKG_VERSION"),
+            ))
             .with_instructions(self.instructions.clone())
     }
 
@@ -160,7 +173,10 @@ impl ServerHandler for Server {
     ) -> Result<CallToolResponse, McpError> {
         if request.name != "run" {
             return Err(McpError::invalid_params(
-                format!("unknown tool `{}`; this server has one tool, `run`", request.name),
+                format!(
+                    "unknown tool `{}`; this server has one tool, `run`",
+                    request.name
+                ),
                 None,
             ));
         }
@@ -183,8 +199,13 @@ impl RunArgs {
     fn parse(arguments: Option<&JsonObject>) -> Result<Self, RunError> {
         let empty = JsonObject::new();
         let arguments = arguments.unwrap_or(&empty);
-        if let Some(key) = arguments.keys().find(|k| !matches!(k.as_str(), "code" | "env")) {
-            return Err(RunError::invalid_arguments(&format!("unknown argument `{key}`")));
+        if let Some(key) = arguments
+            .keys()
+            .find(|k| !matches!(k.as_str(), "code" | "env"))
+        {
+            return Err(RunError::invalid_arguments(&format!(
+                "unknown argument `{key}`"
+            )));
         }
         let code = match arguments.get("code") {
             Some(Value::String(code)) => code.clone(),
@@ -219,7 +240,9 @@ fn run_tool(catalog: &Catalog) -> Tool {
         "required": ["code"],
         "additionalProperties": false,
     });
-    let Value::Object(schema) = schema else { unreachable!("a JSON object literal") };
+    let Value::Object(schema) = schema else {
+        unreachable!("a JSON object literal")
+    };
     Tool::new(
         "run",
         "Run a program in a fresh sandbox (new each call) and return its output.",
@@ -284,8 +307,11 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.json");
-        std::fs::write(&path, json!({"version": 1, "environments": environments}).to_string())
-            .unwrap();
+        std::fs::write(
+            &path,
+            json!({"version": 1, "environments": environments}).to_string(),
+        )
+        .unwrap();
         let mut catalog = Catalog::default();
         for env in read_file(&path, false).unwrap() {
             catalog.envs.insert(env.name.clone(), Arc::new(env));
@@ -302,7 +328,10 @@ mod tests {
             lines[1],
             "- python: python env; packages: pkg0, pkg1, pkg2, pkg3, pkg4, pkg5, pkg6, pkg7 (+2 more)"
         );
-        assert_eq!(lines[2], "- shell: shell env; packages: pkg0, pkg1; network");
+        assert_eq!(
+            lines[2],
+            "- shell: shell env; packages: pkg0, pkg1; network"
+        );
         assert_eq!(lines[3], "The project is read-only at /project.");
         assert!(!instructions(&c, None).contains("project"));
     }
@@ -314,7 +343,10 @@ mod tests {
         assert_eq!(env["enum"], json!(["node", "shell"]));
         assert_eq!(env["description"], "Environment (default node).");
         let tool = run_tool(&catalog(&[("shell", false, 0), ("python", false, 0)]));
-        assert_eq!(tool.input_schema["properties"]["env"]["description"], "Environment (default python).");
+        assert_eq!(
+            tool.input_schema["properties"]["env"]["description"],
+            "Environment (default python)."
+        );
     }
 
     #[test]
@@ -322,13 +354,24 @@ mod tests {
         let parse = |v: Value| RunArgs::parse(v.as_object());
         assert_eq!(
             parse(json!({"code": "1", "env": "node"})).unwrap(),
-            RunArgs { code: "1".into(), env: Some("node".into()) }
+            RunArgs {
+                code: "1".into(),
+                env: Some("node".into())
+            }
         );
         assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);
-        for bad in [json!({}), json!({"code": 1}), json!({"code": "1", "env": 2}), json!({"code": "1", "x": 1})] {
+        for bad in [
+            json!({}),
+            json!({"code": 1}),
+            json!({"code": "1", "env": 2}),
+            json!({"code": "1", "x": 1}),
+        ] {
             let e = parse(bad.clone()).unwrap_err();
             assert_eq!(e.code.as_str(), "invalid_arguments", "{bad}");
         }
-        assert_eq!(RunArgs::parse(None).unwrap_err().code.as_str(), "invalid_arguments");
+        assert_eq!(
+            RunArgs::parse(None).unwrap_err().code.as_str(),
+            "invalid_arguments"
+        );
     }
 }

@@ -83,10 +83,16 @@ fn render(env: &Env, o: &Outcome, signal: Option<i32>) -> String {
     }
     let mut notes = Vec::new();
     if o.stdout.dropped() > 0 {
-        notes.push(format!("stdout cut: {} bytes dropped from the middle", o.stdout.dropped()));
+        notes.push(format!(
+            "stdout cut: {} bytes dropped from the middle",
+            o.stdout.dropped()
+        ));
     }
     if o.stderr.dropped() > 0 {
-        notes.push(format!("stderr cut: {} bytes dropped from the middle", o.stderr.dropped()));
+        notes.push(format!(
+            "stderr cut: {} bytes dropped from the middle",
+            o.stderr.dropped()
+        ));
     }
     if o.timed_out {
         notes.push(format!(
@@ -187,7 +193,10 @@ mod tests {
         let r = ran(&env(), &outcome(Exit::Code(137), b"", b""));
         assert_eq!(text(&r), "killed by signal 9");
         let s = r.structured_content.unwrap();
-        assert_eq!((s["exit_code"].as_i64(), s["signal"].as_i64()), (Some(137), Some(9)));
+        assert_eq!(
+            (s["exit_code"].as_i64(), s["signal"].as_i64()),
+            (Some(137), Some(9))
+        );
     }
 
     #[test]

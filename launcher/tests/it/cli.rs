@@ -22,7 +22,11 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_flags_exit_2_with_one_line() {
-    for args in [&["--bogus"][..], &["--manifest"], &["--max-code-bytes", "lots"]] {
+    for args in [
+        &["--bogus"][..],
+        &["--manifest"],
+        &["--max-code-bytes", "lots"],
+    ] {
         let o = launcher(args).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = stderr(&o);
@@ -40,7 +44,10 @@ fn help_and_version() {
     assert!(stdout(&o).contains("FOR TESTS ONLY"));
     let o = launcher(&["--version"]).output().unwrap();
     assert!(o.status.success());
-    assert_eq!(stdout(&o), format!("nix-sandbox-mcp {}\n", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        stdout(&o),
+        format!("nix-sandbox-mcp {}\n", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
@@ -50,7 +57,12 @@ fn check_passes_on_this_machine() {
         .arg(&m.path)
         .output()
         .unwrap();
-    assert_eq!(stdout(&o), "node: ok\npython: ok\nshell: ok\n", "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "node: ok\npython: ok\nshell: ok\n",
+        "{}",
+        stderr(&o)
+    );
     assert!(o.status.success());
 }
 
@@ -61,7 +73,12 @@ fn check_reads_nix_sandbox_manifest() {
         .env("NIX_SANDBOX_MANIFEST", &m.path)
         .output()
         .unwrap();
-    assert_eq!(stdout(&o), "node: ok\npython: ok\nshell: ok\n", "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "node: ok\npython: ok\nshell: ok\n",
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -82,7 +99,10 @@ fn check_fails_with_the_reason_when_a_wrapper_cannot_start() {
         "broken: FAIL: the wrapper exited with code 1: bwrap: Can't find source path \
          /nonexistent-host-path-for-the-jail: No such file or directory"
     );
-    assert_eq!(lines[1], "gone: FAIL: wrapper /nonexistent/sandbox-run is missing or not executable");
+    assert_eq!(
+        lines[1],
+        "gone: FAIL: wrapper /nonexistent/sandbox-run is missing or not executable"
+    );
     assert_eq!(&lines[2..], ["node: ok", "python: ok", "shell: ok"]);
 }
 
@@ -101,7 +121,10 @@ fn check_fails_on_a_malformed_manifest_or_none() {
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     assert!(
-        out.starts_with(&format!("manifest: FAIL: {}: environments.python.interpreter: ", bad.path.display())),
+        out.starts_with(&format!(
+            "manifest: FAIL: {}: environments.python.interpreter: ",
+            bad.path.display()
+        )),
         "{out}"
     );
     assert!(out.contains("environments: FAIL: none usable"), "{out}");

@@ -22,7 +22,10 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_nix-sandbox-mcp");
 pub const GUARD: Duration = Duration::from_secs(30);
 
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
 }
 
 pub fn wrappers() -> PathBuf {
@@ -86,12 +89,18 @@ impl Server {
         Self::start(vec![Manifest::new(&m)]).await
     }
 
-    pub async fn start_with(manifests: Vec<Manifest>, args: &[&str], envs: &[(&str, &str)]) -> Self {
+    pub async fn start_with(
+        manifests: Vec<Manifest>,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         let mut cmd = tokio::process::Command::new(BIN);
         for m in &manifests {
             cmd.arg("--manifest").arg(&m.path);
         }
-        cmd.args(args).env_remove("NIX_SANDBOX_MANIFEST").env_remove("PROJECT_DIR");
+        cmd.args(args)
+            .env_remove("NIX_SANDBOX_MANIFEST")
+            .env_remove("PROJECT_DIR");
         cmd.env("RUST_LOG", "info");
         for (k, v) in envs {
             cmd.env(k, v);
@@ -110,7 +119,9 @@ impl Server {
                     if n == 0 {
                         break;
                     }
-                    log.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                    log.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
             });
         }
@@ -118,12 +129,19 @@ impl Server {
             .await
             .expect("initialize answered")
             .expect("initialize succeeds");
-        Self { client, pid, stderr: log, _manifests: manifests }
+        Self {
+            client,
+            pid,
+            stderr: log,
+            _manifests: manifests,
+        }
     }
 
     /// Calls `run` with `arguments` and returns its result.
     pub async fn call(&self, arguments: Value) -> CallToolResult {
-        let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
+        let Value::Object(arguments) = arguments else {
+            panic!("arguments must be an object")
+        };
         let params = CallToolRequestParams::new("run").with_arguments(arguments);
         tokio::time::timeout(Duration::from_secs(120), self.client.call_tool(params))
             .await
@@ -184,7 +202,9 @@ pub fn marker(tag: &str) -> String {
 pub fn pids_with(marker: &str) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline"))
             && String::from_utf8_lossy(&cmdline).contains(marker)
         {
@@ -279,10 +299,17 @@ impl RawServer {
                 if n == 0 {
                     break;
                 }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        Self { child, stdin, stdout: tokio::io::BufReader::new(stdout).lines(), stderr: log }
+        Self {
+            child,
+            stdin,
+            stdout: tokio::io::BufReader::new(stdout).lines(),
+            stderr: log,
+        }
     }
 
     /// What the server logged so far.
@@ -319,7 +346,8 @@ impl RawServer {
         }))
         .await;
         let reply: Value = serde_json::from_str(&self.next_line().await.unwrap()).unwrap();
-        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
         reply
     }
 

@@ -11,7 +11,9 @@ use crate::common::*;
 async fn a_busy_loop_ends_at_the_deadline_and_leaves_no_process() {
     let mark = marker("busy");
     let s = Server::start(vec![marked("python", &mark, 2)]).await;
-    let r = s.run("python", "print('started', flush=True)\nwhile True: pass").await;
+    let r = s
+        .run("python", "print('started', flush=True)\nwhile True: pass")
+        .await;
     assert_eq!(r.is_error, Some(true));
     assert_eq!(
         text(&r),
@@ -30,8 +32,13 @@ async fn a_busy_loop_ends_at_the_deadline_and_leaves_no_process() {
 async fn a_sleeper_that_closed_its_output_ends_at_the_deadline() {
     let mark = marker("closed");
     let s = Server::start(vec![marked("shell", &mark, 2)]).await;
-    let r = s.run("shell", "echo before; exec >&- 2>&-; sleep 1000").await;
-    assert_eq!(text(&r), "before\ntimed out after 2 s; the process tree was killed");
+    let r = s
+        .run("shell", "echo before; exec >&- 2>&-; sleep 1000")
+        .await;
+    assert_eq!(
+        text(&r),
+        "before\ntimed out after 2 s; the process tree was killed"
+    );
     assert_eq!(structured(&r)["timed_out"], true);
     assert_no_process_left(&mark).await;
 }
@@ -40,7 +47,12 @@ async fn a_sleeper_that_closed_its_output_ends_at_the_deadline() {
 async fn a_background_child_does_not_outlive_the_run() {
     let mark = marker("bg");
     let s = Server::start(vec![marked("shell", &mark, 30)]).await;
-    let r = s.run("shell", "(exec -a \"$1-child\" sleep 1000) >/dev/null 2>&1 &\necho parent done").await;
+    let r = s
+        .run(
+            "shell",
+            "(exec -a \"$1-child\" sleep 1000) >/dev/null 2>&1 &\necho parent done",
+        )
+        .await;
     assert_eq!(text(&r), "parent done\n");
     assert_no_process_left(&mark).await;
 }
@@ -60,15 +72,22 @@ async fn a_flood_is_capped_and_memory_stays_flat() {
     assert!(t.len() < 2 * 65536 + 512, "the result is {} bytes", t.len());
     assert!(t.starts_with("y\ny\n"));
     assert!(t.contains(&format!("[... {out_dropped} bytes dropped ...]")));
-    assert!(t.contains(&format!("stdout cut: {out_dropped} bytes dropped from the middle")));
-    assert!(t.contains(&format!("stderr cut: {err_dropped} bytes dropped from the middle")));
+    assert!(t.contains(&format!(
+        "stdout cut: {out_dropped} bytes dropped from the middle"
+    )));
+    assert!(t.contains(&format!(
+        "stderr cut: {err_dropped} bytes dropped from the middle"
+    )));
     // The flood was far larger than the memory bound below ...
     let flood_mib = (out_dropped + err_dropped) >> 20;
     assert!(flood_mib >= 256, "only {flood_mib} MiB flowed");
     // ... and the launcher's peak memory stayed under it.
     let peak_mib = s.peak_rss_kib() >> 10;
     eprintln!("flood {flood_mib} MiB, peak {peak_mib} MiB");
-    assert!(peak_mib < 32, "peak RSS {peak_mib} MiB after a {flood_mib} MiB flood");
+    assert!(
+        peak_mib < 32,
+        "peak RSS {peak_mib} MiB after a {flood_mib} MiB flood"
+    );
 }
 
 #[tokio::test]
@@ -76,7 +95,9 @@ async fn cancelling_a_call_kills_the_job() {
     let mark = marker("cancel");
     let s = Server::start(vec![marked("shell", &mark, 600)]).await;
     let mut params = CallToolRequestParams::new("run");
-    params.arguments = json!({"env": "shell", "code": "sleep 1000"}).as_object().cloned();
+    params.arguments = json!({"env": "shell", "code": "sleep 1000"})
+        .as_object()
+        .cloned();
     let handle = s
         .client
         .peer()
@@ -89,8 +110,15 @@ async fn cancelling_a_call_kills_the_job() {
     wait_running(&mark).await;
     handle.cancel(Some("test cancels".into())).await.unwrap();
     assert_no_process_left(&mark).await;
-    assert!(eventually(|| s.stderr().contains("cancelled=true")).await, "{}", s.stderr());
-    assert_eq!(text(&s.run("shell", "echo still here").await), "still here\n");
+    assert!(
+        eventually(|| s.stderr().contains("cancelled=true")).await,
+        "{}",
+        s.stderr()
+    );
+    assert_eq!(
+        text(&s.run("shell", "echo still here").await),
+        "still here\n"
+    );
 }
 
 #[tokio::test]
@@ -109,7 +137,10 @@ async fn the_client_going_away_kills_running_jobs() {
     assert!(status.success(), "{status}");
     assert_no_process_left(&mark).await;
     let log = raw.stderr();
-    assert!(log.contains("stdin closed") && log.contains("cancelled=true"), "{log}");
+    assert!(
+        log.contains("stdin closed") && log.contains("cancelled=true"),
+        "{log}"
+    );
 }
 
 #[tokio::test]
@@ -125,8 +156,11 @@ async fn a_killed_server_leaves_no_job_behind() {
     // SIGKILL to the server's own process group, which this test created.
     let pgid = i32::try_from(raw.child.id().unwrap()).unwrap();
     assert!(pgid > 1);
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL)
-        .unwrap();
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pgid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     raw.child.wait().await.unwrap();
     assert_no_process_left(&mark).await;
 }

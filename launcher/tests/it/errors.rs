@@ -9,7 +9,10 @@ async fn unknown_env_lists_the_known_ones_and_the_server_goes_on() {
     let s = Server::start(vec![Manifest::new(&template())]).await;
     let r = s.run("rust", "fn main() {}").await;
     let msg = assert_refused(&r, "unknown_env");
-    assert!(msg.contains("unknown environment `rust`; use one of: node, python, shell."), "{msg}");
+    assert!(
+        msg.contains("unknown environment `rust`; use one of: node, python, shell."),
+        "{msg}"
+    );
     assert_eq!(text(&s.run("python", "print('ok')").await), "ok\n");
 }
 
@@ -21,7 +24,10 @@ async fn empty_code_and_bad_arguments_are_refused() {
     assert!(msg.contains("`code` must be a string"), "{msg}");
     let msg = assert_refused(&s.call(json!({"env": "python"})).await, "invalid_arguments");
     assert!(msg.contains("`code` is missing"), "{msg}");
-    let msg = assert_refused(&s.call(json!({"code": "1", "session": "a"})).await, "invalid_arguments");
+    let msg = assert_refused(
+        &s.call(json!({"code": "1", "session": "a"})).await,
+        "invalid_arguments",
+    );
     assert!(msg.contains("unknown argument `session`"), "{msg}");
     assert_eq!(text(&s.run("shell", "echo ok").await), "ok\n");
 }
@@ -30,7 +36,10 @@ async fn empty_code_and_bad_arguments_are_refused() {
 async fn a_malformed_manifest_is_logged_and_named_while_good_ones_are_served() {
     let mut bad = template();
     bad["environments"] = json!({"data": template()["environments"]["python"].clone()});
-    bad["environments"]["data"]["limits"].as_object_mut().unwrap().remove("timeout_s");
+    bad["environments"]["data"]["limits"]
+        .as_object_mut()
+        .unwrap()
+        .remove("timeout_s");
     let bad = Manifest::new(&bad);
     let bad_path = bad.path.display().to_string();
     let junk = Manifest::raw("{ not json");
@@ -40,11 +49,19 @@ async fn a_malformed_manifest_is_logged_and_named_while_good_ones_are_served() {
     let r = s.run("data", "print(1)").await;
     let msg = assert_refused(&r, "unknown_env");
     assert!(msg.contains("use one of: node, python, shell."), "{msg}");
-    assert!(msg.contains(&format!("{bad_path}: environments.data.limits.timeout_s: missing field")), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "{bad_path}: environments.data.limits.timeout_s: missing field"
+        )),
+        "{msg}"
+    );
     assert!(msg.contains(&format!("{junk_path}: invalid JSON")), "{msg}");
     let log = s.stderr();
     assert!(log.contains("environments.data.limits.timeout_s"), "{log}");
-    assert_eq!(text(&s.run("python", "print('still served')").await), "still served\n");
+    assert_eq!(
+        text(&s.run("python", "print('still served')").await),
+        "still served\n"
+    );
 }
 
 #[tokio::test]
@@ -83,10 +100,17 @@ async fn a_host_that_cannot_make_the_sandbox_gets_sandbox_unavailable() {
         // The second call probes again and fails again.
         let r = s.run("broken", &format!("print('{probe}')")).await;
         let msg = assert_refused(&r, "sandbox_unavailable");
-        assert!(msg.contains("Can't find source path /nonexistent-host-path-for-the-jail"), "{msg}");
+        assert!(
+            msg.contains("Can't find source path /nonexistent-host-path-for-the-jail"),
+            "{msg}"
+        );
         assert!(!text(&r).contains(&format!("\n{probe}")));
     }
-    assert!(s.stderr().contains("sandbox probe failed"), "{}", s.stderr());
+    assert!(
+        s.stderr().contains("sandbox probe failed"),
+        "{}",
+        s.stderr()
+    );
     assert_eq!(text(&s.run("python", "print('ok')").await), "ok\n");
 }
 
@@ -94,7 +118,10 @@ async fn a_host_that_cannot_make_the_sandbox_gets_sandbox_unavailable() {
 async fn no_manifest_at_all_still_serves_and_says_why() {
     let s = Server::start_with(vec![], &[], &[]).await;
     let tools = s.client.list_all_tools().await.unwrap();
-    assert_eq!(tools[0].input_schema["properties"]["env"]["description"], "No environment is available.");
+    assert_eq!(
+        tools[0].input_schema["properties"]["env"]["description"],
+        "No environment is available."
+    );
     let msg = assert_refused(&s.call(json!({"code": "print(1)"})).await, "unknown_env");
     assert!(msg.contains("no usable environment"), "{msg}");
 }

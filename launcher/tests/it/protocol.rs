@@ -11,14 +11,24 @@ async fn stdout_is_only_json_rpc_even_at_trace_level() {
     let init = raw.initialize().await;
     assert_eq!(init["id"], 0);
     assert_eq!(init["result"]["serverInfo"]["name"], "nix-sandbox-mcp");
-    raw.send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await;
-    raw.call_run(2, "python", "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)").await;
+    raw.send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    raw.call_run(
+        2,
+        "python",
+        "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)",
+    )
+    .await;
     raw.call_run(3, "nope", "x").await;
     let mut answered = Vec::new();
     let mut lines = Vec::new();
     while answered.len() < 3 {
-        let line = raw.next_line().await.expect("the server answers every request");
-        let msg: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let line = raw
+            .next_line()
+            .await
+            .expect("the server answers every request");
+        let msg: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         assert_eq!(msg["jsonrpc"], "2.0", "{line}");
         if let Some(id) = msg["id"].as_u64() {
             answered.push(id);
@@ -28,7 +38,8 @@ async fn stdout_is_only_json_rpc_even_at_trace_level() {
     raw.close_stdin();
     // Whatever else comes before the server exits must be JSON-RPC too.
     while let Some(line) = raw.next_line().await {
-        let msg: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let msg: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         assert_eq!(msg["jsonrpc"], "2.0", "{line}");
     }
     answered.sort();

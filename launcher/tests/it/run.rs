@@ -21,7 +21,10 @@ async fn hello_in_python_bash_and_node() {
         assert_eq!(st["env"], env);
         assert_eq!(st["exit_code"], 0);
         assert_eq!(st["timed_out"], false);
-        assert!(st["store_path"].as_str().unwrap().ends_with(&format!("-fixture-{}-run", if env == "shell" { "bash" } else { env })));
+        assert!(st["store_path"].as_str().unwrap().ends_with(&format!(
+            "-fixture-{}-run",
+            if env == "shell" { "bash" } else { env }
+        )));
         assert!(st["duration_ms"].is_u64());
     }
 }
@@ -29,7 +32,9 @@ async fn hello_in_python_bash_and_node() {
 #[tokio::test]
 async fn env_defaults_to_python() {
     let s = Server::start(vec![Manifest::new(&template())]).await;
-    let r = s.call(json!({"code": "import sys; print(sys.version_info[0])"})).await;
+    let r = s
+        .call(json!({"code": "import sys; print(sys.version_info[0])"}))
+        .await;
     assert_eq!(text(&r), "3\n");
     assert_eq!(structured(&r)["env"], "python");
 }
@@ -38,7 +43,10 @@ async fn env_defaults_to_python() {
 async fn stderr_is_kept_apart_and_a_non_zero_exit_is_reported() {
     let s = Server::start(vec![Manifest::new(&template())]).await;
     let r = s
-        .run("python", "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)")
+        .run(
+            "python",
+            "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)",
+        )
         .await;
     assert_eq!(text(&r), "out\n--- stderr ---\nerr\nexit code 3");
     assert_eq!(r.is_error, Some(true));
@@ -55,7 +63,12 @@ async fn stderr_is_kept_apart_and_a_non_zero_exit_is_reported() {
 #[tokio::test]
 async fn a_program_killed_by_a_signal_is_reported() {
     let s = Server::start(vec![Manifest::new(&template())]).await;
-    let r = s.run("python", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)").await;
+    let r = s
+        .run(
+            "python",
+            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+        )
+        .await;
     assert_eq!(r.is_error, Some(true));
     assert!(text(&r).ends_with("killed by signal 9"), "{}", text(&r));
     assert_eq!(structured(&r)["signal"], 9);
@@ -64,9 +77,13 @@ async fn a_program_killed_by_a_signal_is_reported() {
 #[tokio::test]
 async fn the_code_sees_eof_on_stdin() {
     let s = Server::start(vec![Manifest::new(&template())]).await;
-    let r = s.run("python", "import sys\nprint(repr(sys.stdin.read()))").await;
+    let r = s
+        .run("python", "import sys\nprint(repr(sys.stdin.read()))")
+        .await;
     assert_eq!(text(&r), "''\n");
-    let r = s.run("shell", "if read -r line; then echo got; else echo eof; fi").await;
+    let r = s
+        .run("shell", "if read -r line; then echo got; else echo eof; fi")
+        .await;
     assert_eq!(text(&r), "eof\n");
 }
 
@@ -74,7 +91,11 @@ async fn the_code_sees_eof_on_stdin() {
 async fn two_mib_of_bash_runs_with_a_raised_limit() {
     let s = Server::start_with(
         vec![Manifest::new(&template())],
-        &["--allow-wrappers-outside-store", "--max-code-bytes", "4194304"],
+        &[
+            "--allow-wrappers-outside-store",
+            "--max-code-bytes",
+            "4194304",
+        ],
         &[],
     )
     .await;
@@ -109,7 +130,10 @@ async fn code_at_the_limit_runs_and_one_byte_more_is_refused() {
     let over = format!("{at_limit}#");
     let r = s.run("python", &over).await;
     let msg = assert_refused(&r, "code_too_large");
-    assert!(msg.contains("1048577 bytes") && msg.contains("1048576"), "{msg}");
+    assert!(
+        msg.contains("1048577 bytes") && msg.contains("1048576"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
@@ -117,9 +141,15 @@ async fn twenty_runs_at_once_each_get_their_own_output() {
     let s = Server::start(vec![Manifest::new(&template())]).await;
     let calls = (0..20).map(|i| {
         let (env, code) = match i % 3 {
-            0 => ("python", format!("import time; time.sleep(0.2); print('run {i}')")),
+            0 => (
+                "python",
+                format!("import time; time.sleep(0.2); print('run {i}')"),
+            ),
             1 => ("shell", format!("sleep 0.2; echo run {i}")),
-            _ => ("node", format!("setTimeout(() => console.log('run {i}'), 200)")),
+            _ => (
+                "node",
+                format!("setTimeout(() => console.log('run {i}'), 200)"),
+            ),
         };
         let s = &s;
         async move { (i, s.run(env, &code).await) }
@@ -150,10 +180,16 @@ async fn the_wrapper_gets_only_the_contract_environment() {
     let r = s.run("envdump", "env").await;
     let out = text(&r);
     assert!(out.contains("PATH=/usr/bin:/bin\n"), "{out}");
-    assert!(out.contains(&format!("PROJECT_DIR={}\n", project.path().display())), "{out}");
+    assert!(
+        out.contains(&format!("PROJECT_DIR={}\n", project.path().display())),
+        "{out}"
+    );
     assert!(out.contains("PROJECT_MOUNT=/src\n"), "{out}");
     assert!(out.contains("HOME="), "{out}");
-    assert!(!out.contains("hunter2") && !out.contains("RUST_LOG"), "{out}");
+    assert!(
+        !out.contains("hunter2") && !out.contains("RUST_LOG"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -168,8 +204,16 @@ async fn the_project_is_announced_and_read_only() {
     .await;
     let info = s.client.peer_info().unwrap();
     let instructions = info.instructions.clone().unwrap();
-    assert!(instructions.contains("The project is read-only at /project."), "{instructions}");
-    let r = s.run("shell", "cat /project/README; touch /project/x 2>/dev/null || echo read-only").await;
+    assert!(
+        instructions.contains("The project is read-only at /project."),
+        "{instructions}"
+    );
+    let r = s
+        .run(
+            "shell",
+            "cat /project/README; touch /project/x 2>/dev/null || echo read-only",
+        )
+        .await;
     assert_eq!(text(&r), "project file\nread-only\n");
 }
 
@@ -183,20 +227,38 @@ async fn tools_list_and_instructions_describe_the_environments() {
     assert!(tool.output_schema.is_none());
     let schema = serde_json::to_value(&*tool.input_schema).unwrap();
     assert_eq!(schema["required"], json!(["code"]));
-    assert_eq!(schema["properties"]["env"]["enum"], json!(["node", "python", "shell"]));
-    assert_eq!(schema["properties"]["env"]["description"], "Environment (default python).");
+    assert_eq!(
+        schema["properties"]["env"]["enum"],
+        json!(["node", "python", "shell"])
+    );
+    assert_eq!(
+        schema["properties"]["env"]["description"],
+        "Environment (default python)."
+    );
 
     let info = s.client.peer_info().unwrap();
     assert_eq!(info.server_info.as_ref().unwrap().name, "nix-sandbox-mcp");
     let instructions = info.instructions.clone().unwrap();
     let lines: Vec<&str> = instructions.lines().collect();
-    assert_eq!(lines[1], "- node: Node.js (host, fixture); packages: nodejs");
-    assert_eq!(lines[2], "- python: Python 3 (host, fixture); packages: python3");
-    assert_eq!(lines[3], "- shell: Bash with coreutils (host, fixture); packages: bash, coreutils");
+    assert_eq!(
+        lines[1],
+        "- node: Node.js (host, fixture); packages: nodejs"
+    );
+    assert_eq!(
+        lines[2],
+        "- python: Python 3 (host, fixture); packages: python3"
+    );
+    assert_eq!(
+        lines[3],
+        "- shell: Bash with coreutils (host, fixture); packages: bash, coreutils"
+    );
     assert!(lines[4].starts_with("Results: "));
     assert!(!instructions.contains("project"));
     // The whole surface stays small (the 350-token target is measured by the
     // benchmark; 4 characters a token is a generous proxy here).
     let surface = serde_json::to_string(&tools).unwrap().len() + instructions.len();
-    assert!(surface < 1400, "tools/list + instructions is {surface} characters");
+    assert!(
+        surface < 1400,
+        "tools/list + instructions is {surface} characters"
+    );
 }

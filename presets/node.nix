@@ -3,6 +3,6 @@
 pkgs: {
   name = "node";
   interpreter = "node";
-  description = "Node.js ${pkgs.nodejs.version}";
+  description = "Node.js";
   packages = [ pkgs.nodejs ];
 }

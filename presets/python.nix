@@ -3,6 +3,6 @@
 pkgs: {
   name = "python";
   interpreter = "python";
-  description = "Python ${pkgs.python3.version} (standard library)";
+  description = "Python, standard library only";
   packages = [ pkgs.python3 ];
 }

@@ -3,7 +3,7 @@
 pkgs: {
   name = "shell";
   interpreter = "bash";
-  description = "Bash with coreutils, find, grep, sed, awk, diff, jq, rg, fd, tree, file, tar, gzip";
+  description = "Bash with the usual command-line tools";
   packages = with pkgs; [
     bash
     coreutils

@@ -19,7 +19,11 @@
     {
       inherit lib;
       # The Debian packages whose versions host.json must give.
-      debianPackages = lib.unique (lib.concatMap (tool: tool.debs) (lib.attrValues (import ./tools.nix)));
+      debianPackages = lib.unique (
+        lib.concatMap (tool: tool.debs) (
+          lib.attrValues (import ./tools.nix) ++ lib.attrValues (import ./pythonPackages.nix)
+        )
+      );
       legacyPackages.x86_64-linux = import ./packages.nix { inherit lib host; };
     };
 }

@@ -12,10 +12,15 @@
     debs = [ "bubblewrap" ];
     mainProgram = "bwrap";
     # The host's interpreters are linked against the host's /usr: every jail
-    # shows it read-only, before the jail's own arguments.
+    # shows it read-only, before the jail's own arguments; and the two /etc
+    # entries the host's Python modules read (pythonPackages.nix): numpy
+    # finds its BLAS through /etc/alternatives, matplotlib reads
+    # /etc/matplotlibrc.
     shims.bwrap = ''
       #!/bin/sh
-      exec /usr/bin/bwrap --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 "$@"
+      exec /usr/bin/bwrap --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 \
+        --ro-bind-try /etc/alternatives /etc/alternatives \
+        --ro-bind-try /etc/matplotlibrc /etc/matplotlibrc "$@"
     '';
   };
   coreutils.debs = [ "coreutils" ];

@@ -25,6 +25,20 @@
       # bundled presets (pkgs -> mkSandbox arguments).
       lib = import ./lib { inherit jail-nix; };
 
+      # programs.nix-sandbox-mcp, registered in programs.mcp.servers.
+      homeManagerModules.default = import ./modules/home-manager.nix self.lib;
+      homeModules.default = self.homeManagerModules.default;
+      # programs.nix-sandbox-mcp and the HTTP service services.nix-sandbox-mcp.
+      nixosModules.default = import ./modules/nixos.nix self.lib;
+
+      templates = {
+        default = self.templates.custom-env;
+        custom-env = {
+          path = ./templates/custom-env;
+          description = "A server of your own environments: a data-science Python and a tools shell";
+        };
+      };
+
       packages = forAllSystems (
         _system: pkgs:
         let

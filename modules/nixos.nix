@@ -1,0 +1,149 @@
+# Takes the flake's library (mkSandbox, mkServer, presets); returns the NixOS
+# module: programs.nix-sandbox-mcp (the server package, built from the
+# environments, in environment.systemPackages) and services.nix-sandbox-mcp,
+# a hardened systemd service serving the same server as streamable HTTP with
+# a bearer token.
+#
+# The hardening keeps what bubblewrap needs: unprivileged user namespaces
+# (no RestrictNamespaces, no PrivateUsers), AF_NETLINK (bwrap brings up the
+# jail's loopback), and a /proc with nothing mounted over it (bwrap mounts a
+# fresh proc in the jail's pid namespace, which the kernel refuses when parts
+# of the outer /proc are hidden: so no ProtectKernelTunables,
+# ProtectKernelLogs, ProtectProc or ProcSubset). HOME is a StateDirectory:
+# jail.nix writes its fake passwd under ~/.local/share/jail.nix.
+sandboxLib:
+{ config, lib, ... }:
+let
+  inherit (lib) mkOption types;
+  program = config.programs.nix-sandbox-mcp;
+  cfg = config.services.nix-sandbox-mcp;
+  stateDirectory = "nix-sandbox-mcp";
+  userNamespacesAssertion = option: {
+    assertion = config.security.allowUserNamespaces;
+    message = "${option} needs security.allowUserNamespaces = true: every sandbox is a bubblewrap jail in unprivileged user namespaces.";
+  };
+in
+{
+  _file = ./nixos.nix;
+  imports = [ (import ./program.nix sandboxLib) ];
+
+  options.services.nix-sandbox-mcp = import ./serverSettings.nix lib // {
+    enable = lib.mkEnableOption ''
+      the nix-sandbox-mcp service: the environments of
+      {option}`programs.nix-sandbox-mcp.environments` served as MCP over
+      streamable HTTP, to clients holding the bearer token in
+      {option}`services.nix-sandbox-mcp.tokenFile`
+    '';
+
+    listenAddress = mkOption {
+      type = types.strMatching "([[][0-9a-fA-F:.]+[]]|[0-9.]+|localhost):[0-9]+";
+      default = "127.0.0.1:8765";
+      description = ''
+        Address and port of the HTTP endpoint (`/mcp`). Loopback by
+        default; any other address is reachable from the network, so open
+        the firewall yourself only if you mean it.
+      '';
+      example = "[::1]:8765";
+    };
+
+    tokenFile = mkOption {
+      type = types.nullOr (types.strMatching "/.*");
+      default = null;
+      description = ''
+        A file holding the bearer token clients must send
+        (`Authorization: Bearer TOKEN`); required. The service reads it as
+        a systemd credential (LoadCredential). A string, so the secret never
+        enters the Nix store.
+      '';
+      example = "/run/secrets/nix-sandbox-mcp-token";
+    };
+
+    allowedOrigins = mkOption {
+      type = types.listOf (types.strMatching "https?://[]A-Za-z0-9.:[-]+");
+      default = [ ];
+      description = ''
+        Browser origins allowed besides the loopback ones. A request with
+        an `Origin` header naming any other origin gets 403 (DNS rebinding
+        protection); requests without `Origin` (non-browser clients) pass.
+      '';
+      example = [ "https://agent.example.org" ];
+    };
+  };
+
+  config = lib.mkMerge [
+    (lib.mkIf program.enable {
+      assertions = [ (userNamespacesAssertion "programs.nix-sandbox-mcp") ];
+      environment.systemPackages = [ program.finalPackage ];
+    })
+
+    (lib.mkIf cfg.enable {
+      assertions = [
+        (userNamespacesAssertion "services.nix-sandbox-mcp")
+        {
+          assertion = cfg.tokenFile != null;
+          message = "services.nix-sandbox-mcp.tokenFile must be set: the HTTP service always requires a bearer token.";
+        }
+        {
+          assertion = cfg.tokenFile == null || !lib.hasPrefix "${builtins.storeDir}/" cfg.tokenFile;
+          message = "services.nix-sandbox-mcp.tokenFile is in the Nix store, readable by every user; give the path of a file outside it.";
+        }
+        {
+          assertion = lib.any (environment: environment.enable) (lib.attrValues program.environments);
+          message = "services.nix-sandbox-mcp: every environment of programs.nix-sandbox-mcp.environments is disabled.";
+        }
+      ];
+
+      systemd.services.nix-sandbox-mcp = {
+        description = "nix-sandbox-mcp: sandboxed code execution over MCP (streamable HTTP)";
+        wantedBy = [ "multi-user.target" ];
+        after = [ "network.target" ];
+        environment = import ./serverEnvironment.nix lib cfg // {
+          HOME = "/var/lib/${stateDirectory}";
+        };
+        serviceConfig = {
+          ExecStart = lib.concatStringsSep " " (
+            [
+              (lib.getExe program.finalPackage)
+              "--http"
+              cfg.listenAddress
+              "--token-file"
+              "%d/token"
+            ]
+            ++ lib.concatMap (origin: [
+              "--allow-origin"
+              origin
+            ]) cfg.allowedOrigins
+          );
+          LoadCredential = [ "token:${toString cfg.tokenFile}" ];
+          Restart = "on-failure";
+
+          DynamicUser = true;
+          StateDirectory = stateDirectory;
+          StateDirectoryMode = "0700";
+          UMask = "0077";
+          ProtectSystem = "strict";
+          # With a project directory: an empty /home, /root and /run/user
+          # with only the project in it, read-only.
+          ProtectHome = if cfg.projectDir == null then true else "tmpfs";
+          BindReadOnlyPaths = lib.optional (cfg.projectDir != null) cfg.projectDir;
+          PrivateTmp = true;
+          NoNewPrivileges = true;
+          RestrictAddressFamilies = [
+            "AF_UNIX"
+            "AF_INET"
+            "AF_INET6"
+            "AF_NETLINK"
+          ];
+          RestrictNamespaces = false;
+          PrivateUsers = false;
+          LockPersonality = true;
+          RestrictRealtime = true;
+          RestrictSUIDSGID = true;
+          SystemCallArchitectures = "native";
+          ProtectKernelModules = true;
+          ProtectHostname = true;
+        };
+      };
+    })
+  ];
+}

@@ -1,0 +1,87 @@
+# Takes the flake's library (mkSandbox, mkServer, presets); returns the
+# module shared by the NixOS and home-manager modules: the options
+# programs.nix-sandbox-mcp.{enable, package, environments, finalPackage}.
+# The bundled presets are definitions of `environments` at mkDefault
+# priority: a user's definition of a field replaces the preset's, and
+# `environments.NAME.enable = false` drops one. finalPackage is the server
+# (lib.mkServer) of every enabled environment, built with the module's pkgs.
+sandboxLib:
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+let
+  inherit (lib) mkOption types literalExpression;
+  cfg = config.programs.nix-sandbox-mcp;
+  enabled = lib.filterAttrs (_: environment: environment.enable) cfg.environments;
+  # One environment's options as lib.mkSandbox arguments.
+  toArguments =
+    environment:
+    {
+      inherit (environment)
+        name
+        interpreter
+        packages
+        network
+        env
+        ;
+      # The option's merged value is a functor; mkSandbox takes a function.
+      extraCombinators = c: environment.extraCombinators c;
+      limits = lib.filterAttrs (_: value: value != null) environment.limits;
+    }
+    // lib.optionalAttrs (environment.description != null) { inherit (environment) description; };
+in
+{
+  _file = ./program.nix;
+
+  options.programs.nix-sandbox-mcp = {
+    enable = lib.mkEnableOption "nix-sandbox-mcp, sandboxed code execution for LLM agents over MCP";
+
+    package = mkOption {
+      type = types.package;
+      default = pkgs.callPackage ../package.nix { };
+      defaultText = literalExpression "nix-sandbox-mcp's launcher, built with pkgs";
+      description = "The launcher (the MCP server binary) the server package runs.";
+    };
+
+    environments = mkOption {
+      type = types.attrsOf (import ./environmentType.nix lib);
+      default = { };
+      description = ''
+        The environments the server offers, by name: `lib.mkSandbox`
+        arguments. The bundled presets `python`, `shell` and `node` are
+        defined already; setting a field of one replaces the preset's value,
+        and `enable = false` drops it.
+      '';
+      example = literalExpression ''
+        {
+          data-science = {
+            interpreter = "python";
+            description = "Python with numpy, pandas and matplotlib";
+            packages = [ (pkgs.python3.withPackages (ps: [ ps.numpy ps.pandas ps.matplotlib ])) ];
+            limits.memory_mb = 4096;
+          };
+          node.enable = false;
+        }
+      '';
+    };
+
+    finalPackage = mkOption {
+      type = types.package;
+      readOnly = true;
+      description = "The server package: bin/nix-sandbox-mcp serving every enabled environment.";
+    };
+  };
+
+  config.programs.nix-sandbox-mcp = {
+    environments = lib.mapAttrs (
+      _: preset: lib.mapAttrs (_: lib.mkDefault) (preset pkgs)
+    ) sandboxLib.presets;
+    finalPackage = sandboxLib.mkServer pkgs {
+      environments = lib.mapAttrs (_: toArguments) enabled;
+      launcher = cfg.package;
+    };
+  };
+}

@@ -1,0 +1,13 @@
+# Takes nixpkgs' lib and a configuration holding the options of
+# serverSettings.nix; returns the server's environment variables
+# (PROJECT_DIR and PROJECT_MOUNT when projectDir is set, the session
+# timeouts always), an attribute set of strings.
+lib: settings:
+lib.optionalAttrs (settings.projectDir != null) {
+  PROJECT_DIR = settings.projectDir;
+  PROJECT_MOUNT = settings.projectMount;
+}
+// {
+  SESSION_IDLE_TIMEOUT = toString settings.sessionIdleTimeout;
+  SESSION_MAX_LIFETIME = toString settings.sessionMaxLifetime;
+}

@@ -1,0 +1,39 @@
+# Takes nixpkgs' lib; returns the option declarations of how the server
+# runs, shared by programs.nix-sandbox-mcp (home-manager) and
+# services.nix-sandbox-mcp (NixOS): projectDir, projectMount,
+# sessionIdleTimeout and sessionMaxLifetime. serverEnvironment.nix turns
+# them into the server's environment variables.
+lib:
+let
+  inherit (lib) mkOption types;
+in
+{
+  projectDir = mkOption {
+    type = types.nullOr (types.strMatching "/.*");
+    default = null;
+    description = ''
+      A directory shown read-only in every jail at {option}`projectMount`
+      (`PROJECT_DIR`). A string, so the directory is not copied into the
+      Nix store.
+    '';
+    example = "/home/alice/src/project";
+  };
+  projectMount = mkOption {
+    type = types.strMatching "/.*";
+    default = "/project";
+    description = "Where {option}`projectDir` appears in the jail (`PROJECT_MOUNT`).";
+    example = "/src";
+  };
+  sessionIdleTimeout = mkOption {
+    type = types.ints.positive;
+    default = 300;
+    description = "Seconds after which an unused session is closed (`SESSION_IDLE_TIMEOUT`).";
+    example = 900;
+  };
+  sessionMaxLifetime = mkOption {
+    type = types.ints.positive;
+    default = 3600;
+    description = "Seconds after which a session is closed however busy (`SESSION_MAX_LIFETIME`).";
+    example = 14400;
+  };
+}

@@ -1,0 +1,72 @@
+{
+  description = "My sandboxed environments for LLM agents, served over MCP by nix-sandbox-mcp";
+
+  inputs = {
+    nixpkgs.url = "github:NixOS/nixpkgs/nixpkgs-unstable";
+    nix-sandbox-mcp = {
+      url = "github:OWNER/nix-sandbox-mcp";
+      inputs.nixpkgs.follows = "nixpkgs";
+    };
+  };
+
+  outputs =
+    { nixpkgs, nix-sandbox-mcp, ... }:
+    let
+      inherit (nixpkgs) lib;
+      inherit (nix-sandbox-mcp.lib) mkSandbox mkServer presets;
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
+
+      # Each environment: lib.mkSandbox's arguments (the attribute name is
+      # the environment's name). Add a package to its `packages`.
+      environments = pkgs: {
+        data-science = {
+          interpreter = "python";
+          description = "Python with numpy, pandas and matplotlib";
+          packages = [
+            (pkgs.python3.withPackages (ps: [
+              ps.numpy
+              ps.pandas
+              ps.matplotlib
+            ]))
+          ];
+          env.MPLBACKEND = "Agg";
+          limits.memory_mb = 2048;
+        };
+        tools = {
+          interpreter = "bash";
+          description = "Bash with jq, ripgrep and the usual command-line tools";
+          packages = with pkgs; [
+            bash
+            coreutils
+            findutils
+            gnugrep
+            gnused
+            gawk
+            jq
+            ripgrep
+          ];
+        };
+      };
+    in
+    {
+      packages = forAllSystems (
+        pkgs:
+        let
+          mine = environments pkgs;
+        in
+        # `nix run .#data-science`: that environment's interpreter, jailed.
+        lib.mapAttrs (name: environment: mkSandbox pkgs ({ inherit name; } // environment)) mine
+        // {
+          # `nix run`: the MCP server (stdio) with the bundled python, shell
+          # and node, and yours. Serve only yours: `environments = mine;`.
+          default = mkServer pkgs {
+            environments = lib.mapAttrs (_: preset: preset pkgs) presets // mine;
+          };
+        }
+      );
+    };
+}

@@ -1,0 +1,255 @@
+# Takes a package set, this flake (its outputs and source) and home-manager's
+# source; returns the offline harness's tests of the NixOS and home-manager
+# modules, each evaluated with lib.evalModules: home-manager's real
+# programs/mcp.nix with homeManagerStubs.nix, and nixosStubs.nix.
+#   packages:     what the README snippets (snippets/) configure, to build
+#                 and run: home-server, home-mcp-json (~/.config/mcp/mcp.json),
+#                 nixos-server; and two sandboxes named like bundled presets,
+#                 python-replacement and node-replacement, each with jq, for
+#                 NIX_SANDBOX_DIR and NIX_SANDBOX_ENVS to replace the presets.
+#   expectations: name -> { got, want }: got must equal want (as JSON).
+#   failures:     id -> { title, value, error }: evaluating `value` must fail
+#                 with a message containing `error`.
+{
+  pkgs,
+  nix-sandbox-mcp,
+  home-manager,
+}:
+let
+  inherit (pkgs) lib;
+  checked = import ./checkAssertions.nix lib;
+  hmLib = import "${home-manager}/modules/lib/stdlib-extended.nix" lib;
+  hmPkgs = pkgs // {
+    formats = (pkgs.formats or { }) // {
+      json = import ./jsonFormat.nix pkgs;
+    };
+  };
+  home =
+    modules:
+    checked (
+      hmLib.evalModules {
+        modules = [
+          "${home-manager}/modules/programs/mcp.nix"
+          ./homeManagerStubs.nix
+          nix-sandbox-mcp.homeManagerModules.default
+          { _module.args.pkgs = hmPkgs; }
+        ]
+        ++ modules;
+      }
+    );
+  nixos =
+    modules:
+    checked (
+      lib.evalModules {
+        modules = [
+          ./nixosStubs.nix
+          nix-sandbox-mcp.nixosModules.default
+          { _module.args.pkgs = pkgs; }
+        ]
+        ++ modules;
+      }
+    );
+
+  homeSnippet = home [ ./snippets/home-manager.nix ];
+  homeServer = homeSnippet.programs.nix-sandbox-mcp.finalPackage;
+  registered = homeSnippet.programs.mcp.servers.nix-sandbox;
+  nixosSnippet = nixos [ ./snippets/nixos.nix ];
+  nixosServer = nixosSnippet.programs.nix-sandbox-mcp.finalPackage;
+  unit = nixosSnippet.systemd.services.nix-sandbox-mcp;
+
+  # The environments a server package serves, by name: { description, packages }.
+  served =
+    server:
+    lib.listToAttrs (
+      map (sandbox: {
+        inherit (sandbox.sandbox) name;
+        value = {
+          inherit (sandbox.sandbox.environment) description;
+          packages = map (package: package.name) sandbox.sandbox.environment.packages;
+        };
+      }) server.sandboxes
+    );
+  enabled = {
+    programs.nix-sandbox-mcp.enable = true;
+  };
+  custom = {
+    interpreter = "python";
+    packages = [ pkgs.python3 ];
+  };
+in
+{
+  packages = {
+    home-server = homeServer;
+    home-mcp-json = homeSnippet.xdg.configFile."mcp/mcp.json".source;
+    nixos-server = nixosServer;
+    python-replacement = nix-sandbox-mcp.lib.mkSandbox pkgs {
+      name = "python";
+      interpreter = "python";
+      description = "Python with jq, from NIX_SANDBOX_DIR";
+      packages = [
+        pkgs.python3
+        pkgs.jq
+      ];
+    };
+    node-replacement = nix-sandbox-mcp.lib.mkSandbox pkgs {
+      name = "node";
+      interpreter = "node";
+      description = "Node.js with jq, from NIX_SANDBOX_ENVS";
+      packages = [
+        pkgs.nodejs
+        pkgs.jq
+      ];
+    };
+  };
+
+  expectations = {
+    "home-manager: the snippet registers the server in programs.mcp.servers.nix-sandbox and enables programs.mcp" =
+      {
+        got = {
+          inherit (registered) command args;
+          mcp = homeSnippet.programs.mcp.enable;
+        };
+        want = {
+          command = "${homeServer}/bin/nix-sandbox-mcp";
+          args = [ "--stdio" ];
+          mcp = true;
+        };
+      };
+    "home-manager: projectDir, projectMount and the session timeouts are the server's env" = {
+      got = registered.env;
+      want = {
+        PROJECT_DIR = "/home/alice/src/project";
+        PROJECT_MOUNT = "/project";
+        SESSION_IDLE_TIMEOUT = "300";
+        SESSION_MAX_LIFETIME = "3600";
+      };
+    };
+    "home-manager: the server serves the presets and the custom environment, not the disabled node" = {
+      got = lib.attrNames (served homeServer);
+      want = [
+        "data-science"
+        "python"
+        "shell"
+      ];
+    };
+    "home-manager: a field set on a preset replaces the preset's, the rest of the preset stays" = {
+      got =
+        (served
+          (home [
+            enabled
+            { programs.nix-sandbox-mcp.environments.python.description = "mine"; }
+          ]).programs.nix-sandbox-mcp.finalPackage
+        ).python;
+      want = {
+        description = "mine";
+        packages = [ pkgs.python3.name ];
+      };
+    };
+    "home-manager: serverName names the entry in programs.mcp.servers" = {
+      got = lib.attrNames (
+        home [
+          enabled
+          { programs.nix-sandbox-mcp.serverName = "sandbox"; }
+        ]
+      ).programs.mcp.servers;
+      want = [ "sandbox" ];
+    };
+    "nixos: the server package is in environment.systemPackages" = {
+      got = map toString nixosSnippet.environment.systemPackages;
+      want = [ "${nixosServer}" ];
+    };
+    "nixos: the service serves HTTP on loopback with the token file as a systemd credential" = {
+      got = {
+        inherit (unit.serviceConfig) ExecStart LoadCredential;
+        inherit (unit) wantedBy environment;
+      };
+      want = {
+        ExecStart = "${nixosServer}/bin/nix-sandbox-mcp --http 127.0.0.1:8765 --token-file %d/token";
+        LoadCredential = [ "token:/run/secrets/nix-sandbox-mcp-token" ];
+        wantedBy = [ "multi-user.target" ];
+        environment = {
+          HOME = "/var/lib/nix-sandbox-mcp";
+          SESSION_IDLE_TIMEOUT = "300";
+          SESSION_MAX_LIFETIME = "3600";
+        };
+      };
+    };
+    "nixos: the service is hardened and keeps what bubblewrap needs" = {
+      got = lib.getAttrs (lib.attrNames (import ./nixosHardening.nix)) unit.serviceConfig;
+      want = import ./nixosHardening.nix;
+    };
+    "nixos: a project directory is bound read-only into an otherwise empty /home" = {
+      got = lib.getAttrs [ "ProtectHome" "BindReadOnlyPaths" ] (
+        nixos [
+          ./snippets/nixos.nix
+          { services.nix-sandbox-mcp.projectDir = "/home/alice/src"; }
+        ]
+      ).systemd.services.nix-sandbox-mcp.serviceConfig;
+      want = {
+        ProtectHome = "tmpfs";
+        BindReadOnlyPaths = [ "/home/alice/src" ];
+      };
+    };
+  };
+
+  failures = {
+    hm-type = {
+      title = "home-manager: a wrong option type fails with a readable message";
+      value =
+        (home [
+          enabled
+          { programs.nix-sandbox-mcp.environments.bad = custom // { network = "yes"; }; }
+        ]).programs.mcp.servers.nix-sandbox.command;
+      error = "programs.nix-sandbox-mcp.environments.bad.network' is not of type `boolean'";
+    };
+    hm-interpreter = {
+      title = "home-manager: an unknown interpreter fails with a readable message";
+      value =
+        (home [
+          enabled
+          { programs.nix-sandbox-mcp.environments.bad = custom // { interpreter = "ruby"; }; }
+        ]).programs.mcp.servers.nix-sandbox.command;
+      error = "programs.nix-sandbox-mcp.environments.bad.interpreter' is not of type `one of \"python\", \"bash\", \"node\"'";
+    };
+    hm-none = {
+      title = "home-manager: disabling every environment fails its assertion";
+      value =
+        (home [
+          enabled
+          {
+            programs.nix-sandbox-mcp.environments = lib.genAttrs [ "python" "shell" "node" ] (_: {
+              enable = false;
+            });
+          }
+        ]).programs.mcp.servers.nix-sandbox.command;
+      error = "programs.nix-sandbox-mcp: every environment is disabled";
+    };
+    nixos-userns = {
+      title = "nixos: the assertion fires when user namespaces are off";
+      value =
+        (nixos [
+          ./snippets/nixos.nix
+          { security.allowUserNamespaces = false; }
+        ]).systemd.services.nix-sandbox-mcp.serviceConfig.ExecStart;
+      error = "services.nix-sandbox-mcp needs security.allowUserNamespaces = true: every sandbox is a bubblewrap jail";
+    };
+    nixos-no-token = {
+      title = "nixos: the service without a token file fails its assertion";
+      value =
+        (nixos [
+          enabled
+          { services.nix-sandbox-mcp.enable = true; }
+        ]).systemd.services.nix-sandbox-mcp.serviceConfig.ExecStart;
+      error = "services.nix-sandbox-mcp.tokenFile must be set";
+    };
+    nixos-store-token = {
+      title = "nixos: a token file in the Nix store fails its assertion";
+      value =
+        (nixos [
+          ./snippets/nixos.nix
+          { services.nix-sandbox-mcp.tokenFile = lib.mkForce "${pkgs.writeText "token" "secret"}"; }
+        ]).systemd.services.nix-sandbox-mcp.serviceConfig.ExecStart;
+      error = "services.nix-sandbox-mcp.tokenFile is in the Nix store";
+    };
+  };
+}

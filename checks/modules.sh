@@ -1,0 +1,112 @@
+# shellcheck shell=bash disable=SC2154 # root, work, override: set by checks/run
+# checks/modules.sh: the offline harness's tests of the NixOS and
+# home-manager modules and of the templates. Sourced by checks/run after its
+# builds; uses its ok, fail, build, log_tail, store_path, $root, $work and
+# $override.
+#
+# 1. checks/modules-flake.nix, a user's flake over this checkout, evaluates
+#    the README snippets (checks/snippets/) and more configurations with
+#    lib.evalModules (checks/modules.nix): every `expectations` entry must
+#    have got == want, every `failures` entry must fail with its message.
+# 2. It builds the server each snippet configures, and home-manager's
+#    ~/.config/mcp/mcp.json; checks/served.py starts the server the way that
+#    file says and runs code in it.
+# 3. A sandbox named like a bundled preset, in NIX_SANDBOX_DIR or built
+#    from NIX_SANDBOX_ENVS, replaces the preset in the flake's server.
+# 4. `nix flake init -t` of each template into a scratch directory, built
+#    with its inputs pointed at this checkout and the host package set, then
+#    checks/served.py runs code in its environments.
+
+# served LABEL ARGS...: runs checks/served.py, shows and counts its lines; a
+# run that ends badly without a FAIL line counts as one failure.
+served() {
+  local label=$1 line status=none before=$failed
+  shift
+  while IFS= read -r line; do
+    case $line in
+      "served-exit "*)
+        status=${line#served-exit }
+        continue
+        ;;
+      "ok - "*) passed=$((passed + 1)) ;;
+      "FAIL - "*) failed=$((failed + 1)) ;;
+    esac
+    echo "$line"
+  done < <(
+    /usr/bin/python3 "$root/checks/served.py" --label "$label" "$@" 2>&1
+    echo "served-exit $?"
+  )
+  if [ "$status" != 0 ] && [ "$failed" -eq "$before" ]; then
+    fail "served.py $label" "exited with status $status"
+  fi
+}
+
+modules_flake=$work/modules-flake
+mkdir -p "$modules_flake"
+sed -e "s|@SOURCE@|git+file://$root|" -e "s|@NIXPKGS@|path:$root/checks/hostpkgs|" \
+  -e "s|@HOME_MANAGER@|path:$(store_path "$root/checks/flake.lock" home-manager)|" \
+  "$root/checks/modules-flake.nix" >"$modules_flake/flake.nix"
+
+if expectations=$(nix eval --json "path:$modules_flake#expectations" 2>"$work/modules-expectations.log"); then
+  while IFS=$'\t' read -r name same got want; do
+    if [ "$same" = true ]; then
+      ok "$name"
+    else
+      fail "$name" "got $got, wanted $want"
+    fi
+  done < <(jq -r 'to_entries[] | [.key, (.value.got == .value.want), (.value.got | tojson), (.value.want | tojson)] | @tsv' <<<"$expectations")
+else
+  fail "modules: checks/modules.nix expectations evaluate" "see ${work#"$root"/}/modules-expectations.log"
+  log_tail "$work/modules-expectations.log"
+fi
+
+if failures=$(nix eval --json "path:$modules_flake#failures" \
+  --apply 'builtins.mapAttrs (id: case: { inherit (case) title error; })' 2>"$work/modules-failures.log"); then
+  while IFS=$'\t' read -r id title want; do
+    log=$work/modules-failure-$id.log
+    if nix eval --json "path:$modules_flake#failures.$id.value" >/dev/null 2>"$log"; then
+      fail "$title" "evaluated; wanted the error: $want"
+    elif grep -qF -- "$want" "$log"; then
+      ok "$title"
+    else
+      fail "$title" "wanted the error '$want', got: $(grep -v '^warning' "$log" | head -3 | tr '\n' ' ')"
+    fi
+  done < <(jq -r 'to_entries[] | [.key, .value.title, .value.error] | @tsv' <<<"$failures")
+else
+  fail "modules: checks/modules.nix failures evaluate" "see ${work#"$root"/}/modules-failures.log"
+  log_tail "$work/modules-failures.log"
+fi
+
+for package in home-server home-mcp-json nixos-server python-replacement; do
+  build "$package" "path:$modules_flake#$package" --option build-users-group ''
+done
+if [ -n "${built[home-server]:-}" ] && [ -n "${built[home-mcp-json]:-}" ]; then
+  served home-manager home --mcp-json "${built[home-mcp-json]}"
+fi
+if [ -n "${built[nixos-server]:-}" ]; then
+  served nixos nixos --server "${built[nixos-server]}"
+fi
+
+# Runtime environments named like presets replace them (the server package
+# built by checks/run from this flake).
+if [ -n "${built[python-replacement]:-}" ] && [ -n "${built[default]:-}" ]; then
+  served "runtime environments" replace --server "${built[default]}" \
+    --python-replacement "${built[python-replacement]}" --node-ref "path:$modules_flake#node-replacement"
+fi
+
+for template in default custom-env; do
+  dir=$work/template-$template
+  mkdir -p "$dir"
+  if (cd "$dir" && nix flake init -t "git+file://$root#$template") >"$work/template-$template-init.log" 2>&1 &&
+    [ -f "$dir/flake.nix" ] && [ -f "$dir/README.md" ]; then
+    ok "nix flake init -t #$template writes flake.nix and README.md"
+  else
+    fail "nix flake init -t #$template writes flake.nix and README.md" "see ${work#"$root"/}/template-$template-init.log"
+    continue
+  fi
+  build "template-$template" "path:$dir#default" "${override[@]}" \
+    --override-input nix-sandbox-mcp "git+file://$root" --option build-users-group ''
+  if [ -n "${built[template-$template]:-}" ]; then
+    served "template $template" template --server "${built[template-$template]}"
+  fi
+done

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""End-to-end tests of servers configured by the modules and the template.
+
+Run by checks/modules.sh (standard library only; the MCP client is e2e.py's).
+Prints one line per test, `ok - LABEL: name` or `FAIL - LABEL: name: reason`,
+and exits 1 when any test failed.
+
+  served.py home --mcp-json FILE --name SERVER
+      the server home-manager registered in ~/.config/mcp/mcp.json (the
+      README snippet, checks/snippets/home-manager.nix), started the way a
+      client starts it: its command, args and env from that file.
+  served.py nixos --server OUT
+      the server package the NixOS module puts in systemPackages
+      (checks/snippets/nixos.nix).
+  served.py template --server OUT
+      the server of a flake made by `nix flake init -t`.
+  served.py replace --server OUT --python-replacement OUT --node-ref REF
+      the flake's server with a sandbox named `python` in NIX_SANDBOX_DIR
+      and a flake ref of one named `node` in NIX_SANDBOX_ENVS: both replace
+      the bundled presets (both have jq, which the presets lack).
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e import Failed, McpClient, Suite, call_run, check  # noqa: E402
+
+DATA_SCIENCE = """
+import numpy as np, pandas as pd
+frame = pd.DataFrame({"x": np.arange(7)})
+print(int(frame["x"].sum() * 2))
+"""
+
+PLOT = """
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+plt.plot([1, 2, 3], [4, 5, 6])
+plt.savefig("/workspace/plot.png")
+print(open("/workspace/plot.png", "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n")
+"""
+
+
+def started(argv, env):
+    client = McpClient(argv, env)
+    init = client.request("initialize", {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "nix-sandbox-mcp-served", "version": "1"},
+    })
+    client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return client, init.get("instructions", "")
+
+
+def expect(client, env, code, want):
+    result, text = call_run(client, env, code)
+    check(not result.get("isError") and text.strip() == want, f"wanted {want!r}, got {result}")
+
+
+def base_env():
+    return {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"}
+
+
+def home(args, suite, scratch):
+    servers = json.loads(Path(args.mcp_json).read_text())["mcpServers"]
+    entry = servers.get(args.name)
+    env = base_env()
+    project = scratch / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("from the project\n")
+
+    def entry_is_stdio():
+        check(entry is not None, f"no {args.name!r} in mcpServers: {sorted(servers)}")
+        check(entry.get("type") == "stdio" and entry["args"] == ["--stdio"], f"entry {entry}")
+        check(Path(entry["command"]).is_file(), f"command {entry['command']} is not built")
+        env.update(entry.get("env", {}))
+        # The snippet's projectDir is an example path; the variable is what is tested.
+        check(env.get("PROJECT_DIR") == "/home/alice/src/project", f"env {entry.get('env')}")
+        env["PROJECT_DIR"] = str(project)
+
+    suite.test("mcp.json has the server as a stdio entry with the snippet's env", entry_is_stdio)
+    if entry is None:
+        return
+    client, instructions = started([entry["command"], *entry["args"]], env)
+    try:
+        def environments():
+            for name in ["data-science", "python", "shell"]:
+                check(f"- {name}:" in instructions, f"instructions lack {name}: {instructions!r}")
+            check("- node:" not in instructions, f"the disabled node is served: {instructions!r}")
+
+        suite.test("the server serves data-science, python and shell, not the disabled node", environments)
+        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42")
+        suite.test("the project directory is read-only at /project", expect, client, "shell",
+                   "cat /project/notes.txt; touch /project/x 2>/dev/null || echo read-only",
+                   "from the project\nread-only")
+    finally:
+        client.close()
+
+
+def nixos(args, suite, scratch):
+    client, instructions = started([args.server + "/bin/nix-sandbox-mcp", "--stdio"], base_env())
+    try:
+        def environments():
+            for name in ["data-science", "python", "shell", "node"]:
+                check(f"- {name}:" in instructions, f"instructions lack {name}: {instructions!r}")
+
+        suite.test("the server serves data-science and the presets", environments)
+        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42")
+    finally:
+        client.close()
+
+
+def template(args, suite, scratch):
+    client, instructions = started([args.server + "/bin/nix-sandbox-mcp", "--stdio"], base_env())
+    try:
+        def environments():
+            for name in ["data-science", "tools", "python", "shell", "node"]:
+                check(f"- {name}:" in instructions, f"instructions lack {name}: {instructions!r}")
+
+        suite.test("the template's server serves data-science, tools and the presets", environments)
+        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42")
+        suite.test("data-science draws a PNG with matplotlib", expect, client, "data-science", PLOT, "True")
+        suite.test("tools runs jq and rg", expect, client, "tools",
+                   "echo '{\"a\": 6}' | jq '.a * 7'; printf 'x\\n' | rg -c x", "42\n1")
+    finally:
+        client.close()
+
+
+def replace(args, suite, scratch):
+    sandbox_dir = scratch / "sandboxes"
+    sandbox_dir.mkdir()
+    (sandbox_dir / "my-python").symlink_to(args.python_replacement)
+    env = {**base_env(), "NIX_SANDBOX_DIR": str(sandbox_dir), "NIX_SANDBOX_ENVS": args.node_ref}
+    if "NIX_CONFIG" in os.environ:
+        env["NIX_CONFIG"] = os.environ["NIX_CONFIG"]
+    client, instructions = started([args.server + "/bin/nix-sandbox-mcp", "--stdio"], env)
+    try:
+        def described():
+            lines = instructions.splitlines()
+            for name, want in [("python", "Python with jq, from NIX_SANDBOX_DIR"),
+                               ("node", "Node.js with jq, from NIX_SANDBOX_ENVS")]:
+                mine = [line for line in lines if line.startswith(f"- {name}:")]
+                check(len(mine) == 1 and mine[0].startswith(f"- {name}: {want}"),
+                      f"the {name} line is {mine}, not the replacement's")
+            check(any(line.startswith("- shell:") for line in lines), f"shell is gone: {instructions!r}")
+
+        suite.test("the instructions describe the replacements, not the bundled python and node", described)
+        suite.test("python from NIX_SANDBOX_DIR replaces the bundled one (jq runs)", expect, client, "python",
+                   "import subprocess\nsubprocess.run(['jq', '-n', '6*7'], check=True)", "42")
+        suite.test("node from NIX_SANDBOX_ENVS replaces the bundled one (jq runs)", expect, client, "node",
+                   "require('child_process').execFileSync('jq', ['-n', '6*7'], {stdio: 'inherit'})", "42")
+        suite.test("the bundled shell stays", expect, client, "shell", "echo $((6*7))", "42")
+    finally:
+        client.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["home", "nixos", "template", "replace"])
+    parser.add_argument("--label", required=True)
+    parser.add_argument("--mcp-json")
+    parser.add_argument("--name", default="nix-sandbox")
+    parser.add_argument("--server")
+    parser.add_argument("--python-replacement")
+    parser.add_argument("--node-ref")
+    args = parser.parse_args()
+    suite = Suite(args.label)
+    with tempfile.TemporaryDirectory(prefix="nsm-served-") as tmp:
+        try:
+            {"home": home, "nixos": nixos, "template": template, "replace": replace}[args.what](args, suite, Path(tmp))
+        except Failed as e:
+            suite.failed += 1
+            print(f"FAIL - {args.label}: the server did not start: {e}", flush=True)
+    sys.exit(1 if suite.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,7 @@ rustPlatform.buildRustPackage {
   # (lib.fileset needs Nix 2.14; this works with older Nix too.)
   src = lib.sourceByRegex ./. [
     "Cargo\\.(toml|lock)"
-    "(launcher|agent|proto)(/.*)?"
+    "(launcher|agent|proto|seccomp)(/.*)?"
   ];
   cargoLock.lockFile = ./Cargo.lock;
   # The tests need bubblewrap, user namespaces and the host's interpreters,

@@ -1,0 +1,116 @@
+//! The filter the binary writes, loaded by the real kernel in front of the
+//! host's Python: denied calls fail with their errno, the rest (threads,
+//! subprocesses through clone3's ENOSYS fallback) keep working.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// The flags lib/seccompPolicy.nix gives the generator, in short.
+const RULES: &[&str] = &[
+    "--deny=keyctl",
+    "--deny=add_key",
+    "--deny=bpf",
+    "--deny=ptrace",
+    "--deny=mount",
+    "--deny=clone3=ENOSYS",
+    "--deny-namespaces=clone",
+    "--deny-namespaces=unshare",
+    "--allow-only=personality=0,8,0xffffffff",
+];
+
+fn filter() -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_nix-sandbox-seccomp"))
+        .args(RULES)
+        .output()
+        .expect("run nix-sandbox-seccomp");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len() % 8, 0, "a whole number of instructions");
+    out.stdout
+}
+
+/// What Python sees: each probe prints `name errno` (0 when it worked).
+const PROBE: &str = r#"
+import ctypes, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    print(name, 0 if r != -1 else ctypes.get_errno())
+call("keyctl", 250, 0, -3, 0)
+call("add_key", 248, 0, 0, 0, 0, 0)
+call("bpf", 321, 0, 0, 0)
+call("ptrace", 101, 0, 0, 0, 0)
+call("mount", 165, 0, 0, 0, 0, 0)
+call("unshare_newuser", 272, 0x10000000)
+call("unshare_newns", 272, 0x20000)
+call("unshare_files", 272, 0x400)
+call("personality_query", 135, 0xffffffff)
+call("personality_no_aslr", 135, 0x0040000)
+call("clone3", 435, 0, 0)
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+print("thread", 0)
+print("subprocess", subprocess.run(["/bin/true"]).returncode)
+"#;
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_kernel_applies_the_filter() {
+    let program = filter();
+    let mut child = Command::new("/usr/bin/python3");
+    child.args(["-c", PROBE]);
+    // SAFETY: only async-signal-safe calls (prctl) between fork and exec; the
+    // program bytes are owned by this closure and outlive the calls.
+    unsafe {
+        child.pre_exec(move || {
+            let fprog = libc::sock_fprog {
+                len: (program.len() / 8) as u16,
+                filter: program.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &fprog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = child.output().expect("run python3 under the filter");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<(&str, i32)> = stdout
+        .lines()
+        .map(|l| {
+            let (name, errno) = l.split_once(' ').expect("name errno");
+            (name, errno.parse().expect("a number"))
+        })
+        .collect();
+    let (eperm, enosys) = (libc::EPERM, libc::ENOSYS);
+    let want = [
+        ("keyctl", eperm),
+        ("add_key", eperm),
+        ("bpf", eperm),
+        ("ptrace", eperm),
+        ("mount", eperm),
+        ("unshare_newuser", eperm),
+        ("unshare_newns", eperm),
+        ("unshare_files", 0),
+        ("personality_query", 0),
+        ("personality_no_aslr", eperm),
+        ("clone3", enosys),
+        ("thread", 0),
+        ("subprocess", 0),
+    ];
+    assert_eq!(got, want);
+}

@@ -290,8 +290,10 @@ def t_policy(sandboxes, custom):
         "AS": limits["memory_mb"] * 1024 * 1024,
     }
     for name, value in want.items():
-        check(got["rlimits"][name] == [value, value] or got["rlimits"][name][1] < value,
-              f"RLIMIT_{name} is {got['rlimits'][name]}, wanted {value}")
+        # The CPU limit's hard limit is a second above the soft one (SIGXCPU, then SIGKILL).
+        hard = value + 1 if name == "CPU" else value
+        check(got["rlimits"][name] == [value, hard] or got["rlimits"][name][1] < value,
+              f"RLIMIT_{name} is {got['rlimits'][name]}, wanted {[value, hard]}")
     check(got["encoding"].lower() == "utf-8" and got["text"] == "\u00e9\u2713", f"not UTF-8: {got}")
     check(got["env"] == 0, "/usr/bin/env did not run")
 

@@ -28,6 +28,11 @@
         host.debianVersions = lib.genAttrs (lib.concatMap (tool: tool.debs) (
           lib.attrValues (import ./hostpkgs/tools.nix)
         )) (_: "0");
+        host.rust = {
+          toolchain = "/rust";
+          cargoHome = "/cargo";
+          targetDir = "/target";
+        };
       };
       sandboxLib = import ../lib { inherit jail-nix; };
     in

@@ -51,6 +51,13 @@ in
   ) "${label} `extraCombinators` must be a function";
   env-path = sandbox (good // { env.PATH = "/bin"; }) "${label} `env.PATH` cannot be set";
   env-bad-name = sandbox (good // { env."A-B" = "x"; }) "${label} `env` has a variable name that is not a valid shell name";
+  seccomp-off = sandbox (good // { seccomp = false; }) null;
+  seccomp-allow = sandbox (good // { seccomp.allow = [ "ptrace" "unshare" ]; }) null;
+  seccomp-not-bool = sandbox (good // { seccomp = "yes"; }) "${label} `seccomp` must be true, false or { allow";
+  seccomp-unknown-key = sandbox (good // { seccomp.deny = [ ]; }) "${label} `seccomp` must be true, false or { allow";
+  seccomp-unknown-call = sandbox (
+    good // { seccomp.allow = [ "read" ]; }
+  ) "${label} `seccomp.allow` names calls the filter does not deny: read";
   server-duplicate-names = {
     sandbox = mkServer pkgs {
       environments = [

@@ -18,6 +18,10 @@ let
   inherit (pkgs) lib;
   inherit (environment) limits name;
   bytes = mib: toString (mib * 1024 * 1024);
+  seccompFilter = import ./seccompFilter.nix {
+    inherit pkgs;
+    inherit (environment) seccomp;
+  };
 in
 lib.optional environment.network c.network
 ++ [
@@ -35,8 +39,12 @@ lib.optional environment.network c.network
   (c.add-pkg-deps [ profile ])
   (workspace c)
   (c.add-runtime (import ./projectMount.nix name))
+  # Limits: memory and processes through the run's cgroup when the launcher
+  # gives one, then rlimits; RLIMIT_NPROC inside the jail.
+  (c.add-runtime (import ./cgroupLimits.nix name limits))
   (c.add-runtime (import ./rlimits.nix limits))
-  # Process count (limits.pids, cgroups) and seccomp filters go here.
+  (import ./processLimit.nix limits c)
 ]
+++ lib.optional (seccompFilter != null) (c.add-seccomp seccompFilter)
 ++ lib.mapAttrsToList (var: value: c.set-env var (toString value)) environment.env
 ++ environment.extraCombinators c

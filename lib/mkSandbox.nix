@@ -1,6 +1,7 @@
 # Takes jail.nix; returns mkSandbox, which takes pkgs and an environment
 #   { name, interpreter (python | bash | node), packages, description ? ...,
-#     limits ? { }, network ? false, extraCombinators ? (c: [ ]), env ? { } }
+#     limits ? { }, network ? false, extraCombinators ? (c: [ ]), env ? { },
+#     seccomp ? true (false: no filter; { allow = [ CALL ]; }: let those through) }
 # and returns the sandbox package: bin/sandbox-NAME, the interpreter in its
 # jail (arguments passed through: a REPL on a terminal, -c, or a script on
 # stdin; meta.mainProgram), and share/nix-sandbox-mcp/manifest.json, its

@@ -1,19 +1,28 @@
 # Takes the environment's limits; returns the wrapper's run-time shell code
-# (for add-runtime) that lowers the jail's resource limits before bubblewrap
-# starts: CPU time (cpu_s), file size (file_mb), open files (nofile) and
-# address space (memory_mb). A hard limit that is already lower stays.
+# (for add-runtime, after cgroupLimits.nix) that lowers the jail's resource
+# limits before bubblewrap starts: CPU time (cpu_s: SIGXCPU then, a second
+# later, SIGKILL), file size (file_mb: SIGXFSZ or EFBIG), open files
+# (nofile), no core dumps, and address space (memory_mb) unless a cgroup
+# holds the memory limit. A hard limit that is already lower stays.
+# RLIMIT_NPROC is set inside the jail instead (processLimit.nix).
 limits: ''
+  # sandbox_rlimit FLAG SOFT [HARD]: sets one limit; a lower hard limit stays.
   sandbox_rlimit() {
-    local hard
+    local hard soft=$2 want_hard=''${3:-$2}
     hard=$(ulimit -H "$1")
-    if [ "$hard" = unlimited ] || [ "$hard" -gt "$2" ]; then
-      ulimit -S -H "$1" "$2"
-    else
-      ulimit -S "$1" "$hard"
+    if [ "$hard" != unlimited ] && [ "$hard" -lt "$soft" ]; then
+      soft=$hard
+    fi
+    ulimit -S "$1" "$soft"
+    if [ "$hard" = unlimited ] || [ "$hard" -gt "$want_hard" ]; then
+      ulimit -H "$1" "$want_hard"
     fi
   }
-  sandbox_rlimit -t ${toString limits.cpu_s}
+  sandbox_rlimit -t ${toString limits.cpu_s} ${toString (limits.cpu_s + 1)}
   sandbox_rlimit -f ${toString (limits.file_mb * 1024)}
   sandbox_rlimit -n ${toString limits.nofile}
-  sandbox_rlimit -v ${toString (limits.memory_mb * 1024)}
+  sandbox_rlimit -c 0
+  if [ -z "''${sandbox_memory_cgroup:-}" ]; then
+    sandbox_rlimit -v ${toString (limits.memory_mb * 1024)}
+  fi
 ''

@@ -14,6 +14,7 @@ let
     "network"
     "extraCombinators"
     "env"
+    "seccomp"
   ];
   namePattern = "[A-Za-z0-9][A-Za-z0-9_.-]{0,63}";
   show = value: if builtins.isString value then ''"${value}"'' else "a ${builtins.typeOf value}";
@@ -24,6 +25,18 @@ let
   limits = args.limits or { };
   env = args.env or { };
   packages = args.packages or null;
+
+  # What `seccomp.allow` may name: the calls the filter denies or inspects.
+  seccompCalls =
+    let
+      policy = import ./seccompPolicy.nix;
+    in
+    builtins.attrNames policy.deny ++ policy.denyNamespaces ++ builtins.attrNames policy.allowOnly;
+  seccomp = args.seccomp or true;
+  seccompAllow = if builtins.isAttrs seccomp then seccomp.allow or null else [ ];
+  unknownCalls = lib.filter (call: !lib.elem call seccompCalls) (
+    lib.filter builtins.isString seccompAllow
+  );
 
   stringLike = v: builtins.isString v || builtins.isInt v || builtins.isPath v || lib.isDerivation v;
   isPositiveInt = v: builtins.isInt v && v > 0;
@@ -93,6 +106,24 @@ let
       "argument `env` must be an attribute set of variables (got ${show env})"
     ]
   ]
+  ++ [
+    [
+      (
+        !builtins.isBool seccomp
+        && !(
+          builtins.isAttrs seccomp
+          && builtins.attrNames seccomp == [ "allow" ]
+          && builtins.isList seccompAllow
+          && lib.all builtins.isString seccompAllow
+        )
+      )
+      "argument `seccomp` must be true, false or { allow = [ \"ptrace\" ]; } (system calls to let through; got ${show seccomp})"
+    ]
+    [
+      (unknownCalls != [ ])
+      "argument `seccomp.allow` names calls the filter does not deny: ${lib.concatStringsSep ", " unknownCalls} (it denies: ${lib.concatStringsSep ", " seccompCalls})"
+    ]
+  ]
   ++ lib.mapAttrsToList (var: value: [
     (!lib.isValidPosixName var || var == "PATH" || !stringLike value)
     (
@@ -117,4 +148,5 @@ else
     limits = defaultLimits // limits;
     network = args.network or false;
     extraCombinators = args.extraCombinators or (_: [ ]);
+    inherit seccomp;
   }

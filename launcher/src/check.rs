@@ -1,5 +1,12 @@
-//! Can this host make the sandbox? The probe runs an environment's `run`
-//! wrapper with empty code and expects exit 0 within [`PROBE_TIMEOUT`].
+//! Can this host make the sandbox, and does it hold its limits? The probe
+//! runs a small program through an environment's `run` wrapper (in a cgroup
+//! of its own when the host has cgroups, like every run) that prints, from
+//! inside the jail, its resource limits, its seccomp mode and its network
+//! interfaces. It must exit 0 within [`PROBE_TIMEOUT`], and the jail must
+//! hold the limits the manifest declares and the instructions claim
+//! (memory, processes when enforced, CPU time, file size, open files; no
+//! interface but loopback without `network`): else the environment is
+//! refused, never run with weaker limits than it says.
 //!
 //! - The server probes every environment in the background at start
 //!   ([`Probes`]); a `run` awaits its environment's probe and, if it failed,
@@ -15,14 +22,142 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-use crate::exec::{self, Exit, Job, JobEnv};
-use crate::manifest::{Catalog, Env};
+use crate::cgroup::Stats;
+use crate::exec::{Exit, Job, JobEnv};
+use crate::limits::{self, Host};
+use crate::manifest::{Catalog, Env, Interpreter};
 
 /// How long the probe's empty program may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Longest probe stderr quoted in a reason.
-const PROBE_STDERR_BYTES: usize = 2048;
+/// Longest probe output kept (its stdout is about 3 KiB).
+const PROBE_OUTPUT_BYTES: usize = 32 * 1024;
+
+/// The files the probe prints, each after a line `=== PATH`.
+const PROBE_FILES: [&str; 3] = ["/proc/self/limits", "/proc/self/status", "/proc/net/dev"];
+
+/// The probe program, per interpreter: prints [`PROBE_FILES`], reading them
+/// itself (no other program needed in the environment).
+fn probe_code(interpreter: Interpreter) -> String {
+    let files = PROBE_FILES.join(" ");
+    match interpreter {
+        Interpreter::Python => format!(
+            "import sys\nfor p in '{files}'.split():\n    sys.stdout.write('=== ' + p + '\\n' + open(p).read())\n"
+        ),
+        Interpreter::Bash => format!(
+            "for p in {files}; do echo \"=== $p\"; while IFS= read -r l; do printf '%s\\n' \"$l\"; done <\"$p\"; done\n"
+        ),
+        Interpreter::Node => format!(
+            "const fs = require('fs');\nfor (const p of '{files}'.split(' ')) process.stdout.write('=== ' + p + '\\n' + fs.readFileSync(p, 'utf8'));\n"
+        ),
+    }
+}
+
+/// What the probe saw from inside the jail.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// Soft limits by the name /proc/self/limits gives (`Max cpu time`);
+    /// `None` for unlimited.
+    pub rlimits: BTreeMap<String, Option<u64>>,
+    pub seccomp: bool,
+    pub interfaces: Vec<String>,
+}
+
+impl Seen {
+    pub fn parse(output: &str) -> Self {
+        let mut seen = Seen::default();
+        let mut file = "";
+        for line in output.lines() {
+            if let Some(name) = line.strip_prefix("=== ") {
+                file = name;
+                continue;
+            }
+            match file {
+                "/proc/self/limits" if line.starts_with("Max ") => {
+                    // Columns: name (up to 26), soft, hard, units.
+                    let (name, rest) = line.split_at(line.len().min(26));
+                    let soft = rest.split_whitespace().next().unwrap_or("");
+                    seen.rlimits
+                        .insert(name.trim().to_owned(), soft.parse().ok());
+                }
+                "/proc/self/status" => {
+                    if let Some(mode) = line.strip_prefix("Seccomp:") {
+                        seen.seccomp = mode.trim() == "2";
+                    }
+                }
+                "/proc/net/dev" => {
+                    if let Some((name, _)) = line.split_once(':') {
+                        let name = name.trim();
+                        if !name.is_empty() && !name.contains(' ') && !name.contains('|') {
+                            seen.interfaces.push(name.to_owned());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        seen
+    }
+
+    /// The soft limit named `name` is set and at most `max`.
+    fn within(&self, name: &str, max: u64) -> Result<(), String> {
+        match self.rlimits.get(name) {
+            Some(Some(v)) if *v <= max => Ok(()),
+            Some(Some(v)) => Err(format!("{name} is {v}, over {max}")),
+            Some(None) => Err(format!("{name} is unlimited, not {max}")),
+            None => Err(format!("{name} is not in /proc/self/limits")),
+        }
+    }
+}
+
+/// Checks that the jail holds what `env` declares on `host`; the error
+/// names every limit that does not hold.
+pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Result<(), String> {
+    const MIB: u64 = 1024 * 1024;
+    let l = &env.limits;
+    let mut problems = Vec::new();
+    let mut check = |r: Result<(), String>| {
+        if let Err(e) = r {
+            problems.push(e);
+        }
+    };
+    check(seen.within("Max cpu time", l.cpu_s.get()));
+    check(seen.within("Max file size", l.file_mb.get() * MIB));
+    check(seen.within("Max open files", l.nofile.get()));
+    let memory = l.memory_mb.get() * MIB;
+    if host.memory_by_cgroup() {
+        check(match cgroup.and_then(|s| s.memory_limit) {
+            Some(v) if v <= memory => Ok(()),
+            other => Err(format!(
+                "the cgroup memory limit is {other:?}, not {memory}"
+            )),
+        });
+    } else {
+        check(seen.within("Max address space", memory));
+    }
+    if host.pids_by_cgroup() {
+        check(match cgroup.and_then(|s| s.pids_limit) {
+            Some(v) if v <= l.pids.get() => Ok(()),
+            other => Err(format!("the cgroup pids.max is {other:?}, not {}", l.pids)),
+        });
+    } else if host.pids_enforced() {
+        check(seen.within("Max processes", l.pids.get()));
+    }
+    if !env.network && seen.interfaces.iter().any(|i| i != "lo") {
+        check(Err(format!(
+            "network is off but the jail has interfaces {:?}",
+            seen.interfaces
+        )));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the jail does not hold the declared limits: {}",
+            problems.join("; ")
+        ))
+    }
+}
 
 /// True when `path` is a file this process may execute.
 pub fn wrapper_ready(path: &str) -> bool {
@@ -30,25 +165,30 @@ pub fn wrapper_ready(path: &str) -> bool {
     p.is_file() && nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok()
 }
 
-/// Runs the empty program through `env`'s wrapper; the error is the reason
-/// in one line (the wrapper's stderr, trimmed).
-pub async fn probe(env: &Env, job_env: &JobEnv) -> Result<(), String> {
+/// Runs the probe program through `env`'s wrapper: what it saw, or the
+/// reason in one line (the wrapper's stderr, trimmed, or the limits that
+/// do not hold).
+pub async fn probe(env: &Env, job_env: &JobEnv, host: &Host) -> Result<Seen, String> {
     let wrapper = &env.run[0];
     if !wrapper_ready(wrapper) {
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
+    let code = probe_code(env.interpreter);
     let job = Job {
         argv: &env.run,
-        code: b"",
+        code: code.as_bytes(),
         timeout: PROBE_TIMEOUT,
-        output_bytes: PROBE_STDERR_BYTES,
+        output_bytes: PROBE_OUTPUT_BYTES,
         env: job_env,
+        cgroup: None,
     };
-    let outcome = exec::run(job, std::future::pending())
+    let (outcome, cgroup) = limits::run(host, job, std::future::pending())
         .await
         .map_err(|e| format!("cannot start {wrapper}: {e}"))?;
     if outcome.succeeded() {
-        return Ok(());
+        let seen = Seen::parse(&outcome.stdout.render());
+        verify(env, host, &seen, cgroup.as_ref())?;
+        return Ok(seen);
     }
     let how = if outcome.timed_out {
         format!(
@@ -74,18 +214,28 @@ pub async fn probe(env: &Env, job_env: &JobEnv) -> Result<(), String> {
 /// The start-up probes of the server, one per environment.
 pub struct Probes {
     job_env: JobEnv,
+    host: Arc<Host>,
     /// `None`: not probed yet, or the last failure was already reported.
     states: BTreeMap<String, Mutex<Option<Result<(), String>>>>,
 }
 
 impl Probes {
-    pub fn new(catalog: &Catalog, job_env: JobEnv) -> Self {
+    pub fn new(catalog: &Catalog, job_env: JobEnv, host: Arc<Host>) -> Self {
         let states = catalog
             .envs
             .keys()
             .map(|name| (name.clone(), Mutex::new(None)))
             .collect();
-        Self { job_env, states }
+        Self {
+            job_env,
+            host,
+            states,
+        }
+    }
+
+    /// What the host gives the jails (cgroups, whether the caller is root).
+    pub fn host(&self) -> &Host {
+        &self.host
     }
 
     /// Starts probing every environment in the background.
@@ -98,14 +248,18 @@ impl Probes {
                 };
                 let mut state = state.lock().await;
                 if state.is_none() {
-                    let result = probe(&env, &probes.job_env).await;
+                    let result = probe(&env, &probes.job_env, &probes.host).await;
                     match &result {
-                        Ok(()) => tracing::info!(env = %env.name, "sandbox probe ok"),
+                        Ok(seen) => tracing::info!(
+                            env = %env.name,
+                            seccomp = seen.seccomp,
+                            "sandbox probe ok: the jail holds its limits"
+                        ),
                         Err(reason) => {
                             tracing::error!(env = %env.name, %reason, "sandbox probe failed")
                         }
                     }
-                    *state = Some(result);
+                    *state = Some(result.map(|_| ()));
                 }
             });
         }
@@ -115,7 +269,7 @@ impl Probes {
     /// out once; the next call probes again.
     pub async fn ensure(&self, env: &Env) -> Result<(), String> {
         let Some(state) = self.states.get(&env.name) else {
-            return probe(env, &self.job_env).await;
+            return probe(env, &self.job_env, &self.host).await.map(|_| ());
         };
         let mut state = state.lock().await;
         match state.take() {
@@ -125,7 +279,7 @@ impl Probes {
             }
             Some(Err(reason)) => Err(reason),
             None => {
-                let result = probe(env, &self.job_env).await;
+                let result = probe(env, &self.job_env, &self.host).await.map(|_| ());
                 if result.is_ok() {
                     *state = Some(Ok(()));
                 }
@@ -135,14 +289,20 @@ impl Probes {
     }
 }
 
-/// `--check`: one line per manifest problem and per environment; false when
-/// anything failed or no environment is usable.
+/// `--check`: the host's facts (user namespaces, cgroups, how each limit is
+/// enforced), then one line per manifest problem and per environment; false
+/// when anything failed or no environment is usable. A process limit that
+/// this host cannot enforce is reported, not failed: the jail still holds.
 pub async fn run_check(
     catalog: &Catalog,
     job_env: &JobEnv,
+    host: &Host,
     out: &mut impl Write,
 ) -> std::io::Result<bool> {
     let mut ok = true;
+    for line in host.report() {
+        writeln!(out, "{line}")?;
+    }
     for error in &catalog.errors {
         writeln!(out, "manifest: FAIL: {error}")?;
         ok = false;
@@ -155,8 +315,13 @@ pub async fn run_check(
         ok = false;
     }
     for env in catalog.envs.values() {
-        match probe(env, job_env).await {
-            Ok(()) => writeln!(out, "{}: ok", env.name)?,
+        match probe(env, job_env, host).await {
+            Ok(seen) => writeln!(
+                out,
+                "{}: ok (limits hold; seccomp filter {})",
+                env.name,
+                if seen.seccomp { "on" } else { "off" }
+            )?,
             Err(reason) => {
                 writeln!(out, "{}: FAIL: {reason}", env.name)?;
                 ok = false;
@@ -164,4 +329,120 @@ pub async fn run_check(
         }
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::Stats;
+
+    const OUTPUT: &str = "\
+=== /proc/self/limits
+Limit                     Soft Limit           Hard Limit           Units
+Max cpu time              60                   61                   seconds
+Max file size             268435456            268435456            bytes
+Max processes             256                  256                  processes
+Max open files            1024                 1024                 files
+Max address space         1073741824           1073741824           bytes
+Max locked memory         unlimited            unlimited            bytes
+=== /proc/self/status
+Name:\tpython3
+Seccomp:\t2
+Seccomp_filters:\t1
+=== /proc/net/dev
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes
+    lo:       0       0    0    0    0     0          0         0        0
+";
+
+    fn env(network: bool) -> Env {
+        let mut env: Env = serde_json::from_value(serde_json::json!({
+            "description": "d", "interpreter": "python", "run": ["/nix/store/x-a/bin/a"],
+            "session": [], "network": network, "packages": [], "store_path": "/nix/store/x-a",
+            "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 256, "output_bytes": 8,
+                       "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024}
+        }))
+        .unwrap();
+        env.name = "python".into();
+        env
+    }
+
+    #[test]
+    fn the_probe_output_parses() {
+        let seen = Seen::parse(OUTPUT);
+        assert!(seen.seccomp);
+        assert_eq!(seen.interfaces, ["lo"]);
+        assert_eq!(seen.rlimits["Max cpu time"], Some(60));
+        assert_eq!(seen.rlimits["Max locked memory"], None);
+        assert_eq!(seen.rlimits.len(), 6);
+    }
+
+    #[test]
+    fn limits_that_hold_pass_and_missing_ones_are_named() {
+        let seen = Seen::parse(OUTPUT);
+        assert_eq!(
+            verify(&env(false), &Host::plain(false), &seen, None),
+            Ok(())
+        );
+        let weak = Seen::parse(&OUTPUT.replace(
+            "Max cpu time              60 ",
+            "Max cpu time              unlimited ",
+        ));
+        let e = verify(&env(false), &Host::plain(false), &weak, None).unwrap_err();
+        assert!(e.contains("Max cpu time is unlimited, not 60"), "{e}");
+        let online = Seen::parse(&format!("{OUTPUT}  eth0: 1 2 3\n"));
+        let e = verify(&env(false), &Host::plain(false), &online, None).unwrap_err();
+        assert!(e.contains("network is off"), "{e}");
+        assert_eq!(
+            verify(&env(true), &Host::plain(false), &online, None),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_cgroup_host_checks_the_cgroup_limits() {
+        let seen = Seen::parse(OUTPUT);
+        let root = Host::plain(true);
+        assert_eq!(
+            verify(&env(false), &root, &seen, None),
+            Ok(()),
+            "root: no process limit to claim"
+        );
+        let many = Seen::parse(&OUTPUT.replace(
+            "Max processes             256 ",
+            "Max processes             9999 ",
+        ));
+        let user = Host::plain(false);
+        assert!(
+            verify(&env(false), &user, &many, None)
+                .unwrap_err()
+                .contains("Max processes")
+        );
+        let mut cg = Host::plain(true);
+        cg.cgroups = Some(crate::cgroup::Cgroups::fake(true, true));
+        let no_as = Seen::parse(&OUTPUT.replace(
+            "Max address space         1073741824 ",
+            "Max address space         unlimited ",
+        ));
+        let held = Stats {
+            memory_limit: Some(1 << 30),
+            pids_limit: Some(256),
+            ..Stats::default()
+        };
+        assert_eq!(verify(&env(false), &cg, &no_as, Some(&held)), Ok(()));
+        let unset = Stats::default();
+        let e = verify(&env(false), &cg, &no_as, Some(&unset)).unwrap_err();
+        assert!(
+            e.contains("memory limit is None") && e.contains("pids.max is None"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn probe_programs_name_every_file() {
+        for i in [Interpreter::Python, Interpreter::Bash, Interpreter::Node] {
+            let code = probe_code(i);
+            assert!(PROBE_FILES.iter().all(|f| code.contains(f)), "{code}");
+        }
+    }
 }

@@ -9,9 +9,11 @@
 //!   deadline or on cancellation the whole process group is killed.
 //! - A reaper thread waits for the wrapper without reaping it, kills what is
 //!   left of its group while the group id is still certainly ours, then reaps
-//!   it. A [`Group`] guard kills the group on every other path, drop included.
+//!   it with `wait4`, whose resource usage covers every process of the jail
+//!   that was reaped inside it (bubblewrap reaps its descendants). A
+//!   [`Group`] guard kills the group on every other path, drop included.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use proto::cap::Cap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -47,12 +49,9 @@ impl JobEnv {
             ("HOME", lookup("HOME").unwrap_or_else(|| "/".into())),
             ("PATH", "/usr/bin:/bin".into()),
         ];
-        for name in [
-            "XDG_RUNTIME_DIR",
-            "PROJECT_DIR",
-            "PROJECT_MOUNT",
-            "NIX_SANDBOX_CGROUP",
-        ] {
+        // NIX_SANDBOX_CGROUP is the run's own cgroup ([`Job::cgroup`]), never
+        // the server's.
+        for name in ["XDG_RUNTIME_DIR", "PROJECT_DIR", "PROJECT_MOUNT"] {
             if let Some(value) = lookup(name).filter(|v| !v.is_empty()) {
                 vars.push((name, value));
             }
@@ -73,6 +72,8 @@ pub struct Job<'a> {
     /// Cap for each of stdout and stderr.
     pub output_bytes: usize,
     pub env: &'a JobEnv,
+    /// `NIX_SANDBOX_CGROUP` of this run, when the launcher made it a cgroup.
+    pub cgroup: Option<&'a OsStr>,
 }
 
 /// How the wrapper ended.
@@ -84,10 +85,20 @@ pub enum Exit {
     Unknown,
 }
 
+/// What the jail used, from `wait4`: CPU time of every process reaped in it,
+/// and the largest resident set of one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu: Duration,
+    pub max_rss_bytes: u64,
+}
+
 /// Everything a finished run produced.
 #[derive(Debug)]
 pub struct Outcome {
     pub exit: Exit,
+    /// `None` when the wrapper was not reaped in time.
+    pub usage: Option<Usage>,
     pub timed_out: bool,
     pub cancelled: bool,
     pub stdout: Cap,
@@ -143,8 +154,13 @@ pub async fn run(job: Job<'_>, cancelled: impl Future<Output = ()>) -> io::Resul
         }
     };
     group.kill();
+    let (exit, usage) = match exit {
+        Some((exit, usage)) => (exit, usage),
+        None => (Exit::Unknown, None),
+    };
     Ok(Outcome {
-        exit: exit.unwrap_or(Exit::Unknown),
+        exit,
+        usage,
         timed_out,
         cancelled: was_cancelled,
         stdout: out,
@@ -156,8 +172,8 @@ pub async fn run(job: Job<'_>, cancelled: impl Future<Output = ()>) -> io::Resul
 /// Kills the group, then lets the readers see EOF and the reaper report.
 async fn kill_and_drain(
     group: &Group,
-    work: std::pin::Pin<&mut impl Future<Output = Option<Exit>>>,
-) -> Option<Exit> {
+    work: std::pin::Pin<&mut impl Future<Output = Option<Reaped>>>,
+) -> Option<Reaped> {
     group.kill();
     match tokio::time::timeout(KILL_GRACE, work).await {
         Ok(exit) => exit,
@@ -168,9 +184,12 @@ async fn kill_and_drain(
     }
 }
 
+/// How the wrapper ended and what its jail used.
+type Reaped = (Exit, Option<Usage>);
+
 type Spawned = (
     Group,
-    oneshot::Receiver<Exit>,
+    oneshot::Receiver<Reaped>,
     pipe::Sender,
     pipe::Receiver,
     pipe::Receiver,
@@ -189,6 +208,9 @@ fn spawn(job: &Job<'_>) -> io::Result<Spawned> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(cgroup) = job.cgroup {
+        cmd.env("NIX_SANDBOX_CGROUP", cgroup);
+    }
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     // The wrapper gets SIGKILL when the thread that spawned it dies: that is
     // the current-thread runtime's, which lives as long as the launcher, so
@@ -256,8 +278,8 @@ impl Group {
 
     /// A thread that waits for the leader to exit, kills what is left of its
     /// group while the leader is an unreaped zombie (so the id is still ours),
-    /// reaps it, and reports how it ended.
-    fn start_reaper(&self) -> oneshot::Receiver<Exit> {
+    /// reaps it, and reports how it ended and what it used.
+    fn start_reaper(&self) -> oneshot::Receiver<Reaped> {
         let (tx, rx) = oneshot::channel();
         let (pgid, reaped) = (self.pgid, Arc::clone(&self.reaped));
         tokio::task::spawn_blocking(move || {
@@ -271,18 +293,20 @@ impl Group {
             }
             let mut reaped = reaped.lock().unwrap_or_else(|p| p.into_inner());
             kill_group(pgid);
-            let status = retry_eintr(|| waitpid(pid, None));
+            let status = retry_eintr(|| wait4(pid));
             *reaped = true;
             drop(reaped);
-            let exit = match status {
-                Ok(WaitStatus::Exited(_, code)) => Exit::Code(code),
-                Ok(WaitStatus::Signaled(_, signal, _)) => Exit::Signal(signal as i32),
+            let (exit, usage) = match status {
+                Ok((WaitStatus::Exited(_, code), usage)) => (Exit::Code(code), Some(usage)),
+                Ok((WaitStatus::Signaled(_, signal, _), usage)) => {
+                    (Exit::Signal(signal as i32), Some(usage))
+                }
                 other => {
                     tracing::error!(pgid, status = ?other, "unexpected wait status");
-                    Exit::Unknown
+                    (Exit::Unknown, None)
                 }
             };
-            let _ = tx.send(exit);
+            let _ = tx.send((exit, usage));
         });
         rx
     }
@@ -292,6 +316,28 @@ impl Drop for Group {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Reaps `pid` (blocking) with its resource usage.
+fn wait4(pid: Pid) -> nix::Result<(WaitStatus, Usage)> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data the kernel fills in; both pointers are
+    // to locals that outlive the call.
+    let mut rusage: nix::libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { nix::libc::wait4(pid.as_raw(), &mut status, 0, &mut rusage) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    let time = |t: nix::libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    let usage = Usage {
+        cpu: time(rusage.ru_utime) + time(rusage.ru_stime),
+        // ru_maxrss is in KiB.
+        max_rss_bytes: u64::try_from(rusage.ru_maxrss).unwrap_or(0) * 1024,
+    };
+    Ok((WaitStatus::from_raw(pid, status)?, usage))
 }
 
 /// The only place the launcher sends a signal: SIGKILL to a process group it
@@ -340,6 +386,7 @@ mod tests {
             timeout: Duration::from_millis(timeout_ms),
             output_bytes: 1024,
             env,
+            cgroup: None,
         }
     }
 

@@ -5,10 +5,12 @@
 //! `--version` and `--check` modes, which serve no MCP, print there too).
 //! Logs go to stderr.
 
+mod cgroup;
 mod check;
 mod cli;
 mod errors;
 mod exec;
+mod limits;
 mod manifest;
 mod mcp;
 mod result;
@@ -16,6 +18,7 @@ mod stdin_eof;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::ServiceExt;
@@ -60,9 +63,15 @@ fn main() -> ExitCode {
         tracing::error!(%error, "manifest refused; its environments are not served");
     }
     let job_env = JobEnv::from_process();
+    // The self-test's host facts: cgroups (made ready here), root or not.
+    let host = Arc::new(limits::Host::detect());
+    for line in host.report() {
+        tracing::info!("self-test: {line}");
+    }
+    let _teardown = Teardown(Arc::clone(&host));
     if opts.mode == Mode::Check {
         let mut out = std::io::stdout().lock();
-        return match runtime.block_on(check::run_check(&catalog, &job_env, &mut out)) {
+        return match runtime.block_on(check::run_check(&catalog, &job_env, &host, &mut out)) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
@@ -78,6 +87,7 @@ fn main() -> ExitCode {
         max_code_bytes: opts.max_code_bytes,
         project_mount: project_mount(),
         shutdown: CancellationToken::new(),
+        host,
     };
     let served = runtime.block_on(serve_stdio(config));
     // Dropping the tasks kills every job still running (their guards); a
@@ -107,6 +117,17 @@ async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
     let quit = quit.map_err(|e| format!("the MCP service task failed: {e}"))?;
     tracing::info!(reason = ?quit, "client gone, server stopping");
     Ok(())
+}
+
+/// Removes the launcher's cgroup directories on the way out.
+struct Teardown(Arc<limits::Host>);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Some(cgroups) = &self.0.cgroups {
+            cgroups.teardown();
+        }
+    }
 }
 
 /// `PROJECT_MOUNT` (default `/project`) when `PROJECT_DIR` is set.

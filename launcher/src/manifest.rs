@@ -23,25 +23,19 @@ pub enum Interpreter {
 }
 
 /// Limits of an environment. The launcher enforces the deadline and the
-/// output cap; the wrapper enforces the rest, which are only validated here.
+/// output cap; the wrapper enforces the rest, which the launcher checks at
+/// start (check.rs) and names when a run hits one (limits.rs).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     pub timeout_s: NonZeroU64,
     pub output_bytes: NonZeroU64,
-    #[expect(dead_code, reason = "validated here, enforced by the wrapper")]
     pub memory_mb: NonZeroU64,
-    #[expect(dead_code, reason = "validated here, enforced by the wrapper")]
     pub pids: NonZeroU64,
-    #[expect(dead_code, reason = "validated here, enforced by the wrapper")]
     pub workspace_mb: NonZeroU64,
-    #[expect(dead_code, reason = "validated here, enforced by the wrapper")]
     pub tmp_mb: NonZeroU64,
-    #[expect(dead_code, reason = "validated here, enforced by the wrapper")]
     pub cpu_s: NonZeroU64,
-    #[expect(dead_code, reason = "validated here, enforced by the wrapper")]
     pub file_mb: NonZeroU64,
-    #[expect(dead_code, reason = "validated here, enforced by the wrapper")]
     pub nofile: NonZeroU64,
 }
 
@@ -56,7 +50,6 @@ pub struct Env {
     #[serde(skip)]
     pub manifest: PathBuf,
     pub description: String,
-    #[expect(dead_code, reason = "read by sessions (issue 4)")]
     pub interpreter: Interpreter,
     pub run: Vec<String>,
     pub session: Vec<String>,

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::check::{self, Probes};
 use crate::errors::RunError;
-use crate::exec::{self, Job, JobEnv};
+use crate::exec::{Job, JobEnv};
+use crate::limits::{self, Host};
 use crate::manifest::{Catalog, Env};
 use crate::result;
 
@@ -34,6 +35,8 @@ pub struct Config {
     pub project_mount: Option<String>,
     /// Cancelled when the client goes away: every running job is killed.
     pub shutdown: CancellationToken,
+    /// What the host gives the jails: cgroups, whether the caller is root.
+    pub host: Arc<Host>,
 }
 
 /// The MCP server handler.
@@ -50,10 +53,18 @@ pub struct Server {
 impl Server {
     /// Builds the handler and starts the background sandbox probes.
     pub fn start(config: Config) -> Self {
-        let probes = Arc::new(Probes::new(&config.catalog, config.job_env.clone()));
+        let probes = Arc::new(Probes::new(
+            &config.catalog,
+            config.job_env.clone(),
+            Arc::clone(&config.host),
+        ));
         probes.start(&config.catalog);
         Self {
-            instructions: instructions(&config.catalog, config.project_mount.as_deref()),
+            instructions: instructions(
+                &config.catalog,
+                config.project_mount.as_deref(),
+                &config.host,
+            ),
             tool: run_tool(&config.catalog),
             catalog: config.catalog,
             probes,
@@ -121,6 +132,7 @@ impl Server {
             timeout: Duration::from_secs(env.limits.timeout_s.get()),
             output_bytes: usize::try_from(env.limits.output_bytes.get()).unwrap_or(usize::MAX),
             env: &self.job_env,
+            cgroup: None,
         };
         let stop = async {
             tokio::select! {
@@ -128,8 +140,8 @@ impl Server {
                 () = self.shutdown.cancelled() => {}
             }
         };
-        match exec::run(job, stop).await {
-            Ok(outcome) => {
+        match limits::run(self.probes.host(), job, stop).await {
+            Ok((outcome, cgroup)) => {
                 tracing::info!(
                     env = %env.name,
                     exit = ?outcome.exit,
@@ -138,7 +150,14 @@ impl Server {
                     ms = outcome.duration.as_millis() as u64,
                     "run finished"
                 );
-                Ok(result::ran(env, &outcome))
+                Ok(result::ran(env, &outcome, cgroup.as_ref()))
+            }
+            Err(e) if e.to_string().starts_with(limits::NO_RUN_CGROUP) => {
+                tracing::error!(env = %env.name, error = %e, "no cgroup for the run");
+                Err(refuse(RunError::sandbox_unavailable(
+                    &env.name,
+                    &e.to_string(),
+                )))
             }
             Err(e) => {
                 tracing::error!(env = %env.name, error = %e, "cannot start the wrapper");
@@ -250,8 +269,9 @@ fn run_tool(catalog: &Catalog) -> Tool {
     )
 }
 
-/// One line per environment (sorted), the project mount, how to read results.
-fn instructions(catalog: &Catalog, project_mount: Option<&str>) -> String {
+/// One line per environment (sorted), the project mount, the limits this
+/// host enforces (limits.rs), how to read results.
+fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
     let mut text = String::from("Sandboxed code runner; no network unless noted. Environments:\n");
     if catalog.envs.is_empty() {
         text.push_str("(none usable: run answers why)\n");
@@ -278,6 +298,10 @@ fn instructions(catalog: &Catalog, project_mount: Option<&str>) -> String {
     }
     if let Some(mount) = project_mount {
         text.push_str(&format!("The project is read-only at {mount}.\n"));
+    }
+    if let Some(line) = host.instructions_line(catalog) {
+        text.push_str(&line);
+        text.push('\n');
     }
     text.push_str(
         "Results: stdout, then stderr after `--- stderr ---`, then notes (exit code, timeout, cut output).",
@@ -322,7 +346,7 @@ mod tests {
     #[test]
     fn instructions_are_sorted_and_capped() {
         let c = catalog(&[("shell", true, 2), ("python", false, 10)]);
-        let text = instructions(&c, Some("/project"));
+        let text = instructions(&c, Some("/project"), &Host::plain(false));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[1],
@@ -333,7 +357,7 @@ mod tests {
             "- shell: shell env; packages: pkg0, pkg1; network"
         );
         assert_eq!(lines[3], "The project is read-only at /project.");
-        assert!(!instructions(&c, None).contains("project"));
+        assert!(!instructions(&c, None, &Host::plain(false)).contains("project"));
     }
 
     #[test]

@@ -9,11 +9,20 @@
 //!   `killed by signal 9`, `timed out after 30 s; the process tree was killed`,
 //!   `cancelled`, `stdout cut: 123456 bytes dropped from the middle` (the cut
 //!   itself is marked in place by `[... N bytes dropped ...]`);
+//! - when a limit ended or broke the run, which one (`killed: memory limit
+//!   1024 MiB`, `killed: CPU time limit 60 s`, `probably hit the memory limit
+//!   (1024 MiB)` when told from the program's messages; limits.rs);
+//! - when a limit was hit or the code was killed by a signal, what the run
+//!   used: `used: CPU 1.20 s, memory 38 MiB` (the jail's peak from its
+//!   cgroup, or `largest process` from `wait4`);
 //! - a successful run that printed nothing says `(no output)`.
 //!
 //! `structuredContent` carries the same facts for programs:
 //! `{"env", "exit_code", "signal", "timed_out", "cancelled",
-//! "stdout_dropped_bytes", "stderr_dropped_bytes", "duration_ms", "store_path"}`.
+//! "stdout_dropped_bytes", "stderr_dropped_bytes", "duration_ms", "store_path",
+//! "cpu_ms", "peak_memory_bytes", "limit"}`; `limit` is null or
+//! `{"name": "memory" | "cpu" | "file_size" | "processes" | "open_files" |
+//! "disk", "certain": bool}`, and the usage fields are null when unknown.
 //! `exit_code` is null when the wrapper was killed by a signal; `signal` is
 //! the signal that ended the wrapper, or N when it exited with 128+N (how a
 //! wrapper reports that the code died of signal N). No `outputSchema` is
@@ -29,12 +38,15 @@
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 
+use crate::cgroup::Stats;
 use crate::errors::RunError;
 use crate::exec::{Exit, Outcome};
+use crate::limits::{self, Hit, Used};
 use crate::manifest::Env;
 
-/// The result of a run that happened.
-pub fn ran(env: &Env, outcome: &Outcome) -> CallToolResult {
+/// The result of a run that happened; `cgroup` is what the run's cgroup
+/// counted, when it had one.
+pub fn ran(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>) -> CallToolResult {
     let signal = match outcome.exit {
         Exit::Signal(n) => Some(n),
         Exit::Code(code) if (129..=192).contains(&code) => Some(code - 128),
@@ -44,6 +56,8 @@ pub fn ran(env: &Env, outcome: &Outcome) -> CallToolResult {
         Exit::Code(code) => Some(code),
         _ => None,
     };
+    let used = Used::of(outcome, cgroup);
+    let hit = limits::diagnose(env, outcome, cgroup, &used);
     let structured = json!({
         "env": env.name,
         "exit_code": exit_code,
@@ -54,8 +68,11 @@ pub fn ran(env: &Env, outcome: &Outcome) -> CallToolResult {
         "stderr_dropped_bytes": outcome.stderr.dropped(),
         "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
         "store_path": env.store_path,
+        "cpu_ms": used.cpu.map(|c| u64::try_from(c.as_millis()).unwrap_or(u64::MAX)),
+        "peak_memory_bytes": used.peak_memory,
+        "limit": hit.as_ref().map(|h| json!({"name": h.limit, "certain": h.certain})),
     });
-    let text = render(env, outcome, signal);
+    let text = render(env, outcome, signal, hit.as_ref(), &used);
     let mut result = if outcome.succeeded() {
         CallToolResult::success(vec![ContentBlock::text(text)])
     } else {
@@ -74,7 +91,7 @@ pub fn refused(error: &RunError) -> CallToolResult {
     result
 }
 
-fn render(env: &Env, o: &Outcome, signal: Option<i32>) -> String {
+fn render(env: &Env, o: &Outcome, signal: Option<i32>, hit: Option<&Hit>, used: &Used) -> String {
     let mut text = o.stdout.render();
     if !o.stderr.is_empty() {
         end_line(&mut text);
@@ -108,6 +125,13 @@ fn render(env: &Env, o: &Outcome, signal: Option<i32>) -> String {
             (Exit::Code(code), None) => notes.push(format!("exit code {code}")),
             (_, None) => notes.push("ended without an exit status".into()),
         }
+    }
+    if let Some(hit) = hit {
+        notes.push(hit.sentence.clone());
+    }
+    let killed = signal.is_some() && !o.timed_out && !o.cancelled;
+    if hit.is_some() || killed {
+        notes.extend(used.sentence());
     }
     if text.is_empty() && notes.is_empty() {
         return "(no output)".into();
@@ -151,6 +175,7 @@ mod tests {
         stderr.push(err);
         Outcome {
             exit,
+            usage: None,
             timed_out: false,
             cancelled: false,
             stdout,
@@ -159,13 +184,17 @@ mod tests {
         }
     }
 
+    fn ran_(o: &Outcome) -> CallToolResult {
+        ran(&env(), o, None)
+    }
+
     fn text(r: &CallToolResult) -> &str {
         &r.content[0].as_text().unwrap().text
     }
 
     #[test]
     fn success_is_stdout_and_not_an_error() {
-        let r = ran(&env(), &outcome(Exit::Code(0), b"1\n", b""));
+        let r = ran_(&outcome(Exit::Code(0), b"1\n", b""));
         assert_eq!(text(&r), "1\n");
         assert_eq!(r.is_error, Some(false));
         let s = r.structured_content.unwrap();
@@ -177,20 +206,20 @@ mod tests {
 
     #[test]
     fn silence_says_no_output() {
-        let r = ran(&env(), &outcome(Exit::Code(0), b"", b""));
+        let r = ran_(&outcome(Exit::Code(0), b"", b""));
         assert_eq!(text(&r), "(no output)");
     }
 
     #[test]
     fn stderr_and_exit_code_are_labelled() {
-        let r = ran(&env(), &outcome(Exit::Code(3), b"a", b"b\n"));
+        let r = ran_(&outcome(Exit::Code(3), b"a", b"b\n"));
         assert_eq!(text(&r), "a\n--- stderr ---\nb\nexit code 3");
         assert_eq!(r.is_error, Some(true));
     }
 
     #[test]
     fn exit_128_plus_n_is_a_signal() {
-        let r = ran(&env(), &outcome(Exit::Code(137), b"", b""));
+        let r = ran_(&outcome(Exit::Code(137), b"", b""));
         assert_eq!(text(&r), "killed by signal 9");
         let s = r.structured_content.unwrap();
         assert_eq!(
@@ -203,7 +232,7 @@ mod tests {
     fn cuts_and_timeouts_are_said_plainly() {
         let mut o = outcome(Exit::Signal(9), b"0123456789abcdefghij", b"");
         o.timed_out = true;
-        let r = ran(&env(), &o);
+        let r = ran_(&o);
         assert_eq!(
             text(&r),
             "0123\n[... 12 bytes dropped ...]\nghij\n\

@@ -50,6 +50,17 @@ fn help_and_version() {
     );
 }
 
+/// `--check`'s lines after the host's (user namespaces, cgroups, limits).
+fn env_lines(o: &std::process::Output) -> String {
+    let out = stdout(o);
+    let host = ["user namespaces: ", "cgroups: ", "limits: "];
+    let (facts, envs): (Vec<&str>, Vec<&str>) = out
+        .lines()
+        .partition(|l| host.iter().any(|h| l.starts_with(h)));
+    assert_eq!(facts.len(), 3, "{out}");
+    envs.iter().map(|l| format!("{l}\n")).collect()
+}
+
 #[test]
 fn check_passes_on_this_machine() {
     let m = Manifest::new(&template());
@@ -58,8 +69,8 @@ fn check_passes_on_this_machine() {
         .output()
         .unwrap();
     assert_eq!(
-        stdout(&o),
-        "node: ok\npython: ok\nshell: ok\n",
+        env_lines(&o),
+        "node: ok (limits hold; seccomp filter off)\npython: ok (limits hold; seccomp filter off)\nshell: ok (limits hold; seccomp filter off)\n",
         "{}",
         stderr(&o)
     );
@@ -74,8 +85,8 @@ fn check_reads_nix_sandbox_manifest() {
         .output()
         .unwrap();
     assert_eq!(
-        stdout(&o),
-        "node: ok\npython: ok\nshell: ok\n",
+        env_lines(&o),
+        "node: ok (limits hold; seccomp filter off)\npython: ok (limits hold; seccomp filter off)\nshell: ok (limits hold; seccomp filter off)\n",
         "{}",
         stderr(&o)
     );
@@ -92,7 +103,7 @@ fn check_fails_with_the_reason_when_a_wrapper_cannot_start() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    let out = stdout(&o);
+    let out = env_lines(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines[0],
@@ -103,7 +114,12 @@ fn check_fails_with_the_reason_when_a_wrapper_cannot_start() {
         lines[1],
         "gone: FAIL: wrapper /nonexistent/sandbox-run is missing or not executable"
     );
-    assert_eq!(&lines[2..], ["node: ok", "python: ok", "shell: ok"]);
+    assert!(
+        lines[2..]
+            .iter()
+            .all(|l| l.ends_with(": ok (limits hold; seccomp filter off)")),
+        "{out}"
+    );
 }
 
 #[test]
@@ -119,7 +135,7 @@ fn check_fails_on_a_malformed_manifest_or_none() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    let out = stdout(&o);
+    let out = env_lines(&o);
     assert!(
         out.starts_with(&format!(
             "manifest: FAIL: {}: environments.python.interpreter: ",

@@ -70,7 +70,10 @@ async fn a_program_killed_by_a_signal_is_reported() {
         )
         .await;
     assert_eq!(r.is_error, Some(true));
-    assert!(text(&r).ends_with("killed by signal 9"), "{}", text(&r));
+    let out = text(&r);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "killed by signal 9", "{out}");
+    assert!(lines[1].starts_with("used: CPU "), "{out}");
     assert_eq!(structured(&r)["signal"], 9);
 }
 
@@ -167,6 +170,7 @@ async fn the_wrapper_gets_only_the_contract_environment() {
     let project = tempfile::tempdir().unwrap();
     let mut m = template();
     m["environments"]["envdump"] = env_with_wrapper(wrappers().join("env-run").to_str().unwrap());
+    m["environments"]["envdump"]["interpreter"] = json!("bash");
     let s = Server::start_with(
         vec![Manifest::new(&m)],
         &["--allow-wrappers-outside-store"],
@@ -252,7 +256,12 @@ async fn tools_list_and_instructions_describe_the_environments() {
         lines[3],
         "- shell: Bash with coreutils (host, fixture); packages: bash, coreutils"
     );
-    assert!(lines[4].starts_with("Results: "));
+    assert_eq!(
+        lines[4],
+        "Limits per run: time 30 s, memory 1 GiB, processes 256, CPU 60 s, \
+         files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
+    );
+    assert!(lines[5].starts_with("Results: "));
     assert!(!instructions.contains("project"));
     // The whole surface stays small (the 350-token target is measured by the
     // benchmark; 4 characters a token is a generous proxy here).

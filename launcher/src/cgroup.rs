@@ -1,0 +1,482 @@
+//! Per-run cgroups: the mechanism behind the memory and process limits when
+//! the host gives this launcher a cgroup (CONTRIBUTING.md, contract 2,
+//! `NIX_SANDBOX_CGROUP`).
+//!
+//! - cgroup v2, delegated (for example `systemd-run --user --scope -p
+//!   Delegate=yes`): the launcher moves itself into a leaf `server` of its
+//!   own cgroup, enables the memory and pids controllers there, and makes
+//!   one `run-PID-N` beside it per run.
+//! - cgroup v1 (root, or hierarchies writable by the caller): one
+//!   `nix-sandbox-mcp.PID` under the launcher's own cgroup in the pids and
+//!   memory hierarchies, one `run-N` in each per run.
+//!
+//! The launcher only makes and removes the directories and reads their
+//! counters; the wrapper writes the limit values (policy, from Nix) and
+//! moves itself in. A run's cgroup is removed once its processes are gone.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long removal waits for a killed jail's processes to leave the cgroup.
+const REMOVE_GRACE: Duration = Duration::from_secs(5);
+
+/// Values at or above this mean "no limit" (cgroup v1 writes 2^63 - 4096).
+const UNLIMITED: u64 = 1 << 62;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// The cgroups this launcher makes its runs' cgroups in.
+#[derive(Debug)]
+pub struct Cgroups {
+    version: Version,
+    /// v2: the delegated cgroup; v1: this launcher's directory in each
+    /// hierarchy it may use.
+    parents: Vec<PathBuf>,
+    pub memory: bool,
+    pub pids: bool,
+    next: AtomicU64,
+}
+
+/// One run's cgroup (one directory, or one per v1 hierarchy).
+#[derive(Debug)]
+pub struct RunCgroup {
+    version: Version,
+    dirs: Vec<PathBuf>,
+}
+
+/// What a run's cgroup counted. `None`: not known here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// The limits the wrapper wrote.
+    pub memory_limit: Option<u64>,
+    pub pids_limit: Option<u64>,
+    pub memory_peak: Option<u64>,
+    /// Processes the kernel's OOM killer ended in this cgroup.
+    pub oom_kills: u64,
+    /// Forks refused because pids.max was reached.
+    pub pids_refused: u64,
+    pub cpu: Option<Duration>,
+}
+
+impl Cgroups {
+    /// Finds and prepares a cgroup this launcher may use; the error says why
+    /// there is none (one line, for the self-test).
+    pub fn setup() -> Result<Self, String> {
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+        let v2 = match setup_v2(&own, &mounts) {
+            Ok(cgroups) => return Ok(cgroups),
+            Err(reason) => reason,
+        };
+        match setup_v1(&own, &mounts) {
+            Ok(cgroups) => Ok(cgroups),
+            Err(v1) => Err(format!("{v2}; {v1}")),
+        }
+    }
+
+    /// One line for the self-test: which version, where, what it limits.
+    pub fn describe(&self) -> String {
+        let what = match (self.memory, self.pids) {
+            (true, true) => "memory and processes",
+            (true, false) => "memory",
+            _ => "processes",
+        };
+        let version = match self.version {
+            Version::V1 => "v1",
+            Version::V2 => "v2 (delegated)",
+        };
+        let at: Vec<String> = self
+            .parents
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        format!("cgroup {version} for {what} at {}", at.join(", "))
+    }
+
+    /// Cgroups that limit what is asked, at no path (tests only).
+    #[cfg(test)]
+    pub fn fake(memory: bool, pids: bool) -> Self {
+        Self {
+            version: Version::V2,
+            parents: Vec::new(),
+            memory,
+            pids,
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes the cgroup of the next run.
+    pub fn create_run(&self) -> io::Result<RunCgroup> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let name = format!("run-{}-{n}", std::process::id());
+        let mut run = RunCgroup {
+            version: self.version,
+            dirs: Vec::new(),
+        };
+        for parent in &self.parents {
+            let dir = parent.join(&name);
+            std::fs::create_dir(&dir)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+            run.dirs.push(dir);
+        }
+        Ok(run)
+    }
+
+    /// Removes what `setup` made that can be removed (v1's directories);
+    /// runs' cgroups are removed by their runs.
+    pub fn teardown(&self) {
+        if self.version == Version::V1 {
+            for parent in &self.parents {
+                if let Err(e) = std::fs::remove_dir(parent) {
+                    tracing::debug!(dir = %parent.display(), error = %e, "cgroup not removed");
+                }
+            }
+        }
+    }
+}
+
+impl RunCgroup {
+    /// The value of `NIX_SANDBOX_CGROUP` for the wrapper.
+    pub fn env_value(&self) -> OsString {
+        std::env::join_paths(&self.dirs).unwrap_or_default()
+    }
+
+    /// Reads the counters (call before [`RunCgroup::remove`]).
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        for dir in &self.dirs {
+            let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
+            let number = |file: &str| read(file).and_then(|t| parse_limit(&t));
+            match self.version {
+                Version::V2 => {
+                    s.memory_limit = number("memory.max");
+                    s.memory_peak = read("memory.peak").and_then(|t| t.trim().parse().ok());
+                    s.oom_kills = read("memory.events").map_or(0, |t| keyed(&t, "oom_kill"));
+                    s.cpu =
+                        read("cpu.stat").map(|t| Duration::from_micros(keyed(&t, "usage_usec")));
+                }
+                Version::V1 => {
+                    if dir.join("memory.limit_in_bytes").exists() {
+                        s.memory_limit = number("memory.limit_in_bytes");
+                        s.memory_peak =
+                            read("memory.max_usage_in_bytes").and_then(|t| t.trim().parse().ok());
+                        s.oom_kills =
+                            read("memory.oom_control").map_or(0, |t| keyed(&t, "oom_kill"));
+                    }
+                }
+            }
+            if dir.join("pids.max").exists() {
+                s.pids_limit = number("pids.max");
+                s.pids_refused = read("pids.events").map_or(0, |t| keyed(&t, "max"));
+            }
+        }
+        s
+    }
+
+    /// Removes the cgroup once its processes are gone (a killed jail's
+    /// processes take a moment to exit); blocking, bounded by
+    /// [`REMOVE_GRACE`]. v2's `cgroup.kill` ends what is left.
+    pub fn remove(self) {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(2);
+        let mut killed = false;
+        for dir in &self.dirs {
+            loop {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e) if started.elapsed() > REMOVE_GRACE => {
+                        tracing::warn!(dir = %dir.display(), error = %e, "a run's cgroup is still busy; left behind");
+                        break;
+                    }
+                    Err(_) => {
+                        if self.version == Version::V2 && !killed {
+                            // Only this run's processes are in it.
+                            let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+                            killed = true;
+                        }
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(100));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `max` or a number; `None` for no limit.
+fn parse_limit(text: &str) -> Option<u64> {
+    text.trim().parse().ok().filter(|&n| n < UNLIMITED)
+}
+
+/// The value of `key` in a flat keyed file (`oom_kill 3`), 0 when absent.
+fn keyed(text: &str, key: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Where a hierarchy is mounted: (mount point, super options) per
+/// `mountinfo` line of file system type `fstype`.
+fn mounts_of<'a>(mountinfo: &'a str, fstype: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> {
+    mountinfo.lines().filter_map(move |line| {
+        let (before, after) = line.split_once(" - ")?;
+        let mount_point = before.split(' ').nth(4)?;
+        let mut rest = after.split(' ');
+        let fs = rest.next()?;
+        let _source = rest.next()?;
+        let options = rest.next().unwrap_or("");
+        (fs == fstype).then_some((mount_point, options))
+    })
+}
+
+/// The launcher's path in the hierarchy whose controller list (second
+/// field of /proc/self/cgroup) satisfies `pick`.
+fn own_path(own: &str, pick: impl Fn(&str) -> bool) -> Option<&str> {
+    own.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        pick(controllers).then_some(path)
+    })
+}
+
+fn join(mount: &str, path: &str) -> PathBuf {
+    Path::new(mount).join(path.trim_start_matches('/'))
+}
+
+fn writable(path: &Path) -> bool {
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+fn setup_v2(own: &str, mounts: &str) -> Result<Cgroups, String> {
+    let no = |why: String| format!("no delegated cgroup v2 ({why})");
+    let path = own_path(own, |c| c.is_empty()).ok_or_else(|| no("not in a v2 hierarchy".into()))?;
+    let (mount, _) = mounts_of(mounts, "cgroup2")
+        .next()
+        .ok_or_else(|| no("cgroup2 is not mounted".into()))?;
+    let dir = join(mount, path);
+    let controllers = std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .map_err(|e| no(format!("{}: {e}", dir.display())))?;
+    let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
+    if !has("memory") || !has("pids") {
+        return Err(no(format!(
+            "{} offers controllers [{}], not memory and pids",
+            dir.display(),
+            controllers.trim()
+        )));
+    }
+    for file in ["cgroup.procs", "cgroup.subtree_control"] {
+        if !writable(&dir.join(file)) {
+            return Err(no(format!(
+                "{} is not delegated to this user",
+                dir.display()
+            )));
+        }
+    }
+    let leaf = dir.join("server");
+    match std::fs::create_dir(&leaf) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(no(format!("{}: {e}", leaf.display()))),
+    }
+    std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())
+        .map_err(|e| no(format!("cannot move into {}: {e}", leaf.display())))?;
+    std::fs::write(dir.join("cgroup.subtree_control"), "+memory +pids").map_err(|e| {
+        no(format!(
+            "cannot enable memory and pids in {} (other processes in it?): {e}",
+            dir.display()
+        ))
+    })?;
+    Ok(Cgroups {
+        version: Version::V2,
+        parents: vec![dir],
+        memory: true,
+        pids: true,
+        next: AtomicU64::new(0),
+    })
+}
+
+fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
+    let mut parents = Vec::new();
+    let (mut memory, mut pids) = (false, false);
+    let mut reasons = Vec::new();
+    for controller in ["pids", "memory"] {
+        let is = |list: &str| list.split(',').any(|c| c == controller);
+        let Some(path) = own_path(own, is) else {
+            reasons.push(format!("no v1 {controller} hierarchy"));
+            continue;
+        };
+        let Some((mount, _)) = mounts_of(mounts, "cgroup")
+            .find(|(_, options)| options.split(',').any(|o| o == controller))
+        else {
+            reasons.push(format!("the v1 {controller} hierarchy is not mounted"));
+            continue;
+        };
+        let dir = join(mount, path);
+        if !writable(&dir) {
+            reasons.push(format!("{} is not writable by this user", dir.display()));
+            continue;
+        }
+        remove_stale(&dir);
+        let base = dir.join(format!("nix-sandbox-mcp.{}", std::process::id()));
+        if let Err(e) = std::fs::create_dir(&base) {
+            reasons.push(format!("{}: {e}", base.display()));
+            continue;
+        }
+        parents.push(base);
+        match controller {
+            "pids" => pids = true,
+            _ => memory = true,
+        }
+    }
+    if parents.is_empty() {
+        return Err(format!("no writable cgroup v1 ({})", reasons.join("; ")));
+    }
+    Ok(Cgroups {
+        version: Version::V1,
+        parents,
+        memory,
+        pids,
+        next: AtomicU64::new(0),
+    })
+}
+
+/// Removes the empty v1 directories a launcher that is gone left in `dir`.
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("nix-sandbox-mcp."))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let stale = entry.path();
+        if let Ok(runs) = std::fs::read_dir(&stale) {
+            for run in runs.flatten() {
+                if run.path().is_dir() {
+                    let _ = std::fs::remove_dir(run.path());
+                }
+            }
+        }
+        match std::fs::remove_dir(&stale) {
+            Ok(()) => tracing::info!(dir = %stale.display(), "removed a stale cgroup"),
+            Err(e) => tracing::debug!(dir = %stale.display(), error = %e, "stale cgroup kept"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+35 25 0:30 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+36 35 0:31 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate
+40 35 0:35 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
+41 35 0:36 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+42 35 0:37 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct";
+
+    const OWN: &str = "\
+8:pids:/user.slice
+4:memory:/process_api/abc
+2:cpu,cpuacct:/
+0::/user.slice/app.scope";
+
+    #[test]
+    fn hierarchies_are_found_by_controller() {
+        let v1: Vec<_> = mounts_of(MOUNTINFO, "cgroup").collect();
+        assert_eq!(v1.len(), 3);
+        assert_eq!(
+            mounts_of(MOUNTINFO, "cgroup2").next(),
+            Some(("/sys/fs/cgroup/unified", "rw,nsdelegate"))
+        );
+        assert_eq!(
+            own_path(OWN, |c| c.is_empty()),
+            Some("/user.slice/app.scope")
+        );
+        assert_eq!(
+            own_path(OWN, |c| c.split(',').any(|x| x == "memory")),
+            Some("/process_api/abc")
+        );
+        assert_eq!(
+            own_path(OWN, |c| c.split(',').any(|x| x == "cpuacct")),
+            Some("/")
+        );
+        assert_eq!(
+            join("/sys/fs/cgroup/memory", "/process_api/abc"),
+            PathBuf::from("/sys/fs/cgroup/memory/process_api/abc")
+        );
+        assert_eq!(
+            join("/sys/fs/cgroup/pids", "/"),
+            PathBuf::from("/sys/fs/cgroup/pids")
+        );
+    }
+
+    #[test]
+    fn counters_and_limits_parse() {
+        assert_eq!(parse_limit("max\n"), None);
+        assert_eq!(parse_limit("9223372036854771712\n"), None);
+        assert_eq!(parse_limit("1073741824\n"), Some(1 << 30));
+        let events = "low 0\nhigh 0\nmax 4\noom 1\noom_kill 2\n";
+        assert_eq!(keyed(events, "oom_kill"), 2);
+        assert_eq!(keyed(events, "max"), 4);
+        assert_eq!(
+            keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n", "oom_kill"),
+            1
+        );
+        assert_eq!(keyed("", "max"), 0);
+    }
+
+    /// A fake v2 run directory: the counters the kernel would write.
+    #[test]
+    fn v2_stats_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        for (file, text) in [
+            ("memory.max", "1073741824\n"),
+            ("memory.peak", "52428800\n"),
+            ("memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"),
+            ("pids.max", "256\n"),
+            ("pids.events", "max 7\n"),
+            ("cpu.stat", "usage_usec 1500000\nuser_usec 1000000\n"),
+        ] {
+            std::fs::write(run.join(file), text).unwrap();
+        }
+        let cg = RunCgroup {
+            version: Version::V2,
+            dirs: vec![run.clone()],
+        };
+        assert_eq!(
+            cg.stats(),
+            Stats {
+                memory_limit: Some(1 << 30),
+                pids_limit: Some(256),
+                memory_peak: Some(50 << 20),
+                oom_kills: 1,
+                pids_refused: 7,
+                cpu: Some(Duration::from_millis(1500)),
+            }
+        );
+        assert_eq!(cg.env_value(), run.as_os_str());
+    }
+}

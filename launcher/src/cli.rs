@@ -7,12 +7,22 @@ use std::path::PathBuf;
 pub const HELP: &str = "\
 nix-sandbox-mcp: sandboxed code execution for LLM agents over MCP
 
-Usage: nix-sandbox-mcp [--stdio] [--manifest PATH]... [OPTIONS]
+Usage: nix-sandbox-mcp [--stdio | --http ADDR] [--manifest PATH]... [OPTIONS]
 
   --stdio                   serve MCP on stdin/stdout (the default)
+  --http ADDR               serve MCP over streamable HTTP at http://ADDR/mcp
+                            (HOST:PORT; port 0 picks one, logged on stderr);
+                            each MCP session has sessions of its own
+  --token-file PATH         the bearer token --http requires of every request
+                            (NIX_SANDBOX_TOKEN_FILE when not given)
+  --allow-origin ORIGIN     a browser Origin accepted besides loopback ones
+                            (repeatable); other Origins get 403
   --manifest PATH           an environments manifest; repeatable, a later file
                             adds environments or replaces them by name
-                            (NIX_SANDBOX_MANIFEST, colon-separated, comes first)
+                            (NIX_SANDBOX_MANIFEST, colon-separated, comes first;
+                            the server package adds NIX_SANDBOX_ENVS and
+                            NIX_SANDBOX_DIR sandboxes last, so one named like a
+                            bundled environment replaces it)
   --check                   run a trivial program in every environment, print
                             one line each (ok / FAIL: reason), exit 1 if any fails
   --max-code-bytes N        largest `code` accepted, in bytes (default 1048576)
@@ -30,6 +40,7 @@ pub const DEFAULT_MAX_CODE_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Stdio,
+    Http,
     Check,
     Help,
     Version,
@@ -41,6 +52,10 @@ pub struct Options {
     pub manifests: Vec<PathBuf>,
     pub allow_outside_store: bool,
     pub max_code_bytes: usize,
+    /// `--http ADDR`, `--token-file`, `--allow-origin` (mode [`Mode::Http`]).
+    pub http_addr: Option<String>,
+    pub token_file: Option<PathBuf>,
+    pub allowed_origins: Vec<String>,
 }
 
 /// Parses `args` (without the program name); `env_manifests` is the value of
@@ -56,7 +71,11 @@ pub fn parse(
         manifests: Vec::new(),
         allow_outside_store: false,
         max_code_bytes: DEFAULT_MAX_CODE_BYTES,
+        http_addr: None,
+        token_file: None,
+        allowed_origins: Vec::new(),
     };
+    let mut stdio = false;
     if let Some(list) = env_manifests {
         opts.manifests
             .extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
@@ -65,7 +84,15 @@ pub fn parse(
     let fail = |e: lexopt::Error| e.to_string();
     while let Some(arg) = parser.next().map_err(fail)? {
         match arg {
-            Long("stdio") => {}
+            Long("stdio") => stdio = true,
+            Long("http") => {
+                opts.mode = Mode::Http;
+                opts.http_addr = Some(string(parser.value().map_err(fail)?, "--http")?);
+            }
+            Long("token-file") => opts.token_file = Some(parser.value().map_err(fail)?.into()),
+            Long("allow-origin") => opts
+                .allowed_origins
+                .push(string(parser.value().map_err(fail)?, "--allow-origin")?),
             Long("check") => opts.mode = Mode::Check,
             Long("help") | Short('h') => {
                 return Ok(Options {
@@ -90,7 +117,19 @@ pub fn parse(
             other => return Err(fail(other.unexpected())),
         }
     }
+    if opts.mode == Mode::Http && stdio {
+        return Err("--stdio and --http exclude each other".into());
+    }
+    if opts.mode != Mode::Http && (opts.token_file.is_some() || !opts.allowed_origins.is_empty()) {
+        return Err("--token-file and --allow-origin go with --http".into());
+    }
     Ok(opts)
+}
+
+fn string(value: OsString, flag: &str) -> Result<String, String> {
+    value
+        .into_string()
+        .map_err(|v| format!("invalid value for {flag}: {v:?} is not UTF-8"))
 }
 
 #[cfg(test)]
@@ -132,6 +171,35 @@ mod tests {
             &["--manifest"],
             &["--max-code-bytes", "x"],
             &["extra"],
+        ] {
+            let e = parse(args(bad), None).unwrap_err();
+            assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn http_flags() {
+        let o = parse(
+            args(&[
+                "--http",
+                "127.0.0.1:0",
+                "--token-file",
+                "/run/t",
+                "--allow-origin",
+                "https://a.example",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(o.mode, Mode::Http);
+        assert_eq!(o.http_addr.as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(o.token_file, Some(PathBuf::from("/run/t")));
+        assert_eq!(o.allowed_origins, ["https://a.example"]);
+        for bad in [
+            &["--http", "127.0.0.1:0", "--stdio"][..],
+            &["--token-file", "/run/t"],
+            &["--allow-origin", "https://a.example"],
+            &["--http"],
         ] {
             let e = parse(args(bad), None).unwrap_err();
             assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e}");

@@ -10,8 +10,11 @@ mod check;
 mod cli;
 mod errors;
 mod exec;
+mod http;
 mod limits;
 mod manifest;
+#[cfg(test)]
+mod manifest_fuzz;
 mod mcp;
 mod result;
 mod stdin_eof;
@@ -45,7 +48,7 @@ fn main() -> ExitCode {
     match opts.mode {
         Mode::Help => return print(cli::HELP),
         Mode::Version => return print(&format!("nix-sandbox-mcp {}\n", env!("CARGO_PKG_VERSION"))),
-        Mode::Stdio | Mode::Check => {}
+        Mode::Stdio | Mode::Http | Mode::Check => {}
     }
     init_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -80,7 +83,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    tracing::info!(environments = ?catalog.names(), "serving MCP on stdio");
+    tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
     let config = mcp::Config {
         catalog,
         job_env,
@@ -89,7 +92,18 @@ fn main() -> ExitCode {
         shutdown: CancellationToken::new(),
         host,
     };
-    let served = runtime.block_on(serve_stdio(config));
+    let served = match &opts.http_addr {
+        Some(addr) => {
+            let options = http::Options {
+                addr: addr.clone(),
+                token_file: opts.token_file.clone(),
+                allowed_origins: opts.allowed_origins.clone(),
+                max_body_bytes: max_body_bytes(opts.max_code_bytes),
+            };
+            runtime.block_on(serve_http(options, config))
+        }
+        None => runtime.block_on(serve_stdio(config)),
+    };
     // Dropping the tasks kills every job still running (their guards); a
     // reaper thread stuck on an unkillable process must not hold the exit.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
@@ -117,6 +131,21 @@ async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
     let quit = quit.map_err(|e| format!("the MCP service task failed: {e}"))?;
     tracing::info!(reason = ?quit, "client gone, server stopping");
     Ok(())
+}
+
+/// Serves MCP over HTTP until a signal; each MCP session gets a handler of
+/// its own. Every job still running is killed on the way out.
+async fn serve_http(options: http::Options, config: mcp::Config) -> Result<(), String> {
+    let shutdown = config.shutdown.clone();
+    let served = http::serve(&options, mcp::Server::start(config), shutdown.clone()).await;
+    shutdown.cancel();
+    served
+}
+
+/// The largest HTTP request body: the largest code, every byte escaped as
+/// `\u00XX` in the JSON, and room for the rest of the message.
+fn max_body_bytes(max_code_bytes: usize) -> usize {
+    max_code_bytes.saturating_mul(6).saturating_add(64 * 1024)
 }
 
 /// Removes the launcher's cgroup directories on the way out.

@@ -90,7 +90,7 @@ impl fmt::Display for ManifestError {
 
 /// Every environment that loaded, by name, and the problems of the files
 /// that did not.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Catalog {
     pub envs: BTreeMap<String, Arc<Env>>,
     pub errors: Vec<ManifestError>,

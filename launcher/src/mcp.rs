@@ -74,6 +74,23 @@ impl Server {
         }
     }
 
+    /// A handler for another MCP client (one per MCP session over HTTP):
+    /// it shares the catalog, the probes and the settings, and has state of
+    /// its own (the session table), so clients never see each other's state.
+    /// rmcp's HTTP service also builds one to read a tool's schema: building
+    /// must stay cheap and start nothing.
+    pub fn for_another_client(&self) -> Self {
+        Self {
+            catalog: self.catalog.clone(),
+            probes: Arc::clone(&self.probes),
+            job_env: self.job_env.clone(),
+            max_code_bytes: self.max_code_bytes,
+            shutdown: self.shutdown.clone(),
+            instructions: self.instructions.clone(),
+            tool: self.tool.clone(),
+        }
+    }
+
     /// Routes one `run` call. Sessions (issue 4) branch off here.
     async fn dispatch(&self, args: RunArgs, ct: CancellationToken) -> CallToolResult {
         let env = match self.resolve_env(args.env.as_deref()) {

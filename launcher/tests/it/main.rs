@@ -5,5 +5,6 @@ mod cli;
 mod common;
 mod deadline;
 mod errors;
+mod http;
 mod protocol;
 mod run;

@@ -1,0 +1,479 @@
+//! MCP over streamable HTTP (`--http ADDR`): rmcp's streamable HTTP service
+//! behind a bearer token, served by hyper at `http://ADDR/mcp`.
+//!
+//! - Every request must carry `Authorization: Bearer TOKEN` (the token file
+//!   of `--token-file` or `NIX_SANDBOX_TOKEN_FILE`, compared in constant
+//!   time); without it: 401. There is no way to serve HTTP without a token.
+//! - A request with an `Origin` header naming anything but a loopback origin
+//!   or an `--allow-origin` one gets 403 (rmcp's check, against DNS
+//!   rebinding); clients that send no `Origin` (not browsers) pass. On a
+//!   loopback address the `Host` header must be a loopback name too.
+//! - One handler per MCP session (`Mcp-Session-Id`), made by
+//!   [`mcp::Server::for_another_client`]: a client's interpreter sessions
+//!   live in its MCP session, invisible to every other client.
+//! - A client that goes away in the middle of a call (its response stream
+//!   dropped before the answer) cancels the call, as `notifications/cancelled`
+//!   would: the run's jail is killed at once.
+//! - SIGTERM or SIGINT stops the server; every running job is killed.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use ::http::{Request, Response, StatusCode, header};
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{
+    SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp;
+
+/// The one path the server answers on.
+pub const ENDPOINT: &str = "/mcp";
+
+/// Environment variable naming the token file when `--token-file` is absent.
+pub const TOKEN_FILE_VAR: &str = "NIX_SANDBOX_TOKEN_FILE";
+
+/// Tokens shorter than this work, with a warning.
+const SHORT_TOKEN: usize = 16;
+
+/// Origins a browser on this machine has, allowed by default.
+const LOOPBACK_ORIGINS: [&str; 6] = [
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://localhost:*",
+    "https://127.0.0.1:*",
+    "https://[::1]:*",
+];
+
+type HttpResponse = Response<BoxBody<Bytes, Infallible>>;
+type Rmcp = StreamableHttpService<mcp::Server, LocalSessionManager>;
+
+/// What `--http` needs besides the MCP handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `HOST:PORT`; `localhost` stands for 127.0.0.1.
+    pub addr: String,
+    /// From `--token-file`; `NIX_SANDBOX_TOKEN_FILE` when `None`.
+    pub token_file: Option<PathBuf>,
+    /// Browser origins allowed besides the loopback ones.
+    pub allowed_origins: Vec<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// Parses `HOST:PORT` (an IP address, `[v6]`, or `localhost`).
+pub fn parse_addr(addr: &str) -> Result<SocketAddr, String> {
+    if let Some(port) = addr.strip_prefix("localhost:") {
+        let port = port
+            .parse()
+            .map_err(|e| format!("--http {addr}: bad port: {e}"))?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    addr.parse()
+        .map_err(|e| format!("--http {addr}: not HOST:PORT ({e})"))
+}
+
+/// Reads the bearer token: the file's content without surrounding
+/// whitespace, which must not be empty.
+pub fn read_token(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("the token file {} is empty", path.display()));
+    }
+    if token.len() < SHORT_TOKEN {
+        tracing::warn!(
+            file = %path.display(),
+            "the bearer token is shorter than {SHORT_TOKEN} characters; anyone who can reach the port may guess it"
+        );
+    }
+    Ok(token.to_owned())
+}
+
+/// The token file: `--token-file`, else `NIX_SANDBOX_TOKEN_FILE`.
+pub fn token_file(options: &Options) -> Result<PathBuf, String> {
+    options
+        .token_file
+        .clone()
+        .or_else(|| {
+            std::env::var_os(TOKEN_FILE_VAR)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .ok_or_else(|| {
+            format!("--http needs a bearer token: give --token-file PATH or set {TOKEN_FILE_VAR}")
+        })
+}
+
+/// Serves `prototype`'s environments on `options.addr` until `shutdown`
+/// is cancelled or a signal arrives. Errors when it cannot start.
+pub async fn serve(
+    options: &Options,
+    prototype: mcp::Server,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let addr = parse_addr(&options.addr)?;
+    let token = read_token(&token_file(options)?)?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    if !bound.ip().is_loopback() {
+        tracing::warn!(%bound, "listening on a non-loopback address: reachable from the network, guarded by the token only");
+    }
+    let front = Front::new(options, bound, token, prototype, shutdown.clone());
+    // Tests and scripts read this line to find the port.
+    tracing::info!("listening on http://{bound}{ENDPOINT}");
+    let stop = stop_signal(shutdown.clone());
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let front = front.clone();
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |request| {
+                            let front = front.clone();
+                            async move { Ok::<_, Infallible>(front.answer(request).await) }
+                        });
+                        let connection = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service);
+                        if let Err(e) = connection.await {
+                            tracing::debug!(%peer, error = %e, "connection ended");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+    shutdown.cancel();
+    tracing::info!("server stopping");
+    Ok(())
+}
+
+/// Completes when `shutdown` is cancelled, or on SIGTERM or SIGINT.
+async fn stop_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot watch SIGTERM and SIGINT");
+        return shutdown.cancelled().await;
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+    }
+}
+
+/// What every request passes through before rmcp: the path, the token, and
+/// the body read whole (bounded) to learn the JSON-RPC request id.
+#[derive(Clone)]
+struct Front {
+    token: Arc<str>,
+    rmcp: Rmcp,
+    sessions: Arc<LocalSessionManager>,
+    max_body_bytes: usize,
+}
+
+impl Front {
+    fn new(
+        options: &Options,
+        bound: SocketAddr,
+        token: String,
+        prototype: mcp::Server,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let origins = LOOPBACK_ORIGINS
+            .iter()
+            .map(|o| o.to_string())
+            .chain(options.allowed_origins.iter().cloned());
+        let mut config = StreamableHttpServerConfig::default()
+            .with_allowed_origins(origins)
+            .enforce_origin_validation()
+            .with_cancellation_token(shutdown)
+            .with_max_request_body_bytes(options.max_body_bytes);
+        if !bound.ip().is_loopback() {
+            // Reached by its network name: any Host; the token guards it.
+            config = config.disable_allowed_hosts();
+        }
+        let sessions = Arc::new(LocalSessionManager::default());
+        let rmcp = StreamableHttpService::new(
+            move || Ok(prototype.for_another_client()),
+            Arc::clone(&sessions),
+            config,
+        );
+        Self {
+            token: token.into(),
+            rmcp,
+            sessions,
+            max_body_bytes: options.max_body_bytes,
+        }
+    }
+
+    async fn answer(&self, request: Request<Incoming>) -> HttpResponse {
+        if request.uri().path() != ENDPOINT {
+            return plain(
+                StatusCode::NOT_FOUND,
+                &format!("Not Found: MCP is at {ENDPOINT}"),
+            );
+        }
+        if !authorized(request.headers(), &self.token) {
+            let mut response = plain(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized: send Authorization: Bearer TOKEN",
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"nix-sandbox-mcp\""),
+            );
+            return response;
+        }
+        let (parts, body) = request.into_parts();
+        let body = match Limited::new(body, self.max_body_bytes).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                let too_large = e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some();
+                return if too_large {
+                    plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &format!("Payload Too Large: at most {} bytes", self.max_body_bytes),
+                    )
+                } else {
+                    plain(StatusCode::BAD_REQUEST, "Bad Request: unreadable body")
+                };
+            }
+        };
+        let call = call_in_session(&parts.headers, &body);
+        let response = self
+            .rmcp
+            .handle(Request::from_parts(parts, Full::new(body)))
+            .await;
+        match call {
+            Some((session, request_id)) => {
+                let guard = CancelUnanswered {
+                    sessions: Arc::clone(&self.sessions),
+                    session,
+                    request_id,
+                    answered: false,
+                };
+                response.map(|body| WatchedBody { body, guard }.boxed())
+            }
+            None => response,
+        }
+    }
+}
+
+/// True when `headers` carry `Authorization: Bearer TOKEN` with this token.
+fn authorized(headers: &::http::HeaderMap, token: &str) -> bool {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return false;
+    };
+    let value = value.as_bytes();
+    let scheme = b"bearer ";
+    value.len() > scheme.len()
+        && value[..scheme.len()].eq_ignore_ascii_case(scheme)
+        && constant_time_eq(value[scheme.len()..].trim_ascii(), token.as_bytes())
+}
+
+/// Compares in time that depends on the lengths only, not on where the
+/// first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// The MCP session and JSON-RPC id of a request sent in an MCP session
+/// (one that can be cancelled); `None` for anything else.
+fn call_in_session(headers: &::http::HeaderMap, body: &[u8]) -> Option<(SessionId, Value)> {
+    let session = headers.get("mcp-session-id")?.to_str().ok()?;
+    let message: Value = serde_json::from_slice(body).ok()?;
+    message.get("method")?;
+    let id = message.get("id")?.clone();
+    Some((session.to_owned().into(), id))
+}
+
+fn plain(status: StatusCode, text: &str) -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from(text.to_owned())).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Cancels a request in its MCP session unless its answer was sent whole.
+struct CancelUnanswered {
+    sessions: Arc<LocalSessionManager>,
+    session: SessionId,
+    request_id: Value,
+    answered: bool,
+}
+
+impl Drop for CancelUnanswered {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let cancelled = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": self.request_id, "reason": "the client went away"},
+        });
+        let Ok(message) = serde_json::from_value::<ClientJsonRpcMessage>(cancelled) else {
+            return;
+        };
+        let (sessions, session) = (Arc::clone(&self.sessions), self.session.clone());
+        tracing::info!(session = %session, request = %self.request_id, "client gone mid-call: cancelling it");
+        // Dropped inside the runtime (hyper drops bodies in its tasks).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // An ended session has nothing left to cancel.
+                let _ = sessions.accept_message(&session, message).await;
+            });
+        }
+    }
+}
+
+/// A response body that tells its guard when it was read to the end.
+struct WatchedBody {
+    body: BoxBody<Bytes, Infallible>,
+    guard: CancelUnanswered,
+}
+
+impl Body for WatchedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.guard.answered = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> ::http::HeaderMap {
+        let mut map = ::http::HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn only_the_right_bearer_token_passes() {
+        let token = "s3cret-token-0123456789";
+        assert!(authorized(
+            &headers(&[("authorization", "Bearer s3cret-token-0123456789")]),
+            token
+        ));
+        assert!(authorized(
+            &headers(&[("authorization", "bearer s3cret-token-0123456789 ")]),
+            token
+        ));
+        for bad in [
+            "Bearer s3cret-token-012345678",
+            "Bearer s3cret-token-01234567890",
+            "Basic s3cret-token-0123456789",
+            "Bearer ",
+            "s3cret-token-0123456789",
+        ] {
+            assert!(
+                !authorized(&headers(&[("authorization", bad)]), token),
+                "{bad}"
+            );
+        }
+        assert!(!authorized(&headers(&[]), token));
+    }
+
+    #[test]
+    fn constant_time_eq_compares_whole_slices() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            parse_addr("localhost:8765").unwrap(),
+            "127.0.0.1:8765".parse().unwrap()
+        );
+        assert_eq!(parse_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
+        for bad in ["localhost", "8765", "example.org:80", "127.0.0.1:x"] {
+            assert!(parse_addr(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_token_file_is_trimmed_and_not_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "  abc\n").unwrap();
+        assert_eq!(read_token(&path).unwrap(), "abc");
+        std::fs::write(&path, "\n \n").unwrap();
+        assert!(read_token(&path).unwrap_err().contains("empty"));
+        assert!(read_token(&dir.path().join("nope")).is_err());
+    }
+
+    #[test]
+    fn only_requests_in_a_session_can_be_cancelled() {
+        let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}"#;
+        let in_session = headers(&[("mcp-session-id", "abc")]);
+        let (session, id) = call_in_session(&in_session, call).unwrap();
+        assert_eq!((session.as_ref(), id), ("abc", json!(7)));
+        assert!(call_in_session(&headers(&[]), call).is_none());
+        let notification = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert!(call_in_session(&in_session, notification).is_none());
+        assert!(call_in_session(&in_session, b"not json").is_none());
+    }
+}

@@ -1,0 +1,420 @@
+//! MCP over streamable HTTP (`--http`): the bearer token, the Origin check,
+//! one handler per MCP session, and no process left behind when a client
+//! goes away mid-call or the server is stopped. The client here is a small
+//! one of its own over hyper, so the tests see the HTTP status codes.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+use crate::common::*;
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// The server running with `--http 127.0.0.1:0`.
+struct HttpServer {
+    child: tokio::process::Child,
+    addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+    _token_dir: tempfile::TempDir,
+    _manifests: Vec<Manifest>,
+}
+
+impl HttpServer {
+    async fn start(manifests: Vec<Manifest>, extra: &[&str]) -> Self {
+        let token_dir = tempfile::tempdir().unwrap();
+        let token_file = token_dir.path().join("token");
+        std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.args(["--http", "127.0.0.1:0", "--allow-wrappers-outside-store"])
+            .arg("--token-file")
+            .arg(&token_file)
+            .args(extra);
+        for m in &manifests {
+            cmd.arg("--manifest").arg(&m.path);
+        }
+        cmd.env("RUST_LOG", "info")
+            .env_remove("NIX_SANDBOX_MANIFEST")
+            .env_remove("NIX_SANDBOX_TOKEN_FILE")
+            .env_remove("PROJECT_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("the server starts");
+        let mut stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&log);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let found = eventually(|| listening(&log.lock().unwrap()).is_some()).await;
+        let text = log.lock().unwrap().clone();
+        assert!(found, "the server never said where it listens: {text}");
+        Self {
+            child,
+            addr: listening(&text).unwrap(),
+            stderr: log,
+            _token_dir: token_dir,
+            _manifests: manifests,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn client(&self) -> Client {
+        Client {
+            addr: self.addr,
+            token: Some(TOKEN.into()),
+            origin: None,
+            session: None,
+            next_id: 0,
+        }
+    }
+}
+
+/// The address in the "listening on http://ADDR/mcp" log line.
+fn listening(log: &str) -> Option<SocketAddr> {
+    let rest = log.split("listening on http://").nth(1)?;
+    rest.split("/mcp").next()?.parse().ok()
+}
+
+/// One MCP client: its token, Origin and MCP session.
+struct Client {
+    addr: SocketAddr,
+    token: Option<String>,
+    origin: Option<String>,
+    session: Option<String>,
+    next_id: u64,
+}
+
+/// A response whose body may still be streaming; dropping it closes the
+/// connection.
+struct Reply {
+    status: u16,
+    headers: ::http::HeaderMap,
+    body: Incoming,
+    connection: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        self.connection.abort();
+    }
+}
+
+impl Reply {
+    /// Reads the body to its end.
+    async fn text(mut self) -> String {
+        let mut out = Vec::new();
+        while let Some(frame) = tokio::time::timeout(GUARD, self.body.frame())
+            .await
+            .expect("the body arrives")
+        {
+            if let Ok(data) = frame.expect("the body reads").into_data() {
+                out.extend_from_slice(&data);
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Reads server-sent events until the JSON-RPC message with `id`.
+    async fn message(mut self, id: u64) -> Value {
+        let mut text = String::new();
+        loop {
+            let frame = tokio::time::timeout(GUARD, self.body.frame())
+                .await
+                .expect("the answer arrives")
+                .expect("the stream has the answer")
+                .expect("the body reads");
+            if let Ok(data) = frame.into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+            for line in text.lines() {
+                if let Some(data) = line.strip_prefix("data:")
+                    && let Ok(message) = serde_json::from_str::<Value>(data.trim())
+                    && message["id"] == json!(id)
+                {
+                    return message;
+                }
+            }
+        }
+    }
+}
+
+impl Client {
+    async fn post(&self, body: &Value) -> Reply {
+        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        let connection = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let mut request = ::http::Request::post("/mcp")
+            .header("host", self.addr.to_string())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(token) = &self.token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        if let Some(origin) = &self.origin {
+            request = request.header("origin", origin);
+        }
+        if let Some(session) = &self.session {
+            request = request
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = tokio::time::timeout(GUARD, sender.send_request(request))
+            .await
+            .expect("the server answers")
+            .expect("the request goes through");
+        let (parts, body) = response.into_parts();
+        Reply {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+            connection,
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> (u64, Value) {
+        self.next_id += 1;
+        let id = self.next_id;
+        (
+            id,
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+    }
+
+    /// Sends `initialize`; returns the reply whose status was not 200.
+    async fn try_initialize(&mut self) -> Result<Value, Reply> {
+        let (id, body) = self.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "http-test", "version": "0"}
+            }),
+        );
+        let reply = self.post(&body).await;
+        if reply.status != 200 {
+            return Err(reply);
+        }
+        let session = reply
+            .headers
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert!(
+            session.is_some(),
+            "no Mcp-Session-Id in {:?}",
+            reply.headers
+        );
+        self.session = session;
+        let init = reply.message(id).await;
+        let initialized = self
+            .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        assert_eq!(initialized.status, 202);
+        Ok(init)
+    }
+
+    async fn initialize(&mut self) -> Value {
+        match self.try_initialize().await {
+            Ok(init) => init,
+            Err(reply) => {
+                let status = reply.status;
+                panic!("initialize: HTTP {status}: {}", reply.text().await)
+            }
+        }
+    }
+
+    /// Starts `run`; the reply streams its answer.
+    async fn start_run(&mut self, env: &str, code: &str) -> (u64, Reply) {
+        let (id, body) = self.request(
+            "tools/call",
+            json!({"name": "run", "arguments": {"env": env, "code": code}}),
+        );
+        let reply = self.post(&body).await;
+        assert_eq!(reply.status, 200, "tools/call: HTTP {}", reply.status);
+        (id, reply)
+    }
+
+    /// Calls `run`; returns the tool result's text.
+    async fn run(&mut self, env: &str, code: &str) -> String {
+        let (id, reply) = self.start_run(env, code).await;
+        let message = reply.message(id).await;
+        message["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no text in {message}"))
+            .to_owned()
+    }
+}
+
+#[tokio::test]
+async fn run_needs_the_bearer_token() {
+    let server = HttpServer::start(vec![Manifest::new(&template())], &[]).await;
+
+    let mut anonymous = server.client();
+    anonymous.token = None;
+    let reply = anonymous.try_initialize().await.unwrap_err();
+    assert_eq!(reply.status, 401);
+    assert!(
+        reply.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer"),
+        "{:?}",
+        reply.headers
+    );
+
+    let mut wrong = server.client();
+    wrong.token = Some(format!("{TOKEN}x"));
+    assert_eq!(wrong.try_initialize().await.unwrap_err().status, 401);
+
+    let mut client = server.client();
+    let init = client.initialize().await;
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "nix-sandbox-mcp",
+        "{init}"
+    );
+    assert_eq!(client.run("python", "print(6 * 7)").await, "42\n");
+
+    // A call in a valid MCP session still needs the token.
+    client.token = None;
+    let (_, body) = client.request(
+        "tools/call",
+        json!({"name": "run", "arguments": {"code": "print(1)"}}),
+    );
+    assert_eq!(client.post(&body).await.status, 401);
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_refused() {
+    let server = HttpServer::start(
+        vec![Manifest::new(&template())],
+        &["--allow-origin", "https://agent.example"],
+    )
+    .await;
+    for (origin, want) in [
+        ("http://evil.example", 403),
+        ("https://agent.example.evil", 403),
+        ("null", 403),
+        ("http://localhost:3000", 200),
+        ("http://127.0.0.1:8080", 200),
+        ("https://agent.example", 200),
+    ] {
+        let mut client = server.client();
+        client.origin = Some(origin.into());
+        let status = match client.try_initialize().await {
+            Ok(_) => 200,
+            Err(reply) => reply.status,
+        };
+        assert_eq!(status, want, "Origin: {origin}");
+    }
+    // Refused before any run: the server still serves.
+    let mut client = server.client();
+    client.initialize().await;
+    assert_eq!(client.run("shell", "echo ok").await, "ok\n");
+}
+
+#[tokio::test]
+async fn only_the_mcp_path_is_served() {
+    let server = HttpServer::start(vec![Manifest::new(&template())], &[]).await;
+    let stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = ::http::Request::get("/")
+        .header("host", server.addr.to_string())
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 404);
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_call_leaves_no_process() {
+    let mark = marker("http-gone");
+    // The run's own deadline is far beyond the guard: only the client's
+    // going away can end it in time.
+    let server = HttpServer::start(vec![marked("python", &mark, 600)], &[]).await;
+    let mut client = server.client();
+    client.initialize().await;
+    let (_, reply) = client
+        .start_run(
+            "python",
+            "import time\nprint('started', flush=True)\ntime.sleep(1000)",
+        )
+        .await;
+    wait_running(&mark).await;
+    drop(reply);
+    assert_no_process_left(&mark).await;
+    assert!(
+        server.stderr().contains("client gone mid-call"),
+        "{}",
+        server.stderr()
+    );
+    // The server and the MCP session go on.
+    assert_eq!(client.run("python", "print(3)").await, "3\n");
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_server_and_its_runs() {
+    let mark = marker("http-term");
+    let mut server = HttpServer::start(vec![marked("shell", &mark, 600)], &[]).await;
+    let mut client = server.client();
+    client.initialize().await;
+    let (_, _reply) = client.start_run("shell", "sleep 1000").await;
+    wait_running(&mark).await;
+    let pid = i32::try_from(server.child.id().unwrap()).unwrap();
+    assert!(pid > 1);
+    let pid = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(GUARD, server.child.wait())
+        .await
+        .expect("the server exits")
+        .unwrap();
+    assert!(status.success(), "{status:?}: {}", server.stderr());
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test]
+async fn http_without_a_token_does_not_start() {
+    let manifest = Manifest::new(&template());
+    let output = tokio::process::Command::new(BIN)
+        .args(["--http", "127.0.0.1:0", "--allow-wrappers-outside-store"])
+        .arg("--manifest")
+        .arg(&manifest.path)
+        .env_remove("NIX_SANDBOX_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .output();
+    let output = tokio::time::timeout(GUARD, output).await.unwrap().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--token-file"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}

@@ -31,6 +31,6 @@
     in
     {
       packages.x86_64-linux = tests.packages;
-      inherit (tests) expectations failures;
+      inherit (tests) service expectations failures;
     };
 }

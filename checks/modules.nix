@@ -7,6 +7,8 @@
 #                 nixos-server; and two sandboxes named like bundled presets,
 #                 python-replacement and node-replacement, each with jq, for
 #                 NIX_SANDBOX_DIR and NIX_SANDBOX_ENVS to replace the presets.
+#   service:      how systemd would start the snippet's service, on port 0:
+#                 { ExecStart, environment }, for checks/served.py to run.
 #   expectations: name -> { got, want }: got must equal want (as JSON).
 #   failures:     id -> { title, value, error }: evaluating `value` must fail
 #                 with a message containing `error`.
@@ -101,6 +103,18 @@ in
       ];
     };
   };
+
+  service =
+    let
+      onAnyPort = nixos [
+        ./snippets/nixos.nix
+        { services.nix-sandbox-mcp.listenAddress = "127.0.0.1:0"; }
+      ];
+    in
+    {
+      inherit (onAnyPort.systemd.services.nix-sandbox-mcp.serviceConfig) ExecStart;
+      inherit (onAnyPort.systemd.services.nix-sandbox-mcp) environment;
+    };
 
   expectations = {
     "home-manager: the snippet registers the server in programs.mcp.servers.nix-sandbox and enables programs.mcp" =

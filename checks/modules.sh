@@ -84,7 +84,11 @@ if [ -n "${built[home-server]:-}" ] && [ -n "${built[home-mcp-json]:-}" ]; then
   served home-manager home --mcp-json "${built[home-mcp-json]}"
 fi
 if [ -n "${built[nixos-server]:-}" ]; then
-  served nixos nixos --server "${built[nixos-server]}"
+  if nix eval --json "path:$modules_flake#service" >"$work/nixos-service.json" 2>"$work/nixos-service.log"; then
+    served nixos nixos --server "${built[nixos-server]}" --service "$work/nixos-service.json"
+  else
+    fail "nixos: the service's ExecStart evaluates" "see ${work#"$root"/}/nixos-service.log"
+  fi
 fi
 
 # Runtime environments named like presets replace them (the server package

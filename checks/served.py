@@ -9,9 +9,11 @@ and exits 1 when any test failed.
       the server home-manager registered in ~/.config/mcp/mcp.json (the
       README snippet, checks/snippets/home-manager.nix), started the way a
       client starts it: its command, args and env from that file.
-  served.py nixos --server OUT
+  served.py nixos --server OUT --service FILE
       the server package the NixOS module puts in systemPackages
-      (checks/snippets/nixos.nix).
+      (checks/snippets/nixos.nix) over stdio; then its systemd service as
+      systemd would start it (FILE: { ExecStart, environment } as JSON, %d
+      the credentials directory holding the token), over HTTP.
   served.py template --server OUT
       the server of a flake made by `nix flake init -t`.
   served.py replace --server OUT --python-replacement OUT --node-ref REF
@@ -21,14 +23,19 @@ and exits 1 when any test failed.
 """
 
 import argparse
+import http.client
 import json
 import os
+import queue
+import subprocess
 import sys
 import tempfile
+import threading
+import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e import Failed, McpClient, Suite, call_run, check  # noqa: E402
+from e2e import DEADLINE, Failed, McpClient, Suite, call_run, check  # noqa: E402
 
 DATA_SCIENCE = """
 import numpy as np, pandas as pd
@@ -113,6 +120,129 @@ def nixos(args, suite, scratch):
         suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42")
     finally:
         client.close()
+    service(args, suite, scratch)
+
+
+class HttpMcp:
+    """A minimal MCP client over streamable HTTP (one MCP session)."""
+
+    def __init__(self, url, token):
+        self.url = urllib.parse.urlsplit(url)
+        self.token = token
+        self.session = None
+        self.next_id = 0
+
+    def post(self, message, token=None, origin=None):
+        """(status, headers, JSON-RPC message answering it or None)."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if token or self.token:
+            headers["Authorization"] = f"Bearer {token or self.token}"
+        if origin:
+            headers["Origin"] = origin
+        if self.session:
+            headers["Mcp-Session-Id"] = self.session
+            headers["MCP-Protocol-Version"] = "2025-06-18"
+        connection = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=DEADLINE)
+        try:
+            connection.request("POST", self.url.path, json.dumps(message), headers)
+            response = connection.getresponse()
+            status, got = response.status, dict(response.headers)
+            if status != 200 or "id" not in message:
+                response.read()
+                return status, got, None
+            for line in response:
+                line = line.decode().strip()
+                if line.startswith("data:"):
+                    try:
+                        data = json.loads(line[5:])
+                    except ValueError:
+                        continue
+                    if data.get("id") == message["id"]:
+                        return status, got, data
+            raise Failed(f"the stream ended without an answer to {message['method']}")
+        finally:
+            connection.close()
+
+    def request(self, method, params, **kwargs):
+        self.next_id += 1
+        return self.post({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}, **kwargs)
+
+    def initialize(self):
+        status, headers, answer = self.request("initialize", {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "nix-sandbox-mcp-served", "version": "1"},
+        })
+        check(status == 200 and answer and "result" in answer, f"initialize: HTTP {status}, {answer}")
+        self.session = {k.lower(): v for k, v in headers.items()}.get("mcp-session-id")
+        check(self.session, f"no Mcp-Session-Id in {headers}")
+        status, _, _ = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        check(status == 202, f"notifications/initialized: HTTP {status}")
+
+    def run(self, env, code):
+        status, _, answer = self.request("tools/call", {"name": "run", "arguments": {"env": env, "code": code}})
+        check(status == 200 and answer and "result" in answer, f"tools/call: HTTP {status}, {answer}")
+        result = answer["result"]
+        return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+
+
+def service(args, suite, scratch):
+    unit = json.loads(Path(args.service).read_text())
+    credentials = scratch / "credentials"
+    credentials.mkdir()
+    token = "served-token-0123456789abcdef"
+    (credentials / "token").write_text(token + "\n")
+    state = scratch / "state"
+    state.mkdir()
+    env = {**unit["environment"], "PATH": "/usr/bin:/bin", "HOME": str(state)}
+    argv = [word.replace("%d", str(credentials)) for word in unit["ExecStart"].split(" ")]
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    try:
+        url = None
+        log = []
+
+        def listens():
+            nonlocal url
+            while url is None:
+                try:
+                    line = lines.get(timeout=DEADLINE)
+                except queue.Empty:
+                    raise Failed(f"no 'listening on' line within {DEADLINE} s: {''.join(log)}") from None
+                log.append(line)
+                if "listening on http://" in line:
+                    url = "http://" + line.split("listening on http://", 1)[1].split()[0]
+            check(url.endswith("/mcp"), f"url {url}")
+
+        suite.test("the service's ExecStart serves HTTP with the token from %d/token", listens)
+        if url is None:
+            return
+        client = HttpMcp(url, token)
+
+        def refused_without_token():
+            anonymous = HttpMcp(url, None)
+            status, _, _ = anonymous.request("initialize", {})
+            check(status == 401, f"HTTP {status} without a token")
+            status, _, _ = HttpMcp(url, "wrong-token-0123456789").request("initialize", {})
+            check(status == 401, f"HTTP {status} with a wrong token")
+
+        suite.test("the service answers 401 without the bearer token", refused_without_token)
+
+        def runs():
+            client.initialize()
+            result, text = client.run("data-science", DATA_SCIENCE)
+            check(not result.get("isError") and text.strip() == "42", f"{result}")
+
+        suite.test("the service runs code in data-science over HTTP", runs)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def template(args, suite, scratch):
@@ -168,6 +298,7 @@ def main():
     parser.add_argument("--server")
     parser.add_argument("--python-replacement")
     parser.add_argument("--node-ref")
+    parser.add_argument("--service")
     args = parser.parse_args()
     suite = Suite(args.label)
     with tempfile.TemporaryDirectory(prefix="nsm-served-") as tmp:

@@ -165,6 +165,9 @@ impl RunCgroup {
                         read("cpu.stat").map(|t| Duration::from_micros(keyed(&t, "usage_usec")));
                 }
                 Version::V1 => {
+                    if let Some(ns) = read("cpuacct.usage").and_then(|t| t.trim().parse().ok()) {
+                        s.cpu = Some(Duration::from_nanos(ns));
+                    }
                     if dir.join("memory.limit_in_bytes").exists() {
                         s.memory_limit = number("memory.limit_in_bytes");
                         s.memory_peak =
@@ -311,7 +314,8 @@ fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
     let mut parents = Vec::new();
     let (mut memory, mut pids) = (false, false);
     let mut reasons = Vec::new();
-    for controller in ["pids", "memory"] {
+    // cpuacct only counts (CPU time for the result); pids and memory limit.
+    for controller in ["pids", "memory", "cpuacct"] {
         let is = |list: &str| list.split(',').any(|c| c == controller);
         let Some(path) = own_path(own, is) else {
             reasons.push(format!("no v1 {controller} hierarchy"));
@@ -337,10 +341,14 @@ fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
         parents.push(base);
         match controller {
             "pids" => pids = true,
-            _ => memory = true,
+            "memory" => memory = true,
+            _ => {}
         }
     }
-    if parents.is_empty() {
+    if !memory && !pids {
+        for parent in &parents {
+            let _ = std::fs::remove_dir(parent);
+        }
         return Err(format!("no writable cgroup v1 ({})", reasons.join("; ")));
     }
     Ok(Cgroups {

@@ -9,9 +9,7 @@
 //!   deadline or on cancellation the whole process group is killed.
 //! - A reaper thread waits for the wrapper without reaping it, kills what is
 //!   left of its group while the group id is still certainly ours, then reaps
-//!   it with `wait4`, whose resource usage covers every process of the jail
-//!   that was reaped inside it (bubblewrap reaps its descendants). A
-//!   [`Group`] guard kills the group on every other path, drop included.
+//!   it. A [`Group`] guard kills the group on every other path, drop included.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -23,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 use proto::cap::Cap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -85,20 +83,10 @@ pub enum Exit {
     Unknown,
 }
 
-/// What the jail used, from `wait4`: CPU time of every process reaped in it,
-/// and the largest resident set of one of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Usage {
-    pub cpu: Duration,
-    pub max_rss_bytes: u64,
-}
-
 /// Everything a finished run produced.
 #[derive(Debug)]
 pub struct Outcome {
     pub exit: Exit,
-    /// `None` when the wrapper was not reaped in time.
-    pub usage: Option<Usage>,
     pub timed_out: bool,
     pub cancelled: bool,
     pub stdout: Cap,
@@ -154,13 +142,8 @@ pub async fn run(job: Job<'_>, cancelled: impl Future<Output = ()>) -> io::Resul
         }
     };
     group.kill();
-    let (exit, usage) = match exit {
-        Some((exit, usage)) => (exit, usage),
-        None => (Exit::Unknown, None),
-    };
     Ok(Outcome {
-        exit,
-        usage,
+        exit: exit.unwrap_or(Exit::Unknown),
         timed_out,
         cancelled: was_cancelled,
         stdout: out,
@@ -184,8 +167,8 @@ async fn kill_and_drain(
     }
 }
 
-/// How the wrapper ended and what its jail used.
-type Reaped = (Exit, Option<Usage>);
+/// How the wrapper ended.
+type Reaped = Exit;
 
 type Spawned = (
     Group,
@@ -278,7 +261,7 @@ impl Group {
 
     /// A thread that waits for the leader to exit, kills what is left of its
     /// group while the leader is an unreaped zombie (so the id is still ours),
-    /// reaps it, and reports how it ended and what it used.
+    /// reaps it, and reports how it ended.
     fn start_reaper(&self) -> oneshot::Receiver<Reaped> {
         let (tx, rx) = oneshot::channel();
         let (pgid, reaped) = (self.pgid, Arc::clone(&self.reaped));
@@ -293,20 +276,18 @@ impl Group {
             }
             let mut reaped = reaped.lock().unwrap_or_else(|p| p.into_inner());
             kill_group(pgid);
-            let status = retry_eintr(|| wait4(pid));
+            let status = retry_eintr(|| waitpid(pid, None));
             *reaped = true;
             drop(reaped);
-            let (exit, usage) = match status {
-                Ok((WaitStatus::Exited(_, code), usage)) => (Exit::Code(code), Some(usage)),
-                Ok((WaitStatus::Signaled(_, signal, _), usage)) => {
-                    (Exit::Signal(signal as i32), Some(usage))
-                }
+            let exit = match status {
+                Ok(WaitStatus::Exited(_, code)) => Exit::Code(code),
+                Ok(WaitStatus::Signaled(_, signal, _)) => Exit::Signal(signal as i32),
                 other => {
                     tracing::error!(pgid, status = ?other, "unexpected wait status");
-                    (Exit::Unknown, None)
+                    Exit::Unknown
                 }
             };
-            let _ = tx.send((exit, usage));
+            let _ = tx.send(exit);
         });
         rx
     }
@@ -316,28 +297,6 @@ impl Drop for Group {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Reaps `pid` (blocking) with its resource usage.
-fn wait4(pid: Pid) -> nix::Result<(WaitStatus, Usage)> {
-    let mut status = 0;
-    // SAFETY: rusage is plain data the kernel fills in; both pointers are
-    // to locals that outlive the call.
-    let mut rusage: nix::libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { nix::libc::wait4(pid.as_raw(), &mut status, 0, &mut rusage) };
-    if r < 0 {
-        return Err(Errno::last());
-    }
-    let time = |t: nix::libc::timeval| {
-        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
-    };
-    let usage = Usage {
-        cpu: time(rusage.ru_utime) + time(rusage.ru_stime),
-        // ru_maxrss is in KiB.
-        max_rss_bytes: u64::try_from(rusage.ru_maxrss).unwrap_or(0) * 1024,
-    };
-    Ok((WaitStatus::from_raw(pid, status)?, usage))
 }
 
 /// The only place the launcher sends a signal: SIGKILL to a process group it

@@ -240,24 +240,21 @@ pub struct Hit {
     pub sentence: String,
 }
 
-/// What a run used: from its cgroup when it had one, else from `wait4`.
+/// What a run used, from its cgroup. Nothing is known without one: the
+/// wrapper's `wait4` usage does not cover the jail (bubblewrap's outer
+/// process exits without reaping the pid namespace's init, so the jail's CPU
+/// time and memory never reach it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Used {
     pub cpu: Option<Duration>,
     pub peak_memory: Option<u64>,
-    /// True when `peak_memory` is the whole jail's (cgroup), false when it is
-    /// its largest process' (rusage).
-    pub memory_is_total: bool,
 }
 
 impl Used {
-    pub fn of(outcome: &Outcome, cgroup: Option<&Stats>) -> Self {
-        let rusage = outcome.usage;
-        let cg_peak = cgroup.and_then(|s| s.memory_peak);
+    pub fn of(cgroup: Option<&Stats>) -> Self {
         Self {
-            cpu: cgroup.and_then(|s| s.cpu).or(rusage.map(|u| u.cpu)),
-            peak_memory: cg_peak.or(rusage.map(|u| u.max_rss_bytes)),
-            memory_is_total: cg_peak.is_some(),
+            cpu: cgroup.and_then(|s| s.cpu),
+            peak_memory: cgroup.and_then(|s| s.memory_peak),
         }
     }
 
@@ -268,12 +265,7 @@ impl Used {
             parts.push(format!("CPU {:.2} s", cpu.as_secs_f64()));
         }
         if let Some(bytes) = self.peak_memory {
-            let what = if self.memory_is_total {
-                "memory"
-            } else {
-                "largest process"
-            };
-            parts.push(format!("{what} {} MiB", bytes.div_ceil(MIB)));
+            parts.push(format!("memory {} MiB", bytes.div_ceil(MIB)));
         }
         (!parts.is_empty()).then(|| format!("used: {}", parts.join(", ")))
     }
@@ -352,7 +344,14 @@ pub fn diagnose(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>, used: &Use
             format!("probably hit the memory limit ({} MiB)", l.memory_mb),
         );
     }
-    if said(&["File too large"]) {
+    if said(&["CPU time limit exceeded"]) {
+        return hit(
+            "cpu",
+            false,
+            format!("a process hit the CPU time limit ({} s)", l.cpu_s),
+        );
+    }
+    if said(&["File too large", "File size limit exceeded"]) {
         return hit(
             "file_size",
             false,
@@ -395,7 +394,6 @@ pub fn diagnose(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>, used: &Use
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::Usage;
     use proto::cap::Cap;
     use serde_json::json;
     use std::sync::Arc;
@@ -412,15 +410,11 @@ mod tests {
         env
     }
 
-    fn outcome(exit: Exit, stderr: &str, cpu_s: u64) -> Outcome {
+    fn outcome(exit: Exit, stderr: &str) -> Outcome {
         let mut err = Cap::new(4096);
         err.push(stderr.as_bytes());
         Outcome {
             exit,
-            usage: Some(Usage {
-                cpu: Duration::from_secs(cpu_s),
-                max_rss_bytes: 30 * MIB,
-            }),
             timed_out: false,
             cancelled: false,
             stdout: Cap::new(8),
@@ -430,7 +424,7 @@ mod tests {
     }
 
     fn diag(o: &Outcome, cg: Option<&Stats>) -> Option<Hit> {
-        let used = Used::of(o, cg);
+        let used = Used::of(cg);
         diagnose(&env("python", 1024), o, cg, &used)
     }
 
@@ -440,18 +434,18 @@ mod tests {
             oom_kills: 1,
             ..Stats::default()
         };
-        let h = diag(&outcome(Exit::Code(137), "", 1), Some(&oom)).unwrap();
+        let h = diag(&outcome(Exit::Code(137), ""), Some(&oom)).unwrap();
         assert_eq!((h.limit, h.certain), ("memory", true));
         assert_eq!(h.sentence, "killed: memory limit 1024 MiB");
-        let h = diag(&outcome(Exit::Code(128 + SIGXCPU), "", 60), None).unwrap();
+        let h = diag(&outcome(Exit::Code(128 + SIGXCPU), ""), None).unwrap();
         assert_eq!(h.sentence, "killed: CPU time limit 60 s");
-        let h = diag(&outcome(Exit::Signal(SIGXFSZ), "", 0), None).unwrap();
+        let h = diag(&outcome(Exit::Signal(SIGXFSZ), ""), None).unwrap();
         assert_eq!(h.sentence, "killed: file size limit 256 MiB");
         let forks = Stats {
             pids_refused: 3,
             ..Stats::default()
         };
-        let h = diag(&outcome(Exit::Code(0), "", 0), Some(&forks)).unwrap();
+        let h = diag(&outcome(Exit::Code(0), ""), Some(&forks)).unwrap();
         assert_eq!((h.limit, h.certain), ("processes", true));
     }
 
@@ -467,33 +461,30 @@ mod tests {
                 "processes",
             ),
         ] {
-            let h = diag(&outcome(Exit::Code(1), stderr, 0), None).unwrap();
+            let h = diag(&outcome(Exit::Code(1), stderr), None).unwrap();
             assert_eq!((h.limit, h.certain), (limit, false), "{stderr}");
         }
-        assert_eq!(
-            diag(&outcome(Exit::Code(1), "NameError: x\n", 0), None),
-            None
-        );
+        assert_eq!(diag(&outcome(Exit::Code(1), "NameError: x\n"), None), None);
         // SIGKILL after a minute of CPU: most likely the hard CPU limit.
-        let h = diag(&outcome(Exit::Signal(SIGKILL), "", 61), None).unwrap();
+        let spun = Stats {
+            cpu: Some(Duration::from_secs(61)),
+            ..Stats::default()
+        };
+        let h = diag(&outcome(Exit::Signal(SIGKILL), ""), Some(&spun)).unwrap();
         assert_eq!((h.limit, h.certain), ("cpu", false));
-        assert_eq!(diag(&outcome(Exit::Signal(SIGKILL), "", 1), None), None);
+        assert_eq!(diag(&outcome(Exit::Signal(SIGKILL), ""), None), None);
     }
 
     #[test]
-    fn usage_prefers_the_cgroup() {
-        let o = outcome(Exit::Code(0), "", 2);
-        assert_eq!(
-            Used::of(&o, None).sentence().unwrap(),
-            "used: CPU 2.00 s, largest process 30 MiB"
-        );
+    fn usage_comes_from_the_cgroup_only() {
+        assert_eq!(Used::of(None).sentence(), None);
         let cg = Stats {
             memory_peak: Some(100 * MIB),
             cpu: Some(Duration::from_millis(2500)),
             ..Stats::default()
         };
         assert_eq!(
-            Used::of(&o, Some(&cg)).sentence().unwrap(),
+            Used::of(Some(&cg)).sentence().unwrap(),
             "used: CPU 2.50 s, memory 100 MiB"
         );
     }

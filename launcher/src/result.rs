@@ -13,8 +13,7 @@
 //!   1024 MiB`, `killed: CPU time limit 60 s`, `probably hit the memory limit
 //!   (1024 MiB)` when told from the program's messages; limits.rs);
 //! - when a limit was hit or the code was killed by a signal, what the run
-//!   used: `used: CPU 1.20 s, memory 38 MiB` (the jail's peak from its
-//!   cgroup, or `largest process` from `wait4`);
+//!   used, when the run had a cgroup: `used: CPU 1.20 s, memory 38 MiB`;
 //! - a successful run that printed nothing says `(no output)`.
 //!
 //! `structuredContent` carries the same facts for programs:
@@ -56,7 +55,7 @@ pub fn ran(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>) -> CallToolResu
         Exit::Code(code) => Some(code),
         _ => None,
     };
-    let used = Used::of(outcome, cgroup);
+    let used = Used::of(cgroup);
     let hit = limits::diagnose(env, outcome, cgroup, &used);
     let structured = json!({
         "env": env.name,
@@ -175,7 +174,6 @@ mod tests {
         stderr.push(err);
         Outcome {
             exit,
-            usage: None,
             timed_out: false,
             cancelled: false,
             stdout,

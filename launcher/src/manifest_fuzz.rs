@@ -1,0 +1,233 @@
+//! A property test of the manifest reader (issue 5's fuzz target), a
+//! bounded random loop: good manifests mutated at random (values swapped for
+//! other JSON, fields dropped or added, bytes flipped, cut or inserted) must
+//! never panic the reader, and whatever it accepts must hold contract 1's
+//! rules; whatever it refuses must name the file. It stops after
+//! [`CASES`] cases or [`BUDGET`], whichever comes first (a guard on the
+//! suite's time, not an assertion).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::manifest::read_file;
+
+const CASES: usize = 4000;
+const BUDGET: Duration = Duration::from_secs(10);
+
+/// xorshift64*: reproducible from its seed, which a failure prints.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+fn good() -> Value {
+    json!({
+        "version": 1,
+        "environments": {
+            "python": {
+                "description": "Python 3", "interpreter": "python",
+                "run": ["/nix/store/abc-sandbox-python/bin/sandbox-python", "-"],
+                "session": [],
+                "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 256, "output_bytes": 65536,
+                           "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024},
+                "network": false, "packages": ["python3-3.12.8"],
+                "store_path": "/nix/store/abc-sandbox-python", "nixpkgs_rev": null
+            },
+            "shell": {
+                "description": "Bash", "interpreter": "bash",
+                "run": ["/nix/store/def-sandbox-shell/bin/sandbox-shell", "-c", "source /dev/stdin"],
+                "session": ["/nix/store/def-sandbox-shell/bin/sandbox-shell-session"],
+                "limits": {"timeout_s": 5, "memory_mb": 1, "pids": 1, "output_bytes": 1,
+                           "workspace_mb": 1, "tmp_mb": 1, "cpu_s": 1, "file_mb": 1, "nofile": 1},
+                "network": true, "packages": [],
+                "store_path": "/nix/store/def-sandbox-shell"
+            }
+        }
+    })
+}
+
+/// A random JSON value, sometimes one that is nearly right.
+fn value(rng: &mut Rng, depth: usize) -> Value {
+    let choices = if depth > 2 { 9 } else { 11 };
+    match rng.below(choices) {
+        0 => Value::Null,
+        1 => json!(rng.below(2) == 0),
+        2 => json!(0),
+        3 => json!(-1),
+        4 => json!(u64::MAX),
+        5 => json!(1.5),
+        6 => json!(rng.next() % 100_000),
+        7 => json!(*rng.pick(&[
+            "",
+            "python",
+            "ruby",
+            "/nix/store/x-y/bin/z",
+            "/tmp/run",
+            "relative/run",
+            "/nix/store/../../etc/passwd",
+            "-bad",
+            "a\nb",
+            "\u{0}",
+            "é",
+            "/nix/store",
+        ])),
+        8 => json!("x".repeat(rng.below(300))),
+        9 => Value::Array((0..rng.below(4)).map(|_| value(rng, depth + 1)).collect()),
+        _ => {
+            let mut map = serde_json::Map::new();
+            for _ in 0..rng.below(4) {
+                let key = rng
+                    .pick(&[
+                        "version",
+                        "environments",
+                        "run",
+                        "limits",
+                        "timeout_s",
+                        "x",
+                        "",
+                    ])
+                    .to_string();
+                map.insert(key, value(rng, depth + 1));
+            }
+            Value::Object(map)
+        }
+    }
+}
+
+/// Every (parent, key) path of `v`, to choose where to mutate.
+fn paths(v: &Value, here: Vec<String>, out: &mut Vec<Vec<String>>) {
+    if let Value::Object(map) = v {
+        for (key, child) in map {
+            let mut path = here.clone();
+            path.push(key.clone());
+            out.push(path.clone());
+            paths(child, path, out);
+        }
+    }
+}
+
+fn at<'a>(v: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
+    path.iter().try_fold(v, |v, key| v.get_mut(key))
+}
+
+/// One mutated manifest text.
+fn mutate(rng: &mut Rng) -> Vec<u8> {
+    let mut v = good();
+    for _ in 0..1 + rng.below(3) {
+        let mut all = Vec::new();
+        paths(&v, Vec::new(), &mut all);
+        let path = rng.pick(&all).clone();
+        let (parent, key) = path.split_at(path.len() - 1);
+        let Some(Value::Object(map)) = at(&mut v, parent) else {
+            continue;
+        };
+        match rng.below(4) {
+            0 => {
+                map.remove(&key[0]);
+            }
+            1 => {
+                map.insert(format!("{}x", key[0]), value(rng, 0));
+            }
+            _ => {
+                map.insert(key[0].clone(), value(rng, 0));
+            }
+        }
+    }
+    let mut bytes = v.to_string().into_bytes();
+    if rng.below(3) == 0 {
+        for _ in 0..1 + rng.below(4) {
+            let i = rng.below(bytes.len());
+            match rng.below(3) {
+                0 => bytes[i] = rng.next() as u8,
+                1 => bytes.truncate(i),
+                _ => bytes.insert(i, *rng.pick(b"{}[]\",:0-\\\n\xff")),
+            }
+            if bytes.is_empty() {
+                break;
+            }
+        }
+    }
+    bytes
+}
+
+/// What an accepted environment must be (contract 1).
+fn check_accepted(env: &crate::manifest::Env, seed: u64) {
+    let name = env.name.as_bytes();
+    assert!(
+        !name.is_empty()
+            && name.len() <= 64
+            && name[0].is_ascii_alphanumeric()
+            && name
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(b)),
+        "seed {seed}: accepted the name {:?}",
+        env.name
+    );
+    assert!(!env.run.is_empty(), "seed {seed}: accepted an empty run");
+    for argv in [&env.run, &env.session] {
+        if let Some(program) = argv.first() {
+            let p = Path::new(program);
+            assert!(
+                p.starts_with("/nix/store")
+                    && p.components().count() > 3
+                    && !program.contains(".."),
+                "seed {seed}: accepted the wrapper {program:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn random_manifests_never_panic_and_only_valid_ones_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    let started = Instant::now();
+    let (mut accepted, mut refused) = (0, 0);
+    for case in 0..CASES {
+        if started.elapsed() > BUDGET {
+            break;
+        }
+        let seed = 0x9e37_79b9_7f4a_7c15 ^ (case as u64 + 1);
+        let mut rng = Rng(seed);
+        std::fs::write(&path, mutate(&mut rng)).unwrap();
+        match read_file(&path, false) {
+            Ok(envs) => {
+                accepted += 1;
+                for env in &envs {
+                    check_accepted(env, seed);
+                }
+            }
+            Err(errors) => {
+                refused += 1;
+                assert!(!errors.is_empty(), "seed {seed}: refused without a reason");
+                for e in &errors {
+                    assert!(
+                        e.to_string().starts_with(&path.display().to_string()),
+                        "seed {seed}: {e} does not name the file"
+                    );
+                }
+            }
+        }
+    }
+    // The mutations reach both sides: some stay valid, most do not.
+    assert!(
+        accepted > 0 && refused > accepted,
+        "{accepted} accepted, {refused} refused"
+    );
+}

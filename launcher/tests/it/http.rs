@@ -161,6 +161,10 @@ impl Reply {
 
 impl Client {
     async fn post(&self, body: &Value) -> Reply {
+        self.post_with(body, &[]).await
+    }
+
+    async fn post_with(&self, body: &Value, extra: &[(&str, &str)]) -> Reply {
         let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -182,6 +186,9 @@ impl Client {
             request = request
                 .header("mcp-session-id", session)
                 .header("mcp-protocol-version", "2025-06-18");
+        }
+        for (name, value) in extra {
+            request = request.header(*name, *value);
         }
         let request = request
             .body(Full::new(Bytes::from(body.to_string())))
@@ -380,6 +387,58 @@ async fn a_client_gone_mid_call_leaves_no_process() {
     );
     // The server and the MCP session go on.
     assert_eq!(client.run("python", "print(3)").await, "3\n");
+}
+
+/// A `run` call of the 2026-07-28 revision: no `initialize`, no MCP
+/// session, the lifecycle in the request's `_meta`.
+fn stateless_run(id: u64, code: &str) -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {
+            "name": "run",
+            "arguments": {"env": "python", "code": code},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "http-test", "version": "0"}
+            }
+        }
+    })
+}
+
+const STATELESS_HEADERS: [(&str, &str); 3] = [
+    ("mcp-protocol-version", "2026-07-28"),
+    ("mcp-method", "tools/call"),
+    ("mcp-name", "run"),
+];
+
+#[tokio::test]
+async fn a_stateless_request_runs_and_is_cancelled_when_its_client_goes() {
+    let mark = marker("http-stateless");
+    let server = HttpServer::start(vec![marked("python", &mark, 600)], &[]).await;
+    let client = server.client();
+    let reply = client
+        .post_with(&stateless_run(1, "print(6 * 7)"), &STATELESS_HEADERS)
+        .await;
+    assert_eq!(reply.status, 200);
+    let message = reply.message(1).await;
+    assert_eq!(message["result"]["content"][0]["text"], "42\n", "{message}");
+
+    // Its answer (and so the HTTP status) comes only when the run ends: the
+    // client goes away while it waits for the response head.
+    let waiting = tokio::spawn(async move {
+        client
+            .post_with(
+                &stateless_run(2, "import time\ntime.sleep(1000)"),
+                &STATELESS_HEADERS,
+            )
+            .await
+            .status
+    });
+    wait_running(&mark).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    assert_no_process_left(&mark).await;
 }
 
 #[tokio::test]

@@ -65,6 +65,13 @@
           inherit (self.lib) mkSandbox;
           packages = self.packages.${system};
         }
+        # The HTTP service in a NixOS VM (needs KVM).
+        // lib.optionalAttrs (system == "x86_64-linux") {
+          nixos-service = import ./checks/nixosService.nix {
+            inherit pkgs;
+            module = self.nixosModules.default;
+          };
+        }
       );
 
       devShells = forAllSystems (

@@ -91,6 +91,16 @@ if [ -n "${built[nixos-server]:-}" ]; then
   fi
 fi
 
+# The NixOS VM test (nixosService.nix) needs nixpkgs and KVM; here its
+# test script must at least compile.
+vm_test="(import $root/checks/nixosService.nix { pkgs = { testers.runNixOSTest = test: test; curl = null; }; module = { }; }).testScript"
+if nix eval --raw --impure --expr "$vm_test" >"$work/nixos-vm-test.py" 2>"$work/nixos-vm-test.log" &&
+  /usr/bin/python3 -m py_compile "$work/nixos-vm-test.py" 2>>"$work/nixos-vm-test.log"; then
+  ok "nixos: the VM test's script (checks/nixosService.nix) compiles"
+else
+  fail "nixos: the VM test's script (checks/nixosService.nix) compiles" "see ${work#"$root"/}/nixos-vm-test.log"
+fi
+
 # Runtime environments named like presets replace them (the server package
 # built by checks/run from this flake).
 if [ -n "${built[python-replacement]:-}" ] && [ -n "${built[default]:-}" ]; then

@@ -16,4 +16,5 @@
   ];
   RestrictNamespaces = false;
   PrivateUsers = false;
+  Delegate = true;
 }

@@ -10,7 +10,9 @@
 # fresh proc in the jail's pid namespace, which the kernel refuses when parts
 # of the outer /proc are hidden: so no ProtectKernelTunables,
 # ProtectKernelLogs, ProtectProc or ProcSubset). HOME is a StateDirectory:
-# jail.nix writes its fake passwd under ~/.local/share/jail.nix.
+# jail.nix writes its fake passwd under ~/.local/share/jail.nix. Delegate
+# gives the launcher the cgroup it enforces memory and process limits with
+# (so no ProtectControlGroups either).
 sandboxLib:
 { config, lib, ... }:
 let
@@ -136,6 +138,9 @@ in
           ];
           RestrictNamespaces = false;
           PrivateUsers = false;
+          # A cgroup v2 subtree of its own: the launcher makes one cgroup
+          # per run in it, which enforces memory_mb and pids.
+          Delegate = true;
           LockPersonality = true;
           RestrictRealtime = true;
           RestrictSUIDSGID = true;

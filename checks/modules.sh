@@ -4,6 +4,7 @@
 # builds; uses its ok, fail, build, log_tail, store_path, $root, $work and
 # $override.
 #
+# 0. README.md shows each README snippet (checks/snippets/) verbatim.
 # 1. checks/modules-flake.nix, a user's flake over this checkout, evaluates
 #    the README snippets (checks/snippets/) and more configurations with
 #    lib.evalModules (checks/modules.nix): every `expectations` entry must
@@ -40,6 +41,20 @@ served() {
     fail "served.py $label" "exited with status $status"
   fi
 }
+
+# The README shows the snippets these tests evaluate, verbatim.
+for snippet in home-manager nixos; do
+  name="README.md shows checks/snippets/$snippet.nix verbatim"
+  if [ ! -f "$root/README.md" ]; then
+    echo "skip - $name: there is no README.md"
+    skipped=$((skipped + 1))
+  elif python3 -c 'import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())' \
+    "$root/README.md" "$root/checks/snippets/$snippet.nix"; then
+    ok "$name"
+  else
+    fail "$name" "paste it whole into a nix code block (the README's snippets are the ones tested)"
+  fi
+done
 
 modules_flake=$work/modules-flake
 mkdir -p "$modules_flake"

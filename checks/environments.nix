@@ -1,8 +1,21 @@
 # Takes pkgs and lib.mkSandbox; returns the end-to-end tests' own
-# environments: `custom`, a Python with jq added and small tmpfs limits, and
-# `online`, the same with network = true.
+# environments: `custom`, a Python with jq added and small tmpfs limits,
+# `online`, the same with network = true, and the adversarial suite's
+# `tight-python` and `tight-shell`, with limits small enough to hit fast.
 { pkgs, mkSandbox }:
 let
+  # Files hit file_mb in /workspace and the tmpfs size in /tmp.
+  tight = {
+    timeout_s = 20;
+    memory_mb = 256;
+    pids = 64;
+    cpu_s = 3;
+    file_mb = 32;
+    nofile = 128;
+    tmp_mb = 16;
+    workspace_mb = 64;
+    output_bytes = 16384;
+  };
   custom = {
     name = "custom";
     interpreter = "python";
@@ -26,4 +39,19 @@ in
       network = true;
     }
   );
+  tight-python = mkSandbox pkgs {
+    name = "tight-python";
+    interpreter = "python";
+    packages = [ pkgs.python3 ];
+    limits = tight;
+  };
+  tight-shell = mkSandbox pkgs {
+    name = "tight-shell";
+    interpreter = "bash";
+    packages = with pkgs; [
+      bash
+      coreutils
+    ];
+    limits = tight;
+  };
 }

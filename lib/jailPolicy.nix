@@ -27,6 +27,8 @@ lib.optional environment.network c.network
 ++ [
   # jail.nix always passes --unshare-user, which --disable-userns needs.
   (c.unsafe-add-raw-args "--disable-userns")
+  # The caller's key descriptions (keyctl itself is denied by seccomp).
+  (c.unsafe-add-raw-args "--ro-bind /dev/null /proc/keys --ro-bind /dev/null /proc/key-users")
   (c.set-env "LANG" "C.UTF-8")
   (c.set-env "LC_ALL" "C.UTF-8")
   (c.set-env "TERM" (c.noescape "\"\${TERM:-dumb}\""))

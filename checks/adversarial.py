@@ -1,0 +1,662 @@
+#!/usr/bin/env python3
+"""The adversarial suite (issue 5): attacks on the Nix-built server and jails.
+
+Run by checks/run after e2e.py, once as root and once as an unprivileged
+user, against the server package and the `tight-python` / `tight-shell`
+environments of checks/environments.nix (small limits, served through
+NIX_SANDBOX_DIR). Each case states what must happen and checks it; after
+each, the server must still answer and no process of the run may remain
+(nothing in the safety-net cgroup but this script and the server, no run
+cgroup left). Prints `ok - LABEL: adversarial: ...`, `FAIL - ...` lines like
+e2e.py and exits 1 when one failed.
+
+SAFETY: bombs run only inside a safety net: this process must be in a
+cgroup v1 pids cgroup with pids.max of at most 4096 (and, when it is root,
+it makes one itself together with a memory cgroup of 4 GiB); every bomb is
+bounded by the environment's timeout. Network tests use only the loopback,
+an abstract Unix socket, and (as root) two network namespaces this script
+makes and removes, with 10.x addresses inside them; nothing is ever sent
+to any other address.
+
+  adversarial.py --label root --server OUT --tight-python OUT --tight-shell OUT [--runs N]
+"""
+
+import argparse
+import ctypes
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e import DEADLINE, Failed, McpClient, Suite, check  # noqa: E402
+
+SAFETY_PIDS = 4096
+SAFETY_MEMORY = 4 << 30
+SECRET = "adversarial-secret-that-must-not-leak"
+MIB = 1 << 20
+
+
+# --- the safety net --------------------------------------------------------
+
+
+def own_cgroup(controller):
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+def safety_net():
+    """Puts this process in a pids (and memory) cgroup of its own when root;
+    returns the pids cgroup directory, or raises when there is no net."""
+    if os.geteuid() == 0:
+        made = []
+        for controller, limit_file, limit in [
+            ("pids", "pids.max", SAFETY_PIDS),
+            ("memory", "memory.limit_in_bytes", SAFETY_MEMORY),
+        ]:
+            base = Path(f"/sys/fs/cgroup/{controller}") / own_cgroup(controller).lstrip("/")
+            net = base / f"nsm-adversarial.{os.getpid()}"
+            net.mkdir()
+            (net / limit_file).write_text(str(limit))
+            (net / "cgroup.procs").write_text(str(os.getpid()))
+            made.append(net)
+        return made
+    path = own_cgroup("pids")
+    limit_file = Path("/sys/fs/cgroup/pids") / (path or "/").lstrip("/") / "pids.max"
+    try:
+        limit = int(limit_file.read_text())
+    except (OSError, ValueError):
+        raise SystemExit(f"adversarial.py: no safety net: {limit_file} has no pids limit; "
+                         "checks/run puts the unprivileged run in one") from None
+    if limit > SAFETY_PIDS:
+        raise SystemExit(f"adversarial.py: the safety net allows {limit} processes, over {SAFETY_PIDS}")
+    return []
+
+
+def net_pids():
+    """Every process in this script's pids cgroup and below it."""
+    top = Path("/sys/fs/cgroup/pids") / own_cgroup("pids").lstrip("/")
+    pids = set()
+    for procs in top.rglob("cgroup.procs"):
+        try:
+            pids |= {int(p) for p in procs.read_text().split()}
+        except OSError:
+            pass
+    return pids
+
+
+def remove_net(made):
+    for net in made:
+        (net.parent / "cgroup.procs").write_text(str(os.getpid()))
+    for net in made:
+        for _ in range(50):
+            try:
+                net.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+# --- the server -------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, server, sandbox_dir, project, scratch):
+        env = {
+            "HOME": os.environ["HOME"],
+            "PATH": "/usr/bin:/bin",
+            "NIX_SANDBOX_DIR": str(sandbox_dir),
+            "PROJECT_DIR": str(project),
+            "NSM_ADVERSARIAL_SECRET": SECRET,
+            "TMPDIR": str(scratch),
+        }
+        self.client = McpClient([server + "/bin/nix-sandbox-mcp", "--stdio"], env)
+        self.pid = self.client.proc.pid
+        init = self.client.request("initialize", {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "nix-sandbox-mcp-adversarial", "version": "1"},
+        })
+        self.instructions = init.get("instructions", "")
+        self.client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def run(self, env, code):
+        result = self.client.request("tools/call", {"name": "run", "arguments": {"env": env, "code": code}})
+        text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+        return result, text, result.get("structuredContent") or {}
+
+    def run_many(self, env, code, count, window=4):
+        """`count` calls, `window` at a time; every result."""
+        results, next_id = [], self.client.next_id
+        pending = {}
+        sent = 0
+        while sent < count or pending:
+            while sent < count and len(pending) < window:
+                next_id += 1
+                pending[next_id] = sent
+                self.client.send({"jsonrpc": "2.0", "id": next_id, "method": "tools/call",
+                                  "params": {"name": "run", "arguments": {"env": env, "code": code}}})
+                sent += 1
+            line = self.client.lines.get(timeout=DEADLINE)
+            if line is None:
+                raise Failed("the server closed stdout")
+            message = json.loads(line)
+            if message.get("id") in pending:
+                del pending[message["id"]]
+                results.append(message.get("result") or message)
+        self.client.next_id = next_id
+        return results
+
+    def rss_kib(self):
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise Failed("no VmRSS")
+
+    def fds(self):
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def close(self):
+        self.client.close()
+
+
+# --- what every case must leave behind ----------------------------------------
+
+
+def run_cgroups(server_pid):
+    """Run cgroups of the server still present (root, cgroup v1)."""
+    found = []
+    for controller in ("pids", "memory"):
+        base = Path(f"/sys/fs/cgroup/{controller}")
+        for d in base.rglob(f"nix-sandbox-mcp.{server_pid}"):
+            found += [p for p in d.iterdir() if p.is_dir()]
+    return found
+
+
+def after_each(server, expected):
+    """The server answers; nothing of the run is left."""
+    result, text, _ = server.run("tight-python", "print('alive')")
+    check(not result.get("isError") and text == "alive\n", f"the server no longer runs code: {result}")
+    deadline = time.monotonic() + 10
+    while True:
+        left = net_pids() - expected
+        cgroups = run_cgroups(server.pid)
+        if not left and not cgroups:
+            return
+        if time.monotonic() > deadline:
+            described = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in left if Path(f"/proc/{p}").exists()}
+            raise Failed(f"left behind: processes {described}, cgroups {cgroups}")
+        time.sleep(0.1)
+
+
+# --- the cases ------------------------------------------------------------------
+
+
+def limit_of(structured):
+    return (structured.get("limit") or {}).get("name")
+
+
+def c_fork_bomb(s, tight):
+    """A fork bomb is stopped at the process limit; the host is untouched."""
+    for env, code in [
+        # Each bombs for 4 seconds, then the program ends (and the jail with it).
+        ("tight-shell", "b() { b | b & }; b; sleep 4"),
+        ("tight-python", (
+            "import os, sys, time\ntop, end, err = os.getpid(), time.time() + 4, None\n"
+            "while time.time() < end:\n    try:\n        os.fork()\n    except OSError as e:\n        err = e\n"
+            "if os.getpid() == top:\n    print(f'{type(err).__name__}: {err}', file=sys.stderr)\n"
+        )),
+    ]:
+        result, text, st = s.run(env, code)
+        check(limit_of(st) == "processes", f"{env}: not stopped by the process limit: {st} {text[-300:]}")
+        check("processes" in text.splitlines()[-2] + text.splitlines()[-1],
+              f"{env}: the result does not say so: {text[-300:]}")
+    peak = Path("/sys/fs/cgroup/pids") / own_cgroup("pids").lstrip("/") / "pids.peak"
+    if peak.exists():
+        check(int(peak.read_text()) < tight["pids"] * 2 + 32,
+              f"the safety net saw {peak.read_text().strip()} processes: the limit of {tight['pids']} did not hold")
+
+
+def c_memory_bomb(s, tight):
+    """Allocating until killed ends at the memory limit, said so."""
+    code = "a = []\nwhile True:\n    a.append(bytearray(16 << 20))\n"
+    result, text, st = s.run("tight-python", code)
+    check(result.get("isError") and not st.get("timed_out"), f"{st} {text[-300:]}")
+    check(limit_of(st) == "memory", f"not reported as the memory limit: {st} {text[-300:]}")
+    check(f"memory limit" in text and str(tight["memory_mb"]) in text, f"{text[-300:]}")
+    peak = st.get("peak_memory_bytes")
+    check(peak is None or peak <= (tight["memory_mb"] + 16) * MIB, f"peak memory {peak} over the limit")
+
+
+def c_big_files(s, tight):
+    """10 GB into /workspace stops at file_mb, into /tmp at the tmpfs size."""
+    for where, most, limit in [("/workspace", tight["file_mb"], "file_size"), ("/tmp", tight["tmp_mb"], "disk")]:
+        code = f"head -c 10G /dev/zero > {where}/big; echo size=$(stat -c %s {where}/big)"
+        result, text, st = s.run("tight-shell", code)
+        sizes = [int(l.split("=")[1]) for l in text.splitlines() if l.startswith("size=")]
+        check(sizes and sizes[0] <= most * MIB, f"{where}: {text[-300:]}")
+        check(limit_of(st) == limit, f"{where}: not reported as {limit}: {st} {text[-300:]}")
+
+
+def c_cpu_threads(s, tight):
+    """Four threads spinning end at the CPU time limit, not the deadline."""
+    code = (
+        "import threading\n"
+        "def spin():\n    while True:\n        pass\n"
+        "for _ in range(4):\n    threading.Thread(target=spin, daemon=True).start()\n"
+        "threading.Event().wait()\n"
+    )
+    result, text, st = s.run("tight-python", code)
+    check(result.get("isError") and not st.get("timed_out"), f"{st} {text[-300:]}")
+    check(limit_of(st) == "cpu" and f"CPU time limit {tight['cpu_s']} s" in text, f"{st} {text[-300:]}")
+    if os.geteuid() == 0:
+        # Root here has cgroups: the result reports the jail's CPU time.
+        check(st.get("cpu_ms") is not None and st["cpu_ms"] >= tight["cpu_s"] * 1000 * 0.9,
+              f"CPU {st.get('cpu_ms')} ms")
+    else:
+        # Without a cgroup the launcher cannot see the jail's usage and says nothing.
+        check(st.get("cpu_ms") is None and "used:" not in text, f"{st} {text[-200:]}")
+
+
+def c_flood(s, tight):
+    """50 MB on stdout and on stderr: capped, the server's memory stays flat."""
+    before = s.rss_kib()
+    code = "import sys\nchunk = 'x' * 65536 + '\\n'\nfor _ in range(800):\n    sys.stdout.write(chunk)\n    sys.stderr.write(chunk)\n"
+    result, text, st = s.run("tight-python", code)
+    check(st.get("stdout_dropped_bytes", 0) > 40 * MIB and st.get("stderr_dropped_bytes", 0) > 40 * MIB, f"{st}")
+    check(len(text) < 4 * tight["output_bytes"] + 1024, f"the result is {len(text)} characters")
+    check(s.rss_kib() - before < 16 * 1024, f"the server grew from {before} to {s.rss_kib()} KiB")
+
+
+def c_open_files(s, tight):
+    """10,000 open files stop at nofile."""
+    code = (
+        "files = []\n"
+        "try:\n    for _ in range(10000):\n        files.append(open('/dev/null'))\n"
+        "except OSError as e:\n    print(len(files), e.errno)\n    raise\n"
+    )
+    result, text, st = s.run("tight-python", code)
+    first = text.splitlines()[0].split()
+    check(int(first[0]) < tight["nofile"] and int(first[1]) == errno.EMFILE, text[-300:])
+    check(limit_of(st) == "open_files", f"{st}")
+
+
+def c_recursion(s, tight):
+    """A deep recursion crashes the program, not the server."""
+    code = "import sys\nsys.setrecursionlimit(10**9)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n"
+    result, text, st = s.run("tight-python", code)
+    check(result.get("isError") and not st.get("timed_out"), f"{st} {text[-300:]}")
+    result, text, st = s.run("tight-shell", "f() { f; }; f")
+    check(result.get("isError") and not st.get("timed_out"), f"shell: {st} {text[-300:]}")
+
+
+HOST_FILES = r"""
+import json, os, sys
+seen = {}
+for p in sys.argv[1:]:
+    try:
+        if os.path.isdir(p):
+            seen[p] = sorted(os.listdir(p))
+        else:
+            seen[p] = open(p, 'rb').read(200).decode('latin1')
+    except OSError as e:
+        seen[p] = 'errno %d' % e.errno
+procs = [p for p in os.listdir('/proc') if p.isdigit()]
+environs = ''
+for p in procs:
+    try:
+        environs += open('/proc/%s/environ' % p, 'rb').read().decode('latin1')
+        environs += open('/proc/%s/cmdline' % p, 'rb').read().decode('latin1')
+    except OSError:
+        pass
+print(json.dumps({'seen': seen, 'procs': procs, 'environs': environs}))
+"""
+
+
+def c_host_files(s, secret_file):
+    """/etc/shadow, /root, /home/*, the server's environment and the host's
+    processes are out of sight."""
+    paths = ["/etc/shadow", "/root", "/home", str(secret_file), f"/proc/{s.pid}/environ", "/proc/1/environ"]
+    code = HOST_FILES.replace("sys.argv[1:]", repr(paths))
+    result, text, _ = s.run("tight-python", code)
+    got = json.loads(text)
+    seen = got["seen"]
+    check(seen["/etc/shadow"].startswith("errno"), f"/etc/shadow: {seen['/etc/shadow'][:60]!r}")
+    check(seen["/root"] in ([], "errno 2"), f"/root: {seen['/root']}")
+    check(set(seen["/home"]) <= {"sandbox", Path(os.environ["HOME"]).name}, f"/home: {seen['/home']}")
+    check(seen[str(secret_file)].startswith("errno"), "a host file outside the jail was read")
+    check(SECRET not in json.dumps(got), "the server's secret environment reached the jail")
+    check(len(got["procs"]) < 10, f"the jail sees {len(got['procs'])} processes: {got['procs']}")
+    check("--stdio" not in got["environs"], "the server's process is visible in the jail")
+
+
+def c_signal_host(s, runner_pid):
+    """Signalling a host process fails; the host process gets nothing."""
+    received = []
+    old = signal.signal(signal.SIGUSR1, lambda *_: received.append(1))
+    try:
+        code = f"import os\ntry:\n    os.kill({runner_pid}, 10)\n    print('sent')\nexcept OSError as e:\n    print('errno', e.errno)\n"
+        _, text, _ = s.run("tight-python", code)
+        time.sleep(0.2)
+        check(text.strip() == f"errno {errno.ESRCH}", f"kill of a host pid: {text!r}")
+        check(not received, "the host process got the signal")
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+
+
+def c_project(s, project, outside):
+    """The project mount is read-only; a symlink planted in it does not lead out."""
+    code = (
+        "import os\n"
+        "for p in ['/project/new.txt', '/project/readme.txt']:\n"
+        "    try:\n        open(p, 'a').write('x')\n        print('wrote', p)\n"
+        "    except OSError as e:\n        print('errno', e.errno)\n"
+        "for p in ['/project/escape/secret.txt', '/project/etc-link/shadow']:\n"
+        "    try:\n        print('read', open(p).read()[:40])\n"
+        "    except OSError as e:\n        print('errno', e.errno)\n"
+    )
+    _, text, _ = s.run("tight-python", code)
+    lines = text.splitlines()
+    check(lines[:2] == [f"errno {errno.EROFS}"] * 2, f"writing into the project: {lines[:2]}")
+    check(all(l.startswith("errno") for l in lines[2:4]), f"a symlink led out of the project: {lines[2:4]}")
+    check(not (project / "new.txt").exists() and (project / "readme.txt").read_text() == "readme",
+          "the host's project changed")
+    check(SECRET not in text, "the secret behind the symlink was read")
+
+
+NET_PROBE = r"""
+import json, socket, errno
+out = {}
+def attempt(name, fn):
+    try:
+        out[name] = fn()
+    except OSError as e:
+        out[name] = 'errno %s' % e.errno
+    except Exception as e:
+        out[name] = type(e).__name__
+def tcp(addr):
+    s = socket.socket(); s.settimeout(3); s.connect(addr); return s.recv(16).decode()
+def udp(addr):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1)
+    s.sendto(b'ping', addr); return s.recv(16).decode()
+def abstract(name):
+    s = socket.socket(socket.AF_UNIX); s.connect(name); return s.recv(16).decode()
+attempt('tcp_loopback', lambda: tcp(('127.0.0.1', TCP_PORT)))
+attempt('udp_loopback', lambda: udp(('127.0.0.1', UDP_PORT)))
+attempt('tcp_netns', lambda: tcp(('NETNS_ADDR', NETNS_PORT)))
+attempt('dns', lambda: socket.getaddrinfo('example.com', 80))
+attempt('raw', lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) and 'opened')
+attempt('packet', lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW) and 'opened')
+attempt('abstract', lambda: abstract(ABSTRACT))
+attempt('interfaces', lambda: sorted(n for _, n in socket.if_nameindex()))
+print(json.dumps(out))
+"""
+
+
+class Listeners:
+    """TCP and UDP on the host's loopback, an abstract Unix socket, and (as
+    root) a TCP listener in a network namespace of this script's own."""
+
+    def __init__(self, label):
+        self.hits = []
+        self.stop = threading.Event()
+        self.tcp = socket.socket()
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(8)
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.abstract_name = f"\0nsm-adversarial-{os.getpid()}"
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.unix.bind(self.abstract_name)
+        self.unix.listen(8)
+        for sock in (self.tcp, self.udp, self.unix):
+            sock.settimeout(0.2)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+        self.netns = None
+        if os.geteuid() == 0 and subprocess.run(["which", "ip"], capture_output=True).returncode == 0:
+            self._netns()
+
+    def _serve(self, sock):
+        while not self.stop.is_set():
+            try:
+                if sock.type == socket.SOCK_DGRAM:
+                    data, peer = sock.recvfrom(16)
+                    self.hits.append(("udp", data))
+                    sock.sendto(b"pong", peer)
+                else:
+                    conn, _ = sock.accept()
+                    self.hits.append(("stream", sock.family))
+                    with conn:
+                        conn.sendall(b"hello")
+            except OSError:
+                continue
+
+    def _netns(self):
+        """Two namespaces of our own joined by a veth pair (10.77.0.1 and
+        .2, only inside them); a listener on .1, reachable from the other."""
+        tag = os.getpid() % 100000
+        self.netns = (f"nsm-adv-a{tag}", f"nsm-adv-b{tag}")
+        a, b = self.netns
+        run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True)
+        run("ip", "netns", "add", a)
+        run("ip", "netns", "add", b)
+        run("ip", "-n", a, "link", "add", "veth-a", "type", "veth", "peer", "name", "veth-b", "netns", b)
+        run("ip", "-n", a, "addr", "add", "10.77.0.1/30", "dev", "veth-a")
+        run("ip", "-n", b, "addr", "add", "10.77.0.2/30", "dev", "veth-b")
+        for ns, dev in [(a, "veth-a"), (b, "veth-b")]:
+            run("ip", "-n", ns, "link", "set", dev, "up")
+            run("ip", "-n", ns, "link", "set", "lo", "up")
+        server = ("import socket\ns = socket.socket(); s.bind(('10.77.0.1', 7777)); s.listen(8)\n"
+                  "while True:\n    c, _ = s.accept(); c.sendall(b'hello'); c.close()\n")
+        self.netns_server = subprocess.Popen(["ip", "netns", "exec", a, "/usr/bin/python3", "-c", server])
+        # The listener works: reachable from the other namespace of ours.
+        probe = ("import socket, time\nfor _ in range(50):\n    try:\n"
+                 "        s = socket.create_connection(('10.77.0.1', 7777), timeout=2); print(s.recv(16).decode()); break\n"
+                 "    except OSError:\n        time.sleep(0.1)\n")
+        got = subprocess.run(["ip", "netns", "exec", b, "/usr/bin/python3", "-c", probe],
+                             capture_output=True, text=True, timeout=30)
+        check(got.stdout.strip() == "hello", f"the netns listener is not reachable even from its peer: {got}")
+
+    def close(self):
+        self.stop.set()
+        for sock in (self.tcp, self.udp, self.unix):
+            sock.close()
+        if self.netns:
+            self.netns_server.kill()
+            self.netns_server.wait()
+            for ns in self.netns:
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def c_network(s, listeners):
+    """TCP and UDP to the host's loopback and to a network namespace of ours,
+    DNS, raw and packet sockets, an abstract Unix socket: none gets through."""
+    code = (NET_PROBE.replace("TCP_PORT", str(listeners.tcp.getsockname()[1]))
+            .replace("UDP_PORT", str(listeners.udp.getsockname()[1]))
+            .replace("NETNS_ADDR", "10.77.0.1").replace("NETNS_PORT", "7777")
+            .replace("ABSTRACT", repr(listeners.abstract_name)))
+    before = len(listeners.hits)
+    _, text, _ = s.run("tight-python", code)
+    got = json.loads(text)
+    for name in ["tcp_loopback", "udp_loopback", "tcp_netns", "raw", "packet", "abstract"]:
+        check(str(got[name]).startswith("errno") or got[name] == "timeout", f"{name}: {got[name]}")
+    check(got["dns"] in ("gaierror",) or str(got["dns"]).startswith("errno"), f"dns: {got['dns']}")
+    check(got["interfaces"] == ["lo"], f"interfaces {got['interfaces']}")
+    time.sleep(0.3)
+    check(len(listeners.hits) == before, f"a host listener was reached: {listeners.hits[before:]}")
+
+
+ESCAPES = r"""
+import ctypes, json, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def sys_(name, nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    out[name] = 0 if r != -1 else ctypes.get_errno()
+out = {}
+sys_('unshare_user', 272, 0x10000000)
+sys_('unshare_mount', 272, 0x20000)
+sys_('unshare_net', 272, 0x40000000)
+sys_('mount', 165, 0, 0, 0, 0, 0)
+r = libc.mount(b'none', b'/tmp', b'tmpfs', 0, None); out['mount_tmpfs'] = 0 if r == 0 else ctypes.get_errno()
+sys_('ptrace_attach', 101, 16, 1, 0, 0)
+sys_('ptrace_traceme', 101, 0, 0, 0, 0)
+r = libc.sethostname(b'pwned', 5); out['sethostname'] = 0 if r == 0 else ctypes.get_errno()
+sys_('keyctl_user', 250, 0, -4, 0)
+sys_('add_key', 248, 0, 0, 0, 0, 0)
+try:
+    out['proc_keys'] = open('/proc/keys').read()
+except OSError as e:
+    out['proc_keys'] = 'errno %d' % e.errno
+devs = {}
+for name in os.listdir('/dev'):
+    st = os.lstat('/dev/' + name)
+    import stat
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        devs[name] = 'block' if stat.S_ISBLK(st.st_mode) else 'char'
+out['devices'] = devs
+try:
+    open('/dev/mem', 'rb'); out['dev_mem'] = 'opened'
+except OSError as e:
+    out['dev_mem'] = e.errno
+print(json.dumps(out))
+"""
+
+ALLOWED_DEVICES = {"null", "zero", "full", "random", "urandom", "tty", "ptmx", "console"}
+
+
+def c_escapes(s, key_description):
+    """New user namespaces, mounts, ptrace, unshare, the hostname, devices
+    beyond the harmless ones, the kernel keyring: all refused."""
+    _, text, _ = s.run("tight-python", ESCAPES)
+    got = json.loads(text)
+    for name in ["unshare_user", "unshare_mount", "unshare_net", "mount", "mount_tmpfs",
+                 "ptrace_attach", "ptrace_traceme", "sethostname", "keyctl_user", "add_key"]:
+        check(got[name] in (errno.EPERM, errno.EACCES, errno.EINVAL, errno.ENOSYS), f"{name}: {got[name]}")
+    check(set(got["devices"]) <= ALLOWED_DEVICES and "block" not in got["devices"].values(),
+          f"devices {got['devices']}")
+    check(got["dev_mem"] == errno.ENOENT, f"/dev/mem: {got['dev_mem']}")
+    check(key_description not in got["proc_keys"], "the host's keyring is visible in the jail")
+
+
+def c_leftovers(s, runs, expected, scratch):
+    """After N runs: no process, run cgroup, temporary file or launcher fd
+    left, and the server grew by less than 8 MiB."""
+    warm = s.run_many("tight-python", "print(1)", 20)
+    check(all(not r.get("isError") for r in warm), f"{[r for r in warm if r.get('isError')][:1]}")
+    fds, rss = s.fds(), s.rss_kib()
+    tmp_before = set(os.listdir(scratch))
+    results = s.run_many("tight-python", "print(1)", runs)
+    bad = [r for r in results if r.get("isError")]
+    check(not bad, f"{len(bad)} of {runs} runs failed: {bad[:1]}")
+    check(len(results) == runs, f"{len(results)} answers to {runs} runs")
+    after_each(s, expected)
+    check(s.fds() <= fds, f"the server had {fds} fds, now {s.fds()}")
+    check(s.rss_kib() - rss < 8 * 1024, f"the server grew from {rss} to {s.rss_kib()} KiB over {runs} runs")
+    check(set(os.listdir(scratch)) == tmp_before, f"new temporary files: {set(os.listdir(scratch)) - tmp_before}")
+
+
+def add_host_key():
+    """A key in this user's keyring (add_key), whose description the jail must not see."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    description = f"nsm-adversarial-{os.getpid()}".encode()
+    payload = SECRET.encode()
+    r = libc.syscall(248, b"user", description, payload, len(payload), ctypes.c_long(-4))
+    return description.decode() if r != -1 else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--label", default=str(os.getuid()))
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--tight-python", required=True)
+    parser.add_argument("--tight-shell", required=True)
+    parser.add_argument("--runs", type=int, default=1000)
+    args = parser.parse_args()
+
+    made = safety_net()
+    suite = Suite(f"{args.label}: adversarial")
+    manifest = json.loads((Path(args.tight_python) / "share/nix-sandbox-mcp/manifest.json").read_text())
+    tight = manifest["environments"]["tight-python"]["limits"]
+    listeners = None
+    server = None
+    with tempfile.TemporaryDirectory(prefix="nsm-adversarial-") as tmp:
+        scratch = Path(tmp)
+        os.chmod(scratch, 0o755)
+        sandboxes = scratch / "sandboxes"
+        sandboxes.mkdir()
+        (sandboxes / "tight-python").symlink_to(args.tight_python)
+        (sandboxes / "tight-shell").symlink_to(args.tight_shell)
+        project = scratch / "project"
+        project.mkdir()
+        (project / "readme.txt").write_text("readme")
+        outside = scratch / "outside"
+        outside.mkdir()
+        secret_file = outside / "secret.txt"
+        secret_file.write_text(SECRET)
+        (project / "escape").symlink_to(outside)
+        (project / "etc-link").symlink_to("/etc")
+        server_tmp = scratch / "server-tmp"
+        server_tmp.mkdir()
+        try:
+            listeners = Listeners(args.label)
+            server = Server(args.server, sandboxes, project, server_tmp)
+            expected = {os.getpid(), server.pid} | ({listeners.netns_server.pid} if listeners.netns else set())
+            key = add_host_key()
+
+            def case(name, fn, *fargs):
+                def body():
+                    fn(*fargs)
+                    after_each(server, expected)
+                suite.test(name, body)
+
+            def served():
+                check("tight-python" in server.instructions, f"instructions: {server.instructions}")
+                check("Limits per run:" in server.instructions, f"no limits line: {server.instructions}")
+
+            suite.test("the server serves the tight environments and states its limits", served)
+            case("a fork bomb stops at the process limit", c_fork_bomb, server, tight)
+            case("a memory bomb is killed at the memory limit, and the result says so", c_memory_bomb, server, tight)
+            case("10 GB into /workspace stops at the file size limit, into /tmp at its size",
+                 c_big_files, server, tight)
+            case("a CPU spin in four threads ends at the CPU time limit", c_cpu_threads, server, tight)
+            case("a flood on stdout and stderr is capped; the server stays flat", c_flood, server, tight)
+            case("10,000 open files stop at the open files limit", c_open_files, server, tight)
+            case("a deep recursion crashes only the program", c_recursion, server, tight)
+            case("host files, the server's environment and host processes are out of sight",
+                 c_host_files, server, secret_file)
+            case("signalling a host process fails", c_signal_host, server, os.getpid())
+            case("the project is read-only and its symlinks do not lead out", c_project, server, project, outside)
+            if listeners.netns:
+                case("no network: loopback TCP/UDP, a netns listener, DNS, raw sockets, an abstract socket",
+                     c_network, server, listeners)
+            else:
+                case("no network: loopback TCP/UDP, DNS, raw sockets, an abstract socket (the netns listener needs root)",
+                     c_network, server, listeners)
+            case("no user namespace, mount, ptrace, unshare, hostname, extra devices or keyring",
+                 c_escapes, server, key or "no-key-added")
+            case(f"after {args.runs} runs nothing is left and the server did not grow",
+                 c_leftovers, server, args.runs, expected, server_tmp)
+        except Failed as e:
+            suite.failed += 1
+            print(f"FAIL - {suite.label}: setup: {e}", flush=True)
+        finally:
+            if server:
+                server.close()
+            if listeners:
+                listeners.close()
+    remove_net(made)
+    sys.exit(1 if suite.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

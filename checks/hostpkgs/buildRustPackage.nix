@@ -51,7 +51,13 @@ runCommand "${pname}-${version}"
     fi
     export CARGO_HOME=$cargoHome CARGO_TARGET_DIR=$targetDir PATH=$toolchain/bin:$PATH
     cmp "$lockFile" "$src/Cargo.lock"
-    cd "$src"
+    # A copy, not the store path itself: store files all have mtime 1, and
+    # cargo's fingerprints compare mtimes, so building in $src against the
+    # shared target dir could reuse binaries of an older source. The copy's
+    # files are new, so the workspace's crates always rebuild (dependencies,
+    # keyed by version, stay cached).
+    cp -r --no-preserve=mode,ownership,timestamps "$src" "$NIX_BUILD_TOP/source"
+    cd "$NIX_BUILD_TOP/source"
     # shellcheck disable=SC2086 # the flags are words
     cargo build --release --offline --locked $buildFlags --message-format=json-render-diagnostics \
       | jq -r 'select(.reason == "compiler-artifact" and .executable != null) | .executable' >"$NIX_BUILD_TOP/bins"

@@ -25,6 +25,10 @@ let
 in
 lib.optional environment.network c.network
 ++ [
+  # bwrap stays in the jail as its pid 1, and a process there can read pid
+  # 1's environment (/proc/1/environ): start bwrap with an empty one, so no
+  # variable of the wrapper's (HOME, PROJECT_DIR, the cgroup path) is seen.
+  (s: s // { cmd = "${pkgs.coreutils}/bin/env -i ${s.cmd}"; })
   # jail.nix always passes --unshare-user, which --disable-userns needs.
   (c.unsafe-add-raw-args "--disable-userns")
   # The caller's key descriptions (keyctl itself is denied by seccomp).

@@ -338,6 +338,10 @@ def c_host_files(s, secret_file):
     check(SECRET not in json.dumps(got), "the server's secret environment reached the jail")
     check(len(got["procs"]) < 10, f"the jail sees {len(got['procs'])} processes: {got['procs']}")
     check("--stdio" not in got["environs"], "the server's process is visible in the jail")
+    # bwrap is the jail's pid 1: its environment must not carry the wrapper's.
+    pid1 = seen["/proc/1/environ"]
+    check(not any(v in pid1 for v in ("HOME=", "PROJECT_DIR=", "NIX_SANDBOX_CGROUP=", "PATH=")),
+          f"the wrapper's environment shows in /proc/1/environ: {pid1!r}")
 
 
 def c_signal_host(s, runner_pid):

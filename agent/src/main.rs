@@ -1,1 +1,50 @@
-fn main() {}
+//! `agent`: the entry of a session jail. It keeps one interpreter (python,
+//! bash or node) alive and runs the launcher's requests in it; see
+//! `proto::frame` for the protocol and `driver` for the private channel to
+//! the interpreter's driver.
+
+mod cli;
+mod driver;
+mod interpreter;
+mod session;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let command = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(command) => command,
+        Err(e) => {
+            eprintln!("agent: {e}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let config = match command {
+        cli::Command::Run(config) => config,
+        cli::Command::Help => return print(cli::USAGE),
+        cli::Command::Version => return print(&format!("agent {}\n", env!("CARGO_PKG_VERSION"))),
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match session::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Help and version go to stdout, asked for by a person, never by the launcher.
+fn print(text: &str) -> ExitCode {
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}

@@ -1,1 +1,435 @@
-//! The launcher <-> agent protocol (filled in by the sessions work, issue 4).
+//! The launcher <-> agent protocol: one JSON object per line, UTF-8.
+//!
+//! - Transport: the launcher writes [`Request`]s to the agent's stdin and reads
+//!   [`Reply`]s from the agent's stdout; the agent's stderr is its log. A frame
+//!   is one line of at most [`MAX_FRAME_BYTES`] bytes, newline included.
+//! - Ids: every request carries an `id` chosen by the launcher (any u64; use a
+//!   fresh one per request). Every request gets exactly one reply carrying the
+//!   same id; the launcher checks it. A line that cannot be parsed gets an
+//!   `error` reply with the id when one could be read, else `id: null`.
+//! - Ordering: the agent reads requests in order and runs one `exec` at a time.
+//!   While an `exec` runs, the agent still answers `ping`, `interrupt` and
+//!   `shutdown` at once, so their replies can overtake the running exec's.
+//!   A second `exec` while one runs gets `error` `busy`.
+//! - `exec`: runs `code` in the session's interpreter (state is kept between
+//!   calls). stdout and stderr are captured separately, each capped at
+//!   `output_bytes` (at most [`MAX_OUTPUT_BYTES`]) keeping head and tail, and
+//!   rendered lossily as UTF-8 with a `[... N bytes dropped ...]` line at the
+//!   cut. Output the interpreter's processes write between calls goes to the
+//!   next call's reply. `status` is the call's own result: 0, 1 for an
+//!   uncaught exception (python, node), `$?` for bash, 130 when interrupted.
+//! - `interrupt`: SIGINT to the interpreter's process group while the code
+//!   runs (deferred while the driver cannot take it), repeated every 500 ms
+//!   until the call ends. Python raises KeyboardInterrupt; bash ends the
+//!   snippet; node ends the cell (a sync loop is broken, an awaited promise
+//!   abandoned). State is kept; the exec's reply has `interrupted: true` and
+//!   status 130. The `ack` says `busy: true` when an exec was running. Code
+//!   that ignores SIGINT runs on: the launcher resets the session.
+//! - `ping`: an `ack`; `busy` says whether an exec is running.
+//! - `shutdown`: an `ack`, then the agent kills the interpreter's process
+//!   group and exits. Closing the agent's stdin does the same.
+//! - Dead interpreter (`exit()`, `sys.exit(3)`, bash `exit 7`, `set -e` and a
+//!   failing command, `process.exit(2)`, a signal): the reply of the call that
+//!   saw it carries what was printed, `exit` (`{"code": N}` or
+//!   `{"signal": N}`) and `status` (N, or 128+N for a signal). The agent kills
+//!   what is left of that process group and starts a fresh interpreter when
+//!   the next exec comes; that exec's reply has `restarted: true` (state was
+//!   lost; files are kept). A death between calls shows only as `restarted`.
+//! - User code never sees the agent's stdin or stdout, so nothing it prints
+//!   can forge or break a frame.
+
+use serde::{Deserialize, Serialize};
+
+/// The largest frame in either direction, newline included.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+/// The largest `output_bytes` the agent honours (per stream); larger values
+/// are lowered to it, so that a reply always fits in a frame (a rendered byte
+/// takes at most 6 bytes of JSON).
+pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
+
+/// What the launcher asks of the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Run `code` in the interpreter; cap each output stream at `output_bytes`.
+    Exec {
+        id: u64,
+        code: String,
+        output_bytes: usize,
+    },
+    /// Interrupt the running exec (SIGINT to the interpreter's process group).
+    Interrupt { id: u64 },
+    /// Is the agent alive, and is an exec running?
+    Ping { id: u64 },
+    /// Kill the interpreter and exit.
+    Shutdown { id: u64 },
+}
+
+impl Request {
+    /// The request's id, which its reply carries.
+    pub fn id(&self) -> u64 {
+        match self {
+            Request::Exec { id, .. }
+            | Request::Interrupt { id }
+            | Request::Ping { id }
+            | Request::Shutdown { id } => *id,
+        }
+    }
+}
+
+/// What the agent answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Reply {
+    /// The result of an `exec`.
+    Exec(ExecReply),
+    /// The answer to `ping`, `interrupt` and `shutdown`: `busy` is true when an
+    /// exec was running.
+    Ack { id: u64, busy: bool },
+    /// A request that could not be carried out.
+    Error {
+        id: Option<u64>,
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+impl Reply {
+    /// The id of the request this answers (none for an unreadable line).
+    pub fn id(&self) -> Option<u64> {
+        match self {
+            Reply::Exec(r) => Some(r.id),
+            Reply::Ack { id, .. } => Some(*id),
+            Reply::Error { id, .. } => *id,
+        }
+    }
+}
+
+/// The result of one `exec`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecReply {
+    pub id: u64,
+    /// The call's status: 0 on success; see the module documentation.
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// Bytes cut from the middle of stdout (and of stderr).
+    pub stdout_dropped: u64,
+    pub stderr_dropped: u64,
+    /// Set when the interpreter died during this call.
+    pub exit: Option<Exit>,
+    /// This call ran in a fresh interpreter: the state of earlier calls is lost.
+    pub restarted: bool,
+    /// An interrupt was delivered to this call.
+    pub interrupted: bool,
+    pub duration_ms: u64,
+}
+
+/// How an interpreter ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The shell's convention: the code, or 128 + the signal number.
+    pub fn status(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not a request: bad JSON, unknown op or field, NUL byte in code.
+    BadRequest,
+    /// A line longer than [`MAX_FRAME_BYTES`]; it was skipped.
+    FrameTooLarge,
+    /// An exec is already running.
+    Busy,
+    /// The interpreter could not be started (the message says why).
+    SpawnFailed,
+}
+
+/// Errors of [`encode`] and [`decode`].
+#[derive(Debug)]
+pub enum FrameError {
+    /// The encoded frame would exceed [`MAX_FRAME_BYTES`].
+    TooLarge(usize),
+    /// Not valid JSON for the expected type.
+    Json(serde_json::Error),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::TooLarge(n) => {
+                write!(
+                    f,
+                    "frame of {n} bytes exceeds the limit of {MAX_FRAME_BYTES}"
+                )
+            }
+            FrameError::Json(e) => write!(f, "invalid frame: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// One frame: `value` as JSON followed by a newline.
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, FrameError> {
+    let mut line = serde_json::to_vec(value).map_err(FrameError::Json)?;
+    line.push(b'\n');
+    if line.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(line.len()));
+    }
+    Ok(line)
+}
+
+/// Parses one frame (with or without its newline).
+pub fn decode<T: for<'de> Deserialize<'de>>(line: &[u8]) -> Result<T, FrameError> {
+    if line.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(line.len()));
+    }
+    serde_json::from_slice(line).map_err(FrameError::Json)
+}
+
+/// The `id` of a line that is not a valid [`Request`], when it has one, so
+/// the error reply can name the request it answers.
+pub fn salvage_id(line: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(line)
+        .ok()?
+        .get("id")?
+        .as_u64()
+}
+
+/// Splits a byte stream into frames, without I/O, so it serves a blocking
+/// reader (the agent) and an async one (the launcher) alike: `push` what was
+/// read, then take frames with `next_frame` until it returns `None`.
+#[derive(Debug, Default)]
+pub struct Splitter {
+    buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline.
+    scanned: usize,
+    /// Inside a line that was already reported too large: drop up to its end.
+    skipping: bool,
+}
+
+/// One item out of a [`Splitter`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Split {
+    /// A whole line, without its newline.
+    Frame(Vec<u8>),
+    /// A line longer than [`MAX_FRAME_BYTES`]; the rest of it is skipped.
+    TooLarge,
+}
+
+impl Splitter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends bytes read from the stream.
+    pub fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The next complete frame, if any.
+    pub fn next_frame(&mut self) -> Option<Split> {
+        loop {
+            let newline = self.buf[self.scanned..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|i| self.scanned + i);
+            self.scanned = 0;
+            match newline {
+                Some(end) if self.skipping => {
+                    self.buf.drain(..=end);
+                    self.skipping = false;
+                }
+                Some(end) if end < MAX_FRAME_BYTES => {
+                    let mut line: Vec<u8> = self.buf.drain(..=end).collect();
+                    line.pop();
+                    return Some(Split::Frame(line));
+                }
+                Some(end) => {
+                    self.buf.drain(..=end);
+                    return Some(Split::TooLarge);
+                }
+                None if self.skipping => {
+                    self.buf.clear();
+                    return None;
+                }
+                None if self.buf.len() >= MAX_FRAME_BYTES => {
+                    self.buf.clear();
+                    self.skipping = true;
+                    return Some(Split::TooLarge);
+                }
+                None => {
+                    self.scanned = self.buf.len();
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Bytes of an unfinished line (a stream that ends here was cut).
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_have_a_stable_wire_form() {
+        let r: Request =
+            decode(br#"{"op":"exec","id":7,"code":"print(1)","output_bytes":100}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Exec {
+                id: 7,
+                code: "print(1)".into(),
+                output_bytes: 100
+            }
+        );
+        assert_eq!(r.id(), 7);
+        let line = encode(&Request::Interrupt { id: 3 }).unwrap();
+        assert_eq!(line, b"{\"op\":\"interrupt\",\"id\":3}\n");
+    }
+
+    #[test]
+    fn unknown_ops_and_fields_are_refused() {
+        assert!(decode::<Request>(br#"{"op":"launch","id":1}"#).is_err());
+        assert!(decode::<Request>(br#"{"op":"ping","id":1,"extra":true}"#).is_err());
+        assert!(decode::<Request>(br#"{"op":"exec","id":1,"code":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let reply = Reply::Exec(ExecReply {
+            id: 9,
+            status: 139,
+            stdout: "a\n".into(),
+            stderr: String::new(),
+            stdout_dropped: 0,
+            stderr_dropped: 5,
+            exit: Some(Exit::Signal(11)),
+            restarted: false,
+            interrupted: false,
+            duration_ms: 12,
+        });
+        let line = encode(&reply).unwrap();
+        let text = std::str::from_utf8(&line).unwrap();
+        assert!(
+            text.starts_with(r#"{"type":"exec","id":9,"status":139"#),
+            "{text}"
+        );
+        assert!(text.contains(r#""exit":{"signal":11}"#), "{text}");
+        assert_eq!(decode::<Reply>(&line).unwrap(), reply);
+        assert_eq!(reply.id(), Some(9));
+        let err = Reply::Error {
+            id: None,
+            code: ErrorCode::FrameTooLarge,
+            message: "too long".into(),
+        };
+        let line = encode(&err).unwrap();
+        assert!(line.starts_with(br#"{"type":"error","id":null,"code":"frame_too_large""#));
+        assert_eq!(decode::<Reply>(&line).unwrap(), err);
+    }
+
+    #[test]
+    fn exit_status_follows_the_shell() {
+        assert_eq!(Exit::Code(3).status(), 3);
+        assert_eq!(Exit::Signal(9).status(), 137);
+    }
+
+    #[test]
+    fn salvage_id_reads_the_id_of_a_bad_request() {
+        assert_eq!(salvage_id(br#"{"op":"nope","id":42}"#), Some(42));
+        assert_eq!(salvage_id(b"not json"), None);
+        assert_eq!(salvage_id(br#"{"op":"ping"}"#), None);
+    }
+
+    #[test]
+    fn splitter_yields_lines_across_pushes() {
+        let mut s = Splitter::new();
+        s.push(b"{\"a\":1}\n{\"b\"");
+        assert_eq!(s.next_frame(), Some(Split::Frame(b"{\"a\":1}".to_vec())));
+        assert_eq!(s.next_frame(), None);
+        assert_eq!(s.pending(), 4);
+        s.push(b":2}\n\n");
+        assert_eq!(s.next_frame(), Some(Split::Frame(b"{\"b\":2}".to_vec())));
+        assert_eq!(s.next_frame(), Some(Split::Frame(Vec::new())));
+        assert_eq!(s.next_frame(), None);
+        assert_eq!(s.pending(), 0);
+    }
+
+    #[test]
+    fn splitter_skips_an_oversized_line_and_resynchronises() {
+        let mut s = Splitter::new();
+        let chunk = vec![b'x'; MAX_FRAME_BYTES / 2];
+        s.push(&chunk);
+        assert_eq!(s.next_frame(), None);
+        s.push(&chunk);
+        assert_eq!(s.next_frame(), Some(Split::TooLarge));
+        assert_eq!(s.pending(), 0, "the oversized line is not kept in memory");
+        s.push(&chunk);
+        assert_eq!(s.next_frame(), None);
+        s.push(b"tail\n{\"ok\":1}\n");
+        assert_eq!(s.next_frame(), Some(Split::Frame(b"{\"ok\":1}".to_vec())));
+        assert_eq!(s.next_frame(), None);
+    }
+
+    #[test]
+    fn splitter_reports_a_long_line_that_arrives_whole() {
+        let mut s = Splitter::new();
+        let mut line = vec![b'y'; MAX_FRAME_BYTES + 10];
+        line.push(b'\n');
+        line.extend_from_slice(b"{}\n");
+        s.push(&line);
+        assert_eq!(s.next_frame(), Some(Split::TooLarge));
+        assert_eq!(s.next_frame(), Some(Split::Frame(b"{}".to_vec())));
+    }
+
+    #[test]
+    fn encode_refuses_an_oversized_frame() {
+        let big = Request::Exec {
+            id: 1,
+            code: "x".repeat(MAX_FRAME_BYTES),
+            output_bytes: 1,
+        };
+        assert!(matches!(encode(&big), Err(FrameError::TooLarge(_))));
+    }
+
+    #[test]
+    fn the_largest_reply_fits_in_a_frame() {
+        // Control bytes are escaped as \u00XX: the worst case per kept byte.
+        let worst = "\u{1}".repeat(MAX_OUTPUT_BYTES);
+        let reply = Reply::Exec(ExecReply {
+            id: u64::MAX,
+            status: i32::MIN,
+            stdout: worst.clone() + "\n[... 18446744073709551615 bytes dropped ...]\n",
+            stderr: worst + "\n[... 18446744073709551615 bytes dropped ...]\n",
+            stdout_dropped: u64::MAX,
+            stderr_dropped: u64::MAX,
+            exit: Some(Exit::Signal(64)),
+            restarted: true,
+            interrupted: true,
+            duration_ms: u64::MAX,
+        });
+        assert!(encode(&reply).is_ok());
+    }
+}

@@ -1,0 +1,180 @@
+# The Python driver of nix-sandbox-mcp's session agent (agent/src/driver.rs
+# describes the channel). Run as `python3 python.py` with the agent's channel
+# on fds 3 (code in, NUL-terminated) and 4 (messages out, one a line).
+#
+# Each call's code runs in one persistent namespace, the `__main__` module's,
+# so imports, variables, functions and classes persist (and pickle). When the
+# last statement is an expression, its value is shown as the interactive
+# interpreter does (sys.displayhook: repr, unless None). An uncaught exception
+# prints its traceback (without this driver's frames) to stderr and gives
+# status 1; KeyboardInterrupt gives 130. SystemExit (exit(), sys.exit(3))
+# ends the interpreter with that code, as in a script: the agent reports it
+# and starts a fresh interpreter for the next call. SIGINT raises
+# KeyboardInterrupt only while call code runs; between calls it is ignored.
+import ast
+import fcntl
+import linecache
+import os
+import signal
+import sys
+import traceback
+import types
+
+
+def _private_fd(fd):
+    """Moves an inherited fd to a high, close-on-exec one."""
+    try:
+        new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+    except OSError:  # a low RLIMIT_NOFILE
+        new = os.dup(fd)  # non-inheritable too (PEP 446)
+    os.close(fd)
+    return new
+
+
+_CODE_IN = _private_fd(3)
+_MSG_OUT = _private_fd(4)
+_PID = os.getpid()
+_running = False
+
+
+def _on_sigint(signum, frame):
+    if _running:
+        raise KeyboardInterrupt
+
+
+def _send(message):
+    data = message.encode() + b"\n"
+    while data:
+        data = data[os.write(_MSG_OUT, data) :]
+
+
+_pending = bytearray()
+
+
+def _receive():
+    """The next call's code, or None when the agent closed the channel."""
+    while True:
+        end = _pending.find(b"\0")
+        if end >= 0:
+            code = bytes(_pending[:end])
+            del _pending[: end + 1]
+            return code.decode("utf-8", "surrogateescape")
+        chunk = os.read(_CODE_IN, 1 << 16)
+        if not chunk:
+            return None
+        _pending.extend(chunk)
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _compile(code, filename):
+    """Code objects for the statements, the last expression shown as a REPL
+    would; raises SyntaxError."""
+    tree = ast.parse(code, filename, "exec")
+    last = tree.body[-1:] if tree.body and isinstance(tree.body[-1], ast.Expr) else []
+    if last:
+        tree.body = tree.body[:-1]
+    parts = [compile(tree, filename, "exec")]
+    if last:
+        parts.append(compile(ast.Interactive(body=last), filename, "single"))
+    return parts
+
+
+def _user_traceback(tb):
+    """tb without this driver's frames (its exec call, its SIGINT handler)."""
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != __file__:
+            kept.append(tb)
+        tb = tb.tb_next
+    tb = None
+    for entry in reversed(kept):
+        tb = types.TracebackType(tb, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return tb
+
+
+def _report(exc, frames=True):
+    """Prints exc as the interpreter would, without this driver's frames (and
+    without any for a syntax error), source lines from linecache."""
+    tb = _user_traceback(exc.__traceback__) if frames else None
+    exc = exc.with_traceback(tb)
+    if sys.excepthook is sys.__excepthook__:
+        traceback.print_exception(type(exc), exc, tb)
+    else:
+        sys.excepthook(type(exc), exc, tb)
+
+
+def _exit_code(exc):
+    """The process exit code of a SystemExit, as Python computes it."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run(code, namespace, number):
+    """Runs one call; returns its status."""
+    global _running
+    filename = "<cell %d>" % number
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        parts = _compile(code, filename)
+    except (SyntaxError, ValueError, OverflowError) as exc:
+        _report(exc, frames=False)
+        return 1
+    try:
+        try:
+            _running = True
+            _send("start")
+            for part in parts:
+                exec(part, namespace)
+        finally:
+            _running = False
+    except SystemExit as exc:
+        if os.getpid() != _PID:
+            raise
+        _flush()
+        os._exit(_exit_code(exc))
+    except KeyboardInterrupt as exc:
+        _report(exc)
+        return 130
+    except BaseException as exc:
+        _report(exc)
+        return 1
+    return 0
+
+
+def main():
+    signal.signal(signal.SIGINT, _on_sigint)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)
+    sys.argv = [""]
+    sys.path[0] = ""  # the working directory, as in the interactive interpreter
+    main_module = types.ModuleType("__main__")
+    main_module.__builtins__ = __builtins__
+    sys.modules["__main__"] = main_module
+    number = 0
+    while True:
+        code = _receive()
+        if code is None:
+            return
+        number += 1
+        status = _run(code, main_module.__dict__, number)
+        if os.getpid() != _PID:
+            # A child forked by the code came back here: it is not the driver.
+            _flush()
+            os._exit(0)
+        _flush()
+        _send("done %d" % status)
+
+
+main()

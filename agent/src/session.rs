@@ -1,0 +1,683 @@
+//! The agent's loop: requests from the launcher on stdin, replies on stdout,
+//! one interpreter kept alive, one call at a time.
+//!
+//! A single thread polls stdin, the interpreter's stdout and stderr, the
+//! driver's channel and a signalfd for SIGCHLD. Output is read whenever it
+//! comes (so user code never blocks on a full pipe) into head/tail caps, which
+//! the reply of the running call takes; output written between calls stays in
+//! them for the next call. A call ends when the driver says `done` (what was
+//! written before is then drained from the pipes) or when the interpreter
+//! dies. A dead interpreter's process group is killed and a fresh interpreter
+//! is started on the next exec.
+
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use proto::cap::Cap;
+use proto::frame::{
+    self, ErrorCode, ExecReply, Exit, MAX_OUTPUT_BYTES, Reply, Request, Split, Splitter,
+};
+
+use crate::cli::Config;
+use crate::driver::{self, Message};
+use crate::interpreter::Interpreter;
+
+/// The cap for output that arrives before the first call.
+const FIRST_CAP: usize = 64 << 10;
+/// How much of one stream is drained after `done`: what the code wrote
+/// before it finished fits in the pipe; anything more is a background
+/// process still writing, left for the next call.
+const DRAIN_AFTER_DONE: usize = 1 << 20;
+/// How long a dead interpreter's pipes are read, after its process group was
+/// killed, for output still in them (a process that left the group may hold
+/// them open).
+const DRAIN_AFTER_DEATH: Duration = Duration::from_secs(1);
+/// While interrupted code keeps running, SIGINT is sent again this often: a
+/// SIGINT can be lost (bash forking a command defers its trap until the
+/// command ends, and the command, not yet exec'd, drops the signal), and a
+/// repeated one is what a person at a terminal would press.
+const INTERRUPT_REPEAT: Duration = Duration::from_millis(500);
+/// How long an interpreter that closed its channel has to exit by itself.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long the agent waits for a killed interpreter to exit.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+/// Runs the agent until stdin closes or a `shutdown` request.
+pub fn run(config: Config) -> io::Result<()> {
+    let mut session = Session::new(config)?;
+    let result = session.serve();
+    session.kill_interpreter();
+    result
+}
+
+/// Where the running call is, as the driver reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The code was sent; the driver has not started it.
+    Sent,
+    /// The code runs and SIGINT is safe.
+    Running,
+    /// SIGINT is unsafe until the next `start`.
+    Holding,
+}
+
+#[derive(Debug)]
+struct Call {
+    id: u64,
+    started: Instant,
+    phase: Phase,
+    /// When SIGINT is next due: set by an interrupt, sent once the driver
+    /// can take it, then again every [`INTERRUPT_REPEAT`] while the call runs.
+    interrupt_due: Option<Instant>,
+    interrupted: bool,
+    restarted: bool,
+}
+
+struct Session {
+    config: Config,
+    interpreter: Option<Interpreter>,
+    /// An interpreter died since the last call: the next one starts afresh.
+    lost_state: bool,
+    call: Option<Call>,
+    stdout: Cap,
+    stderr: Cap,
+    /// The cap of the last call, for output that comes between calls.
+    cap_limit: usize,
+    requests: Splitter,
+    /// Bytes not yet written to the driver.
+    to_driver: Vec<u8>,
+    /// A partial line from the driver.
+    from_driver: Vec<u8>,
+    sigchld: SignalFd,
+    buf: Vec<u8>,
+}
+
+/// What one poll reported.
+#[derive(Debug, Default)]
+struct Ready {
+    stdin: bool,
+    sigchld: bool,
+    from_driver: bool,
+    to_driver: bool,
+    stdout: bool,
+    stderr: bool,
+}
+
+/// What became of a read.
+enum Read {
+    Data(usize),
+    Again,
+    Eof,
+}
+
+fn read_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Read> {
+    loop {
+        return match nix::unistd::read(fd, buf) {
+            Ok(0) => Ok(Read::Eof),
+            Ok(n) => Ok(Read::Data(n)),
+            Err(Errno::EAGAIN) => Ok(Read::Again),
+            Err(Errno::EINTR) => continue,
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
+/// Reads what `fd` has now, up to `budget` bytes, into `cap`; closes (sets
+/// to `None`) a pipe at end of file.
+fn pump(fd: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: usize) {
+    let mut taken = 0;
+    while let Some(pipe) = fd {
+        match read_fd(pipe.as_fd(), buf) {
+            Ok(Read::Data(n)) => {
+                cap.push(&buf[..n]);
+                taken += n;
+                if taken >= budget {
+                    return;
+                }
+            }
+            Ok(Read::Again) => return,
+            Ok(Read::Eof) => *fd = None,
+            Err(e) => {
+                tracing::warn!("reading the interpreter's output: {e}");
+                *fd = None;
+            }
+        }
+    }
+}
+
+impl Session {
+    fn new(config: Config) -> io::Result<Self> {
+        let mut mask = SigSet::empty();
+        mask.add(Signal::SIGCHLD);
+        // Blocked here, read from the signalfd; children get a clean mask.
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+        let sigchld = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        let mut session = Session {
+            config,
+            interpreter: None,
+            lost_state: false,
+            call: None,
+            stdout: Cap::new(FIRST_CAP),
+            stderr: Cap::new(FIRST_CAP),
+            cap_limit: FIRST_CAP,
+            requests: Splitter::new(),
+            to_driver: Vec::new(),
+            from_driver: Vec::new(),
+            sigchld,
+            buf: vec![0; 64 << 10],
+        };
+        // Start the interpreter now so that the first call does not wait for
+        // it; a failure is reported to the first exec.
+        if let Err(e) = session.start_interpreter() {
+            tracing::error!("{e}");
+        }
+        Ok(session)
+    }
+
+    fn start_interpreter(&mut self) -> io::Result<()> {
+        let config = &self.config;
+        let interpreter = Interpreter::spawn(config).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot start the {} interpreter {} {}: {e}",
+                    config.interpreter,
+                    config.program.display(),
+                    config.driver.display()
+                ),
+            )
+        })?;
+        tracing::info!(
+            pid = interpreter.pid().as_raw(),
+            "{} interpreter started",
+            config.interpreter
+        );
+        self.to_driver.clear();
+        self.from_driver.clear();
+        self.interpreter = Some(interpreter);
+        Ok(())
+    }
+
+    fn serve(&mut self) -> io::Result<()> {
+        loop {
+            let ready = self.wait()?;
+            if ready.stdout || ready.stderr {
+                self.read_output(DRAIN_AFTER_DONE);
+            }
+            if ready.from_driver {
+                self.read_driver()?;
+            }
+            if ready.to_driver {
+                self.write_driver();
+            }
+            if ready.sigchld {
+                self.check_child()?;
+            }
+            if ready.stdin && !self.read_requests()? {
+                return Ok(());
+            }
+            self.deliver_interrupt();
+        }
+    }
+
+    /// Polls everything the agent listens to.
+    fn wait(&self) -> io::Result<Ready> {
+        let stdin = io::stdin();
+        let mut fds = vec![
+            PollFd::new(stdin.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.sigchld.as_fd(), PollFlags::POLLIN),
+        ];
+        // Slots: from the driver, to the driver, stdout, stderr.
+        let mut slots = [None; 4];
+        if let Some(interp) = &self.interpreter {
+            let wanted = [
+                Some((interp.from_driver.as_fd(), PollFlags::POLLIN)),
+                (!self.to_driver.is_empty())
+                    .then(|| (interp.to_driver.as_fd(), PollFlags::POLLOUT)),
+                interp
+                    .stdout
+                    .as_ref()
+                    .map(|fd| (fd.as_fd(), PollFlags::POLLIN)),
+                interp
+                    .stderr
+                    .as_ref()
+                    .map(|fd| (fd.as_fd(), PollFlags::POLLIN)),
+            ];
+            for (slot, entry) in wanted.into_iter().enumerate() {
+                if let Some((fd, flags)) = entry {
+                    slots[slot] = Some(fds.len());
+                    fds.push(PollFd::new(fd, flags));
+                }
+            }
+        }
+        loop {
+            match poll(&mut fds, self.timeout()) {
+                Ok(_) => break,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(with_context(e, "poll")),
+            }
+        }
+        let is_ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
+        let slot_ready = |slot: usize| slots[slot].is_some_and(is_ready);
+        Ok(Ready {
+            stdin: is_ready(0),
+            sigchld: is_ready(1),
+            from_driver: slot_ready(0),
+            to_driver: slot_ready(1),
+            stdout: slot_ready(2),
+            stderr: slot_ready(3),
+        })
+    }
+
+    fn read_output(&mut self, budget: usize) {
+        if let Some(interp) = &mut self.interpreter {
+            pump(&mut interp.stdout, &mut self.stdout, &mut self.buf, budget);
+            pump(&mut interp.stderr, &mut self.stderr, &mut self.buf, budget);
+        }
+    }
+
+    /// Acts on the driver's messages. A driver that closes its channel cannot
+    /// run calls any more: it is killed, and its death handled as any other.
+    fn read_driver(&mut self) -> io::Result<()> {
+        if self.drain_driver()? {
+            return Ok(());
+        }
+        // Usually the interpreter is exiting: its fds close before it is a
+        // zombie. One that lives on without its channel is killed.
+        let grace = Instant::now() + EXIT_GRACE;
+        while let Some(interp) = &self.interpreter {
+            if let Some(exit) = interp.exited() {
+                return self.on_death(exit);
+            }
+            if !self.wait_sigchld(grace) {
+                break;
+            }
+        }
+        if let Some(interp) = &self.interpreter {
+            tracing::warn!("the driver closed its channel but lives on; killing it");
+            interp.signal_group(Signal::SIGKILL);
+        }
+        self.await_death()
+    }
+
+    /// Reads and handles the driver's messages until none is waiting; false
+    /// when the channel reached end of file.
+    fn drain_driver(&mut self) -> io::Result<bool> {
+        loop {
+            let Some(interp) = &self.interpreter else {
+                return Ok(true);
+            };
+            let n = match read_fd(interp.from_driver.as_fd(), &mut self.buf)? {
+                Read::Data(n) => n,
+                Read::Again => return Ok(true),
+                Read::Eof => return Ok(false),
+            };
+            self.from_driver.extend_from_slice(&self.buf[..n]);
+            while let Some(end) = self.from_driver.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.from_driver.drain(..=end).collect();
+                self.on_driver_message(&line[..line.len() - 1])?;
+            }
+        }
+    }
+
+    fn on_driver_message(&mut self, line: &[u8]) -> io::Result<()> {
+        let Some(message) = driver::parse(line) else {
+            tracing::warn!(line = %String::from_utf8_lossy(line), "unknown message from the driver");
+            return Ok(());
+        };
+        let Some(call) = &mut self.call else {
+            tracing::warn!(?message, "message from the driver outside a call");
+            return Ok(());
+        };
+        match message {
+            Message::Start => {
+                call.phase = Phase::Running;
+                self.deliver_interrupt();
+            }
+            Message::Hold => {
+                call.phase = Phase::Holding;
+                self.to_driver.extend_from_slice(driver::HELD);
+                self.write_driver();
+            }
+            Message::Done(status) => {
+                self.read_output(DRAIN_AFTER_DONE);
+                self.finish(status, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what it can of the pending bytes to the driver.
+    fn write_driver(&mut self) {
+        let Some(interp) = &self.interpreter else {
+            return;
+        };
+        while !self.to_driver.is_empty() {
+            match nix::unistd::write(&interp.to_driver, &self.to_driver) {
+                Ok(n) => {
+                    self.to_driver.drain(..n);
+                }
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => return,
+                Err(e) => {
+                    // EPIPE: the driver is gone; SIGCHLD follows.
+                    tracing::warn!("writing to the driver: {e}");
+                    self.to_driver.clear();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Drains the signalfd and handles the interpreter's death, if it died.
+    fn check_child(&mut self) -> io::Result<()> {
+        while let Ok(Some(_)) = self.sigchld.read_signal() {}
+        match self.interpreter.as_ref().and_then(Interpreter::exited) {
+            Some(exit) => self.on_death(exit),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits (bounded) for the interpreter, just killed, to die.
+    fn await_death(&mut self) -> io::Result<()> {
+        let deadline = Instant::now() + KILL_WAIT;
+        while let Some(interp) = &self.interpreter {
+            if let Some(exit) = interp.exited() {
+                return self.on_death(exit);
+            }
+            if !self.wait_sigchld(deadline) {
+                tracing::error!(
+                    pid = interp.pid().as_raw(),
+                    "the interpreter did not die after SIGKILL; abandoned"
+                );
+                self.interpreter = None;
+                return self.on_lost(Exit::Signal(Signal::SIGKILL as i32));
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls the signalfd until `deadline`; false when it passed.
+    fn wait_sigchld(&self, deadline: Instant) -> bool {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(self.sigchld.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, timeout);
+        while let Ok(Some(_)) = self.sigchld.read_signal() {}
+        true
+    }
+
+    /// The interpreter exited: messages it sent before come first (a call it
+    /// finished is answered as usual), then what is left of its process group
+    /// is killed, its output read to the end, and the running call, if any,
+    /// answered with the exit.
+    fn on_death(&mut self, exit: Exit) -> io::Result<()> {
+        self.drain_driver()?;
+        let Some(mut interp) = self.interpreter.take() else {
+            return Ok(());
+        };
+        tracing::info!(pid = interp.pid().as_raw(), ?exit, "the interpreter died");
+        // Before reaping: the zombie keeps the group's id from being reused.
+        interp.signal_group(Signal::SIGKILL);
+        interp.reap();
+        let deadline = Instant::now() + DRAIN_AFTER_DEATH;
+        while interp.stdout.is_some() || interp.stderr.is_some() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!("a process outside the interpreter's group holds its output open");
+                break;
+            }
+            let mut fds: Vec<PollFd> = [&interp.stdout, &interp.stderr]
+                .into_iter()
+                .flatten()
+                .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
+                .collect();
+            let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+            match poll(&mut fds, timeout) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(with_context(e, "poll")),
+            }
+            drop(fds);
+            pump(
+                &mut interp.stdout,
+                &mut self.stdout,
+                &mut self.buf,
+                usize::MAX,
+            );
+            pump(
+                &mut interp.stderr,
+                &mut self.stderr,
+                &mut self.buf,
+                usize::MAX,
+            );
+        }
+        self.on_lost(exit)
+    }
+
+    /// The interpreter is gone: the next exec starts a fresh one, and the
+    /// running call, if any, is answered with how it ended.
+    fn on_lost(&mut self, exit: Exit) -> io::Result<()> {
+        self.lost_state = true;
+        self.finish(exit.status(), Some(exit))
+    }
+
+    /// Answers the running call with what it printed.
+    fn finish(&mut self, status: i32, exit: Option<Exit>) -> io::Result<()> {
+        let Some(call) = self.call.take() else {
+            return Ok(());
+        };
+        let stdout = std::mem::replace(&mut self.stdout, Cap::new(self.cap_limit));
+        let stderr = std::mem::replace(&mut self.stderr, Cap::new(self.cap_limit));
+        let reply = ExecReply {
+            id: call.id,
+            status,
+            stdout: stdout.render(),
+            stderr: stderr.render(),
+            stdout_dropped: stdout.dropped(),
+            stderr_dropped: stderr.dropped(),
+            exit,
+            restarted: call.restarted,
+            interrupted: call.interrupted,
+            duration_ms: u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        tracing::debug!(id = call.id, status, ?exit, "call done");
+        send(&Reply::Exec(reply))
+    }
+
+    /// Reads requests; false when stdin reached end of file.
+    fn read_requests(&mut self) -> io::Result<bool> {
+        let n = match read_fd(io::stdin().as_fd(), &mut self.buf)? {
+            Read::Data(n) => n,
+            Read::Again => return Ok(true),
+            Read::Eof => {
+                if self.requests.pending() > 0 {
+                    tracing::warn!(
+                        bytes = self.requests.pending(),
+                        "stdin closed inside a frame"
+                    );
+                }
+                tracing::info!("stdin closed");
+                return Ok(false);
+            }
+        };
+        self.requests.push(&self.buf[..n]);
+        while let Some(split) = self.requests.next_frame() {
+            let keep_going = match split {
+                Split::Frame(line) => self.on_frame(&line)?,
+                Split::TooLarge => {
+                    send(&Reply::Error {
+                        id: None,
+                        code: ErrorCode::FrameTooLarge,
+                        message: format!("a request line exceeds {} bytes", frame::MAX_FRAME_BYTES),
+                    })?;
+                    true
+                }
+            };
+            if !keep_going {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Handles one request; false after `shutdown`.
+    fn on_frame(&mut self, line: &[u8]) -> io::Result<bool> {
+        let request = match frame::decode::<Request>(line) {
+            Ok(request) => request,
+            Err(e) => {
+                send(&Reply::Error {
+                    id: frame::salvage_id(line),
+                    code: ErrorCode::BadRequest,
+                    message: e.to_string(),
+                })?;
+                return Ok(true);
+            }
+        };
+        tracing::debug!(id = request.id(), "request");
+        let busy = self.call.is_some();
+        match request {
+            Request::Exec {
+                id,
+                code,
+                output_bytes,
+            } => self.exec(id, &code, output_bytes)?,
+            Request::Interrupt { id } => {
+                self.interrupt();
+                send(&Reply::Ack { id, busy })?;
+            }
+            Request::Ping { id } => send(&Reply::Ack { id, busy })?,
+            Request::Shutdown { id } => {
+                send(&Reply::Ack { id, busy })?;
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn exec(&mut self, id: u64, code: &str, output_bytes: usize) -> io::Result<()> {
+        let refuse = |code, message: String| {
+            send(&Reply::Error {
+                id: Some(id),
+                code,
+                message,
+            })
+        };
+        if let Some(call) = &self.call {
+            return refuse(
+                ErrorCode::Busy,
+                format!("call {} is still running", call.id),
+            );
+        }
+        if code.contains('\0') {
+            return refuse(ErrorCode::BadRequest, "the code contains a NUL byte".into());
+        }
+        let restarted = if self.interpreter.is_none() {
+            if let Err(e) = self.start_interpreter() {
+                return refuse(ErrorCode::SpawnFailed, e.to_string());
+            }
+            std::mem::take(&mut self.lost_state)
+        } else {
+            false
+        };
+        self.cap_limit = output_bytes.min(MAX_OUTPUT_BYTES);
+        // Output that came between calls stays, with the cap it came under.
+        for cap in [&mut self.stdout, &mut self.stderr] {
+            if cap.is_empty() {
+                *cap = Cap::new(self.cap_limit);
+            }
+        }
+        self.call = Some(Call {
+            id,
+            started: Instant::now(),
+            phase: Phase::Sent,
+            interrupt_due: None,
+            interrupted: false,
+            restarted,
+        });
+        self.to_driver
+            .extend_from_slice(&driver::code_message(code));
+        self.write_driver();
+        Ok(())
+    }
+
+    /// Interrupts the running call, if any.
+    fn interrupt(&mut self) {
+        if let Some(call) = &mut self.call {
+            call.interrupt_due = Some(Instant::now());
+            self.deliver_interrupt();
+        }
+    }
+
+    /// Sends SIGINT to the interpreter's process group if an interrupt is due
+    /// and the driver can take it.
+    fn deliver_interrupt(&mut self) {
+        let (Some(call), Some(interp)) = (&mut self.call, &self.interpreter) else {
+            return;
+        };
+        let now = Instant::now();
+        if call.phase != Phase::Running || call.interrupt_due.is_none_or(|due| due > now) {
+            return;
+        }
+        tracing::debug!(id = call.id, "SIGINT");
+        interp.signal_group(Signal::SIGINT);
+        call.interrupted = true;
+        call.interrupt_due = Some(now + INTERRUPT_REPEAT);
+    }
+
+    /// How long the loop may sleep: until a repeated SIGINT is due.
+    fn timeout(&self) -> PollTimeout {
+        match &self.call {
+            Some(call) if call.phase == Phase::Running => {
+                call.interrupt_due.map_or(PollTimeout::NONE, |due| {
+                    let left = due.saturating_duration_since(Instant::now());
+                    // Rounded up, so that the loop does not wake just before.
+                    PollTimeout::try_from(left + Duration::from_millis(1))
+                        .unwrap_or(PollTimeout::MAX)
+                })
+            }
+            _ => PollTimeout::NONE,
+        }
+    }
+
+    /// Kills the interpreter's process group and waits (bounded) for it.
+    fn kill_interpreter(&mut self) {
+        let Some(interp) = self.interpreter.take() else {
+            return;
+        };
+        interp.signal_group(Signal::SIGKILL);
+        let deadline = Instant::now() + KILL_WAIT;
+        loop {
+            if interp.exited().is_some() {
+                interp.reap();
+                return;
+            }
+            if !self.wait_sigchld(deadline) {
+                tracing::error!(
+                    pid = interp.pid().as_raw(),
+                    "the interpreter did not die after SIGKILL"
+                );
+                return;
+            }
+        }
+    }
+}
+
+fn with_context(e: Errno, what: &str) -> io::Error {
+    io::Error::new(io::Error::from(e).kind(), format!("{what}: {e}"))
+}
+
+/// Writes one reply to stdout.
+fn send(reply: &Reply) -> io::Result<()> {
+    let line = frame::encode(reply).map_err(io::Error::other)?;
+    let mut out = io::stdout().lock();
+    out.write_all(&line)?;
+    out.flush()
+}

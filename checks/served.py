@@ -186,16 +186,28 @@ class HttpMcp:
         return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
 
 
+NOBODY = 65534
+
+
 def service(args, suite, scratch):
+    """Runs the unit's ExecStart as systemd would: the token in the
+    credentials directory (%d), HOME its state directory, and, when the
+    harness runs as root, as an unprivileged user (the unit's DynamicUser)."""
     unit = json.loads(Path(args.service).read_text())
+    as_root = os.getuid() == 0
     credentials = scratch / "credentials"
-    credentials.mkdir()
+    credentials.mkdir(mode=0o700)
     token = "served-token-0123456789abcdef"
     (credentials / "token").write_text(token + "\n")
     state = scratch / "state"
-    state.mkdir()
-    env = {**unit["environment"], "PATH": "/usr/bin:/bin", "HOME": str(state)}
+    state.mkdir(mode=0o700)
     argv = [word.replace("%d", str(credentials)) for word in unit["ExecStart"].split(" ")]
+    if as_root:
+        scratch.chmod(0o755)
+        for path in [credentials, credentials / "token", state]:
+            os.chown(path, NOBODY, NOBODY)
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
+    env = {**unit["environment"], "PATH": "/usr/bin:/bin", "HOME": str(state)}
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     lines = queue.Queue()
@@ -216,7 +228,8 @@ def service(args, suite, scratch):
                     url = "http://" + line.split("listening on http://", 1)[1].split()[0]
             check(url.endswith("/mcp"), f"url {url}")
 
-        suite.test("the service's ExecStart serves HTTP with the token from %d/token", listens)
+        who = f"as user {NOBODY}" if as_root else "as this user"
+        suite.test(f"the service's ExecStart serves HTTP {who}, the token from %d/token", listens)
         if url is None:
             return
         client = HttpMcp(url, token)

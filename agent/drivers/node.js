@@ -13,12 +13,16 @@
 // `process.exit(n)` ends the interpreter: the agent reports it and starts a
 // fresh one for the next call. The event loop keeps running between calls.
 //
-// Interrupts (SIGINT), status 130: the synchronous part of a cell runs under
-// the REPL's SIGINT watchdog (breakEvalOnSigint), which stops even a
-// `while (true) {}`; a cell that is awaiting ends at once and its promise is
-// left running. Around the watchdog node's SIGINT handling changes hands, and
-// a SIGINT in between would kill node, so the driver tells the agent `start`
-// when SIGINT is safe and `hold` (answered by `held`) before it is not.
+// Interrupts (SIGINT from the agent) end the cell with status 130: its
+// synchronous part runs under node's SIGINT watchdog (the REPL's
+// breakEvalOnSigint), which stops even `while (true) {}`; a cell that is
+// awaiting ends at once and leaves its promise running. Around the watchdog
+// node's handling of SIGINT changes hands, and a SIGINT in between would kill
+// node, so the driver says `start` when SIGINT is safe and `hold` before it
+// stops being so; the agent's answer, `held 1` or `held 0`, says whether it
+// sent one meanwhile. That answer, not node's own report, decides whether the
+// cell was interrupted: node's watchdog can lose a signal that comes as the
+// script ends, and then report it in a later cell.
 'use strict';
 
 const fs = require('fs');
@@ -43,39 +47,61 @@ function send(message) {
   fs.writeSync(messagesOut, `${message}\n`);
 }
 
-// After `hold`, wait for the agent's `held`: any SIGINT it sent before is
-// then delivered, while the watchdog still handles it.
+// After `hold`: the agent's answer, true when it sent SIGINT since `start`.
+// Such a SIGINT is delivered by then, while the watchdog still takes it.
 function awaitHeld() {
-  const answer = Buffer.alloc(5);
-  let got = 0;
-  while (got < answer.length) {
-    const n = fs.readSync(codeIn, answer, got, answer.length - got, null);
+  const byte = Buffer.alloc(1);
+  let answer = '';
+  for (;;) {
+    let n;
+    try {
+      n = fs.readSync(codeIn, byte, 0, 1, null);
+    } catch (error) {
+      // The SIGINT this may wait for interrupts the read (no SA_RESTART).
+      if (error.code === 'EINTR') continue;
+      throw error;
+    }
     if (n === 0) process.exit(0);
-    got += n;
+    if (byte[0] === 0) break;
+    answer += String.fromCharCode(byte[0]);
   }
-  if (answer.toString('latin1') !== 'held\0') {
-    throw new Error(`driver: expected held from the agent, got ${JSON.stringify(answer.toString())}`);
+  if (answer !== 'held 1' && answer !== 'held 0') {
+    throw new Error(`node driver: expected held from the agent, got ${JSON.stringify(answer)}`);
   }
+  return answer === 'held 1';
 }
 
-let cell = null; // the running cell: { number, done, interrupted, pendingInterrupt }
+let cell = null; // the running cell: { number, done, interrupted, keepAlive }
 let cellScriptNext = false; // the next script the REPL runs is the cell's
 
 // The REPL runs the cell's script inside its SIGINT watchdog: tell the agent
-// when SIGINT is safe, and wait before it stops being so. The REPL takes
+// when SIGINT is safe, and ask before it stops being so. The REPL takes
 // vm.Script.prototype's methods when it loads, so this comes first.
 const runInThisContext = vm.Script.prototype.runInThisContext;
 vm.Script.prototype.runInThisContext = function runCellScript(options) {
   if (!cellScriptNext) return runInThisContext.call(this, options);
   cellScriptNext = false;
+  const c = cell;
   send('start');
   try {
     return runInThisContext.call(this, options);
   } finally {
     send('hold');
-    awaitHeld();
+    if (awaitHeld()) c.interrupted = true;
   }
 };
+
+// A SIGINT that node's watchdog took too late is handed to the next
+// watchdog that starts: this one, which runs up to 50 ms for it, so that the
+// next cell does not get it.
+const absorber = new vm.Script('for (const end = Date.now() + 50; Date.now() < end; );');
+function absorbLateSigint() {
+  try {
+    runInThisContext.call(absorber, { breakOnSigint: true });
+  } catch {
+    // ERR_SCRIPT_EXECUTION_INTERRUPTED: absorbed.
+  }
+}
 
 const repl = require('repl');
 const server = repl.start({
@@ -87,7 +113,8 @@ const server = repl.start({
   ignoreUndefined: true,
   breakEvalOnSigint: true,
 });
-// The REPL's own SIGINT handling is for a terminal: the driver's replaces it.
+// The REPL's own SIGINT handling is for a terminal, and node's report of a
+// SIGINT is not trusted (see above): the agent's answer decides.
 server.removeAllListeners('SIGINT');
 
 function finish(c, status, value) {
@@ -111,6 +138,7 @@ function flushed(stream, next) {
   else next();
 }
 
+// Ends an awaiting cell; its promise is left running.
 function interrupt(c) {
   c.interrupted = true;
   process.stderr.write(
@@ -125,12 +153,6 @@ function onSigint() {
 }
 process.on('SIGINT', onSigint);
 
-// A SIGINT that came after the cell's script finished, but inside the
-// watchdog, is reported by the REPL here.
-server.on('SIGINT', () => {
-  if (cell && !cell.done) cell.pendingInterrupt = true;
-});
-
 // The watchdog's error has only the driver's frames to show.
 server._domain.prependListener('error', (error) => {
   if (error && error.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
@@ -140,10 +162,8 @@ server._domain.prependListener('error', (error) => {
 });
 // Errors of the cell (and any uncaught one while it runs) come here after
 // the REPL printed them.
-server._domain.on('error', (error) => {
-  if (!cell || cell.done) return;
-  if (error && error.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') cell.interrupted = true;
-  finish(cell, 1);
+server._domain.on('error', () => {
+  if (cell && !cell.done) finish(cell, 1);
 });
 process.on('unhandledRejection', (reason) => {
   process.stderr.write(`Uncaught (in promise) ${server.writer(reason)}\n`);
@@ -156,7 +176,6 @@ function run(code) {
     number: cells,
     done: false,
     interrupted: false,
-    pendingInterrupt: false,
     // Node would exit while the cell awaits something that holds no handle
     // (`await new Promise(() => {})`): the cell holds one.
     keepAlive: setInterval(() => {}, 1 << 30),
@@ -175,10 +194,11 @@ function run(code) {
     });
   } finally {
     cellScriptNext = false;
+    if (c.interrupted) absorbLateSigint();
     process.on('SIGINT', onSigint);
   }
   if (c.done) return;
-  if (c.pendingInterrupt) interrupt(c);
+  if (c.interrupted) interrupt(c);
   else send('start');
 }
 

@@ -2,16 +2,17 @@
 //! (`agent/drivers/`), on the driver's fds 3 and 4.
 //!
 //! Agent -> driver: NUL-terminated messages. Between calls, the code of the
-//! next call (code never contains NUL); during a call, only `held`, the answer
-//! to `hold`.
+//! next call (code never contains NUL); during a call, only `held 1` or
+//! `held 0`, the answer to `hold`.
 //!
 //! Driver -> agent: one message a line.
 //! - `start`: the call's code runs now and SIGINT is safe: the driver turns it
 //!   into an interrupt of that code. An interrupt asked for earlier is sent
 //!   now. A driver may send `start` again after a `hold`.
 //! - `hold` (node): SIGINT is not safe until the next `start`. The agent
-//!   answers `held` once any SIGINT it already sent is on its way, and defers
-//!   later interrupts. Drivers that can always take SIGINT never send it.
+//!   answers `held 1` if it sent SIGINT since the last `start` (the signal is
+//!   then already delivered), else `held 0`, and defers later interrupts.
+//!   Drivers that can always take SIGINT never send it.
 //! - `done STATUS`: the call ended with STATUS (see `proto::frame`). The
 //!   driver flushed its own buffers first, so everything the code wrote is
 //!   already in the stdout and stderr pipes.
@@ -24,8 +25,10 @@ pub enum Message {
     Done(i32),
 }
 
-/// The answer to [`Message::Hold`].
-pub const HELD: &[u8] = b"held\0";
+/// The answer to [`Message::Hold`]: whether SIGINT was sent since `start`.
+pub fn held(signalled: bool) -> &'static [u8] {
+    if signalled { b"held 1\0" } else { b"held 0\0" }
+}
 
 /// Parses one line (without its newline).
 pub fn parse(line: &[u8]) -> Option<Message> {
@@ -65,6 +68,12 @@ mod tests {
         assert_eq!(parse(b"done"), None);
         assert_eq!(parse(b"done x"), None);
         assert_eq!(parse(b"started"), None);
+    }
+
+    #[test]
+    fn held_says_whether_sigint_was_sent() {
+        assert_eq!(held(true), b"held 1\0");
+        assert_eq!(held(false), b"held 0\0");
     }
 
     #[test]

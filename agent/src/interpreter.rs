@@ -116,6 +116,19 @@ impl Interpreter {
     }
 }
 
+/// Marks every fd the agent inherited besides 0, 1 and 2 close-on-exec, so
+/// that no interpreter gets one (the launcher's, or whatever its parent
+/// leaked: bubblewrap passes them on).
+pub fn hide_inherited_fds() -> io::Result<()> {
+    // The kernel knows the flag as `unsigned int`; libc passes an `int`.
+    let flags = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
+    // SAFETY: close_range only changes the flags of this process's fds.
+    if unsafe { libc::close_range(3, libc::c_uint::MAX, flags) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn exit_of(status: WaitStatus) -> Option<Exit> {
     match status {
         WaitStatus::Exited(_, code) => Some(Exit::Code(code)),

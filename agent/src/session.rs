@@ -25,7 +25,7 @@ use proto::frame::{
 
 use crate::cli::Config;
 use crate::driver::{self, Message};
-use crate::interpreter::Interpreter;
+use crate::interpreter::{self, Interpreter};
 
 /// The cap for output that arrives before the first call.
 const FIRST_CAP: usize = 64 << 10;
@@ -75,6 +75,8 @@ struct Call {
     /// can take it, then again every [`INTERRUPT_REPEAT`] while the call runs.
     interrupt_due: Option<Instant>,
     interrupted: bool,
+    /// SIGINT was sent since the driver's last `start`.
+    signalled: bool,
     restarted: bool,
 }
 
@@ -152,6 +154,8 @@ fn pump(fd: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: usize) 
 
 impl Session {
     fn new(config: Config) -> io::Result<Self> {
+        interpreter::hide_inherited_fds()
+            .map_err(|e| io::Error::new(e.kind(), format!("close_range: {e}")))?;
         let mut mask = SigSet::empty();
         mask.add(Signal::SIGCHLD);
         // Blocked here, read from the signalfd; children get a clean mask.
@@ -337,11 +341,13 @@ impl Session {
         match message {
             Message::Start => {
                 call.phase = Phase::Running;
+                call.signalled = false;
                 self.deliver_interrupt();
             }
             Message::Hold => {
                 call.phase = Phase::Holding;
-                self.to_driver.extend_from_slice(driver::HELD);
+                self.to_driver
+                    .extend_from_slice(driver::held(std::mem::take(&mut call.signalled)));
                 self.write_driver();
             }
             Message::Done(status) => {
@@ -600,6 +606,7 @@ impl Session {
             phase: Phase::Sent,
             interrupt_due: None,
             interrupted: false,
+            signalled: false,
             restarted,
         });
         self.to_driver
@@ -629,6 +636,7 @@ impl Session {
         tracing::debug!(id = call.id, "SIGINT");
         interp.signal_group(Signal::SIGINT);
         call.interrupted = true;
+        call.signalled = true;
         call.interrupt_due = Some(now + INTERRUPT_REPEAT);
     }
 

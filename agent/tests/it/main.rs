@@ -1,0 +1,10 @@
+//! The agent driven over its stdin/stdout, as the launcher drives it, with
+//! the host's python3, bash and node and the repository's drivers, each test
+//! both directly and inside a fixture bubblewrap jail.
+
+mod harness;
+
+mod bash;
+mod node;
+mod protocol;
+mod python;

@@ -6,6 +6,7 @@
 mod cli;
 mod driver;
 mod interpreter;
+mod pipe;
 mod session;
 
 use std::io::Write;

@@ -11,7 +11,7 @@
 //! is started on the next exec.
 
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -26,6 +26,7 @@ use proto::frame::{
 use crate::cli::Config;
 use crate::driver::{self, Message};
 use crate::interpreter::{self, Interpreter};
+use crate::pipe::{self, Read, pump};
 
 /// The cap for output that arrives before the first call.
 const FIRST_CAP: usize = 64 << 10;
@@ -100,7 +101,7 @@ struct Session {
 }
 
 /// What one poll reported.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Ready {
     stdin: bool,
     sigchld: bool,
@@ -108,48 +109,6 @@ struct Ready {
     to_driver: bool,
     stdout: bool,
     stderr: bool,
-}
-
-/// What became of a read.
-enum Read {
-    Data(usize),
-    Again,
-    Eof,
-}
-
-fn read_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Read> {
-    loop {
-        return match nix::unistd::read(fd, buf) {
-            Ok(0) => Ok(Read::Eof),
-            Ok(n) => Ok(Read::Data(n)),
-            Err(Errno::EAGAIN) => Ok(Read::Again),
-            Err(Errno::EINTR) => continue,
-            Err(e) => Err(e.into()),
-        };
-    }
-}
-
-/// Reads what `fd` has now, up to `budget` bytes, into `cap`; closes (sets
-/// to `None`) a pipe at end of file.
-fn pump(fd: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: usize) {
-    let mut taken = 0;
-    while let Some(pipe) = fd {
-        match read_fd(pipe.as_fd(), buf) {
-            Ok(Read::Data(n)) => {
-                cap.push(&buf[..n]);
-                taken += n;
-                if taken >= budget {
-                    return;
-                }
-            }
-            Ok(Read::Again) => return,
-            Ok(Read::Eof) => *fd = None,
-            Err(e) => {
-                tracing::warn!("reading the interpreter's output: {e}");
-                *fd = None;
-            }
-        }
-    }
 }
 
 impl Session {
@@ -293,20 +252,28 @@ impl Session {
         }
         // Usually the interpreter is exiting: its fds close before it is a
         // zombie. One that lives on without its channel is killed.
-        let grace = Instant::now() + EXIT_GRACE;
-        while let Some(interp) = &self.interpreter {
-            if let Some(exit) = interp.exited() {
-                return self.on_death(exit);
+        let Some(interp) = &self.interpreter else {
+            return Ok(());
+        };
+        let exit = match self.wait_exit(interp, EXIT_GRACE) {
+            Some(exit) => exit,
+            None => {
+                tracing::warn!("the driver closed its channel but lives on; killing it");
+                interp.signal_group(Signal::SIGKILL);
+                match self.wait_exit(interp, KILL_WAIT) {
+                    Some(exit) => exit,
+                    None => {
+                        tracing::error!(
+                            pid = interp.pid().as_raw(),
+                            "the interpreter did not die after SIGKILL; abandoned"
+                        );
+                        self.interpreter = None;
+                        return self.on_lost(Exit::Signal(Signal::SIGKILL as i32));
+                    }
+                }
             }
-            if !self.wait_sigchld(grace) {
-                break;
-            }
-        }
-        if let Some(interp) = &self.interpreter {
-            tracing::warn!("the driver closed its channel but lives on; killing it");
-            interp.signal_group(Signal::SIGKILL);
-        }
-        self.await_death()
+        };
+        self.on_death(exit)
     }
 
     /// Reads and handles the driver's messages until none is waiting; false
@@ -316,7 +283,7 @@ impl Session {
             let Some(interp) = &self.interpreter else {
                 return Ok(true);
             };
-            let n = match read_fd(interp.from_driver.as_fd(), &mut self.buf)? {
+            let n = match pipe::read(interp.from_driver.as_fd(), &mut self.buf)? {
                 Read::Data(n) => n,
                 Read::Again => return Ok(true),
                 Read::Eof => return Ok(false),
@@ -389,36 +356,22 @@ impl Session {
         }
     }
 
-    /// Waits (bounded) for the interpreter, just killed, to die.
-    fn await_death(&mut self) -> io::Result<()> {
-        let deadline = Instant::now() + KILL_WAIT;
-        while let Some(interp) = &self.interpreter {
+    /// Waits up to `limit` for the interpreter to exit; how it ended.
+    fn wait_exit(&self, interp: &Interpreter, limit: Duration) -> Option<Exit> {
+        let deadline = Instant::now() + limit;
+        loop {
             if let Some(exit) = interp.exited() {
-                return self.on_death(exit);
+                return Some(exit);
             }
-            if !self.wait_sigchld(deadline) {
-                tracing::error!(
-                    pid = interp.pid().as_raw(),
-                    "the interpreter did not die after SIGKILL; abandoned"
-                );
-                self.interpreter = None;
-                return self.on_lost(Exit::Signal(Signal::SIGKILL as i32));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
             }
+            let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.sigchld.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(&mut fds, timeout);
+            while let Ok(Some(_)) = self.sigchld.read_signal() {}
         }
-        Ok(())
-    }
-
-    /// Polls the signalfd until `deadline`; false when it passed.
-    fn wait_sigchld(&self, deadline: Instant) -> bool {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(self.sigchld.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(&mut fds, timeout);
-        while let Ok(Some(_)) = self.sigchld.read_signal() {}
-        true
     }
 
     /// The interpreter exited: messages it sent before come first (a call it
@@ -500,7 +453,7 @@ impl Session {
 
     /// Reads requests; false when stdin reached end of file.
     fn read_requests(&mut self) -> io::Result<bool> {
-        let n = match read_fd(io::stdin().as_fd(), &mut self.buf)? {
+        let n = match pipe::read(io::stdin().as_fd(), &mut self.buf)? {
             Read::Data(n) => n,
             Read::Again => return Ok(true),
             Read::Eof => {
@@ -661,19 +614,13 @@ impl Session {
             return;
         };
         interp.signal_group(Signal::SIGKILL);
-        let deadline = Instant::now() + KILL_WAIT;
-        loop {
-            if interp.exited().is_some() {
-                interp.reap();
-                return;
-            }
-            if !self.wait_sigchld(deadline) {
-                tracing::error!(
-                    pid = interp.pid().as_raw(),
-                    "the interpreter did not die after SIGKILL"
-                );
-                return;
-            }
+        if self.wait_exit(&interp, KILL_WAIT).is_some() {
+            interp.reap();
+        } else {
+            tracing::error!(
+                pid = interp.pid().as_raw(),
+                "the interpreter did not die after SIGKILL"
+            );
         }
     }
 }

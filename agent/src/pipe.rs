@@ -1,0 +1,50 @@
+//! Reading the agent's non-blocking pipes (and stdin, after poll said so).
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::errno::Errno;
+use proto::cap::Cap;
+
+/// What became of a read.
+pub enum Read {
+    Data(usize),
+    /// Nothing to read now.
+    Again,
+    Eof,
+}
+
+pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Read> {
+    loop {
+        return match nix::unistd::read(fd, buf) {
+            Ok(0) => Ok(Read::Eof),
+            Ok(n) => Ok(Read::Data(n)),
+            Err(Errno::EAGAIN) => Ok(Read::Again),
+            Err(Errno::EINTR) => continue,
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
+/// Reads what `pipe` has now, up to about `budget` bytes, into `cap`; drops
+/// the pipe (sets it to `None`) at end of file.
+pub fn pump(pipe: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: usize) {
+    let mut taken = 0;
+    while let Some(fd) = pipe {
+        match read(fd.as_fd(), buf) {
+            Ok(Read::Data(n)) => {
+                cap.push(&buf[..n]);
+                taken += n;
+                if taken >= budget {
+                    return;
+                }
+            }
+            Ok(Read::Again) => return,
+            Ok(Read::Eof) => *pipe = None,
+            Err(e) => {
+                tracing::warn!("reading the interpreter's output: {e}");
+                *pipe = None;
+            }
+        }
+    }
+}

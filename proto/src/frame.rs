@@ -22,9 +22,9 @@
 //!   runs (deferred while the driver cannot take it), repeated every 500 ms
 //!   until the call ends. Python raises KeyboardInterrupt; bash ends the
 //!   snippet; node ends the cell (a sync loop is broken, an awaited promise
-//!   abandoned). State is kept; the exec's reply has `interrupted: true` and
-//!   status 130. The `ack` says `busy: true` when an exec was running. Code
-//!   that ignores SIGINT runs on: the launcher resets the session.
+//!   abandoned). State is kept; the exec's reply has `interrupted: true`
+//!   (status 130 unless the code handled it). The `ack` says `busy: true` when
+//!   an exec was running. Code ignoring SIGINT runs on: reset the session.
 //! - `ping`: an `ack`; `busy` says whether an exec is running.
 //! - `shutdown`: an `ack`, then the agent kills the interpreter's process
 //!   group and exits. Closing the agent's stdin does the same.

@@ -18,6 +18,7 @@ both_modes!(
     code_ignoring_sigint_runs_on_until_its_jail_is_killed,
     each_exit_is_reported_and_the_next_call_starts_afresh,
     a_dead_interpreter_leaves_no_process_behind,
+    a_forked_child_does_not_become_a_second_driver,
 );
 
 fn state_persists_between_calls(mode: Mode) {
@@ -44,7 +45,7 @@ fn last_expression_is_shown(mode: Mode) {
     let mut a = Agent::start(mode, Lang::Python);
     assert_prints(&mut a, "x = 20\nx * 2 + 2", "42\n");
     assert_prints(&mut a, "_ + 1", "43\n");
-    assert_prints(&mut a, "'text'", "'text'\n");
+    assert_prints(&mut a, "'text é✓'", "'text é✓'\n");
     assert_prints(&mut a, "None", "");
     a.close();
 }
@@ -240,5 +241,18 @@ fn a_dead_interpreter_leaves_no_process_behind(mode: Mode) {
         ("again\n", true),
         "{reply:#?}"
     );
+    a.close();
+}
+
+fn a_forked_child_does_not_become_a_second_driver(mode: Mode) {
+    let mut a = Agent::start(mode, Lang::Python);
+    // The child falls through the code back into the driver, which must not
+    // answer for it.
+    assert_prints(
+        &mut a,
+        "import os\npid = os.fork()\nif pid == 0:\n    print('child')\nelse:\n    os.waitpid(pid, 0)\n    print('parent')",
+        "child\nparent\n",
+    );
+    assert_prints(&mut a, "print(pid > 0)", "True\n");
     a.close();
 }

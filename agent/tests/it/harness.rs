@@ -319,17 +319,11 @@ impl Agent {
     /// nothing behind.
     pub fn close(mut self) {
         self.stdin = None;
-        let status = self.wait_exit();
-        assert!(
-            status.success(),
-            "agent exited with {status}\nlog:\n{}",
-            self.log()
-        );
-        self.assert_no_leftovers();
+        self.wait_gone();
     }
 
-    /// Waits for the agent to exit by itself (after `shutdown`), leaving
-    /// nothing behind.
+    /// Waits for the agent to exit by itself (after `shutdown` or `close`),
+    /// successfully, leaving nothing behind.
     pub fn wait_gone(mut self) {
         let status = self.wait_exit();
         assert!(

@@ -5,7 +5,7 @@
 #
 # Each call's code is `eval`ed in this shell, as if it were the next part of
 # one long script: variables, functions, the working directory, exported
-# variables, aliases and `set` options persist. `exit`, and a failing
+# variables and `set` options persist. `exit`, and a failing
 # command under `set -e` (or an unset variable under `set -u`), end the shell
 # as they would end a script: the agent reports the exit status and starts a
 # fresh shell for the next call. The call's status is the code's `$?`.
@@ -14,7 +14,7 @@
 # command gets it too, and the trap below returns from the function that runs
 # the snippet (and, through a one-shot DEBUG trap, from any shell function it
 # was in); the shell stays, with state, and the status is 130. The driver
-# owns the INT trap: a snippet's own `trap ... INT` lasts until the call ends.
+# owns the INT and DEBUG traps: a snippet's own last until the call ends.
 #
 # The channel moves to fds 62 and 63, which are closed around the `eval` (a
 # redirection bash undoes after the command; its saved copies are
@@ -30,7 +30,9 @@ __nsm_status=0
 __nsm_trace=
 # On SIGINT during a call: leave the snippet's function, then (DEBUG trap)
 # every shell function up to the driver's own.
+# shellcheck disable=SC2016 # expanded when the trap runs
 __nsm_on_int='[[ -z ${__nsm_busy-} ]] || { __nsm_intr=1; trap "[[ -z \${__nsm_intr-} || -z \${FUNCNAME-} ]] || return 0" DEBUG; return 0; }'
+# shellcheck disable=SC2064 # the trap's text is in the variable
 trap "$__nsm_on_int" INT
 
 __nsm_run() {
@@ -54,6 +56,7 @@ while :; do
     trap - DEBUG
     # Setting the trap again also clears bash's note that its handler is
     # running, which a `return` out of the handler leaves behind.
+    # shellcheck disable=SC2064
     trap "$__nsm_on_int" INT
     __nsm_busy=
     __nsm_trace=${-//[!xv]/}

@@ -113,8 +113,10 @@ struct Ready {
 
 impl Session {
     fn new(config: Config) -> io::Result<Self> {
-        interpreter::hide_inherited_fds()
-            .map_err(|e| io::Error::new(e.kind(), format!("close_range: {e}")))?;
+        if let Err(e) = interpreter::hide_inherited_fds() {
+            // Before Linux 5.11: interpreters then inherit what the agent did.
+            tracing::warn!("close_range: {e}");
+        }
         let mut mask = SigSet::empty();
         mask.add(Signal::SIGCHLD);
         // Blocked here, read from the signalfd; children get a clean mask.

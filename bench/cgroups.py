@@ -1,0 +1,85 @@
+"""Per-run cgroups like the launcher's (launcher/src/cgroup.rs, cgroup v1),
+for one diagnostic baseline: the wrapper run directly *with* a run cgroup, so
+the report can tell the cgroup's share of the launcher's overhead from the
+rest. Only cgroup v1 hierarchies writable by this user (root here); None
+elsewhere, and the benchmark says so.
+"""
+
+import os
+import time
+from pathlib import Path
+
+CONTROLLERS = ("pids", "memory", "cpuacct")
+
+
+class RunCgroups:
+    def __init__(self, parents):
+        self.parents = parents
+        self.next = 0
+
+    @classmethod
+    def setup(cls):
+        """One parent per controller under this process' own cgroups; None
+        when a controller's v1 hierarchy is missing or not writable."""
+        own = {}
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(","):
+                own[c] = path
+        mounts = {}
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            before, after = line.split(" - ", 1)
+            fstype, _, options = after.split(" ", 2)
+            if fstype == "cgroup":
+                for c in options.split(","):
+                    mounts[c] = before.split()[4]
+        parents = []
+        for c in CONTROLLERS:
+            if c not in own or c not in mounts:
+                return cls._undo(parents)
+            parent = Path(mounts[c] + own[c]) / f"nsm-bench.{os.getpid()}"
+            try:
+                parent.mkdir()
+            except OSError:
+                return cls._undo(parents)
+            parents.append(parent)
+        return cls(parents)
+
+    @staticmethod
+    def _undo(parents):
+        for parent in parents:
+            parent.rmdir()
+        return None
+
+    def create(self):
+        """The directories of the next run (NIX_SANDBOX_CGROUP's value is
+        their paths joined by ':')."""
+        self.next += 1
+        dirs = [parent / f"run-{self.next}" for parent in self.parents]
+        for d in dirs:
+            d.mkdir()
+        return dirs
+
+    @staticmethod
+    def remove(dirs):
+        """Removes a run's directories once its processes are gone (as the
+        launcher does: retry while busy, at most 5 s)."""
+        deadline = time.monotonic() + 5
+        for d in dirs:
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.0005)
+
+    def teardown(self):
+        for parent in self.parents:
+            try:
+                parent.rmdir()
+            except OSError:
+                pass

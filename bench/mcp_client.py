@@ -1,0 +1,123 @@
+"""A small MCP client over stdio for the benchmark (standard library only).
+
+Newline-delimited JSON-RPC, like checks/e2e.py's client, but requests may be
+in flight from several threads at once: a reader thread hands each answer to
+the thread waiting for its id. The server's stderr is kept (tail) for reports.
+"""
+
+import collections
+import json
+import subprocess
+import threading
+import time
+
+DEADLINE = 120  # seconds; a guard against hangs, not a timing assertion
+PROTOCOL = "2025-06-18"
+
+
+class McpError(Exception):
+    pass
+
+
+class Client:
+    """Starts `argv` with `env` and speaks MCP to it over stdin/stdout."""
+
+    def __init__(self, argv, env):
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        self.pid = self.proc.pid
+        self.init_result = None
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._waiting = {}  # id -> [Event, message]
+        self._closed = False
+        self.stderr = collections.deque(maxlen=200)
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            with self._lock:
+                slot = self._waiting.get(message.get("id"))
+            if slot is not None:
+                slot[1] = message
+                slot[0].set()
+        with self._lock:
+            self._closed = True
+            slots = list(self._waiting.values())
+        for slot in slots:
+            slot[0].set()
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode(errors="replace"))
+
+    def send(self, message):
+        data = json.dumps(message).encode() + b"\n"
+        with self._lock:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+
+    def request(self, method, params):
+        """Sends one request and waits for its answer; returns `result`."""
+        slot = [threading.Event(), None]
+        with self._lock:
+            if self._closed:
+                raise McpError(f"the server is gone; stderr: {self.stderr_tail()}")
+            self._next_id += 1
+            request_id = self._next_id
+            self._waiting[request_id] = slot
+        try:
+            self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            if not slot[0].wait(DEADLINE):
+                raise McpError(f"no answer to {method} within {DEADLINE} s")
+        finally:
+            with self._lock:
+                self._waiting.pop(request_id, None)
+        message = slot[1]
+        if message is None:
+            raise McpError(f"the server closed stdout; stderr: {self.stderr_tail()}")
+        if "error" in message:
+            raise McpError(f"{method} failed: {message['error']}")
+        return message["result"]
+
+    def initialize(self):
+        """The handshake; its answer (instructions...) is kept in init_result."""
+        self.init_result = self.request("initialize", {
+            "protocolVersion": PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "nix-sandbox-mcp-bench", "version": "1"},
+        })
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return self.init_result
+
+    def run(self, code, env=None, session=None):
+        """Calls the `run` tool; returns (result, its text content)."""
+        arguments = {"code": code}
+        if env is not None:
+            arguments["env"] = env
+        if session is not None:
+            arguments["session"] = session
+        result = self.request("tools/call", {"name": "run", "arguments": arguments})
+        text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+        return result, text
+
+    def stderr_tail(self):
+        return "".join(self.stderr)[-800:]
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

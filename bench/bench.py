@@ -17,6 +17,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,6 +76,15 @@ class Bench:
         # Only the three presets: no NIX_SANDBOX_ENVS, an empty NIX_SANDBOX_DIR.
         self.env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "NIX_SANDBOX_DIR": str(empty)}
         self.jail_env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"}
+        # The fixtures' manifest with its wrappers and the built agent filled in.
+        wrappers = Path(args.fixtures).resolve() / "wrappers"
+        text = (Path(args.fixtures) / "manifests/fixtures.json").read_text()
+        manifest = scratch / "fixtures.json"
+        manifest.write_text(text.replace("@WRAPPERS@", str(wrappers)).replace(
+            "@AGENT@", str(Path(args.launcher) / "bin/agent")))
+        self.fixture_manifest = json.loads(manifest.read_text())["environments"]
+        self.fixture_server = [self.launcher_bin, "--stdio", "--manifest", str(manifest),
+                               "--allow-wrappers-outside-store"]
 
     # --- output -----------------------------------------------------------
 
@@ -84,7 +94,8 @@ class Bench:
 
     def not_run(self, figure, target, reason):
         self.rows.append([figure, "not measured", target or "-", "NOT RUN"])
-        self.unmeasured.append(f"{figure}: {reason}")
+        if reason not in self.unmeasured:
+            self.unmeasured.append(reason)
 
     @staticmethod
     def section(title):
@@ -146,12 +157,12 @@ class Bench:
     def stat_rows(self, stats, baseline=None):
         rows = []
         for name, s in stats.items():
-            row = [name, ms(s["p50"]), ms(s["p90"]), ms(s["p99"]), ms(s["mean"]), s["n"]]
+            row = [name, ms(s["min"]), ms(s["p50"]), ms(s["p90"]), ms(s["p99"]), ms(s["mean"]), s["n"]]
             if baseline:
                 base = stats[baseline]
                 row.append(" / ".join(f"{s[p] / base[p]:.2f}x" for p in ("p50", "p90", "p99")))
             rows.append(row)
-        header = ["what", "p50", "p90", "p99", "mean", "n"] + ([f"vs {baseline} p50 / p90 / p99"] if baseline else [])
+        header = ["what", "min", "p50", "p90", "p99", "mean", "n"] + ([f"vs {baseline} p50 / p90 / p99"] if baseline else [])
         return table(header, rows)
 
     # --- 1. ephemeral runs, launcher memory, tokens --------------------------
@@ -253,12 +264,8 @@ class Bench:
 
     def fixtures(self):
         self.section(f"ephemeral print(1), release launcher vs fixture wrapper run directly ({self.args.fixture_runs} runs each)")
-        wrappers = Path(self.args.fixtures).resolve() / "wrappers"
-        text = (Path(self.args.fixtures) / "manifests/fixtures.json").read_text()
-        manifest = self.scratch / "fixtures.json"
-        manifest.write_text(text.replace("@WRAPPERS@", str(wrappers)))
-        entry = json.loads(manifest.read_text())["environments"]["python"]
-        client = self.start([self.launcher_bin, "--stdio", "--manifest", str(manifest), "--allow-wrappers-outside-store"])
+        entry = self.fixture_manifest["python"]
+        client = self.start(self.fixture_server)
         try:
             self.wait_idle(client.pid, settle=0.2)
             stats = self.interleaved({
@@ -274,7 +281,188 @@ class Bench:
         self.row("fixture print(1): MCP / wrapper direct, p50", f"{ratio:.2f}x ({ms(mcp['p50'])} / {ms(direct['p50'])})",
                  f"<= {TARGET_RATIO}x", ratio <= TARGET_RATIO)
 
-    # --- 3. start-up ------------------------------------------------------------
+    # --- 3. sessions ----------------------------------------------------------
+
+    def sessions(self):
+        """Sessions on the Nix-built server, and on the fixture wrappers with
+        the release launcher (the figures are labelled by which)."""
+        kinds = [
+            ("Nix-built", [self.server_bin, "--stdio"], self.manifest),
+            ("fixtures", self.fixture_server, self.fixture_manifest),
+        ]
+        for label, argv, manifest in kinds:
+            if not manifest.get("python", {}).get("session"):
+                reason = f"the {label} python environment has no session wrapper (manifest session = [])"
+                self.section(f"sessions ({label}): not measured: {reason}")
+                for figure, target in [
+                    ("session x += 1 round trip p50", f"< {TARGET_SESSION_P50_MS:.0f} ms"),
+                    ("session creation p50", None),
+                    (f"{self.args.sessions} sessions x {self.args.calls} calls: errors", "0"),
+                    ("launcher peak RSS under load", None),
+                    ("agent RSS per session", None),
+                ]:
+                    self.not_run(f"{figure} ({label})", target, reason)
+                continue
+            argv = argv + ["--max-sessions", str(max(self.args.sessions, self.args.creations + 1))]
+            try:
+                self.session_calls(label, argv)
+                self.session_load(label, argv)
+            except (McpError, Unmeasured) as e:
+                self.unmeasured.append(f"sessions ({label}): {e}")
+                print(f"   could not measure: {e}", flush=True)
+
+    def session_calls(self, label, argv):
+        n, creations = self.args.session_calls, self.args.creations
+        self.section(f"sessions ({label}): creation ({creations} sessions), then `x += 1` round trips ({n} calls)")
+        client = self.start(argv)
+        try:
+            self.wait_idle(client.pid, settle=0.2)
+            created = []
+            for i in range(creations):
+                t0 = time.perf_counter()
+                self.session_call(client, f"new{i}", "x = 0")
+                created.append(time.perf_counter() - t0)
+            agents = self.agents(client.pid)
+            self.session_call(client, "bench", "x = 0")
+            calls = []
+            for i in range(WARMUP * 4 + n):
+                t0 = time.perf_counter()
+                self.session_call(client, "bench", "x += 1")
+                if i >= WARMUP * 4:
+                    calls.append(time.perf_counter() - t0)
+            _, text = self.session_call(client, "bench", "print(x)")
+            if text.strip() != str(WARMUP * 4 + n):
+                raise Unmeasured(f"the session lost its state: x is {text!r}, not {WARMUP * 4 + n}")
+        finally:
+            client.close()
+        stats = {"session creation (first call)": summary(created), "x += 1 round trip": summary(calls)}
+        self.lines(self.stat_rows(stats))
+        self.lines(self.agent_lines(agents, creations))
+        self.results[f"sessions {label}"] = {**stats, "agents": agents}
+        rt = stats["x += 1 round trip"]
+        self.row(f"session x += 1 round trip p50 ({label})", ms(rt["p50"]), f"< {TARGET_SESSION_P50_MS:.0f} ms",
+                 rt["p50"] < TARGET_SESSION_P50_MS)
+        self.row(f"session x += 1 round trip p99 ({label})", ms(rt["p99"]))
+        self.row(f"session creation p50 ({label})", ms(stats["session creation (first call)"]["p50"]))
+        if agents:
+            self.row(f"agent RSS per session, median ({label})", mib(statistics.median(a["agent"] for a in agents)))
+
+    def session_load(self, label, argv):
+        sessions, calls = self.args.sessions, self.args.calls
+        self.section(f"sessions ({label}): {sessions} sessions x {calls} calls at once")
+        client = self.start(argv)
+        errors, latencies, lock = [], [], threading.Lock()
+        ready = threading.Barrier(sessions + 1)
+        peak = {"rss": 0}
+        stop = threading.Event()
+
+        def worker(i):
+            name = f"load{i}"
+            mine = []
+            try:
+                self.session_call(client, name, "x = 0")
+            except (McpError, Unmeasured) as e:
+                with lock:
+                    errors.append(f"{name} creation: {e}")
+            try:
+                ready.wait(DEADLINE)
+            except threading.BrokenBarrierError:
+                return
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                try:
+                    self.session_call(client, name, "x += 1")
+                    mine.append(time.perf_counter() - t0)
+                except (McpError, Unmeasured) as e:
+                    with lock:
+                        errors.append(f"{name}: {e}")
+            try:
+                _, text = self.session_call(client, name, "print(x)")
+                if text.strip() != str(calls):
+                    with lock:
+                        errors.append(f"{name}: x is {text.strip()!r} after {calls} calls")
+            except (McpError, Unmeasured) as e:
+                with lock:
+                    errors.append(f"{name} final read: {e}")
+            with lock:
+                latencies.extend(mine)
+
+        def sample():
+            while not stop.wait(0.02):
+                peak["rss"] = max(peak["rss"], procs.status_kib(client.pid, "VmRSS") or 0)
+
+        try:
+            self.wait_idle(client.pid, settle=0.2)
+            before = procs.status_kib(client.pid, "VmRSS")
+            threads = [threading.Thread(target=worker, args=(i,)) for i in range(sessions)]
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            for t in threads:
+                t.start()
+            ready.wait(DEADLINE)
+            t0 = time.perf_counter()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t0
+            agents = self.agents(client.pid)
+            stop.set()
+            sampler.join()
+            hwm = procs.status_kib(client.pid, "VmHWM")
+        finally:
+            stop.set()
+            client.close()
+        done = len(latencies)
+        stats = summary(latencies) if latencies else None
+        lines = [f"errors: {len(errors)}; calls answered: {done} of {sessions * calls}; wall {wall:.2f} s; "
+                 f"throughput {done / wall:.0f} calls/s"]
+        if stats:
+            lines.append(f"latency p50 {ms(stats['p50'])}, p90 {ms(stats['p90'])}, p99 {ms(stats['p99'])}, "
+                         f"max {ms(max(latencies) * 1000)}")
+        lines.append(f"launcher RSS: {mib(before)} before, {mib(peak['rss'])} peak sampled, VmHWM {mib(hwm)}")
+        lines.extend(errors[:5])
+        self.lines(lines + self.agent_lines(agents, sessions))
+        self.results[f"load {label}"] = {"errors": errors, "wall_s": wall, "latency": stats, "rss_before_kib": before,
+                                         "vmhwm_kib": hwm, "agents": agents}
+        self.row(f"{sessions} sessions x {calls} calls: errors ({label})", str(len(errors)), "0", not errors)
+        if stats:
+            self.row(f"{sessions} x {calls}: throughput, p50 / p99 ({label})",
+                     f"{done / wall:.0f} calls/s, {ms(stats['p50'])} / {ms(stats['p99'])}")
+        self.row(f"launcher peak RSS (VmHWM) under {sessions} x {calls} ({label})", mib(hwm))
+        if agents:
+            self.row(f"agent RSS per session under load, median ({label})",
+                     mib(statistics.median(a["agent"] for a in agents)))
+
+    @staticmethod
+    def session_call(client, session, code):
+        result, text = client.run(code, env="python", session=session)
+        if result.get("isError"):
+            raise McpError(f"`{code}` in session {session}: {text[-300:]!r}")
+        return result, text
+
+    @staticmethod
+    def agents(server_pid):
+        """RSS (KiB) of every agent under the server (argv[0] named agent), and
+        of each agent with its descendants (the interpreter)."""
+        found = []
+        for pid in procs.descendants(server_pid):
+            argv = procs.cmdline(pid)
+            if argv and os.path.basename(argv[0]) == "agent":
+                rss = procs.status_kib(pid, "VmRSS")
+                tree = [procs.status_kib(p, "VmRSS") or 0 for p in procs.descendants(pid)]
+                if rss is not None:
+                    found.append({"pid": pid, "agent": rss, "with_interpreter": rss + sum(tree)})
+        return found
+
+    @staticmethod
+    def agent_lines(agents, expected):
+        if not agents:
+            return [f"no agent process found under the server (expected {expected})"]
+        med = lambda key: mib(statistics.median(a[key] for a in agents))
+        top = lambda key: mib(max(a[key] for a in agents))
+        return [f"agents found: {len(agents)} (expected {expected}); RSS per agent median {med('agent')}, "
+                f"max {top('agent')}; agent + interpreter median {med('with_interpreter')}, max {top('with_interpreter')}"]
+
+    # --- 4. start-up ------------------------------------------------------------
 
     def startup(self):
         n = self.args.starts
@@ -324,6 +512,10 @@ def main():
     parser.add_argument("--runs", type=int, default=200, help="ephemeral runs of each kind")
     parser.add_argument("--fixture-runs", type=int, default=100)
     parser.add_argument("--starts", type=int, default=20)
+    parser.add_argument("--session-calls", type=int, default=300, help="timed `x += 1` calls in one session")
+    parser.add_argument("--creations", type=int, default=10, help="sessions created one after another")
+    parser.add_argument("--sessions", type=int, default=32, help="sessions at once")
+    parser.add_argument("--calls", type=int, default=100, help="calls per session at once")
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -332,7 +524,7 @@ def main():
     print(f"built from {args.built_from}\nserver: {args.server}\nlauncher: {args.launcher}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:
         bench = Bench(args, Path(tmp))
-        for step in (bench.ephemeral, bench.fixtures, bench.startup):
+        for step in (bench.ephemeral, bench.fixtures, bench.sessions, bench.startup):
             try:
                 step()
             except (McpError, Unmeasured, subprocess.SubprocessError, OSError) as e:

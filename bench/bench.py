@@ -359,31 +359,28 @@ class Bench:
         def worker(i):
             name = f"load{i}"
             mine = []
-            try:
-                self.session_call(client, name, "x = 0")
-            except (McpError, Unmeasured) as e:
-                with lock:
-                    errors.append(f"{name} creation: {e}")
+
+            def call(code, what):
+                try:
+                    return self.session_call(client, name, code)[1]
+                except Exception as e:  # any failure is an error of the run, counted
+                    with lock:
+                        errors.append(f"{name} {what}: {e}")
+                    return None
+
+            call("x = 0", "creation")
             try:
                 ready.wait(DEADLINE)
             except threading.BrokenBarrierError:
                 return
             for _ in range(calls):
                 t0 = time.perf_counter()
-                try:
-                    self.session_call(client, name, "x += 1")
+                if call("x += 1", "call") is not None:
                     mine.append(time.perf_counter() - t0)
-                except (McpError, Unmeasured) as e:
-                    with lock:
-                        errors.append(f"{name}: {e}")
-            try:
-                _, text = self.session_call(client, name, "print(x)")
-                if text.strip() != str(calls):
-                    with lock:
-                        errors.append(f"{name}: x is {text.strip()!r} after {calls} calls")
-            except (McpError, Unmeasured) as e:
+            text = call("print(x)", "final read")
+            if text is not None and text.strip() != str(calls):
                 with lock:
-                    errors.append(f"{name} final read: {e}")
+                    errors.append(f"{name}: x is {text.strip()!r} after {calls} calls")
             with lock:
                 latencies.extend(mine)
 
@@ -399,7 +396,10 @@ class Bench:
             sampler.start()
             for t in threads:
                 t.start()
-            ready.wait(DEADLINE)
+            try:
+                ready.wait(DEADLINE)
+            except threading.BrokenBarrierError:
+                raise Unmeasured(f"the {sessions} sessions were not all created within {DEADLINE} s") from None
             t0 = time.perf_counter()
             for t in threads:
                 t.join()

@@ -26,6 +26,12 @@ Usage: nix-sandbox-mcp [--stdio | --http ADDR] [--manifest PATH]... [OPTIONS]
   --check                   run a trivial program in every environment, print
                             one line each (ok / FAIL: reason), exit 1 if any fails
   --max-code-bytes N        largest `code` accepted, in bytes (default 1048576)
+  --max-sessions N          most sessions open at once, per MCP client
+                            (NIX_SANDBOX_MAX_SESSIONS; default 16)
+  --session-idle-timeout S  a session ends S seconds after its last call
+                            (SESSION_IDLE_TIMEOUT; default 300)
+  --session-max-lifetime S  a session ends S seconds after its first call
+                            (SESSION_MAX_LIFETIME; default 3600)
   --allow-wrappers-outside-store
                             accept wrappers outside /nix/store: FOR TESTS ONLY,
                             it lets an unreviewed script stand in for a sandbox
@@ -56,6 +62,11 @@ pub struct Options {
     pub http_addr: Option<String>,
     pub token_file: Option<PathBuf>,
     pub allowed_origins: Vec<String>,
+    /// `--max-sessions`, `--session-idle-timeout`, `--session-max-lifetime`
+    /// (they override the environment; session.rs reads both).
+    pub max_sessions: Option<u64>,
+    pub session_idle_timeout: Option<u64>,
+    pub session_max_lifetime: Option<u64>,
 }
 
 /// Parses `args` (without the program name); `env_manifests` is the value of
@@ -74,6 +85,9 @@ pub fn parse(
         http_addr: None,
         token_file: None,
         allowed_origins: Vec::new(),
+        max_sessions: None,
+        session_idle_timeout: None,
+        session_max_lifetime: None,
     };
     let mut stdio = false;
     if let Some(list) = env_manifests {
@@ -113,6 +127,17 @@ pub fn parse(
                 opts.max_code_bytes = value
                     .parse()
                     .map_err(|e| format!("invalid value for --max-code-bytes: {e}"))?;
+            }
+            Long(flag @ ("max-sessions" | "session-idle-timeout" | "session-max-lifetime")) => {
+                let flag = flag.to_owned();
+                let value = string(parser.value().map_err(fail)?, &format!("--{flag}"))?;
+                let n = crate::session::positive(&value)
+                    .map_err(|e| format!("invalid value for --{flag}: {e}"))?;
+                match flag.as_str() {
+                    "max-sessions" => opts.max_sessions = Some(n),
+                    "session-idle-timeout" => opts.session_idle_timeout = Some(n),
+                    _ => opts.session_max_lifetime = Some(n),
+                }
             }
             other => return Err(fail(other.unexpected())),
         }
@@ -203,6 +228,36 @@ mod tests {
         ] {
             let e = parse(args(bad), None).unwrap_err();
             assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn session_flags() {
+        let o = parse(
+            args(&[
+                "--max-sessions",
+                "3",
+                "--session-idle-timeout=5",
+                "--session-max-lifetime",
+                "60",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                o.max_sessions,
+                o.session_idle_timeout,
+                o.session_max_lifetime
+            ),
+            (Some(3), Some(5), Some(60))
+        );
+        for bad in [
+            &["--max-sessions", "0"][..],
+            &["--session-idle-timeout", "x"],
+        ] {
+            let e = parse(args(bad), None).unwrap_err();
+            assert!(e.contains(bad[0]) && !e.contains('\n'), "{bad:?}: {e}");
         }
     }
 

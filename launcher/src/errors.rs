@@ -12,6 +12,11 @@ pub enum ErrorCode {
     WrapperMissing,
     SandboxUnavailable,
     InvalidArguments,
+    BadSessionName,
+    SessionEnvMismatch,
+    SessionBusy,
+    TooManySessions,
+    SessionsUnsupported,
 }
 
 impl ErrorCode {
@@ -23,6 +28,11 @@ impl ErrorCode {
             ErrorCode::WrapperMissing => "wrapper_missing",
             ErrorCode::SandboxUnavailable => "sandbox_unavailable",
             ErrorCode::InvalidArguments => "invalid_arguments",
+            ErrorCode::BadSessionName => "bad_session_name",
+            ErrorCode::SessionEnvMismatch => "session_env_mismatch",
+            ErrorCode::SessionBusy => "session_busy",
+            ErrorCode::TooManySessions => "too_many_sessions",
+            ErrorCode::SessionsUnsupported => "sessions_unsupported",
         }
     }
 }
@@ -105,7 +115,67 @@ impl RunError {
     pub fn invalid_arguments(problem: &str) -> Self {
         Self::new(
             ErrorCode::InvalidArguments,
-            format!("{problem}; `run` takes `code` (string, required) and `env` (string)."),
+            format!(
+                "{problem}; `run` takes `code` (string, required), `env` (string) and \
+                 `session` (string)."
+            ),
+        )
+    }
+
+    /// `name` is shown cut to 80 characters, quoted as JSON would.
+    pub fn bad_session_name(name: &str) -> Self {
+        let shown: String = name.chars().take(80).collect();
+        let more = if shown.len() < name.len() { "..." } else { "" };
+        Self::new(
+            ErrorCode::BadSessionName,
+            format!(
+                "invalid session name {shown:?}{more}: use 1 to 64 characters out of \
+                 A-Z a-z 0-9 _ . -"
+            ),
+        )
+    }
+
+    pub fn session_env_mismatch(name: &str, bound: &str, requested: &str) -> Self {
+        Self::new(
+            ErrorCode::SessionEnvMismatch,
+            format!(
+                "session `{name}` belongs to environment `{bound}`; nothing was run. Call it \
+                 with env `{bound}`, or pick another session name for `{requested}`."
+            ),
+        )
+    }
+
+    pub fn session_busy(name: &str) -> Self {
+        Self::new(
+            ErrorCode::SessionBusy,
+            format!(
+                "session `{name}` is still running another call (one call at a time per \
+                 session); nothing was run. Wait for that call's result, or use another \
+                 session name."
+            ),
+        )
+    }
+
+    /// `open` lists the open sessions' names.
+    pub fn too_many_sessions(max: usize, open: &[String], idle_s: u64) -> Self {
+        Self::new(
+            ErrorCode::TooManySessions,
+            format!(
+                "{max} sessions are open, the most allowed; nothing was run. Reuse one of \
+                 them ({}), call without `session`, or wait: a session ends after {idle_s} s \
+                 without calls.",
+                open.join(", ")
+            ),
+        )
+    }
+
+    pub fn sessions_unsupported(env: &str) -> Self {
+        Self::new(
+            ErrorCode::SessionsUnsupported,
+            format!(
+                "environment `{env}` has no sessions; nothing was run. Call it without \
+                 `session` (each call then starts fresh)."
+            ),
         )
     }
 }

@@ -60,6 +60,11 @@ impl JobEnv {
     pub fn from_process() -> Self {
         Self::from_lookup(|name| std::env::var_os(name))
     }
+
+    /// The variables, for a wrapper spawned elsewhere (a session's).
+    pub fn vars(&self) -> impl Iterator<Item = (&'static str, &OsStr)> {
+        self.0.iter().map(|(k, v)| (*k, v.as_os_str()))
+    }
 }
 
 /// What to run and under which limits.
@@ -168,7 +173,7 @@ async fn kill_and_drain(
 }
 
 /// How the wrapper ended.
-type Reaped = Exit;
+pub type Reaped = Exit;
 
 type Spawned = (
     Group,
@@ -235,8 +240,8 @@ async fn pump(mut r: impl AsyncRead + Unpin, cap: &mut Cap) {
 }
 
 /// The wrapper's process group. Dropping it kills the group unless the
-/// wrapper was already reaped.
-struct Group {
+/// wrapper was already reaped. Sessions (session_jail.rs) use it too.
+pub struct Group {
     pgid: i32,
     /// Set once the leader is reaped: from then on the id may be reused by
     /// another process, so it must never be signalled again.
@@ -244,7 +249,7 @@ struct Group {
 }
 
 impl Group {
-    fn new(pid: u32) -> Self {
+    pub fn new(pid: u32) -> Self {
         Self {
             pgid: i32::try_from(pid).unwrap_or(0),
             reaped: Arc::new(Mutex::new(false)),
@@ -252,7 +257,7 @@ impl Group {
     }
 
     /// SIGKILL to the whole group, unless its leader is already reaped.
-    fn kill(&self) {
+    pub fn kill(&self) {
         let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
         if !*reaped {
             kill_group(self.pgid);
@@ -262,7 +267,7 @@ impl Group {
     /// A thread that waits for the leader to exit, kills what is left of its
     /// group while the leader is an unreaped zombie (so the id is still ours),
     /// reaps it, and reports how it ended.
-    fn start_reaper(&self) -> oneshot::Receiver<Reaped> {
+    pub fn start_reaper(&self) -> oneshot::Receiver<Reaped> {
         let (tx, rx) = oneshot::channel();
         let (pgid, reaped) = (self.pgid, Arc::clone(&self.reaped));
         tokio::task::spawn_blocking(move || {

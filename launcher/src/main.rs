@@ -17,6 +17,10 @@ mod manifest;
 mod manifest_fuzz;
 mod mcp;
 mod result;
+mod session;
+mod session_call;
+mod session_jail;
+mod session_result;
 mod stdin_eof;
 
 use std::io::{IsTerminal, Write};
@@ -50,6 +54,18 @@ fn main() -> ExitCode {
         Mode::Version => return print(&format!("nix-sandbox-mcp {}\n", env!("CARGO_PKG_VERSION"))),
         Mode::Stdio | Mode::Http | Mode::Check => {}
     }
+    let sessions = match session::Settings::new(
+        |var| std::env::var(var).ok(),
+        opts.max_sessions,
+        opts.session_idle_timeout,
+        opts.session_max_lifetime,
+    ) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("nix-sandbox-mcp: {e} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
     init_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -91,6 +107,7 @@ fn main() -> ExitCode {
         project_mount: project_mount(),
         shutdown: CancellationToken::new(),
         host,
+        sessions,
     };
     let served = match &opts.http_addr {
         Some(addr) => {

@@ -1,8 +1,9 @@
 //! The MCP surface: one tool, `run`, and the server instructions.
 //!
 //! A call goes: arguments ([`RunArgs`]) -> environment -> code checks ->
-//! wrapper check -> sandbox probe -> [`exec::run`] -> [`result::ran`].
-//! [`Server::dispatch`] is where a session table joins later (issue 4).
+//! wrapper check -> sandbox probe -> [`exec::run`] -> [`result::ran`]; with
+//! `session`, the session table ([`Sessions`]) runs it instead and
+//! [`session_result::session_ran`] reports it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,12 @@ use crate::exec::{Job, JobEnv};
 use crate::limits::{self, Host};
 use crate::manifest::{Catalog, Env};
 use crate::result;
+use crate::session::{self, Sessions};
+use crate::session_result;
+
+/// The largest code a session takes: its exec frame, every byte escaped as
+/// `\u00XX`, must fit in one frame.
+const SESSION_MAX_CODE_BYTES: usize = (proto::frame::MAX_FRAME_BYTES - 4096) / 6;
 
 /// Most packages listed per environment in the instructions.
 const MAX_PACKAGES_LISTED: usize = 8;
@@ -37,6 +44,8 @@ pub struct Config {
     pub shutdown: CancellationToken,
     /// What the host gives the jails: cgroups, whether the caller is root.
     pub host: Arc<Host>,
+    /// The session table's limits.
+    pub sessions: session::Settings,
 }
 
 /// The MCP server handler.
@@ -48,6 +57,9 @@ pub struct Server {
     shutdown: CancellationToken,
     instructions: String,
     tool: Tool,
+    host: Arc<Host>,
+    /// This client's sessions; dropping the handler kills them.
+    sessions: Sessions,
 }
 
 impl Server {
@@ -65,12 +77,19 @@ impl Server {
                 config.project_mount.as_deref(),
                 &config.host,
             ),
-            tool: run_tool(&config.catalog),
+            tool: run_tool(&config.catalog, &config.sessions),
+            sessions: Sessions::new(
+                config.sessions,
+                config.job_env.clone(),
+                Arc::clone(&config.host),
+                config.shutdown.clone(),
+            ),
             catalog: config.catalog,
             probes,
             job_env: config.job_env,
             max_code_bytes: config.max_code_bytes,
             shutdown: config.shutdown,
+            host: config.host,
         }
     }
 
@@ -88,17 +107,70 @@ impl Server {
             shutdown: self.shutdown.clone(),
             instructions: self.instructions.clone(),
             tool: self.tool.clone(),
+            sessions: Sessions::new(
+                *self.sessions.settings(),
+                self.job_env.clone(),
+                Arc::clone(&self.host),
+                self.shutdown.clone(),
+            ),
+            host: Arc::clone(&self.host),
         }
     }
 
-    /// Routes one `run` call. Sessions (issue 4) branch off here.
+    /// Routes one `run` call: to the named session, or to a fresh sandbox.
     async fn dispatch(&self, args: RunArgs, ct: CancellationToken) -> CallToolResult {
         let env = match self.resolve_env(args.env.as_deref()) {
             Ok(env) => env,
             Err(e) => return result::refused(&e),
         };
-        match self.run_ephemeral(&env, &args.code, ct).await {
+        let ran = match &args.session {
+            Some(name) => self.run_session(&env, name, &args.code, ct).await,
+            None => self.run_ephemeral(&env, &args.code, ct).await,
+        };
+        match ran {
             Ok(r) | Err(r) => r,
+        }
+    }
+
+    async fn run_session(
+        &self,
+        env: &Arc<Env>,
+        name: &str,
+        code: &str,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, CallToolResult> {
+        let refuse = |e: RunError| result::refused(&e);
+        if !session::valid_name(name) {
+            return Err(refuse(RunError::bad_session_name(name)));
+        }
+        if env.session.is_empty() {
+            return Err(refuse(RunError::sessions_unsupported(&env.name)));
+        }
+        if code.is_empty() {
+            return Err(refuse(RunError::empty_code()));
+        }
+        let max = self.max_code_bytes.min(SESSION_MAX_CODE_BYTES);
+        if code.len() > max {
+            return Err(refuse(RunError::code_too_large(code.len(), max)));
+        }
+        if code.contains('\0') {
+            return Err(refuse(RunError::invalid_arguments(
+                "`code` contains a NUL byte, which a session cannot run",
+            )));
+        }
+        if !check::wrapper_ready(&env.session[0]) {
+            return Err(refuse(RunError::wrapper_missing(
+                &env.name,
+                &env.session[0],
+            )));
+        }
+        self.probes
+            .ensure(env)
+            .await
+            .map_err(|reason| refuse(RunError::sandbox_unavailable(&env.name, &reason)))?;
+        match self.sessions.run(name, env, code, &ct).await {
+            Ok(outcome) => Ok(session_result::session_ran(env, &outcome)),
+            Err(e) => Err(refuse(e)),
         }
     }
 
@@ -229,6 +301,7 @@ impl ServerHandler for Server {
 struct RunArgs {
     code: String,
     env: Option<String>,
+    session: Option<String>,
 }
 
 impl RunArgs {
@@ -237,7 +310,7 @@ impl RunArgs {
         let arguments = arguments.unwrap_or(&empty);
         if let Some(key) = arguments
             .keys()
-            .find(|k| !matches!(k.as_str(), "code" | "env"))
+            .find(|k| !matches!(k.as_str(), "code" | "env" | "session"))
         {
             return Err(RunError::invalid_arguments(&format!(
                 "unknown argument `{key}`"
@@ -253,12 +326,18 @@ impl RunArgs {
             Some(Value::Null) | None => None,
             Some(_) => return Err(RunError::invalid_arguments("`env` must be a string")),
         };
-        Ok(Self { code, env })
+        let session = match arguments.get("session") {
+            Some(Value::String(name)) => Some(name.clone()),
+            Some(Value::Null) | None => None,
+            Some(_) => return Err(RunError::invalid_arguments("`session` must be a string")),
+        };
+        Ok(Self { code, env, session })
     }
 }
 
-/// The `run` tool: `code` and `env` (enumerated, with its default).
-fn run_tool(catalog: &Catalog) -> Tool {
+/// The `run` tool: `code`, `env` (enumerated, with its default) and, when
+/// an environment has sessions, `session` (with how long one lives).
+fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     let mut env = json!({"type": "string"});
     match catalog.default_env() {
         Some(default) => {
@@ -267,7 +346,7 @@ fn run_tool(catalog: &Catalog) -> Tool {
         }
         None => env["description"] = json!("No environment is available."),
     }
-    let schema = json!({
+    let mut schema = json!({
         "type": "object",
         "properties": {
             "code": {"type": "string", "description": "The program's source."},
@@ -276,14 +355,25 @@ fn run_tool(catalog: &Catalog) -> Tool {
         "required": ["code"],
         "additionalProperties": false,
     });
+    let with_sessions = catalog.envs.values().any(|e| !e.session.is_empty());
+    let description = if with_sessions {
+        schema["properties"]["session"] = json!({
+            "type": "string",
+            "description": format!(
+                "Name of a session that keeps interpreter state and /workspace files across \
+                 calls; it ends {} s after its last call or {} s after its first.",
+                sessions.idle_timeout.as_secs(),
+                sessions.max_lifetime.as_secs()
+            ),
+        });
+        "Run code in a sandbox and return its output; without `session`, each call starts fresh."
+    } else {
+        "Run a program in a fresh sandbox (new each call) and return its output."
+    };
     let Value::Object(schema) = schema else {
         unreachable!("a JSON object literal")
     };
-    Tool::new(
-        "run",
-        "Run a program in a fresh sandbox (new each call) and return its output.",
-        schema,
-    )
+    Tool::new("run", description, schema)
 }
 
 /// One line per environment (sorted), the project mount, the limits this
@@ -379,15 +469,24 @@ mod tests {
 
     #[test]
     fn the_schema_enumerates_envs_and_names_the_default() {
-        let tool = run_tool(&catalog(&[("shell", false, 0), ("node", false, 0)]));
+        let settings = session::Settings::default();
+        let tool = run_tool(
+            &catalog(&[("shell", false, 0), ("node", false, 0)]),
+            &settings,
+        );
         let env = &tool.input_schema["properties"]["env"];
         assert_eq!(env["enum"], json!(["node", "shell"]));
         assert_eq!(env["description"], "Environment (default node).");
-        let tool = run_tool(&catalog(&[("shell", false, 0), ("python", false, 0)]));
+        let tool = run_tool(
+            &catalog(&[("shell", false, 0), ("python", false, 0)]),
+            &settings,
+        );
         assert_eq!(
             tool.input_schema["properties"]["env"]["description"],
             "Environment (default python)."
         );
+        // No environment has sessions: no `session` argument is offered.
+        assert!(tool.input_schema["properties"].get("session").is_none());
     }
 
     #[test]
@@ -397,14 +496,20 @@ mod tests {
             parse(json!({"code": "1", "env": "node"})).unwrap(),
             RunArgs {
                 code: "1".into(),
-                env: Some("node".into())
+                env: Some("node".into()),
+                session: None,
             }
         );
         assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);
+        assert_eq!(
+            parse(json!({"code": "1", "session": "s"})).unwrap().session,
+            Some("s".into())
+        );
         for bad in [
             json!({}),
             json!({"code": 1}),
             json!({"code": "1", "env": 2}),
+            json!({"code": "1", "session": 3}),
             json!({"code": "1", "x": 1}),
         ] {
             let e = parse(bad.clone()).unwrap_err();

@@ -1,0 +1,271 @@
+//! One session jail (CONTRIBUTING.md, contract 3): an environment's `session`
+//! wrapper, which starts the agent as the jail's entry, and the agent's
+//! frames (`proto::frame`) on the wrapper's stdin and stdout.
+//!
+//! - Spawned like a run wrapper: a new process group, contract 2's small
+//!   environment, a cgroup of its own when the host has cgroups (the wrapper
+//!   writes the limits there), SIGKILL when the launcher dies.
+//! - Its stderr, the agent's log, goes to the launcher's log (debug level);
+//!   its last lines are kept to explain a jail that died before answering.
+//! - Killing it (dropping it included) kills the wrapper's process group:
+//!   bubblewrap's outer process dies, its `--die-with-parent` ends the jail's
+//!   pid 1, and with it every process of the pid namespace. The cgroup is
+//!   removed once the wrapper is gone.
+
+use std::hash::{BuildHasher, RandomState};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use nix::sys::signal::Signal;
+use proto::frame::{self, Reply, Request, Split, Splitter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+
+use crate::cgroup::RunCgroup;
+use crate::exec::{Exit, Group, JobEnv};
+use crate::limits::{Host, NO_RUN_CGROUP};
+
+/// Read buffer for the agent's stdout and stderr.
+const READ_CHUNK: usize = 64 * 1024;
+/// How much of the agent's log is kept to explain a jail that died.
+const LOG_TAIL: usize = 1024;
+/// Longest log line passed on to the launcher's log.
+const LOG_LINE: usize = 2048;
+
+/// Why the agent cannot be talked to any more: the session must be reset.
+#[derive(Debug)]
+pub enum Broken {
+    /// Its stdout reached end of file: the agent, or the whole jail, ended.
+    Closed,
+    Io(io::Error),
+    /// A line that is not a reply.
+    BadFrame(String),
+    /// A line longer than `frame::MAX_FRAME_BYTES`.
+    TooLarge,
+    /// A reply nobody asked for (a wrong id).
+    Unexpected(String),
+}
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Broken::Closed => f.write_str("the agent's output closed"),
+            Broken::Io(e) => write!(f, "talking to the agent failed: {e}"),
+            Broken::BadFrame(e) => write!(f, "the agent sent a bad frame: {e}"),
+            Broken::TooLarge => f.write_str("the agent sent an oversized frame"),
+            Broken::Unexpected(what) => write!(f, "the agent sent an unexpected reply: {what}"),
+        }
+    }
+}
+
+/// A running session jail.
+pub struct Jail {
+    group: Group,
+    exited: oneshot::Receiver<Exit>,
+    stdin: pipe::Sender,
+    stdout: pipe::Receiver,
+    frames: Splitter,
+    buf: Vec<u8>,
+    next_id: u64,
+    log_tail: Arc<Mutex<String>>,
+    cgroup: Option<RunCgroup>,
+}
+
+impl Jail {
+    /// Starts `argv` (an environment's `session`); `label` names the session
+    /// in the log.
+    pub fn spawn(argv: &[String], env: &JobEnv, host: &Host, label: &str) -> io::Result<Self> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty session argv"))?;
+        let cgroup = match &host.cgroups {
+            Some(cgroups) => Some(
+                cgroups
+                    .create_run()
+                    .map_err(|e| io::Error::new(e.kind(), format!("{NO_RUN_CGROUP}: {e}")))?,
+            ),
+            None => None,
+        };
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(args)
+            .env_clear()
+            .envs(env.vars())
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(cgroup) = &cgroup {
+            cmd.env("NIX_SANDBOX_CGROUP", cgroup.env_value());
+        }
+        // SAFETY: prctl is async-signal-safe and touches no memory of the
+        // parent. As for runs (exec.rs), the signal comes when the spawning
+        // thread dies: the current-thread runtime's, which lives as long as
+        // the launcher.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)
+            });
+        }
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(cgroup) = cgroup {
+                    cgroup.remove();
+                }
+                return Err(e);
+            }
+        };
+        let pid = child.id();
+        let group = Group::new(pid);
+        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        // The reaper thread owns the pid from here on.
+        drop(child);
+        let exited = group.start_reaper();
+        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+            return Err(io::Error::other(
+                "the session wrapper's pipes were not created",
+            ));
+        };
+        let log_tail = Arc::new(Mutex::new(String::new()));
+        let stderr = pipe::Receiver::from_owned_fd(OwnedFd::from(stderr))?;
+        tokio::spawn(forward_log(stderr, label.to_owned(), Arc::clone(&log_tail)));
+        tracing::debug!(session = label, pid, "session jail started");
+        Ok(Self {
+            group,
+            exited,
+            stdin: pipe::Sender::from_owned_fd(OwnedFd::from(stdin))?,
+            stdout: pipe::Receiver::from_owned_fd(OwnedFd::from(stdout))?,
+            frames: Splitter::new(),
+            buf: vec![0; READ_CHUNK],
+            // Ids nobody can guess, so a frame forged inside the jail is
+            // caught as a reply to nothing.
+            next_id: RandomState::new().hash_one(pid) >> 1,
+            log_tail,
+            cgroup,
+        })
+    }
+
+    /// An id for the next request.
+    pub fn fresh_id(&mut self) -> u64 {
+        self.next_id = self.next_id.wrapping_add(1);
+        self.next_id
+    }
+
+    /// Whether the wrapper has exited (the jail is gone).
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(
+            self.exited.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        )
+    }
+
+    /// Writes one request. Not cancel-safe: a jail whose write was cut off
+    /// must be reset.
+    pub async fn send(&mut self, line: &[u8]) -> Result<(), Broken> {
+        self.stdin.write_all(line).await.map_err(Broken::Io)?;
+        self.stdin.flush().await.map_err(Broken::Io)
+    }
+
+    /// Encodes and writes `request`.
+    pub async fn request(&mut self, request: &Request) -> Result<(), Broken> {
+        let line = frame::encode(request).map_err(|e| Broken::Io(io::Error::other(e)))?;
+        self.send(&line).await
+    }
+
+    /// The next reply, whatever it answers. Cancel-safe: bytes read stay in
+    /// the splitter for the next call.
+    pub async fn next_reply(&mut self) -> Result<Reply, Broken> {
+        loop {
+            if let Some(split) = self.frames.next_frame() {
+                return match split {
+                    Split::Frame(line) => frame::decode::<Reply>(&line).map_err(|e| {
+                        let shown: String =
+                            String::from_utf8_lossy(&line).chars().take(200).collect();
+                        Broken::BadFrame(format!("{e} in {shown:?}"))
+                    }),
+                    Split::TooLarge => Err(Broken::TooLarge),
+                };
+            }
+            let n = self.stdout.read(&mut self.buf).await.map_err(Broken::Io)?;
+            if n == 0 {
+                return Err(Broken::Closed);
+            }
+            self.frames.push(&self.buf[..n]);
+        }
+    }
+
+    /// The last lines of the agent's log (to explain a jail that died).
+    pub fn log_tail(&self) -> String {
+        self.log_tail
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// SIGKILL to the jail's process group.
+    pub fn kill(&self) {
+        self.group.kill();
+    }
+}
+
+impl Drop for Jail {
+    fn drop(&mut self) {
+        self.group.kill();
+        let Some(cgroup) = self.cgroup.take() else {
+            return;
+        };
+        // The cgroup empties once the killed jail's processes are gone;
+        // removing it waits for that, off the runtime's thread.
+        let exited = std::mem::replace(&mut self.exited, oneshot::channel().1);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = exited.await;
+                    if tokio::task::spawn_blocking(move || cgroup.remove())
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!("removing a session's cgroup panicked");
+                    }
+                });
+            }
+            Err(_) => cgroup.remove(),
+        }
+    }
+}
+
+/// Passes the agent's log on, line by line, and keeps its tail.
+async fn forward_log(mut stderr: pipe::Receiver, label: String, tail: Arc<Mutex<String>>) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut line = Vec::new();
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &byte in &buf[..n] {
+            if byte == b'\n' {
+                let text = String::from_utf8_lossy(&line).into_owned();
+                tracing::debug!(session = %label, "agent: {text}");
+                let mut kept = tail.lock().unwrap_or_else(|p| p.into_inner());
+                kept.push_str(&text);
+                kept.push('\n');
+                if kept.len() > LOG_TAIL {
+                    let mut cut = kept.len() - LOG_TAIL;
+                    while !kept.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    kept.drain(..cut);
+                }
+                line.clear();
+            } else if line.len() < LOG_LINE {
+                line.push(byte);
+            }
+        }
+    }
+    tracing::debug!(session = %label, "session jail's log closed");
+}

@@ -32,11 +32,26 @@ pub fn wrappers() -> PathBuf {
     repo().join("tests/fixtures/wrappers")
 }
 
-/// The fixture manifest (python, shell, node) with absolute wrapper paths.
+/// The session agent: the workspace's `agent` binary, built next to the
+/// launcher (`cargo test --workspace` builds both).
+pub fn agent() -> PathBuf {
+    let agent = Path::new(BIN).with_file_name("agent");
+    assert!(
+        agent.is_file(),
+        "{} is missing: build it with `cargo build -p agent` (cargo test --workspace does)",
+        agent.display()
+    );
+    agent
+}
+
+/// The fixture manifest (python, shell, node) with absolute wrapper paths
+/// and the agent binary in the session argvs.
 pub fn template() -> Value {
     let path = repo().join("tests/fixtures/manifests/fixtures.json");
     let text = std::fs::read_to_string(&path).unwrap();
-    let text = text.replace("@WRAPPERS@", wrappers().to_str().unwrap());
+    let text = text
+        .replace("@WRAPPERS@", wrappers().to_str().unwrap())
+        .replace("@AGENT@", agent().to_str().unwrap());
     serde_json::from_str(&text).unwrap()
 }
 
@@ -251,6 +266,35 @@ pub fn marked(env: &str, marker: &str, timeout_s: u64) -> Manifest {
     e["run"].as_array_mut().unwrap().push(json!(marker));
     e["limits"]["timeout_s"] = json!(timeout_s);
     Manifest::new(&m)
+}
+
+/// The fixture manifest with `timeout_s`, whose session wrappers show the
+/// agent's files under a path holding `marker`: every process of every
+/// session jail (bwrap, the agent, the interpreter) has it in its command
+/// line.
+pub fn sessions_marked(marker: &str, timeout_s: u64) -> Manifest {
+    let mut m = template();
+    for env in m["environments"].as_object_mut().unwrap().values_mut() {
+        env["session"].as_array_mut().unwrap().push(json!(marker));
+        env["limits"]["timeout_s"] = json!(timeout_s);
+    }
+    Manifest::new(&m)
+}
+
+impl Server {
+    /// Closes the client's side, as a client that goes away does (the
+    /// server reads end of file on stdin); returns the server's log.
+    pub async fn disconnect(self) -> Arc<Mutex<String>> {
+        let log = self.stderr;
+        self.client.cancel().await.expect("the client closes");
+        log
+    }
+
+    /// Calls `run` in session `session` of `env`.
+    pub async fn session(&self, env: &str, session: &str, code: &str) -> CallToolResult {
+        self.call(json!({"env": env, "session": session, "code": code}))
+            .await
+    }
 }
 
 /// The server spoken to in raw JSON-RPC lines, for what a library client

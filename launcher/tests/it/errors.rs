@@ -25,10 +25,10 @@ async fn empty_code_and_bad_arguments_are_refused() {
     let msg = assert_refused(&s.call(json!({"env": "python"})).await, "invalid_arguments");
     assert!(msg.contains("`code` is missing"), "{msg}");
     let msg = assert_refused(
-        &s.call(json!({"code": "1", "session": "a"})).await,
+        &s.call(json!({"code": "1", "timeout": 5})).await,
         "invalid_arguments",
     );
-    assert!(msg.contains("unknown argument `session`"), "{msg}");
+    assert!(msg.contains("unknown argument `timeout`"), "{msg}");
     assert_eq!(text(&s.run("shell", "echo ok").await), "ok\n");
 }
 

@@ -8,3 +8,5 @@ mod errors;
 mod http;
 mod protocol;
 mod run;
+mod session;
+mod session_table;

@@ -6,6 +6,7 @@ elsewhere, and the benchmark says so.
 """
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -83,3 +84,26 @@ class RunCgroups:
                 parent.rmdir()
             except OSError:
                 pass
+
+    def migration_times(self, n, gap=0.05):
+        """Seconds each of `n` writes of a fresh process' pid into a fresh
+        run cgroup's cgroup.procs took (the first controller's hierarchy),
+        `gap` seconds after the previous one: the kernel's cost of moving a
+        process, which every wrapper pays once per run when the launcher
+        gives it a cgroup. (Here a move costs an RCU grace period, about
+        13 ms, unless another came within about 20 ms: runs seconds apart,
+        as a model makes them, pay it every time.)"""
+        times = []
+        for _ in range(n):
+            dirs = self.create()
+            child = subprocess.Popen(["sleep", "5"])
+            try:
+                time.sleep(gap)
+                t0 = time.perf_counter()
+                (dirs[0] / "cgroup.procs").write_text(str(child.pid))
+                times.append(time.perf_counter() - t0)
+            finally:
+                child.kill()
+                child.wait()
+                self.remove(dirs)
+        return times

@@ -169,6 +169,18 @@ impl RunError {
         )
     }
 
+    /// `session` in a request over HTTP outside any MCP session (the
+    /// 2026-07-28 revision has none): nothing would keep the session.
+    pub fn sessions_need_mcp_session() -> Self {
+        Self::new(
+            ErrorCode::SessionsUnsupported,
+            "this request came without an MCP session (HTTP without `initialize`), and a \
+             sandbox session lives in one; nothing was run. Call without `session` (each \
+             call then starts fresh), or connect with `initialize`."
+                .into(),
+        )
+    }
+
     pub fn sessions_unsupported(env: &str) -> Self {
         Self::new(
             ErrorCode::SessionsUnsupported,

@@ -289,11 +289,24 @@ impl ServerHandler for Server {
             ));
         }
         let result = match RunArgs::parse(request.arguments.as_ref()) {
+            Ok(args) if args.session.is_some() && outside_mcp_session(&context) => {
+                result::refused(&RunError::sessions_need_mcp_session())
+            }
             Ok(args) => self.dispatch(args, context.ct).await,
             Err(e) => result::refused(&e),
         };
         Ok(result.into())
     }
+}
+
+/// True for a request over HTTP without an MCP session (the 2026-07-28
+/// revision): rmcp builds its handler for this one request, so a session
+/// made in it would end with it.
+fn outside_mcp_session(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .extensions
+        .get::<::http::request::Parts>()
+        .is_some_and(|parts| !parts.headers.contains_key("mcp-session-id"))
 }
 
 /// The arguments of `run`.

@@ -271,12 +271,54 @@ impl Client {
     /// Calls `run`; returns the tool result's text.
     async fn run(&mut self, env: &str, code: &str) -> String {
         let (id, reply) = self.start_run(env, code).await;
-        let message = reply.message(id).await;
-        message["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no text in {message}"))
-            .to_owned()
+        result_text(&reply.message(id).await)
     }
+
+    /// Starts `run` in session `session` of `env`.
+    async fn start_session_run(&mut self, env: &str, session: &str, code: &str) -> (u64, Reply) {
+        let (id, body) = self.request(
+            "tools/call",
+            json!({"name": "run", "arguments": {"env": env, "session": session, "code": code}}),
+        );
+        let reply = self.post(&body).await;
+        assert_eq!(reply.status, 200, "tools/call: HTTP {}", reply.status);
+        (id, reply)
+    }
+
+    /// Calls `run` in session `session` of `env`; returns the text.
+    async fn session_run(&mut self, env: &str, session: &str, code: &str) -> String {
+        let (id, reply) = self.start_session_run(env, session, code).await;
+        result_text(&reply.message(id).await)
+    }
+
+    /// Ends the MCP session (HTTP DELETE); returns the status.
+    async fn end_session(&mut self) -> u16 {
+        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let request = ::http::Request::delete("/mcp")
+            .header("host", self.addr.to_string())
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .header("mcp-session-id", self.session.take().expect("in a session"))
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = tokio::time::timeout(GUARD, sender.send_request(request))
+            .await
+            .expect("the server answers")
+            .unwrap();
+        response.status().as_u16()
+    }
+}
+
+/// The text of a `tools/call` answer.
+fn result_text(message: &Value) -> String {
+    message["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {message}"))
+        .to_owned()
 }
 
 #[tokio::test]
@@ -389,6 +431,80 @@ async fn a_client_gone_mid_call_leaves_no_process() {
     assert_eq!(client.run("python", "print(3)").await, "3\n");
 }
 
+#[tokio::test]
+async fn two_clients_do_not_see_each_others_sessions() {
+    let mark = marker("http-sessions");
+    let server = HttpServer::start(vec![sessions_marked(&mark, 30)], &[]).await;
+    let (mut a, mut b) = (server.client(), server.client());
+    a.initialize().await;
+    b.initialize().await;
+    assert_ne!(a.session, b.session);
+
+    assert_eq!(
+        a.session_run("python", "s", "x = 41\nprint('set')").await,
+        "set\n"
+    );
+    let seen = b.session_run("python", "s", "print(x)").await;
+    assert!(
+        seen.contains("NameError"),
+        "client b saw client a's x: {seen}"
+    );
+    assert_eq!(b.session_run("python", "s", "x = 5\nprint(x)").await, "5\n");
+    assert_eq!(a.session_run("python", "s", "print(x + 1)").await, "42\n");
+
+    // Ending one client's MCP session ends its sandbox sessions only.
+    for (client, who) in [(&mut a, "a"), (&mut b, "b")] {
+        let started = client
+            .session_run(
+                "shell",
+                "bg",
+                &format!("(exec -a {mark}-{who} sleep 1000) >/dev/null 2>&1 &\necho started"),
+            )
+            .await;
+        assert_eq!(started, "started\n");
+        wait_running(&format!("{mark}-{who}")).await;
+    }
+    assert_eq!(a.end_session().await, 202);
+    assert_no_process_left(&format!("{mark}-a")).await;
+    assert!(!pids_with(&format!("{mark}-b")).is_empty());
+    assert_eq!(b.session_run("python", "s", "print(x)").await, "5\n");
+    assert_eq!(b.end_session().await, 202);
+    assert_no_process_left(&mark).await;
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_session_call_interrupts_it_and_keeps_the_session() {
+    let mark = marker("http-session-gone");
+    let server = HttpServer::start(vec![sessions_marked(&mark, 600)], &[]).await;
+    let mut client = server.client();
+    client.initialize().await;
+    assert_eq!(
+        client
+            .session_run("python", "s", "x = 42\nprint('set')")
+            .await,
+        "set\n"
+    );
+    let (_, reply) = client
+        .start_session_run(
+            "python",
+            "s",
+            &format!("import subprocess\nsubprocess.run(['bash', '-c', 'exec -a {mark}-sleep sleep 1000'])"),
+        )
+        .await;
+    wait_running(&format!("{mark}-sleep")).await;
+    drop(reply);
+    // The interrupt ends the call; the session keeps its state.
+    assert_no_process_left(&format!("{mark}-sleep")).await;
+    // (A call just after the client left may still find the session busy.)
+    let began = std::time::Instant::now();
+    let mut after = client.session_run("python", "s", "print(x)").await;
+    while after.contains("session_busy") && began.elapsed() < GUARD {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        after = client.session_run("python", "s", "print(x)").await;
+    }
+    assert_eq!(after, "42\n");
+}
+
 /// A `run` call of the 2026-07-28 revision: no `initialize`, no MCP
 /// session, the lifecycle in the request's `_meta`.
 fn stateless_run(id: u64, code: &str) -> Value {
@@ -423,6 +539,16 @@ async fn a_stateless_request_runs_and_is_cancelled_when_its_client_goes() {
     assert_eq!(reply.status, 200);
     let message = reply.message(1).await;
     assert_eq!(message["result"]["content"][0]["text"], "42\n", "{message}");
+
+    // Without an MCP session nothing would keep a sandbox session.
+    let mut in_session = stateless_run(3, "x = 1");
+    in_session["params"]["arguments"]["session"] = json!("s");
+    let reply = client.post_with(&in_session, &STATELESS_HEADERS).await;
+    let text = result_text(&reply.message(3).await);
+    assert!(
+        text.starts_with("error[sessions_unsupported]: this request came without an MCP session"),
+        "{text}"
+    );
 
     // Its answer (and so the HTTP status) comes only when the run ends: the
     // client goes away while it waits for the response head.

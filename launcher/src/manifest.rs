@@ -94,6 +94,10 @@ impl fmt::Display for ManifestError {
 pub struct Catalog {
     pub envs: BTreeMap<String, Arc<Env>>,
     pub errors: Vec<ManifestError>,
+    /// Names a later file took over from an earlier one (sorted, once each):
+    /// in the server package, a NIX_SANDBOX_ENVS or NIX_SANDBOX_DIR sandbox
+    /// named like one of the server's own.
+    pub replaced: Vec<String>,
 }
 
 impl Catalog {
@@ -105,12 +109,23 @@ impl Catalog {
             match read_file(path, allow_outside_store) {
                 Ok(envs) => {
                     for env in envs {
-                        catalog.envs.insert(env.name.clone(), Arc::new(env));
+                        let name = env.name.clone();
+                        if let Some(earlier) = catalog.envs.insert(name.clone(), Arc::new(env)) {
+                            tracing::info!(
+                                env = %name,
+                                from = %path.display(),
+                                replaces = %earlier.manifest.display(),
+                                "environment replaced by a later manifest"
+                            );
+                            catalog.replaced.push(name);
+                        }
                     }
                 }
                 Err(errors) => catalog.errors.extend(errors),
             }
         }
+        catalog.replaced.sort();
+        catalog.replaced.dedup();
         catalog
     }
 
@@ -448,6 +463,7 @@ mod tests {
         let catalog = Catalog::load(&[first, second, broken], false);
         assert_eq!(catalog.names(), ["python"]);
         assert_eq!(catalog.envs["python"].description, "override");
+        assert_eq!(catalog.replaced, ["python"]);
         assert_eq!(catalog.errors.len(), 1);
         assert!(
             catalog.errors[0]

@@ -416,6 +416,12 @@ fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> 
         }
         text.push('\n');
     }
+    if !catalog.replaced.is_empty() {
+        text.push_str(&format!(
+            "Custom, in place of the server's own: {}.\n",
+            catalog.replaced.join(", ")
+        ));
+    }
     if let Some(mount) = project_mount {
         text.push_str(&format!("The project is read-only at {mount}.\n"));
     }
@@ -477,6 +483,14 @@ mod tests {
             "- shell: shell env; packages: pkg0, pkg1; network"
         );
         assert_eq!(lines[3], "The project is read-only at /project.");
+        assert!(!text.contains("Custom"), "{text}");
+        let mut replaced = c.clone();
+        replaced.replaced = vec!["node".into(), "python".into()];
+        let text = instructions(&replaced, None, &Host::plain(false));
+        assert_eq!(
+            text.lines().nth(3),
+            Some("Custom, in place of the server's own: node, python.")
+        );
         assert!(!instructions(&c, None, &Host::plain(false)).contains("project"));
     }
 

@@ -10,23 +10,23 @@
 //! - Killing it (dropping it included) kills the wrapper's process group:
 //!   bubblewrap's outer process dies, its `--die-with-parent` ends the jail's
 //!   pid 1, and with it every process of the pid namespace. The cgroup is
-//!   removed once the wrapper is gone.
+//!   removed once the wrapper is gone, by a blocking task started with the
+//!   jail (the runtime's shutdown waits for those).
 
 use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::Signal;
 use proto::frame::{self, Reply, Request, Split, Splitter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
-use tokio::sync::oneshot;
 
-use crate::cgroup::RunCgroup;
-use crate::exec::{Exit, Group, JobEnv};
+use crate::exec::{Group, JobEnv};
 use crate::limits::{Host, NO_RUN_CGROUP};
 
 /// Read buffer for the agent's stdout and stderr.
@@ -65,14 +65,14 @@ impl std::fmt::Display for Broken {
 /// A running session jail.
 pub struct Jail {
     group: Group,
-    exited: oneshot::Receiver<Exit>,
+    /// Set once the wrapper has exited.
+    exited: Arc<AtomicBool>,
     stdin: pipe::Sender,
     stdout: pipe::Receiver,
     frames: Splitter,
     buf: Vec<u8>,
     next_id: u64,
     log_tail: Arc<Mutex<String>>,
-    cgroup: Option<RunCgroup>,
 }
 
 impl Jail {
@@ -124,7 +124,18 @@ impl Jail {
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         // The reaper thread owns the pid from here on.
         drop(child);
-        let exited = group.start_reaper();
+        let reaped = group.start_reaper();
+        let exited = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&exited);
+        tokio::task::spawn_blocking(move || {
+            // An error means the reaper gave up on the pid: the jail is gone
+            // or no longer ours either way.
+            let _ = reaped.blocking_recv();
+            flag.store(true, Ordering::SeqCst);
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
+            }
+        });
         let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
             return Err(io::Error::other(
                 "the session wrapper's pipes were not created",
@@ -145,7 +156,6 @@ impl Jail {
             // caught as a reply to nothing.
             next_id: RandomState::new().hash_one(pid) >> 1,
             log_tail,
-            cgroup,
         })
     }
 
@@ -156,11 +166,8 @@ impl Jail {
     }
 
     /// Whether the wrapper has exited (the jail is gone).
-    pub fn has_exited(&mut self) -> bool {
-        !matches!(
-            self.exited.try_recv(),
-            Err(oneshot::error::TryRecvError::Empty)
-        )
+    pub fn has_exited(&self) -> bool {
+        self.exited.load(Ordering::SeqCst)
     }
 
     /// Writes one request. Not cancel-safe: a jail whose write was cut off
@@ -215,26 +222,6 @@ impl Jail {
 impl Drop for Jail {
     fn drop(&mut self) {
         self.group.kill();
-        let Some(cgroup) = self.cgroup.take() else {
-            return;
-        };
-        // The cgroup empties once the killed jail's processes are gone;
-        // removing it waits for that, off the runtime's thread.
-        let exited = std::mem::replace(&mut self.exited, oneshot::channel().1);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let _ = exited.await;
-                    if tokio::task::spawn_blocking(move || cgroup.remove())
-                        .await
-                        .is_err()
-                    {
-                        tracing::warn!("removing a session's cgroup panicked");
-                    }
-                });
-            }
-            Err(_) => cgroup.remove(),
-        }
     }
 }
 

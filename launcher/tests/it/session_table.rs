@@ -150,7 +150,7 @@ async fn idle_sessions_expire_and_leave_no_process() {
         )
         .await;
     assert_eq!(text(&r), "started\n");
-    assert!(!pids_with(&child).is_empty());
+    wait_running(&child).await;
     // Reaped after 2 s idle: the jail, the agent, the interpreter, the child.
     assert_no_process_left(&mark).await;
     assert!(
@@ -323,7 +323,7 @@ async fn no_session_process_survives_a_killed_server() {
     s.session("shell", "s", &format!("(exec -a {child} sleep 1000) &"))
         .await;
     s.session("python", "p", "1").await;
-    assert!(!pids_with(&child).is_empty());
+    wait_running(&child).await;
     // SIGKILL to the server's own pid (a positive pid this test started).
     let pid = i32::try_from(s.pid).unwrap();
     assert!(pid > 1);

@@ -1,11 +1,12 @@
 # The interpreters an environment can drive, by manifest `interpreter`: the
-# program its packages must provide, and the arguments of an ephemeral run
-# that takes the whole script from stdin before running it (so the script
-# reading stdin gets EOF).
+# program its packages must provide, the arguments of an ephemeral run that
+# takes the whole script from stdin before running it (so the script reading
+# stdin gets EOF), and the session agent's driver file for it (agent/drivers).
 {
   python = {
     program = "python3";
     runArgs = [ "-" ];
+    driver = "python.py";
   };
   bash = {
     program = "bash";
@@ -13,9 +14,11 @@
       "-c"
       "source /dev/stdin"
     ];
+    driver = "bash.sh";
   };
   node = {
     program = "node";
     runArgs = [ "-" ];
+    driver = "node.js";
   };
 }

@@ -1,7 +1,7 @@
 # Takes pkgs, a checked environment (validateEnvironment.nix), its profile
-# (one tree of its packages) and its workspace permission
-# (ephemeralWorkspace.nix, or a session's); returns the jail's permissions, a
-# function of jail.nix's combinators (DESIGN.md section 4).
+# (one tree of its packages) and its workspace permission (workspace.nix);
+# returns the jail's permissions, a function of jail.nix's combinators
+# (DESIGN.md section 4). The run and session wrappers share it.
 #
 # jail.nix adds the rest itself, once: its base permissions (--proc, --dev,
 # a tmpfs /tmp and home, /bin/sh, --clearenv), the store's runtime closure

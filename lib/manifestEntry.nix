@@ -20,7 +20,7 @@ in
       network
       ;
     run = [ "${storePath}/bin/sandbox-${name}" ] ++ (import ./interpreters.nix).${interpreter}.runArgs;
-    session = [ ];
+    session = [ "${storePath}/bin/sandbox-${name}-session" ];
     packages = map (package: package.name) environment.packages;
     store_path = storePath;
     nixpkgs_rev = nixpkgsRev;

@@ -4,8 +4,9 @@
 #     seccomp ? true (false: no filter; { allow = [ CALL ]; }: let those through) }
 # and returns the sandbox package: bin/sandbox-NAME, the interpreter in its
 # jail (arguments passed through: a REPL on a terminal, -c, or a script on
-# stdin; meta.mainProgram), and share/nix-sandbox-mcp/manifest.json, its
-# manifest (this one environment). A bad argument fails evaluation with a
+# stdin; meta.mainProgram), bin/sandbox-NAME-session, the session agent in
+# the same jail (sessionWrapper.nix), and share/nix-sandbox-mcp/manifest.json,
+# its manifest (this one environment). A bad argument fails evaluation with a
 # message naming the environment and the argument.
 { jail-nix }:
 pkgs: arguments:
@@ -30,9 +31,17 @@ let
         workspace
         ;
     };
-  run = jail "sandbox-${name}" "${profile}/bin/${program}" (
-    policy (import ./ephemeralWorkspace.nix environment.limits)
-  );
+  permissions = policy (import ./workspace.nix environment.limits);
+  run = jail "sandbox-${name}" "${profile}/bin/${program}" permissions;
+  session = import ./sessionWrapper.nix {
+    inherit
+      pkgs
+      jail
+      environment
+      profile
+      permissions
+      ;
+  };
   manifest = import ./manifestEntry.nix {
     inherit environment;
     storePath = placeholder "out";
@@ -49,6 +58,7 @@ pkgs.runCommand "sandbox-${name}"
         environment
         profile
         run
+        session
         ;
     };
     meta = {
@@ -64,5 +74,6 @@ pkgs.runCommand "sandbox-${name}"
     fi
     mkdir -p "$out/bin" "$out/share/nix-sandbox-mcp"
     ln -s ${run}/bin/sandbox-${name} "$out/bin/sandbox-${name}"
+    ln -s ${session}/bin/sandbox-${name}-session "$out/bin/sandbox-${name}-session"
     cp "$manifestPath" "$out/share/nix-sandbox-mcp/manifest.json"
   ''

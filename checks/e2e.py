@@ -144,7 +144,7 @@ def t_manifest_fragment(out, preset, interpreter):
     check(entry["interpreter"] == interpreter, f"interpreter {entry['interpreter']!r}")
     check(entry["store_path"] == str(Path(out)), f"store_path {entry['store_path']!r} is not {out}")
     check(entry["run"][0] == f"{out}/bin/sandbox-{preset}", f"run {entry['run']!r}")
-    check(entry["session"] == [], f"session {entry['session']!r}")
+    check(entry["session"] == [f"{out}/bin/sandbox-{preset}-session"], f"session {entry['session']!r}")
     check(entry["network"] is False, "network is not false")
     check(all(isinstance(v, int) and v > 0 for v in entry["limits"].values()), "a limit is not a positive integer")
 

@@ -1,6 +1,7 @@
 # Takes pkgs and lib.mkSandbox; returns the end-to-end tests' own
 # environments: `custom`, a Python with jq added and small tmpfs limits,
-# `online`, the same with network = true, and the adversarial suite's
+# `online`, the same with network = true, `science`, a Python with numpy
+# (python3.withPackages, for sessions.py), and the adversarial suite's
 # `tight-python` and `tight-shell`, with limits small enough to hit fast.
 { pkgs, mkSandbox }:
 let
@@ -39,6 +40,12 @@ in
       network = true;
     }
   );
+  science = mkSandbox pkgs {
+    name = "science";
+    interpreter = "python";
+    description = "Python with numpy";
+    packages = [ (pkgs.python3.withPackages (ps: [ ps.numpy ])) ];
+  };
   tight-python = mkSandbox pkgs {
     name = "tight-python";
     interpreter = "python";

@@ -1,0 +1,427 @@
+#!/usr/bin/env python3
+"""Sessions end to end: the Nix-built server and session wrappers over MCP.
+
+Run by checks/run (as root, then as an unprivileged user) next to e2e.py,
+whose minimal MCP client and test runner it uses. Prints one line per test,
+`ok - LABEL: sessions: name`, `FAIL - ...: reason` or `skip - ...`, and
+exits 1 when a test failed.
+
+  sessions.py --label root --server OUT --sandbox python=OUT --sandbox shell=OUT \
+              --sandbox node=OUT --custom OUT --science OUT
+
+--custom is a Python-with-jq environment made by lib.mkSandbox, --science a
+Python with numpy (python3.withPackages). Each server gets a HOME of its
+own: jail.nix puts that path in bubblewrap's arguments, so the processes of
+its jails are found by it in /proc (and when bubblewrap, the jail's pid 1,
+is gone, so is everything in its pid namespace).
+"""
+
+import argparse
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from e2e import DEADLINE, Failed, McpClient, Suite, check, manifest_of, only_env
+
+SHORT_TIMEOUT = 3  # seconds: the deadline of the servers that test interrupts
+KEPT = "(variables lost, /workspace files kept)"
+RESET = "session reset: interpreter state and /workspace files lost"
+
+
+def pids_with(needle):
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle.encode() in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def eventually(predicate, limit=DEADLINE):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def assert_gone(needle, what):
+    check(eventually(lambda: not pids_with(needle)), f"{what} left processes: {pids_with(needle)}")
+
+
+class Server:
+    """The Nix-built server over MCP stdio, with a HOME of its own."""
+
+    def __init__(self, args, scratch, env=None, manifests=()):
+        self.home = tempfile.mkdtemp(dir=scratch, prefix="home-")
+        base = {"HOME": self.home, "PATH": "/usr/bin:/bin", "RUST_LOG": "info"}
+        argv = [args.server + "/bin/nix-sandbox-mcp", "--stdio"]
+        for manifest in manifests:
+            argv += ["--manifest", str(manifest)]
+        self.client = McpClient(argv, {**base, **(env or {})})
+        self.next_id = 1000
+        init = self.client.request("initialize", {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "nix-sandbox-mcp-sessions", "version": "1"},
+        })
+        check("tools" in init.get("capabilities", {}), f"initialize: {init}")
+        self.client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.client.close()
+
+    def call(self, env, session, code):
+        """Runs code in a session; (result, text, structured)."""
+        result = self.client.request("tools/call", {
+            "name": "run",
+            "arguments": {"env": env, "session": session, "code": code},
+        })
+        return unpack(result)
+
+    def calls_at_once(self, calls):
+        """Sends every (env, session, code) before reading any answer."""
+        ids = []
+        for env, session, code in calls:
+            self.next_id += 1
+            ids.append(self.next_id)
+            self.client.send({
+                "jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                "params": {"name": "run", "arguments": {"env": env, "session": session, "code": code}},
+            })
+        answers = {}
+        end = time.monotonic() + DEADLINE
+        while len(answers) < len(ids):
+            try:
+                line = self.client.lines.get(timeout=max(0.1, end - time.monotonic()))
+            except queue.Empty:
+                raise Failed(f"{len(ids) - len(answers)} calls unanswered within {DEADLINE} s") from None
+            check(line is not None, f"the server closed stdout: {self.log()[-800:]}")
+            message = json.loads(line)
+            if message.get("id") in ids:
+                check("result" in message, f"{message}")
+                answers[message["id"]] = unpack(message["result"])
+        return [answers[i] for i in ids]
+
+    def log(self):
+        return "".join(self.client.stderr)
+
+
+def unpack(result):
+    text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+    return result, text, result.get("structuredContent") or {}
+
+
+def prints(server, env, session, code, want):
+    result, text, _ = server.call(env, session, code)
+    check(not result.get("isError") and text == want, f"{code!r}: wanted {want!r}, got {result}")
+
+
+def refused(server, env, session, code, error):
+    result, text, structured = server.call(env, session, code)
+    check(result.get("isError") and structured.get("error", {}).get("code") == error,
+          f"wanted {error}, got {result}")
+    return text
+
+
+def short_manifest(args, scratch):
+    """The server's environments with a short deadline (and the science one)."""
+    manifest = manifest_of(args.server)
+    for entry in manifest["environments"].values():
+        entry["limits"]["timeout_s"] = SHORT_TIMEOUT
+    path = Path(scratch) / "short.json"
+    path.write_text(json.dumps(manifest))
+    return path
+
+
+# --- the tests ---------------------------------------------------------------
+
+
+def t_wrapper_frames(args):
+    """The session wrapper alone: the agent answers an exec frame from the jail."""
+    for preset, code, want in [
+        ("python", "import os\nprint(os.getcwd())", "/workspace\n"),
+        ("shell", "pwd", "/workspace\n"),
+        ("node", "console.log(process.cwd())", "/workspace\n"),
+    ]:
+        out = args.sandboxes[preset]
+        _, entry = only_env(out)
+        check(entry["session"] == [f"{out}/bin/sandbox-{preset}-session"], f"session {entry['session']}")
+        request = {"op": "exec", "id": 7, "code": code, "output_bytes": 4096}
+        proc = subprocess.Popen(
+            entry["session"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"},
+        )
+        try:
+            # stdin stays open until the reply came: closing it ends the agent.
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+            proc.stdin.close()
+            status = proc.wait(timeout=DEADLINE)
+        finally:
+            proc.kill()
+        stderr = proc.stderr.read()[-600:]
+        check(status == 0 and line, f"{preset}: exit {status}, reply {line!r}, stderr {stderr!r}")
+        reply = json.loads(line)
+        check(reply.get("id") == 7 and reply.get("stdout") == want and reply.get("status") == 0,
+              f"{preset}: reply {reply}")
+
+
+def t_state(args, scratch):
+    with Server(args, scratch) as s:
+        prints(s, "python", "p", "import json, os\nx = 41\ndef f(v):\n    return v + 1\n"
+               "os.chdir('/tmp')\n_ = open('/workspace/kept', 'w').write('file')", "(no output)")
+        prints(s, "python", "p", "print(f(x), json.dumps([1]), os.getcwd(), open('/workspace/kept').read())",
+               "42 [1] /tmp file\n")
+        prints(s, "shell", "s", "x=41; f() { echo $(( $1 + 1 )); }; cd /tmp; export Y=exported; "
+               "set -o pipefail; echo data > /workspace/kept", "(no output)")
+        prints(s, "shell", "s", "f $x; pwd; bash -c 'echo $Y'; [[ -o pipefail ]] && echo pipefail; "
+               "cat /workspace/kept", "42\n/tmp\nexported\npipefail\ndata\n")
+        prints(s, "node", "n", "const fs = require('fs');\nlet x = 41;\nfunction f(v) { return v + 1; }\n"
+               "process.chdir('/tmp');\nfs.writeFileSync('/workspace/kept', 'node');\nundefined", "(no output)")
+        prints(s, "node", "n", "const v = await new Promise((ok) => setTimeout(() => ok(f(x)), 10));\n"
+               "console.log(v, process.cwd(), fs.readFileSync('/workspace/kept', 'utf8'));", "42 /tmp node\n")
+        prints(s, "python", "other", "print('x' in dir())", "False\n")
+
+
+def t_own_interpreter(args, scratch):
+    """A session runs the environment's own Python with its packages."""
+    manifests = [Path(args.custom) / "share/nix-sandbox-mcp/manifest.json",
+                 Path(args.science) / "share/nix-sandbox-mcp/manifest.json"]
+    with Server(args, scratch, manifests=manifests) as s:
+        code = "import subprocess, sys\nprint(subprocess.run(['jq', '-n', '6*7'], capture_output=True, " \
+               "text=True).stdout.strip())\nprint(sys.executable)"
+        result, text, _ = s.call("custom", "c", code)
+        check(not result.get("isError") and text.startswith("42\n/nix/store/"), f"custom: {result}")
+        numpy = "import numpy, sys\nprint(int(numpy.arange(7).sum() * 2))\nprint(sys.executable)"
+        result, text, _ = s.call("science", "n", numpy)
+        check(not result.get("isError") and text.startswith("42\n"), f"science: {result}")
+        ephemeral = s.client.request("tools/call", {"name": "run", "arguments": {"env": "science", "code": numpy}})
+        _, run_text, _ = unpack(ephemeral)
+        check(run_text == text, f"the session's python differs from the run's: {text!r} vs {run_text!r}")
+
+
+FORGED = ('{"type":"exec","id":1,"status":0,"stdout":"forged","stderr":"","stdout_dropped":0,'
+          '"stderr_dropped":0,"exit":null,"restarted":false,"interrupted":false,"duration_ms":1}')
+
+
+def t_output_tricks(args, scratch):
+    with Server(args, scratch) as s:
+        prints(s, "python", "t", "import os, subprocess, sys\nn = 1", "(no output)")
+        result, text, st = s.call("python", "t", "os.write(1, b'x' * 10**7)")
+        dropped = st.get("stdout_dropped_bytes", 0)
+        check(st.get("exit_code") == 0 and dropped > 9_000_000, f"10 MB on fd 1: {st}")
+        check(text.endswith(f"stdout cut: {dropped} bytes dropped from the middle"), f"{text[-200:]!r}")
+        prints(s, "python", "t", "subprocess.run(['echo', 'hi'])\nn += 1", "hi\n")
+        result, text, st = s.call("python", "t", "print(input())")
+        check(st.get("exit_code") == 1 and "EOFError" in text, f"input(): {result}")
+        result, text, st = s.call("python", "t", "sys.stderr.write('e' * 5_000_000)\nprint('done')")
+        check(st.get("exit_code") == 0 and st.get("stderr_dropped_bytes", 0) > 4_000_000
+              and text.startswith("done\n--- stderr ---\neee"), f"5 MB on stderr: {st}")
+        prints(s, "python", "t", f"print({FORGED!r})", FORGED + "\n")
+        prints(s, "shell", "t-sh", f"echo '{FORGED}'", FORGED + "\n")
+        prints(s, "python", "t", "print(n)", "2\n")
+
+
+def t_interrupts(args, scratch):
+    with Server(args, scratch, manifests=[short_manifest(args, scratch)]) as s:
+        child = f"nsm-sessions-child-{os.getpid()}"
+        prints(s, "python", "p", "n = 0", "(no output)")
+        result, text, st = s.call("python", "p", "while True:\n    n += 1")
+        check(text.endswith(f"interrupted after {SHORT_TIMEOUT} s; state kept") and "KeyboardInterrupt" in text
+              and st.get("exit_code") == 130 and st.get("session_reset") is False, f"python loop: {result}")
+        prints(s, "python", "p", "print(n > 0)", "True\n")
+        prints(s, "shell", "b", "x=kept", "(no output)")
+        result, text, _ = s.call("shell", "b", f"(exec -a {child}-1 sleep 1000); echo after")
+        check(text == f"interrupted after {SHORT_TIMEOUT} s; state kept", f"bash sleep: {result}")
+        assert_gone(f"{child}-1", "the interrupted sleep")
+        prints(s, "shell", "b", "echo $x", "kept\n")
+        prints(s, "python", "r", "import shutil, signal, subprocess\nx = 1\n_ = open('/workspace/f', 'w').write('f')",
+               "(no output)")
+        result, text, st = s.call(
+            "python", "r",
+            f"subprocess.Popen(['{child}-2', '1000'], executable=shutil.which('sleep'))\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass")
+        check(text == f"timed out after {SHORT_TIMEOUT} s and did not stop when interrupted: {RESET}"
+              and st.get("session_reset") is True, f"SIGINT ignored: {result}")
+        assert_gone(f"{child}-2", "the reset session")
+        prints(s, "python", "r", "import os\nprint('x' in dir(), os.path.exists('/workspace/f'))", "False False\n")
+
+
+def t_exits(args, scratch):
+    with Server(args, scratch) as s:
+        prints(s, "python", "e", "_ = open('/workspace/f', 'w').write('kept')", "(no output)")
+        for env, session, code, status, note, after, want in [
+            ("python", "e", "x = 1\nexit()", 0, "exited with code 0", "print('x' in dir(), open('/workspace/f').read())", "False kept"),
+            ("python", "e", "x = 1\nimport sys\nsys.exit(3)", 3, "exited with code 3", "print('x' in dir())", "False"),
+            ("python", "e", "x = 1\nimport ctypes\nctypes.string_at(0)", 139, "was killed by signal 11", "print('x' in dir())", "False"),
+            ("shell", "b", "x=1; exit 7", 7, "exited with code 7", "echo ${x:-unset}", "unset"),
+            ("shell", "b", "x=1; set -e; false; echo no", 1, "exited with code 1", "echo ${x:-unset}", "unset"),
+            ("node", "n", "globalThis.x = 1; process.exit(2)", 2, "exited with code 2",
+             "console.log(typeof x)", "undefined"),
+        ]:
+            result, text, st = s.call(env, session, code)
+            check(st.get("exit_code") == status and
+                  text.endswith(f"the interpreter {note}; the next call starts a fresh one {KEPT}"),
+                  f"{code!r}: {result}")
+            result, text, st = s.call(env, session, after)
+            check(text == f"{want}\nthe interpreter had exited; this call ran in a fresh one {KEPT}"
+                  and st.get("fresh_interpreter") is True, f"after {code!r}: {result}")
+
+
+def t_refusals(args, scratch):
+    with Server(args, scratch, env={"NIX_SANDBOX_MAX_SESSIONS": "2", "SESSION_IDLE_TIMEOUT": "77"}) as s:
+        for bad in ["", "a b", "x" * 65]:
+            refused(s, "python", bad, "1", "bad_session_name")
+        prints(s, "python", "a", "print(1)", "1\n")
+        text = refused(s, "node", "a", "1", "session_env_mismatch")
+        check("belongs to environment `python`" in text, text)
+        prints(s, "shell", "b", "echo 2", "2\n")
+        text = refused(s, "shell", "c", "echo 3", "too_many_sessions")
+        check("(a, b)" in text and "77 s" in text, text)
+
+
+def t_busy(args, scratch):
+    with Server(args, scratch) as s:
+        prints(s, "python", "b", "import time\nn = 0", "(no output)")
+        code = "time.sleep(2)\nn += 1\nprint('slept')"
+        answers = s.calls_at_once([("python", "b", code), ("python", "b", code)])
+        busy = [a for a in answers if a[2].get("error", {}).get("code") == "session_busy"]
+        ran = [a for a in answers if a[1] == "slept\n"]
+        check(len(busy) == 1 and len(ran) == 1, f"answers: {answers}")
+        prints(s, "python", "b", "print(n)", "1\n")
+
+
+def t_twenty(args, scratch):
+    with Server(args, scratch, env={"NIX_SANDBOX_MAX_SESSIONS": "24"}) as s:
+        answers = s.calls_at_once([("python", f"s{i}", f"x = {i}") for i in range(20)])
+        check(all(not a[0].get("isError") for a in answers), f"{[a[1] for a in answers]}")
+        answers = s.calls_at_once([("python", f"s{i}", "x += 100\nprint(x)") for i in range(20)])
+        got = [a[1] for a in answers]
+        check(got == [f"{i + 100}\n" for i in range(20)], f"{got}")
+    assert_gone(s.home, "20 sessions after the server exited")
+
+
+def t_expiry(args, scratch):
+    child = f"nsm-sessions-idle-{os.getpid()}"
+    with Server(args, scratch, env={"SESSION_IDLE_TIMEOUT": "2"}) as s:
+        prints(s, "shell", "i", f"x=1; (exec -a {child} sleep 1000) & echo started", "started\n")
+        check(eventually(lambda: pids_with(child) and pids_with(s.home)), "the session's processes are not there")
+        assert_gone(s.home, "an idle session")
+        assert_gone(child, "an idle session's child")
+        prints(s, "shell", "i", "echo ${x:-unset}",
+               "unset\nnew session `i`: the earlier one ended (it was idle for 2 s); its state and "
+               "/workspace files are gone")
+    with Server(args, scratch, env={"SESSION_MAX_LIFETIME": "3"}) as s:
+        prints(s, "python", "m", "y = 2", "(no output)")
+        check(pids_with(s.home), "the session's processes are not there")
+        assert_gone(s.home, "a session at its maximum lifetime")
+        prints(s, "python", "m", "print('y' in dir())",
+               "False\nnew session `m`: the earlier one ended (it reached the maximum lifetime of 3 s); "
+               "its state and /workspace files are gone")
+
+
+KILL_AGENT = """import os, signal, time
+for pid in os.listdir('/proc'):
+    if pid.isdigit():
+        try:
+            argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')
+        except OSError:
+            continue
+        if b'--interpreter' in argv:
+            os.kill(int(pid), signal.SIGKILL)
+time.sleep(30)
+"""
+
+
+def t_agent_killed(args, scratch):
+    with Server(args, scratch) as s:
+        prints(s, "python", "k", "x = 1\n_ = open('/workspace/f', 'w').write('f')", "(no output)")
+        result, text, st = s.call("python", "k", KILL_AGENT)
+        check(result.get("isError") and text.startswith("the session's sandbox failed (")
+              and text.endswith(RESET) and st.get("session_reset") is True, f"{result}")
+        prints(s, "python", "k", "import os\nprint('x' in dir(), os.path.exists('/workspace/f'))", "False False\n")
+
+
+def t_server_exit(args, scratch, how):
+    child = f"nsm-sessions-exit-{how}-{os.getpid()}"
+    s = Server(args, scratch)
+    try:
+        for env, code in [("python", "1"), ("node", "1")]:
+            result, _, _ = s.call(env, env, code)
+            check(not result.get("isError"), f"{env}: {result}")
+        prints(s, "shell", "bg", f"(exec -a {child} sleep 1000) & echo started", "started\n")
+        # One call still running when the server goes.
+        s.client.send({"jsonrpc": "2.0", "id": 999, "method": "tools/call", "params": {
+            "name": "run", "arguments": {"env": "shell", "session": "busy", "code": f"exec -a {child} sleep 1000"}}})
+        check(eventually(lambda: len(pids_with(child)) == 2), f"the sleeps did not start: {pids_with(child)}")
+        if how == "eof":
+            s.client.proc.stdin.close()
+            status = s.client.proc.wait(timeout=DEADLINE)
+            check(status == 0, f"the server exited with {status}")
+        else:
+            os.kill(s.client.proc.pid, signal.SIGKILL)
+            s.client.proc.wait(timeout=DEADLINE)
+        assert_gone(s.home, "the server's sessions")
+        assert_gone(child, "the sessions' children")
+    finally:
+        s.client.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--label", default=os.environ.get("USER") or str(os.getuid()))
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--sandbox", action="append", default=[], metavar="PRESET=OUT")
+    parser.add_argument("--custom", required=True)
+    parser.add_argument("--science", required=True)
+    args = parser.parse_args()
+    args.sandboxes = dict(s.split("=", 1) for s in args.sandbox)
+    missing = {"python", "shell", "node"} - args.sandboxes.keys()
+    if missing:
+        parser.error(f"--sandbox missing for {sorted(missing)}")
+
+    suite = Suite(f"{args.label}: sessions")
+    with tempfile.TemporaryDirectory(prefix="nsm-sessions-") as scratch:
+        suite.test("each preset's session wrapper runs the agent in its jail (frames on stdin/stdout)",
+                   t_wrapper_frames, args)
+        suite.test("state persists in python, bash and node (variables, imports, functions, cwd, "
+                   "/workspace files; node top-level await)", t_state, args, scratch)
+        suite.test("a session runs the environment's own python and packages (jq, numpy)",
+                   t_own_interpreter, args, scratch)
+        suite.test("10 MB on fd 1, a subprocess, input(), 5 MB on stderr, a forged frame: each its own "
+                   "result, and the session goes on", t_output_tricks, args, scratch)
+        suite.test("a python loop and a bash sleep are interrupted at the deadline with state kept; "
+                   "code ignoring SIGINT gets the session reset", t_interrupts, args, scratch)
+        suite.test("exit(), sys.exit(3), a segfault, bash exit 7, set -e, process.exit(2): told, "
+                   "restarted, files kept", t_exits, args, scratch)
+        suite.test("bad names, another environment, too many sessions are refused", t_refusals, args, scratch)
+        suite.test("two calls at once on one session: exactly one session_busy", t_busy, args, scratch)
+        suite.test("20 sessions at once keep separate state", t_twenty, args, scratch)
+        suite.test("idle expiry and maximum lifetime end sessions and leave no process", t_expiry, args, scratch)
+        suite.test("an agent killed with SIGKILL from inside the jail is detected and replaced",
+                   t_agent_killed, args, scratch)
+        suite.test("no session process survives the client going away (stdin closed)",
+                   t_server_exit, args, scratch, "eof")
+        suite.test("no session process survives a killed server", t_server_exit, args, scratch, "kill")
+    sys.exit(1 if suite.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -291,8 +291,11 @@ def replace(args, suite, scratch):
                 check(len(mine) == 1 and mine[0].startswith(f"- {name}: {want}"),
                       f"the {name} line is {mine}, not the replacement's")
             check(any(line.startswith("- shell:") for line in lines), f"shell is gone: {instructions!r}")
+            check("Custom, in place of the server's own: node, python." in lines,
+                  f"the instructions do not say python and node were replaced: {instructions!r}")
 
-        suite.test("the instructions describe the replacements, not the bundled python and node", described)
+        suite.test("the instructions describe the replacements, not the bundled python and node, and say so",
+                   described)
         suite.test("python from NIX_SANDBOX_DIR replaces the bundled one (jq runs)", expect, client, "python",
                    "import subprocess\nsubprocess.run(['jq', '-n', '6*7'], check=True)", "42")
         suite.test("node from NIX_SANDBOX_ENVS replaces the bundled one (jq runs)", expect, client, "node",

@@ -1,7 +1,7 @@
 # Takes pkgs, lib.mkSandbox and the flake's packages for one system; returns
 # the flake's checks for it: every package, and `e2e`, the offline harness's
-# end-to-end script (e2e.py) run in a build against those packages and the
-# environments of environments.nix, with the real nixpkgs.
+# end-to-end scripts (e2e.py, sessions.py) run in a build against those
+# packages and the environments of environments.nix, with the real nixpkgs.
 {
   pkgs,
   mkSandbox,
@@ -20,12 +20,22 @@ packages
       ''
         export HOME=$TMPDIR/home
         mkdir -p "$HOME"
-        python3 ${./e2e.py} --label nix-build \
+        # sessions.py imports e2e.py's client: both in one directory.
+        cp ${./e2e.py} e2e.py
+        cp ${./sessions.py} sessions.py
+        python3 e2e.py --label nix-build \
           --server ${packages.default} \
           --sandbox python=${packages.sandbox-python} \
           --sandbox shell=${packages.sandbox-shell} \
           --sandbox node=${packages.sandbox-node} \
           --custom ${environments.custom} \
           --online ${environments.online} | tee "$out"
+        python3 sessions.py --label nix-build \
+          --server ${packages.default} \
+          --sandbox python=${packages.sandbox-python} \
+          --sandbox shell=${packages.sandbox-shell} \
+          --sandbox node=${packages.sandbox-node} \
+          --custom ${environments.custom} \
+          --science ${environments.science} | tee -a "$out"
       '';
 }

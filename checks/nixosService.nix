@@ -2,7 +2,7 @@
 # VM test of services.nix-sandbox-mcp as the README snippet configures it
 # (snippets/nixos.nix): the hardened unit starts, answers 401 without the
 # bearer token, and runs code in its data-science environment over HTTP,
-# jailed under the service's own dynamic user. It needs KVM and the binary
+# jailed under the service's own dynamic user, in a session too. It needs KVM and the binary
 # cache (`nix flake check` in real CI); the offline harness only parses it.
 { pkgs, module }:
 pkgs.testers.runNixOSTest {
@@ -76,13 +76,20 @@ pkgs.testers.runNixOSTest {
     )
     post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session=session)
 
+    def run(id, arguments):
+        call = {
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "run", "arguments": arguments},
+        }
+        result = answer(post(call, session=session), id)["result"]
+        assert not result.get("isError"), result
+        return "".join(c.get("text", "") for c in result["content"] if c["type"] == "text").strip()
+
+
     code = "import numpy, os\nprint(int(numpy.arange(7).sum() * 2), os.getuid() != 0)"
-    call = {
-        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "run", "arguments": {"env": "data-science", "code": code}},
-    }
-    result = answer(post(call, session=session), 2)["result"]
-    text = "".join(c.get("text", "") for c in result["content"] if c["type"] == "text")
-    assert not result.get("isError") and text.strip() == "42 True", result
+    assert run(2, {"env": "data-science", "code": code}) == "42 True"
+    # A session keeps its state between calls.
+    run(3, {"env": "data-science", "session": "s", "code": "x = 41"})
+    assert run(4, {"env": "data-science", "session": "s", "code": "print(x + 1)"}) == "42"
   '';
 }

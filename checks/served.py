@@ -179,8 +179,9 @@ class HttpMcp:
         status, _, _ = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
         check(status == 202, f"notifications/initialized: HTTP {status}")
 
-    def run(self, env, code):
-        status, _, answer = self.request("tools/call", {"name": "run", "arguments": {"env": env, "code": code}})
+    def run(self, env, code, session=None):
+        arguments = {"env": env, "code": code, **({"session": session} if session else {})}
+        status, _, answer = self.request("tools/call", {"name": "run", "arguments": arguments})
         check(status == 200 and answer and "result" in answer, f"tools/call: HTTP {status}, {answer}")
         result = answer["result"]
         return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
@@ -249,6 +250,19 @@ def service(args, suite, scratch):
             check(not result.get("isError") and text.strip() == "42", f"{result}")
 
         suite.test("the service runs code in data-science over HTTP", runs)
+
+        def sessions_apart():
+            other = HttpMcp(url, token)
+            other.initialize()
+            for who, code, want in [
+                (client, "x = 41\nprint('set')", "set"),
+                (other, "print('x' in globals())", "False"),
+                (client, "print(x + 1)", "42"),
+            ]:
+                result, text = who.run("data-science", code, session="s")
+                check(not result.get("isError") and text.strip() == want, f"{code!r}: {result}")
+
+        suite.test("two HTTP clients' sessions named alike are apart", sessions_apart)
     finally:
         proc.terminate()
         try:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mcp_client import Client, McpError  # noqa: E402
 import procs  # noqa: E402
 from cgroups import RunCgroups  # noqa: E402
+from mcp_client import Client, McpError  # noqa: E402
 from stats import mib, ms, summary, table  # noqa: E402
 
 MANIFEST = "share/nix-sandbox-mcp/manifest.json"
@@ -542,7 +542,7 @@ def main():
     args = parser.parse_args()
 
     started = time.monotonic()
-    print(f"nix-sandbox-mcp benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"nix-sandbox-mcp benchmark, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
     print(f"machine: {machine()}; load average at start {os.getloadavg()[0]:.2f}")
     print(f"built from {args.built_from}\nserver: {args.server}\nlauncher: {args.launcher}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:

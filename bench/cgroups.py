@@ -36,21 +36,18 @@ class RunCgroups:
                     mounts[c] = before.split()[4]
         parents = []
         for c in CONTROLLERS:
-            if c not in own or c not in mounts:
-                return cls._undo(parents)
-            parent = Path(mounts[c] + own[c]) / f"nsm-bench.{os.getpid()}"
+            parent = Path(mounts.get(c, "") + own.get(c, "")) / f"nsm-bench.{os.getpid()}"
             try:
+                if c not in own or c not in mounts:
+                    raise FileNotFoundError(c)
+                remove_stale(parent.parent)
                 parent.mkdir()
             except OSError:
-                return cls._undo(parents)
+                for made in parents:
+                    made.rmdir()
+                return None
             parents.append(parent)
         return cls(parents)
-
-    @staticmethod
-    def _undo(parents):
-        for parent in parents:
-            parent.rmdir()
-        return None
 
     def create(self):
         """The directories of the next run (NIX_SANDBOX_CGROUP's value is
@@ -107,3 +104,17 @@ class RunCgroups:
                 child.wait()
                 self.remove(dirs)
         return times
+
+
+def remove_stale(where):
+    """Removes what an interrupted benchmark left in `where` (its pid gone)."""
+    for stale in where.glob("nsm-bench.*"):
+        pid = stale.name.split(".", 1)[1]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        try:
+            for run in stale.glob("run-*"):
+                run.rmdir()
+            stale.rmdir()
+        except OSError:
+            pass

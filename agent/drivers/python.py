@@ -11,6 +11,13 @@
 # ends the interpreter with that code, as in a script: the agent reports it
 # and starts a fresh interpreter for the next call. SIGINT raises
 # KeyboardInterrupt only while call code runs; between calls it is ignored.
+#
+# Matplotlib (issue 7): MPLBACKEND defaults to Agg (headless), and
+# `plt.show()` saves every open figure to outputs/figure-N.png (N the next
+# free number) in the working directory the driver started in (the
+# session's /workspace), then closes them; the agent lists new files in
+# outputs/ and the launcher shows the images to the model. The hook costs
+# nothing until matplotlib.pyplot is imported.
 import ast
 import fcntl
 import linecache
@@ -153,8 +160,56 @@ def _run(code, namespace, number):
     return 0
 
 
+_OUTPUTS = os.path.join(os.getcwd(), "outputs")
+
+
+def _save_figures(pyplot):
+    """plt.show() in a session: every open figure to outputs/figure-N.png."""
+    os.makedirs(_OUTPUTS, exist_ok=True)
+    number = 1
+    for figure in pyplot.get_fignums():
+        while os.path.lexists(os.path.join(_OUTPUTS, "figure-%d.png" % number)):
+            number += 1
+        pyplot.figure(figure).savefig(os.path.join(_OUTPUTS, "figure-%d.png" % number))
+    pyplot.close("all")
+
+
+class _PyplotHook:
+    """A meta path finder that lets the other finders find
+    matplotlib.pyplot, then replaces its `show` once the module has run."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                break
+        else:
+            return None
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            original = module.show
+
+            def show(*args, **kwargs):
+                """Saves the open figures to outputs/ (nix-sandbox-mcp)."""
+                _save_figures(module)
+
+            show.__wrapped__ = original
+            module.show = show
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def main():
     signal.signal(signal.SIGINT, _on_sigint)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.meta_path.insert(0, _PyplotHook())
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=True)
     sys.argv = [""]

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 pub const USAGE: &str = "\
 usage: agent --interpreter python|bash|node --program PATH --driver PATH
+             [--workspace DIR]
 
 The entry of a session jail. Starts PROGRAM DRIVER (for example python3
 python.py) as a child and runs the launcher's requests in it, one at a time,
@@ -17,6 +18,8 @@ level, default info). Closing stdin kills the interpreter and ends the agent.
   --interpreter NAME  python, bash or node (what the driver expects)
   --program PATH      the interpreter's executable
   --driver PATH       the driver file the interpreter runs
+  --workspace DIR     where files passed in are written and outputs/ is
+                      looked at (default /workspace)
   -h, --help          this text
   -V, --version       the version
 ";
@@ -56,6 +59,8 @@ pub struct Config {
     pub interpreter: Interpreter,
     pub program: PathBuf,
     pub driver: PathBuf,
+    /// Files in and `outputs/` (issue 7).
+    pub workspace: PathBuf,
 }
 
 /// What the command line asks for.
@@ -71,6 +76,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
     let (mut interpreter, mut program, mut driver) = (None, None, None);
+    let mut workspace = PathBuf::from("/workspace");
     while let Some(arg) = parser.next()? {
         match arg {
             Long("interpreter") => {
@@ -83,6 +89,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
             }
             Long("program") => program = Some(PathBuf::from(parser.value()?)),
             Long("driver") => driver = Some(PathBuf::from(parser.value()?)),
+            Long("workspace") => workspace = PathBuf::from(parser.value()?),
             Short('h') | Long("help") => return Ok(Command::Help),
             Short('V') | Long("version") => return Ok(Command::Version),
             _ => return Err(arg.unexpected()),
@@ -93,6 +100,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
         interpreter: interpreter.ok_or_else(|| missing("--interpreter"))?,
         program: program.ok_or_else(|| missing("--program"))?,
         driver: driver.ok_or_else(|| missing("--driver"))?,
+        workspace,
     }))
 }
 
@@ -120,6 +128,17 @@ mod tests {
         assert_eq!(config.interpreter, Interpreter::Node);
         assert_eq!(config.program, PathBuf::from("/usr/bin/node"));
         assert_eq!(config.driver, PathBuf::from("/d/node.js"));
+        assert_eq!(config.workspace, PathBuf::from("/workspace"));
+        let Command::Run(config) = parse(args(&[
+            "--interpreter=bash",
+            "--program=/bin/bash",
+            "--driver=/d/bash.sh",
+            "--workspace=/tmp/w",
+        ]))
+        .unwrap() else {
+            panic!("expected a config")
+        };
+        assert_eq!(config.workspace, PathBuf::from("/tmp/w"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 mod cli;
 mod driver;
+mod files;
 mod interpreter;
 mod pipe;
 mod session;

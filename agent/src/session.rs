@@ -20,11 +20,12 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use proto::cap::Cap;
 use proto::frame::{
-    self, ErrorCode, ExecReply, Exit, MAX_OUTPUT_BYTES, Reply, Request, Split, Splitter,
+    self, ErrorCode, ExecReply, Exit, FileIn, MAX_OUTPUT_BYTES, Reply, Request, Split, Splitter,
 };
 
 use crate::cli::Config;
 use crate::driver::{self, Message};
+use crate::files::{Snapshot, Workspace};
 use crate::interpreter::{self, Interpreter};
 use crate::pipe::{self, Read, pump};
 
@@ -98,6 +99,11 @@ struct Session {
     from_driver: Vec<u8>,
     sigchld: SignalFd,
     buf: Vec<u8>,
+    /// The workspace, for files in and outputs out; `None` when it could not
+    /// be opened (such calls then get an error, and list no outputs).
+    workspace: Option<Workspace>,
+    /// The outputs directory as the running call found it.
+    outputs_before: Option<Snapshot>,
 }
 
 /// What one poll reported.
@@ -122,6 +128,13 @@ impl Session {
         // Blocked here, read from the signalfd; children get a clean mask.
         sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
         let sigchld = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        let workspace = match Workspace::open(&config.workspace) {
+            Ok(workspace) => Some(workspace),
+            Err(e) => {
+                tracing::warn!("no workspace, so no files in or outputs out: {e}");
+                None
+            }
+        };
         let mut session = Session {
             config,
             interpreter: None,
@@ -135,6 +148,8 @@ impl Session {
             from_driver: Vec::new(),
             sigchld,
             buf: vec![0; 64 << 10],
+            workspace,
+            outputs_before: None,
         };
         // Start the interpreter now so that the first call does not wait for
         // it; a failure is reported to the first exec.
@@ -437,6 +452,10 @@ impl Session {
         };
         let stdout = std::mem::replace(&mut self.stdout, Cap::new(self.cap_limit));
         let stderr = std::mem::replace(&mut self.stderr, Cap::new(self.cap_limit));
+        let (outputs, outputs_more) = match (&self.workspace, self.outputs_before.take()) {
+            (Some(workspace), Some(before)) => workspace.changed(&before, &workspace.snapshot()),
+            _ => (Vec::new(), 0),
+        };
         let reply = ExecReply {
             id: call.id,
             status,
@@ -448,6 +467,8 @@ impl Session {
             restarted: call.restarted,
             interrupted: call.interrupted,
             duration_ms: u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            outputs,
+            outputs_more,
         };
         tracing::debug!(id = call.id, status, ?exit, "call done");
         send(&Reply::Exec(reply))
@@ -509,7 +530,14 @@ impl Session {
                 id,
                 code,
                 output_bytes,
-            } => self.exec(id, &code, output_bytes)?,
+                files,
+            } => self.exec(id, &code, output_bytes, &files)?,
+            Request::Read {
+                id,
+                path,
+                offset,
+                max_bytes,
+            } => send(&self.read(id, &path, offset, max_bytes))?,
             Request::Interrupt { id } => {
                 self.interrupt();
                 send(&Reply::Ack { id, busy })?;
@@ -523,7 +551,29 @@ impl Session {
         Ok(true)
     }
 
-    fn exec(&mut self, id: u64, code: &str, output_bytes: usize) -> io::Result<()> {
+    /// The answer to `read`.
+    fn read(&self, id: u64, path: &str, offset: u64, max_bytes: u64) -> Reply {
+        let not_found = |message: String| Reply::Error {
+            id: Some(id),
+            code: ErrorCode::NotFound,
+            message,
+        };
+        match &self.workspace {
+            Some(workspace) => match workspace.read(id, path, offset, max_bytes) {
+                Ok(file) => Reply::File(file),
+                Err(why) => not_found(format!("outputs/{path}: {why}")),
+            },
+            None => not_found("this agent has no workspace".into()),
+        }
+    }
+
+    fn exec(
+        &mut self,
+        id: u64,
+        code: &str,
+        output_bytes: usize,
+        files: &[FileIn],
+    ) -> io::Result<()> {
         let refuse = |code, message: String| {
             send(&Reply::Error {
                 id: Some(id),
@@ -540,6 +590,15 @@ impl Session {
         if code.contains('\0') {
             return refuse(ErrorCode::BadRequest, "the code contains a NUL byte".into());
         }
+        if !files.is_empty() {
+            let written = match &self.workspace {
+                Some(workspace) => workspace.write_files(files),
+                None => Err("this agent has no workspace".into()),
+            };
+            if let Err(why) = written {
+                return refuse(ErrorCode::BadFile, why);
+            }
+        }
         let restarted = if self.interpreter.is_none() {
             if let Err(e) = self.start_interpreter() {
                 return refuse(ErrorCode::SpawnFailed, e.to_string());
@@ -555,6 +614,8 @@ impl Session {
                 *cap = Cap::new(self.cap_limit);
             }
         }
+        // After the files passed in, so that those are not listed as outputs.
+        self.outputs_before = self.workspace.as_ref().map(Workspace::snapshot);
         self.call = Some(Call {
             id,
             started: Instant::now(),

@@ -168,7 +168,7 @@ impl Server {
             .ensure(env)
             .await
             .map_err(|reason| refuse(RunError::sandbox_unavailable(&env.name, &reason)))?;
-        match self.sessions.run(name, env, code, &ct).await {
+        match self.sessions.run(name, env, code, &[], &ct).await {
             Ok(outcome) => Ok(session_result::session_ran(env, &outcome)),
             Err(e) => Err(refuse(e)),
         }

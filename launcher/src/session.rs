@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use proto::frame::{ExecReply, MAX_OUTPUT_BYTES};
+use proto::frame::{ExecReply, FileIn, MAX_OUTPUT_BYTES};
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::RunError;
@@ -200,13 +200,15 @@ impl Sessions {
     }
 
     /// Runs `code` in session `name` of `env`, creating the session if it
-    /// does not exist. Refusals (bad name, wrong environment, busy, too
-    /// many) come before anything runs.
+    /// does not exist, after writing `files` into its /workspace. Refusals
+    /// (bad name, wrong environment, busy, too many) come before anything
+    /// runs.
     pub async fn run(
         &self,
         name: &str,
         env: &Arc<Env>,
         code: &str,
+        files: &[FileIn],
         cancel: &CancellationToken,
     ) -> Result<Outcome, RunError> {
         let inner = &self.inner;
@@ -229,6 +231,7 @@ impl Sessions {
         };
         let call = Call {
             code,
+            files,
             output_bytes: usize::try_from(env.limits.output_bytes.get())
                 .unwrap_or(usize::MAX)
                 .min(MAX_OUTPUT_BYTES),

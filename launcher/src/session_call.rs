@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use proto::frame::{ErrorCode, ExecReply, Reply, Request};
+use proto::frame::{ErrorCode, ExecReply, FileIn, Reply, Request};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -64,6 +64,8 @@ pub enum ResetReason {
 /// What the call is to do.
 pub struct Call<'a> {
     pub code: &'a str,
+    /// Files written into /workspace before the code runs.
+    pub files: &'a [FileIn],
     pub output_bytes: usize,
     pub timeout: Duration,
     /// The client cancelled this call.
@@ -80,6 +82,7 @@ pub async fn exec(jail: &mut Jail, call: Call<'_>) -> Ended {
         id,
         code: call.code.to_owned(),
         output_bytes: call.output_bytes,
+        files: call.files.to_vec(),
     };
     let (mut timed_out, mut cancelled) = (false, false);
     let reset = |why, timed_out, cancelled| Ended::Reset {

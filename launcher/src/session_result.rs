@@ -207,6 +207,8 @@ mod tests {
             restarted: false,
             interrupted: false,
             duration_ms: 3,
+            outputs: Vec::new(),
+            outputs_more: 0,
         }
     }
 

@@ -37,11 +37,34 @@
 //!   lost; files are kept). A death between calls shows only as `restarted`.
 //! - User code never sees the agent's stdin or stdout, so nothing it prints
 //!   can forge or break a frame.
+//! - Files in (`exec`'s `files`, issue 7): written under the workspace
+//!   (`/workspace`) before the code runs, each at a path `files::check_path`
+//!   accepts, creating directories, replacing files, never following a
+//!   symbolic link (one planted by earlier code is refused). A file that
+//!   cannot be written gets `error` `bad_file` naming it, and nothing runs.
+//!   At most `files::MAX_FILES` files, `files::MAX_FILES_BYTES` in all.
+//! - Outputs: the agent notes the regular files under `/workspace/outputs`
+//!   (made if missing) before the code runs; the exec reply's `outputs` lists
+//!   those that are new or changed after it (path relative to `outputs`,
+//!   size, MIME type), at most [`MAX_OUTPUTS_LISTED`] of them, sorted by
+//!   path; `outputs_more` counts the rest. Symbolic links and what they
+//!   point to are never listed.
+//! - `read`: up to `max_bytes` (at most [`MAX_READ_BYTES`]) of the output
+//!   file at `path` (relative to `outputs`), from `offset`, as a `file` reply
+//!   (`data` base64, `size` the file's size now, `eof`). Opened without
+//!   following symbolic links, regular files only; otherwise `error`
+//!   `not_found`. Answered at once, also while an exec runs.
 
 use serde::{Deserialize, Serialize};
 
 /// The largest frame in either direction, newline included.
 pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+/// The most bytes one `read` returns: base64 makes 4 MiB about 5.6 MiB.
+pub const MAX_READ_BYTES: u64 = 4 << 20;
+
+/// The most outputs one exec reply lists.
+pub const MAX_OUTPUTS_LISTED: usize = 64;
 
 /// The largest `output_bytes` the agent honours (per stream); larger values
 /// are lowered to it, so that a reply always fits in a frame (a rendered byte
@@ -52,11 +75,21 @@ pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// Run `code` in the interpreter; cap each output stream at `output_bytes`.
+    /// Write `files`, then run `code` in the interpreter; cap each output
+    /// stream at `output_bytes`.
     Exec {
         id: u64,
         code: String,
         output_bytes: usize,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<FileIn>,
+    },
+    /// Part of an output file.
+    Read {
+        id: u64,
+        path: String,
+        offset: u64,
+        max_bytes: u64,
     },
     /// Interrupt the running exec (SIGINT to the interpreter's process group).
     Interrupt { id: u64 },
@@ -71,6 +104,7 @@ impl Request {
     pub fn id(&self) -> u64 {
         match self {
             Request::Exec { id, .. }
+            | Request::Read { id, .. }
             | Request::Interrupt { id }
             | Request::Ping { id }
             | Request::Shutdown { id } => *id,
@@ -84,6 +118,8 @@ impl Request {
 pub enum Reply {
     /// The result of an `exec`.
     Exec(ExecReply),
+    /// The answer to `read`.
+    File(FileReply),
     /// The answer to `ping`, `interrupt` and `shutdown`: `busy` is true when an
     /// exec was running.
     Ack { id: u64, busy: bool },
@@ -100,6 +136,7 @@ impl Reply {
     pub fn id(&self) -> Option<u64> {
         match self {
             Reply::Exec(r) => Some(r.id),
+            Reply::File(r) => Some(r.id),
             Reply::Ack { id, .. } => Some(*id),
             Reply::Error { id, .. } => *id,
         }
@@ -125,6 +162,62 @@ pub struct ExecReply {
     /// An interrupt was delivered to this call.
     pub interrupted: bool,
     pub duration_ms: u64,
+    /// Files under `/workspace/outputs` this call created or changed.
+    #[serde(default)]
+    pub outputs: Vec<Output>,
+    /// Further such files, not listed.
+    #[serde(default)]
+    pub outputs_more: u64,
+}
+
+/// A file passed in: `path` relative to the workspace, `content` its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileIn {
+    pub path: String,
+    pub content: String,
+}
+
+/// An output file a call created or changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    /// Relative to `/workspace/outputs`.
+    pub path: String,
+    pub size: u64,
+    /// From its first bytes or its name (`files::mime_type`).
+    pub mime: String,
+}
+
+/// Part of an output file, the answer to `read`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileReply {
+    pub id: u64,
+    pub path: String,
+    /// The file's size when it was read.
+    pub size: u64,
+    pub offset: u64,
+    /// The bytes read, base64 (standard alphabet, padded).
+    pub data: String,
+    /// The bytes read reach the end of the file.
+    pub eof: bool,
+}
+
+impl FileReply {
+    /// The bytes read.
+    pub fn bytes(&self) -> Result<Vec<u8>, FrameError> {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.data)
+            .map_err(|e| FrameError::Base64(e.to_string()))
+    }
+}
+
+/// `bytes` as the `data` of a [`FileReply`].
+pub fn encode_data(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// How an interpreter ended.
@@ -159,6 +252,11 @@ pub enum ErrorCode {
     Busy,
     /// The interpreter could not be started (the message says why).
     SpawnFailed,
+    /// A file passed in could not be written (the message names it and
+    /// says why); nothing ran.
+    BadFile,
+    /// `read`: no regular output file at that path.
+    NotFound,
 }
 
 /// Errors of [`encode`] and [`decode`].
@@ -168,6 +266,8 @@ pub enum FrameError {
     TooLarge(usize),
     /// Not valid JSON for the expected type.
     Json(serde_json::Error),
+    /// `data` of a file reply is not base64.
+    Base64(String),
 }
 
 impl std::fmt::Display for FrameError {
@@ -180,6 +280,7 @@ impl std::fmt::Display for FrameError {
                 )
             }
             FrameError::Json(e) => write!(f, "invalid frame: {e}"),
+            FrameError::Base64(e) => write!(f, "invalid file data: {e}"),
         }
     }
 }
@@ -302,12 +403,61 @@ mod tests {
             Request::Exec {
                 id: 7,
                 code: "print(1)".into(),
-                output_bytes: 100
+                output_bytes: 100,
+                files: vec![],
             }
         );
         assert_eq!(r.id(), 7);
         let line = encode(&Request::Interrupt { id: 3 }).unwrap();
         assert_eq!(line, b"{\"op\":\"interrupt\",\"id\":3}\n");
+    }
+
+    #[test]
+    fn files_and_reads_have_a_stable_wire_form() {
+        let r: Request = decode(
+            br#"{"op":"exec","id":1,"code":"x","output_bytes":9,"files":[{"path":"a.csv","content":"1,2"}]}"#,
+        )
+        .unwrap();
+        let Request::Exec { files, .. } = &r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(
+            files,
+            &[FileIn {
+                path: "a.csv".into(),
+                content: "1,2".into()
+            }]
+        );
+        // No files: the field is left out.
+        let line = encode(&Request::Exec {
+            id: 2,
+            code: "x".into(),
+            output_bytes: 9,
+            files: vec![],
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            b"{\"op\":\"exec\",\"id\":2,\"code\":\"x\",\"output_bytes\":9}\n"
+        );
+        let read: Request =
+            decode(br#"{"op":"read","id":3,"path":"p.png","offset":0,"max_bytes":10}"#).unwrap();
+        assert_eq!(read.id(), 3);
+        let file = Reply::File(FileReply {
+            id: 3,
+            path: "p.png".into(),
+            size: 3,
+            offset: 0,
+            data: encode_data(b"\x89PN"),
+            eof: true,
+        });
+        let line = encode(&file).unwrap();
+        assert!(line.starts_with(br#"{"type":"file","id":3"#));
+        let Reply::File(back) = decode::<Reply>(&line).unwrap() else {
+            panic!("not a file reply")
+        };
+        assert_eq!(back.bytes().unwrap(), b"\x89PN");
+        assert_eq!(file.id(), Some(3));
     }
 
     #[test]
@@ -330,6 +480,12 @@ mod tests {
             restarted: false,
             interrupted: false,
             duration_ms: 12,
+            outputs: vec![Output {
+                path: "plot.png".into(),
+                size: 3,
+                mime: "image/png".into(),
+            }],
+            outputs_more: 0,
         });
         let line = encode(&reply).unwrap();
         let text = std::str::from_utf8(&line).unwrap();
@@ -410,6 +566,7 @@ mod tests {
             id: 1,
             code: "x".repeat(MAX_FRAME_BYTES),
             output_bytes: 1,
+            files: vec![],
         };
         assert!(matches!(encode(&big), Err(FrameError::TooLarge(_))));
     }
@@ -429,7 +586,26 @@ mod tests {
             restarted: true,
             interrupted: true,
             duration_ms: u64::MAX,
+            // The longest paths, every byte escaped.
+            outputs: vec![
+                Output {
+                    path: "\u{1}".repeat(crate::files::MAX_PATH_BYTES),
+                    size: u64::MAX,
+                    mime: "application/octet-stream".into(),
+                };
+                MAX_OUTPUTS_LISTED
+            ],
+            outputs_more: u64::MAX,
         });
         assert!(encode(&reply).is_ok());
+        let read = Reply::File(FileReply {
+            id: u64::MAX,
+            path: "\u{1}".repeat(crate::files::MAX_PATH_BYTES),
+            size: u64::MAX,
+            offset: u64::MAX,
+            data: encode_data(&vec![0; MAX_READ_BYTES as usize]),
+            eof: true,
+        });
+        assert!(encode(&read).is_ok());
     }
 }

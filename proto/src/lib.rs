@@ -2,5 +2,7 @@
 //!
 //! - [`cap`]: a byte sink that keeps a head and a tail and counts what it dropped.
 //! - [`frame`]: the launcher <-> agent protocol (requests, replies, framing).
+//! - [`files`]: files in and out of a session jail: path rules, caps, MIME types.
 pub mod cap;
+pub mod files;
 pub mod frame;

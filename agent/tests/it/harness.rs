@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use proto::frame::{self, ErrorCode, ExecReply, Reply, Request};
+use proto::frame::{self, ErrorCode, ExecReply, FileIn, FileReply, Reply, Request};
 
 /// A guard against hangs, not a measure: every wait in these tests ends by then.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -104,8 +104,19 @@ impl Agent {
         let driver = dir.path().join(lang.driver());
         std::fs::copy(&source, &driver).expect("copy the driver");
         let agent = env!("CARGO_BIN_EXE_agent");
+        // The workspace: a directory of the test's, or the jail's tmpfs.
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir(&workspace).expect("workspace dir");
         let mut command = match mode {
-            Mode::Host => Command::new(agent),
+            Mode::Host => {
+                let mut agent = Command::new(agent);
+                // As in a jail, the agent starts in its workspace.
+                agent
+                    .arg("--workspace")
+                    .arg(&workspace)
+                    .current_dir(&workspace);
+                agent
+            }
             Mode::Jail => {
                 let mut bwrap = Command::new("bwrap");
                 bwrap
@@ -115,11 +126,16 @@ impl Agent {
                     .args(["--symlink", "usr/lib64", "/lib64"])
                     .args(["--symlink", "usr/bin", "/bin"])
                     .args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"])
+                    .args(["--tmpfs", "/workspace"])
+                    // What the host's numpy (BLAS) and matplotlib read in
+                    // /etc, as checks/hostpkgs' bwrap shows them.
+                    .args(["--ro-bind-try", "/etc/alternatives", "/etc/alternatives"])
+                    .args(["--ro-bind-try", "/etc/matplotlibrc", "/etc/matplotlibrc"])
                     .args(["--ro-bind", agent, agent])
                     .arg("--ro-bind")
                     .arg(dir.path())
                     .arg(dir.path())
-                    .args(["--chdir", "/tmp", "--clearenv"])
+                    .args(["--chdir", "/workspace", "--clearenv"])
                     .args(["--setenv", "PATH", "/usr/bin:/bin"])
                     .args(["--setenv", "HOME", "/tmp"])
                     .args(["--setenv", "LANG", "C.UTF-8"])
@@ -209,13 +225,43 @@ impl Agent {
     }
 
     pub fn send_exec_capped(&mut self, code: &str, output_bytes: usize) -> u64 {
+        self.send_exec_with(code, output_bytes, Vec::new())
+    }
+
+    /// Sends an exec that passes `files` in; returns its id.
+    pub fn send_exec_with(&mut self, code: &str, output_bytes: usize, files: Vec<FileIn>) -> u64 {
         let id = self.fresh_id();
         self.send(&Request::Exec {
             id,
             code: code.into(),
             output_bytes,
+            files,
         });
         id
+    }
+
+    /// Sends a read of an output file; returns its id.
+    pub fn send_read(&mut self, path: &str, offset: u64, max_bytes: u64) -> u64 {
+        let id = self.fresh_id();
+        self.send(&Request::Read {
+            id,
+            path: path.into(),
+            offset,
+            max_bytes,
+        });
+        id
+    }
+
+    /// Reads an output file (all of it, up to `max_bytes`).
+    pub fn read(&mut self, path: &str, max_bytes: u64) -> FileReply {
+        let id = self.send_read(path, 0, max_bytes);
+        match self.reply(id) {
+            Reply::File(file) => file,
+            other => panic!(
+                "expected a file reply, got {other:?}\nagent log:\n{}",
+                self.log()
+            ),
+        }
     }
 
     /// Runs code and returns the exec reply.

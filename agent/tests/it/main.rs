@@ -5,6 +5,7 @@
 mod harness;
 
 mod bash;
+mod files;
 mod node;
 mod protocol;
 mod python;

@@ -70,6 +70,7 @@ fn bad_frames_get_error_replies_and_the_agent_goes_on(mode: Mode) {
         id: 78,
         code: "print(1)\0".into(),
         output_bytes: 10,
+        files: vec![],
     });
     let (code, message) = a.error(78);
     assert_eq!(

@@ -1,0 +1,437 @@
+//! Files in and out of the workspace (issue 7; `proto::frame` documents the
+//! operations): the files an exec passes in, the outputs a call created or
+//! changed, and `read` of one output.
+//!
+//! Every path is walked from a directory descriptor of the workspace opened
+//! at start, one component at a time, with `O_NOFOLLOW`: a symbolic link
+//! anywhere on the way is refused, so nothing here ever leaves the
+//! workspace, whatever user code planted in it. Files are opened with
+//! `O_NONBLOCK` (a FIFO cannot stall the agent) and used only when they are
+//! regular files.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, mkdirat};
+use proto::files::{self, MAX_FILES, MAX_FILES_BYTES, OUTPUTS_DIR, SNIFF_BYTES};
+use proto::frame::{FileIn, FileReply, MAX_OUTPUTS_LISTED, MAX_READ_BYTES, Output};
+
+/// Most entries looked at under `outputs` (a call that writes more gets
+/// the first ones listed).
+const MAX_SCANNED: usize = 10_000;
+
+/// The workspace directory, opened once.
+pub struct Workspace {
+    root: OwnedFd,
+}
+
+/// What the outputs directory held: size and times of each regular file.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Snapshot(BTreeMap<String, Stamp>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(stat: &FileStat) -> Self {
+        Stamp {
+            size: u64::try_from(stat.st_size).unwrap_or(0),
+            ino: stat.st_ino,
+            mtime: (stat.st_mtime, stat.st_mtime_nsec),
+            ctime: (stat.st_ctime, stat.st_ctime_nsec),
+        }
+    }
+}
+
+impl Workspace {
+    /// Opens `path` (the jail's `/workspace`).
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let root = nix::fcntl::open(path, flags, Mode::empty()).map_err(|e| {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        Ok(Self { root })
+    }
+
+    /// Writes the files passed in; the error names the file and says why.
+    pub fn write_files(&self, list: &[FileIn]) -> Result<(), String> {
+        if list.len() > MAX_FILES {
+            return Err(format!(
+                "{} files passed in, more than {MAX_FILES}",
+                list.len()
+            ));
+        }
+        let total: usize = list.iter().map(|f| f.content.len()).sum();
+        if total > MAX_FILES_BYTES {
+            return Err(format!(
+                "{total} bytes passed in, more than {MAX_FILES_BYTES}"
+            ));
+        }
+        for file in list {
+            write_file(self.root.as_fd(), file).map_err(|why| format!("`{}`: {why}", file.path))?;
+        }
+        Ok(())
+    }
+
+    /// The outputs directory's regular files now; the directory is made when
+    /// missing. A symbolic link in its place gives an empty snapshot.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snapshot = Snapshot::default();
+        match mkdirat(
+            self.root.as_fd(),
+            OUTPUTS_DIR,
+            Mode::from_bits_truncate(0o755),
+        ) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => tracing::warn!("cannot make {OUTPUTS_DIR}: {e}"),
+        }
+        match open_dir(self.root.as_fd(), OUTPUTS_DIR) {
+            Ok(dir) => {
+                let mut budget = MAX_SCANNED;
+                scan(dir, "", 1, &mut budget, &mut snapshot.0);
+            }
+            Err(e) => tracing::warn!("cannot open {OUTPUTS_DIR}: {e}"),
+        }
+        snapshot
+    }
+
+    /// The outputs that are new or changed in `after` compared with
+    /// `before`, sorted by path, at most [`MAX_OUTPUTS_LISTED`], and how many
+    /// more there are.
+    pub fn changed(&self, before: &Snapshot, after: &Snapshot) -> (Vec<Output>, u64) {
+        let fresh: Vec<(&String, &Stamp)> = after
+            .0
+            .iter()
+            .filter(|(path, stamp)| before.0.get(*path) != Some(stamp))
+            .collect();
+        let more = fresh.len().saturating_sub(MAX_OUTPUTS_LISTED) as u64;
+        let outputs = fresh
+            .into_iter()
+            .take(MAX_OUTPUTS_LISTED)
+            .map(|(path, stamp)| Output {
+                path: path.clone(),
+                size: stamp.size,
+                mime: files::mime_type(path, &self.head(path)).to_owned(),
+            })
+            .collect();
+        (outputs, more)
+    }
+
+    /// The first bytes of an output (empty when it cannot be read).
+    fn head(&self, path: &str) -> Vec<u8> {
+        let mut head = vec![0; SNIFF_BYTES];
+        match self.open_output(path) {
+            Ok((file, _)) => {
+                let n = file.read_at(&mut head, 0).unwrap_or(0);
+                head.truncate(n);
+                head
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Part of the output file at `path` (relative to `outputs`).
+    pub fn read(
+        &self,
+        id: u64,
+        path: &str,
+        offset: u64,
+        max_bytes: u64,
+    ) -> Result<FileReply, String> {
+        let (file, size) = self.open_output(path)?;
+        let want = max_bytes
+            .min(MAX_READ_BYTES)
+            .min(size.saturating_sub(offset));
+        let mut data = vec![0; usize::try_from(want).unwrap_or(0)];
+        let mut got = 0;
+        while got < data.len() {
+            match file.read_at(&mut data[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading it: {e}")),
+            }
+        }
+        data.truncate(got);
+        Ok(FileReply {
+            id,
+            path: path.to_owned(),
+            size,
+            offset,
+            eof: offset + got as u64 >= size,
+            data: proto::frame::encode_data(&data),
+        })
+    }
+
+    /// Opens a regular output file for reading; its size.
+    fn open_output(&self, path: &str) -> Result<(File, u64), String> {
+        let parts = files::check_path(path).map_err(|e| e.to_string())?;
+        let outputs = open_dir(self.root.as_fd(), OUTPUTS_DIR).map_err(|e| why(e, OUTPUTS_DIR))?;
+        let (dirs, name) = parts.split_at(parts.len() - 1);
+        let mut dir = outputs;
+        for part in dirs {
+            dir = open_dir(dir.as_fd(), *part).map_err(|e| dir_why(dir.as_fd(), e, part))?;
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let fd = openat(dir.as_fd(), name[0], flags, Mode::empty()).map_err(|e| why(e, name[0]))?;
+        let stat = fstat(fd.as_fd()).map_err(|e| e.to_string())?;
+        if !is_regular(&stat) {
+            return Err("not a regular file".into());
+        }
+        Ok((File::from(fd), u64::try_from(stat.st_size).unwrap_or(0)))
+    }
+}
+
+/// Writes one file below `root`, making its directories.
+fn write_file(root: BorrowedFd<'_>, file: &FileIn) -> Result<(), String> {
+    let parts = files::check_path(&file.path).map_err(|e| e.to_string())?;
+    let (dirs, name) = parts.split_at(parts.len() - 1);
+    let mut dir: Option<OwnedFd> = None;
+    for part in dirs {
+        let parent = dir.as_ref().map_or(root, |d| d.as_fd());
+        match mkdirat(parent, *part, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(why(e, part)),
+        }
+        dir = Some(open_dir(parent, *part).map_err(|e| dir_why(parent, e, part))?);
+    }
+    let parent = dir.as_ref().map_or(root, |d| d.as_fd());
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let fd = openat(parent, name[0], flags, Mode::from_bits_truncate(0o644))
+        .map_err(|e| why(e, name[0]))?;
+    let stat = fstat(fd.as_fd()).map_err(|e| e.to_string())?;
+    if !is_regular(&stat) {
+        return Err(format!("`{}` exists and is not a regular file", name[0]));
+    }
+    let mut out = File::from(fd);
+    out.set_len(0)
+        .and_then(|()| out.write_all(file.content.as_bytes()))
+        .map_err(|e| format!("writing it: {e}"))
+}
+
+/// Opens the directory `name` in `parent`, refusing a symbolic link.
+fn open_dir<P: ?Sized + nix::NixPath>(parent: BorrowedFd<'_>, name: &P) -> nix::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    openat(parent, name, flags, Mode::empty())
+}
+
+fn is_regular(stat: &FileStat) -> bool {
+    SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
+}
+
+/// A sentence for an error opening the directory `part` of `parent`: with
+/// `O_NOFOLLOW`, a symbolic link there gives ENOTDIR.
+fn dir_why(parent: BorrowedFd<'_>, e: Errno, part: &str) -> String {
+    let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+    match nix::sys::stat::fstatat(parent, part, flags) {
+        Ok(stat) if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK => {
+            why(Errno::ELOOP, part)
+        }
+        _ => why(e, part),
+    }
+}
+
+/// A sentence for an error met at path component `part`.
+fn why(e: Errno, part: &str) -> String {
+    match e {
+        Errno::ELOOP => format!("`{part}` is a symbolic link, which is never followed"),
+        Errno::ENOTDIR => format!("`{part}` is not a directory"),
+        Errno::ENOENT => format!("`{part}` does not exist"),
+        Errno::EISDIR => format!("`{part}` is a directory"),
+        Errno::ENOSPC | Errno::EDQUOT => "the workspace is full".into(),
+        e => format!("`{part}`: {e}"),
+    }
+}
+
+/// Adds the regular files of `dir` (and of its subdirectories, down to
+/// [`files::MAX_PATH_DEPTH`]) to `found`, keyed by path under `outputs`.
+fn scan(
+    dir: OwnedFd,
+    prefix: &str,
+    depth: usize,
+    budget: &mut usize,
+    found: &mut BTreeMap<String, Stamp>,
+) {
+    let Ok(mut listing) = Dir::from_fd(dir) else {
+        return;
+    };
+    let mut names: Vec<PathBuf> = Vec::new();
+    for entry in listing.iter().flatten() {
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name != "." && name != ".." {
+            names.push(PathBuf::from(name));
+        }
+    }
+    names.sort();
+    for name in names {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let Some(name) = name.to_str() else {
+            tracing::debug!(?name, "output name is not UTF-8; not listed");
+            continue;
+        };
+        let path = format!("{prefix}{name}");
+        if files::check_path(&path).is_err() {
+            tracing::debug!(path, "output path not listable");
+            continue;
+        }
+        let Ok(stat) = nix::sys::stat::fstatat(
+            listing.as_fd(),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) else {
+            continue;
+        };
+        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFREG {
+            found.insert(path, Stamp::of(&stat));
+        } else if kind == SFlag::S_IFDIR
+            && depth < files::MAX_PATH_DEPTH
+            && let Ok(sub) = open_dir(listing.as_fd(), name)
+        {
+            scan(sub, &format!("{path}/"), depth + 1, budget, found);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn workspace() -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        (dir, ws)
+    }
+
+    fn file(path: &str, content: &str) -> FileIn {
+        FileIn {
+            path: path.into(),
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn files_are_written_with_their_directories() {
+        let (dir, ws) = workspace();
+        ws.write_files(&[file("a.csv", "x,y\n"), file("in/deep/b.txt", "b")])
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.csv")).unwrap(),
+            "x,y\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("in/deep/b.txt")).unwrap(),
+            "b"
+        );
+        // A second write replaces the content.
+        ws.write_files(&[file("a.csv", "1")]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.csv")).unwrap(),
+            "1"
+        );
+    }
+
+    #[test]
+    fn symbolic_links_are_never_followed() {
+        let (dir, ws) = workspace();
+        let outside = tempfile::tempdir().unwrap();
+        symlink(outside.path(), dir.path().join("link")).unwrap();
+        symlink(outside.path().join("target"), dir.path().join("file-link")).unwrap();
+        let e = ws.write_files(&[file("link/x", "escape")]).unwrap_err();
+        assert!(e.contains("`link` is a symbolic link"), "{e}");
+        let e = ws.write_files(&[file("file-link", "escape")]).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        for bad in ["../x", "/etc/x", "a//b", ""] {
+            assert!(ws.write_files(&[file(bad, "x")]).is_err(), "{bad}");
+        }
+        let many: Vec<FileIn> = (0..=MAX_FILES)
+            .map(|i| file(&format!("f{i}"), ""))
+            .collect();
+        assert!(ws.write_files(&many).unwrap_err().contains("more than 20"));
+    }
+
+    #[test]
+    fn outputs_that_changed_are_listed_and_read() {
+        let (dir, ws) = workspace();
+        let before = ws.snapshot();
+        let outputs = dir.path().join("outputs");
+        assert!(outputs.is_dir(), "the snapshot makes outputs/");
+        std::fs::write(outputs.join("old.txt"), "old").unwrap();
+        let before_second = ws.snapshot();
+        std::fs::create_dir(outputs.join("sub")).unwrap();
+        std::fs::write(outputs.join("sub/plot.png"), b"\x89PNG\r\n\x1a\n1234").unwrap();
+        std::fs::write(outputs.join("data.csv"), "a,b\n").unwrap();
+        symlink("/etc/passwd", outputs.join("passwd")).unwrap();
+        let after = ws.snapshot();
+        let (listed, more) = ws.changed(&before_second, &after);
+        let names: Vec<(&str, &str, u64)> = listed
+            .iter()
+            .map(|o| (o.path.as_str(), o.mime.as_str(), o.size))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("data.csv", "text/csv", 4),
+                ("sub/plot.png", "image/png", 12)
+            ]
+        );
+        assert_eq!(more, 0);
+        assert_eq!(
+            ws.changed(&before, &after).0.len(),
+            3,
+            "old.txt is new since the first"
+        );
+        let reply = ws.read(5, "sub/plot.png", 8, 100).unwrap();
+        assert_eq!(
+            (reply.id, reply.size, reply.offset, reply.eof),
+            (5, 12, 8, true)
+        );
+        assert_eq!(reply.bytes().unwrap(), b"1234");
+        let part = ws.read(6, "data.csv", 0, 2).unwrap();
+        assert_eq!((part.bytes().unwrap(), part.eof), (b"a,".to_vec(), false));
+        let e = ws.read(7, "passwd", 0, 100).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(ws.read(8, "sub", 0, 1).is_err());
+        assert!(ws.read(9, "../a.csv", 0, 1).is_err());
+        assert!(
+            ws.read(10, "missing", 0, 1)
+                .unwrap_err()
+                .contains("does not exist")
+        );
+    }
+
+    #[test]
+    fn a_listing_is_capped() {
+        let (dir, ws) = workspace();
+        let before = ws.snapshot();
+        for i in 0..MAX_OUTPUTS_LISTED + 3 {
+            std::fs::write(dir.path().join(format!("outputs/f{i:03}")), "x").unwrap();
+        }
+        let (listed, more) = ws.changed(&before, &ws.snapshot());
+        assert_eq!((listed.len(), more), (MAX_OUTPUTS_LISTED, 3));
+        assert_eq!(listed[0].path, "f000");
+    }
+}

@@ -130,15 +130,18 @@ class Bench:
         if proc.returncode != 0 or proc.stdout != b"1\n":
             raise Unmeasured(f"{argv[0]} gave exit {proc.returncode}, {proc.stdout[-200:]!r}, {proc.stderr[-400:]!r}")
 
-    @staticmethod
-    def interleaved(kinds, runs):
+    def interleaved(self, kinds, runs):
         """Times each kind `runs` times (after WARMUP), round robin, the order
-        rotated every round so that no kind always follows another."""
+        rotated every round so that no kind always follows another, each run
+        --gap seconds after the one before. (Without a gap, a run that moves
+        a process into a cgroup right after another did is cheaper than one
+        on its own, as a model's calls are: see cgroups.py.)"""
         names = list(kinds)
         samples = {name: [] for name in names}
         for i in range(WARMUP + runs):
             shift = i % len(names)
             for name in names[shift:] + names[:shift]:
+                time.sleep(self.args.gap)
                 t0 = time.perf_counter()
                 kinds[name]()
                 elapsed = time.perf_counter() - t0
@@ -169,7 +172,8 @@ class Bench:
     # --- 1. ephemeral runs, launcher memory, tokens --------------------------
 
     def ephemeral(self):
-        self.section(f"ephemeral print(1), Nix-built server vs its wrapper run directly ({self.args.runs} runs each)")
+        self.section(f"ephemeral print(1), Nix-built server vs its wrapper run directly ({self.args.runs} runs each, "
+                     f"{self.args.gap * 1000:.0f} ms apart)")
         entry = self.manifest["python"]
         client = self.start([self.server_bin, "--stdio"])
         try:
@@ -217,6 +221,10 @@ class Bench:
         self.row("ephemeral print(1): MCP / wrapper direct, p50", f"{ratio:.2f}x ({ms(mcp['p50'])} / {ms(direct['p50'])})",
                  f"<= {TARGET_RATIO}x", ratio <= TARGET_RATIO)
         self.row("ephemeral print(1) through MCP, p90 / p99", f"{ms(mcp['p90'])} / {ms(mcp['p99'])}")
+        added = f"{ms(mcp['p50'] - direct['p50'])}"
+        if CGROUP_KIND in stats:
+            added += f"; a run cgroup alone adds {ms(stats[CGROUP_KIND]['p50'] - direct['p50'])}"
+        self.row("ephemeral: MCP minus wrapper direct, p50", added)
         self.row("floors p50: python3 -c / bwrap true",
                  f"{ms(stats['python3 -c (floor)']['p50'])} / {ms(stats['bwrap true (floor)']['p50'])}")
 
@@ -277,7 +285,8 @@ class Bench:
     # --- 2. the fixture wrappers ---------------------------------------------
 
     def fixtures(self):
-        self.section(f"ephemeral print(1), release launcher vs fixture wrapper run directly ({self.args.fixture_runs} runs each)")
+        self.section(f"ephemeral print(1), release launcher vs fixture wrapper run directly ({self.args.fixture_runs} "
+                     f"runs each, {self.args.gap * 1000:.0f} ms apart)")
         entry = self.fixture_manifest["python"]
         client = self.start(self.fixture_server)
         try:
@@ -534,6 +543,7 @@ def main():
     parser.add_argument("--work", required=True, help="where results.json and surface.txt go")
     parser.add_argument("--runs", type=int, default=200, help="ephemeral runs of each kind")
     parser.add_argument("--fixture-runs", type=int, default=100)
+    parser.add_argument("--gap", type=float, default=0.03, help="seconds between two timed ephemeral runs")
     parser.add_argument("--starts", type=int, default=20)
     parser.add_argument("--session-calls", type=int, default=300, help="timed `x += 1` calls in one session")
     parser.add_argument("--creations", type=int, default=10, help="sessions created one after another")

@@ -129,13 +129,14 @@ in
           mcp = true;
         };
       };
-    "home-manager: projectDir, projectMount and the session timeouts are the server's env" = {
+    "home-manager: projectDir, projectMount and the session settings are the server's env" = {
       got = registered.env;
       want = {
         PROJECT_DIR = "/home/alice/src/project";
         PROJECT_MOUNT = "/project";
         SESSION_IDLE_TIMEOUT = "300";
         SESSION_MAX_LIFETIME = "3600";
+        NIX_SANDBOX_MAX_SESSIONS = "16";
       };
     };
     "home-manager: the server serves the presets and the custom environment, not the disabled node" = {
@@ -157,6 +158,24 @@ in
       want = {
         description = "mine";
         packages = [ pkgs.python3.name ];
+      };
+    };
+    "home-manager: the session settings reach the server's env" = {
+      got =
+        (home [
+          enabled
+          {
+            programs.nix-sandbox-mcp = {
+              sessionIdleTimeout = 60;
+              sessionMaxLifetime = 600;
+              maxSessions = 4;
+            };
+          }
+        ]).programs.mcp.servers.nix-sandbox.env;
+      want = {
+        SESSION_IDLE_TIMEOUT = "60";
+        SESSION_MAX_LIFETIME = "600";
+        NIX_SANDBOX_MAX_SESSIONS = "4";
       };
     };
     "home-manager: serverName names the entry in programs.mcp.servers" = {
@@ -185,6 +204,7 @@ in
           HOME = "/var/lib/nix-sandbox-mcp";
           SESSION_IDLE_TIMEOUT = "300";
           SESSION_MAX_LIFETIME = "3600";
+          NIX_SANDBOX_MAX_SESSIONS = "16";
         };
       };
     };
@@ -193,12 +213,16 @@ in
       want = import ./nixosHardening.nix;
     };
     "nixos: a project directory is bound read-only into an otherwise empty /home" = {
-      got = lib.getAttrs [ "ProtectHome" "BindReadOnlyPaths" ] (
-        nixos [
-          ./snippets/nixos.nix
-          { services.nix-sandbox-mcp.projectDir = "/home/alice/src"; }
-        ]
-      ).systemd.services.nix-sandbox-mcp.serviceConfig;
+      got =
+        let
+          withProject = nixos [
+            ./snippets/nixos.nix
+            { services.nix-sandbox-mcp.projectDir = "/home/alice/src"; }
+          ];
+        in
+        {
+          inherit (withProject.systemd.services.nix-sandbox-mcp.serviceConfig) ProtectHome BindReadOnlyPaths;
+        };
       want = {
         ProtectHome = "tmpfs";
         BindReadOnlyPaths = [ "/home/alice/src" ];

@@ -1,7 +1,7 @@
 # Takes nixpkgs' lib and a configuration holding the options of
 # serverSettings.nix; returns the server's environment variables
 # (PROJECT_DIR and PROJECT_MOUNT when projectDir is set, the session
-# timeouts always), an attribute set of strings.
+# timeouts and count always), an attribute set of strings.
 lib: settings:
 lib.optionalAttrs (settings.projectDir != null) {
   PROJECT_DIR = settings.projectDir;
@@ -10,4 +10,5 @@ lib.optionalAttrs (settings.projectDir != null) {
 // {
   SESSION_IDLE_TIMEOUT = toString settings.sessionIdleTimeout;
   SESSION_MAX_LIFETIME = toString settings.sessionMaxLifetime;
+  NIX_SANDBOX_MAX_SESSIONS = toString settings.maxSessions;
 }

@@ -1,8 +1,8 @@
 # Takes nixpkgs' lib; returns the option declarations of how the server
 # runs, shared by programs.nix-sandbox-mcp (home-manager) and
 # services.nix-sandbox-mcp (NixOS): projectDir, projectMount,
-# sessionIdleTimeout and sessionMaxLifetime. serverEnvironment.nix turns
-# them into the server's environment variables.
+# sessionIdleTimeout, sessionMaxLifetime and maxSessions.
+# serverEnvironment.nix turns them into the server's environment variables.
 lib:
 let
   inherit (lib) mkOption types;
@@ -35,5 +35,11 @@ in
     default = 3600;
     description = "Seconds after which a session is closed however busy (`SESSION_MAX_LIFETIME`).";
     example = 14400;
+  };
+  maxSessions = mkOption {
+    type = types.ints.positive;
+    default = 16;
+    description = "Sessions open at once, per MCP client (`NIX_SANDBOX_MAX_SESSIONS`).";
+    example = 4;
   };
 }

@@ -38,6 +38,9 @@ Usage: nix-sandbox-mcp [--stdio | --http ADDR] [--manifest PATH]... [OPTIONS]
   --help                    print this help
   --version                 print the version
 
+NIX_SANDBOX_OUTPUT_DIR=DIR copies the files calls write to /workspace/outputs
+to DIR/SESSION/ (DIR/@run-TIME-N/ for a run with files but no session), for
+a person to open; off when unset or empty.
 Logs go to stderr; RUST_LOG sets their level (default info).
 ";
 

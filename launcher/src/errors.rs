@@ -17,6 +17,8 @@ pub enum ErrorCode {
     SessionBusy,
     TooManySessions,
     SessionsUnsupported,
+    BadFilePath,
+    FilesTooLarge,
 }
 
 impl ErrorCode {
@@ -33,6 +35,8 @@ impl ErrorCode {
             ErrorCode::SessionBusy => "session_busy",
             ErrorCode::TooManySessions => "too_many_sessions",
             ErrorCode::SessionsUnsupported => "sessions_unsupported",
+            ErrorCode::BadFilePath => "bad_file_path",
+            ErrorCode::FilesTooLarge => "files_too_large",
         }
     }
 }
@@ -116,8 +120,8 @@ impl RunError {
         Self::new(
             ErrorCode::InvalidArguments,
             format!(
-                "{problem}; `run` takes `code` (string, required), `env` (string) and \
-                 `session` (string)."
+                "{problem}; `run` takes `code` (string, required), `env` (string), \
+                 `session` (string) and `files` (a list of {{\"path\", \"content\"}} strings)."
             ),
         )
     }
@@ -178,6 +182,48 @@ impl RunError {
              sandbox session lives in one; nothing was run. Call without `session` (each \
              call then starts fresh), or connect with `initialize`."
                 .into(),
+        )
+    }
+
+    /// `path` (shown cut to 80 characters) is not a /workspace path (`why`).
+    pub fn bad_file_path(path: &str, why: &str) -> Self {
+        let shown: String = path.chars().take(80).collect();
+        let more = if shown.len() < path.len() { "..." } else { "" };
+        Self::new(
+            ErrorCode::BadFilePath,
+            format!(
+                "file path {shown:?}{more} is refused: {why}; nothing was run. Give paths \
+                 relative to /workspace, like `data/input.csv`, without `..`."
+            ),
+        )
+    }
+
+    /// The session's agent could not write a file (its sentence names it).
+    pub fn files_refused(why: &str) -> Self {
+        Self::new(
+            ErrorCode::BadFilePath,
+            format!("a file cannot be written into /workspace: {why}; nothing was run."),
+        )
+    }
+
+    pub fn files_too_large(what: &str) -> Self {
+        Self::new(
+            ErrorCode::FilesTooLarge,
+            format!(
+                "{what}; nothing was run. Pass a few small text files; read larger inputs \
+                 from the project directory, when the server has one."
+            ),
+        )
+    }
+
+    /// `files` needs the session agent, which `env` lacks.
+    pub fn files_unsupported(env: &str) -> Self {
+        Self::new(
+            ErrorCode::SessionsUnsupported,
+            format!(
+                "environment `{env}` has no session agent, which writes `files`; nothing was \
+                 run. Write them from the code instead, or use another environment."
+            ),
         )
     }
 

@@ -10,18 +10,22 @@ mod check;
 mod cli;
 mod errors;
 mod exec;
+mod files_in;
 mod http;
 mod limits;
 mod manifest;
 #[cfg(test)]
 mod manifest_fuzz;
 mod mcp;
+mod mirror;
+mod outputs;
 mod result;
 mod session;
 mod session_call;
 mod session_jail;
 mod session_result;
 mod stdin_eof;
+mod throwaway;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
         shutdown: CancellationToken::new(),
         host,
         sessions,
+        mirror: mirror::Mirror::from_var(std::env::var_os(mirror::OUTPUT_DIR_VAR)).map(Arc::new),
     };
     let served = match &opts.http_addr {
         Some(addr) => {
@@ -159,10 +164,13 @@ async fn serve_http(options: http::Options, config: mcp::Config) -> Result<(), S
     served
 }
 
-/// The largest HTTP request body: the largest code, every byte escaped as
-/// `\u00XX` in the JSON, and room for the rest of the message.
+/// The largest HTTP request body: the largest code and files, every byte
+/// escaped as `\u00XX` in the JSON, and room for the rest of the message.
 fn max_body_bytes(max_code_bytes: usize) -> usize {
-    max_code_bytes.saturating_mul(6).saturating_add(64 * 1024)
+    max_code_bytes
+        .saturating_add(proto::files::MAX_FILES_BYTES)
+        .saturating_mul(6)
+        .saturating_add(64 * 1024)
 }
 
 /// Removes the launcher's cgroup directories on the way out.

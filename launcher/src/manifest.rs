@@ -58,7 +58,6 @@ pub struct Env {
     pub packages: Vec<String>,
     pub store_path: String,
     #[serde(default)]
-    #[expect(dead_code, reason = "part of contract 1; reported by a later issue")]
     pub nixpkgs_rev: Option<String>,
 }
 

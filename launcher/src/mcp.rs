@@ -3,14 +3,22 @@
 //! A call goes: arguments ([`RunArgs`]) -> environment -> code checks ->
 //! wrapper check -> sandbox probe -> [`exec::run`] -> [`result::ran`]; with
 //! `session`, the session table ([`Sessions`]) runs it instead and
-//! [`session_result::session_ran`] reports it.
+//! [`session_result::session_ran`] reports it; with `files` and no
+//! `session`, a throwaway session jail runs it (throwaway.rs).
+//!
+//! Resources (issue 7): the outputs of a session that are not shown in a
+//! result are resource links, `sandbox://SESSION/outputs/PATH`, which
+//! `resources/read` serves through the session's agent while the session
+//! lives; `resources/list` lists the links handed out to this client.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -20,18 +28,31 @@ use tokio_util::sync::CancellationToken;
 use crate::check::{self, Probes};
 use crate::errors::RunError;
 use crate::exec::{Job, JobEnv};
+use crate::files_in;
 use crate::limits::{self, Host};
 use crate::manifest::{Catalog, Env};
+use crate::mirror::Mirror;
+use crate::outputs::{self, Links, MAX_RESOURCE_BYTES};
 use crate::result;
-use crate::session::{self, Sessions};
+use crate::session::{self, OutputUnreadable, Sessions};
 use crate::session_result;
+use crate::throwaway;
+use proto::files::{MAX_FILES, MAX_FILES_BYTES, MAX_PATH_BYTES};
+use proto::frame::FileIn;
 
-/// The largest code a session takes: its exec frame, every byte escaped as
-/// `\u00XX`, must fit in one frame.
-const SESSION_MAX_CODE_BYTES: usize = (proto::frame::MAX_FRAME_BYTES - 4096) / 6;
+/// The largest code a session takes: its exec frame, every byte of the
+/// code and of the largest files escaped as `\u00XX`, must fit in one frame.
+const SESSION_MAX_CODE_BYTES: usize = (proto::frame::MAX_FRAME_BYTES
+    - 64 * 1024
+    - 6 * (MAX_FILES_BYTES + MAX_FILES * MAX_PATH_BYTES))
+    / 6;
 
 /// Most packages listed per environment in the instructions.
-const MAX_PACKAGES_LISTED: usize = 8;
+const MAX_PACKAGES_LISTED: usize = 16;
+/// How many of them (the first, the key ones: the interpreter comes first)
+/// are listed with their versions; the others by name only, to keep the
+/// instructions within their token budget (DESIGN.md section 9).
+const PACKAGES_WITH_VERSIONS: usize = 3;
 
 /// What the server needs to answer calls.
 pub struct Config {
@@ -46,6 +67,8 @@ pub struct Config {
     pub host: Arc<Host>,
     /// The session table's limits.
     pub sessions: session::Settings,
+    /// Where outputs are mirrored (`NIX_SANDBOX_OUTPUT_DIR`), if anywhere.
+    pub mirror: Option<Arc<Mirror>>,
 }
 
 /// The MCP server handler.
@@ -60,6 +83,9 @@ pub struct Server {
     host: Arc<Host>,
     /// This client's sessions; dropping the handler kills them.
     sessions: Sessions,
+    mirror: Option<Arc<Mirror>>,
+    /// The resource links handed out to this client.
+    links: Links,
 }
 
 impl Server {
@@ -90,6 +116,8 @@ impl Server {
             max_code_bytes: config.max_code_bytes,
             shutdown: config.shutdown,
             host: config.host,
+            mirror: config.mirror,
+            links: Links::default(),
         }
     }
 
@@ -114,6 +142,8 @@ impl Server {
                 self.shutdown.clone(),
             ),
             host: Arc::clone(&self.host),
+            mirror: self.mirror.clone(),
+            links: Links::default(),
         }
     }
 
@@ -124,7 +154,13 @@ impl Server {
             Err(e) => return result::refused(&e),
         };
         let ran = match &args.session {
-            Some(name) => self.run_session(&env, name, &args.code, ct).await,
+            Some(name) => {
+                self.run_session(&env, name, &args.code, &args.files, ct)
+                    .await
+            }
+            None if !args.files.is_empty() => {
+                self.run_throwaway(&env, &args.code, &args.files, ct).await
+            }
             None => self.run_ephemeral(&env, &args.code, ct).await,
         };
         match ran {
@@ -137,6 +173,7 @@ impl Server {
         env: &Arc<Env>,
         name: &str,
         code: &str,
+        files: &[FileIn],
         ct: CancellationToken,
     ) -> Result<CallToolResult, CallToolResult> {
         let refuse = |e: RunError| result::refused(&e);
@@ -146,32 +183,65 @@ impl Server {
         if env.session.is_empty() {
             return Err(refuse(RunError::sessions_unsupported(&env.name)));
         }
+        self.check_session_call(env, code).await.map_err(refuse)?;
+        let mirror = self.mirror.as_deref();
+        match self.sessions.run(name, env, code, files, mirror, &ct).await {
+            Ok(outcome) => {
+                let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
+                self.links.note(name, fresh, &outcome.outputs.items);
+                Ok(session_result::session_ran(env, &outcome))
+            }
+            Err(e) => Err(refuse(e)),
+        }
+    }
+
+    /// A run with `files` and no session: a session jail for this call only.
+    async fn run_throwaway(
+        &self,
+        env: &Arc<Env>,
+        code: &str,
+        files: &[FileIn],
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, CallToolResult> {
+        let refuse = |e: RunError| result::refused(&e);
+        if env.session.is_empty() {
+            return Err(refuse(RunError::files_unsupported(&env.name)));
+        }
+        self.check_session_call(env, code).await.map_err(refuse)?;
+        let cx = throwaway::Context {
+            job_env: &self.job_env,
+            host: &self.host,
+            mirror: self.mirror.as_deref(),
+            cancel: &ct,
+            shutdown: &self.shutdown,
+        };
+        match throwaway::run(env, code, files, &cx).await {
+            Ok(outcome) => Ok(session_result::session_ran(env, &outcome)),
+            Err(e) => Err(refuse(e)),
+        }
+    }
+
+    /// The checks of a call in a session jail, before anything runs.
+    async fn check_session_call(&self, env: &Env, code: &str) -> Result<(), RunError> {
         if code.is_empty() {
-            return Err(refuse(RunError::empty_code()));
+            return Err(RunError::empty_code());
         }
         let max = self.max_code_bytes.min(SESSION_MAX_CODE_BYTES);
         if code.len() > max {
-            return Err(refuse(RunError::code_too_large(code.len(), max)));
+            return Err(RunError::code_too_large(code.len(), max));
         }
         if code.contains('\0') {
-            return Err(refuse(RunError::invalid_arguments(
+            return Err(RunError::invalid_arguments(
                 "`code` contains a NUL byte, which a session cannot run",
-            )));
+            ));
         }
         if !check::wrapper_ready(&env.session[0]) {
-            return Err(refuse(RunError::wrapper_missing(
-                &env.name,
-                &env.session[0],
-            )));
+            return Err(RunError::wrapper_missing(&env.name, &env.session[0]));
         }
         self.probes
             .ensure(env)
             .await
-            .map_err(|reason| refuse(RunError::sandbox_unavailable(&env.name, &reason)))?;
-        match self.sessions.run(name, env, code, &[], &ct).await {
-            Ok(outcome) => Ok(session_result::session_ran(env, &outcome)),
-            Err(e) => Err(refuse(e)),
-        }
+            .map_err(|reason| RunError::sandbox_unavailable(&env.name, &reason))
     }
 
     fn resolve_env(&self, requested: Option<&str>) -> Result<Arc<Env>, RunError> {
@@ -258,7 +328,11 @@ impl Server {
 
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(
                 "nix-sandbox-mcp",
                 env!("CARGO_PKG_VERSION"),
@@ -272,6 +346,82 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(vec![self.tool.clone()]))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let resources = self
+            .links
+            .list(|name| self.sessions.is_open(name))
+            .into_iter()
+            .map(|(session, output)| {
+                Resource::new(outputs::uri(&session, &output.path), output.path.clone())
+                    .with_mime_type(output.mime)
+                    .with_size(output.size)
+            })
+            .collect();
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let uri = request.uri;
+        let Some((session, path)) = outputs::parse_uri(&uri) else {
+            return Err(McpError::resource_not_found(
+                format!(
+                    "unknown resource {uri:?}: this server's resources are session outputs, \
+                     sandbox://SESSION/outputs/PATH"
+                ),
+                None,
+            ));
+        };
+        let bytes = match self
+            .sessions
+            .read_output(session, &path, MAX_RESOURCE_BYTES + 1)
+            .await
+        {
+            Ok(bytes) => bytes,
+            Err(e) => return Err(unreadable(&uri, session, e)),
+        };
+        if bytes.len() as u64 > MAX_RESOURCE_BYTES {
+            return Err(McpError::invalid_params(
+                format!(
+                    "{uri} is larger than {}; read a part of it with `run` in session `{session}`",
+                    outputs::size_text(MAX_RESOURCE_BYTES)
+                ),
+                None,
+            ));
+        }
+        let mime = proto::files::mime_type(&path, &bytes).to_owned();
+        let contents = match String::from_utf8(bytes) {
+            Ok(text) if proto::files::is_text(&mime) || mime == "application/octet-stream" => {
+                ResourceContents::TextResourceContents {
+                    uri,
+                    mime_type: Some(mime),
+                    text,
+                    meta: None,
+                }
+            }
+            Ok(text) => ResourceContents::BlobResourceContents {
+                uri,
+                mime_type: Some(mime),
+                blob: proto::frame::encode_data(text.as_bytes()),
+                meta: None,
+            },
+            Err(e) => ResourceContents::BlobResourceContents {
+                uri,
+                mime_type: Some(mime),
+                blob: proto::frame::encode_data(e.as_bytes()),
+                meta: None,
+            },
+        };
+        Ok(ReadResourceResult::new(vec![contents]).into())
     }
 
     async fn call_tool(
@@ -309,12 +459,35 @@ fn outside_mcp_session(context: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|parts| !parts.headers.contains_key("mcp-session-id"))
 }
 
+/// Why `resources/read` of `uri` (session `session`) failed, for the client.
+fn unreadable(uri: &str, session: &str, e: OutputUnreadable) -> McpError {
+    match e {
+        OutputUnreadable::NotOpen => McpError::resource_not_found(
+            format!(
+                "{uri}: session `{session}` is not open (it ended, or never was); outputs \
+                 are readable while their session lives"
+            ),
+            None,
+        ),
+        OutputUnreadable::Busy => McpError::invalid_params(
+            format!("{uri}: session `{session}` is running a call; read it once the call answered"),
+            None,
+        ),
+        OutputUnreadable::Gone(why) => McpError::resource_not_found(format!("{uri}: {why}"), None),
+        OutputUnreadable::Broken(why) => McpError::internal_error(
+            format!("{uri}: the session's sandbox failed ({why}); it restarts on its next call"),
+            None,
+        ),
+    }
+}
+
 /// The arguments of `run`.
 #[derive(Debug, PartialEq, Eq)]
 struct RunArgs {
     code: String,
     env: Option<String>,
     session: Option<String>,
+    files: Vec<FileIn>,
 }
 
 impl RunArgs {
@@ -323,7 +496,7 @@ impl RunArgs {
         let arguments = arguments.unwrap_or(&empty);
         if let Some(key) = arguments
             .keys()
-            .find(|k| !matches!(k.as_str(), "code" | "env" | "session"))
+            .find(|k| !matches!(k.as_str(), "code" | "env" | "session" | "files"))
         {
             return Err(RunError::invalid_arguments(&format!(
                 "unknown argument `{key}`"
@@ -344,7 +517,13 @@ impl RunArgs {
             Some(Value::Null) | None => None,
             Some(_) => return Err(RunError::invalid_arguments("`session` must be a string")),
         };
-        Ok(Self { code, env, session })
+        let files = files_in::parse(arguments.get("files"))?;
+        Ok(Self {
+            code,
+            env,
+            session,
+            files,
+        })
     }
 }
 
@@ -362,7 +541,7 @@ fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     let mut schema = json!({
         "type": "object",
         "properties": {
-            "code": {"type": "string", "description": "The program's source."},
+            "code": {"type": "string"},
             "env": env,
         },
         "required": ["code"],
@@ -373,13 +552,21 @@ fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         schema["properties"]["session"] = json!({
             "type": "string",
             "description": format!(
-                "Name of a session that keeps interpreter state and /workspace files across \
-                 calls; it ends {} s after its last call or {} s after its first.",
+                "Keeps state and /workspace across calls (ends {} s idle, {} s max).",
                 sessions.idle_timeout.as_secs(),
                 sessions.max_lifetime.as_secs()
             ),
         });
-        "Run code in a sandbox and return its output; without `session`, each call starts fresh."
+        schema["properties"]["files"] = json!({
+            "type": "array",
+            "description": "Text files put in /workspace first.",
+            "items": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            },
+        });
+        "Run code in a sandbox; without `session` each call starts fresh. Sessions and `files` \
+         runs return what is saved in /workspace/outputs (images shown)."
     } else {
         "Run a program in a fresh sandbox (new each call) and return its output."
     };
@@ -403,7 +590,14 @@ fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> 
                 .packages
                 .iter()
                 .take(MAX_PACKAGES_LISTED)
-                .map(String::as_str)
+                .enumerate()
+                .map(|(i, p)| {
+                    if i < PACKAGES_WITH_VERSIONS {
+                        p.as_str()
+                    } else {
+                        package_name(p)
+                    }
+                })
                 .collect();
             text.push_str(&format!("; packages: {}", shown.join(", ")));
             let more = env.packages.len().saturating_sub(MAX_PACKAGES_LISTED);
@@ -423,16 +617,30 @@ fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> 
         ));
     }
     if let Some(mount) = project_mount {
-        text.push_str(&format!("The project is read-only at {mount}.\n"));
+        text.push_str(&format!(
+            "The project is read-only at {mount}. Read inputs there, not through `files`.\n"
+        ));
     }
     if let Some(line) = host.instructions_line(catalog) {
         text.push_str(&line);
         text.push('\n');
     }
-    text.push_str(
-        "Results: stdout, then stderr after `--- stderr ---`, then notes (exit code, timeout, cut output).",
-    );
+    text.push_str("Results: stdout, then `--- stderr ---` and stderr, then notes.");
     text
+}
+
+/// A package's name without its version, as nixpkgs' `lib.getName` has it:
+/// what comes before the first `-` that is not followed by a letter.
+fn package_name(name: &str) -> &str {
+    name.char_indices()
+        .find(|&(i, c)| {
+            c == '-'
+                && !name[i + 1..]
+                    .chars()
+                    .next()
+                    .is_some_and(|next| next.is_ascii_alphabetic())
+        })
+        .map_or(name, |(i, _)| &name[..i])
 }
 
 #[cfg(test)]
@@ -443,7 +651,7 @@ mod tests {
     fn catalog(envs: &[(&str, bool, usize)]) -> Catalog {
         let mut environments = serde_json::Map::new();
         for (name, network, packages) in envs {
-            let packages: Vec<String> = (0..*packages).map(|i| format!("pkg{i}")).collect();
+            let packages: Vec<String> = (0..*packages).map(|i| format!("pkg-{i}.1")).collect();
             environments.insert(
                 name.to_string(),
                 json!({
@@ -471,18 +679,23 @@ mod tests {
 
     #[test]
     fn instructions_are_sorted_and_capped() {
-        let c = catalog(&[("shell", true, 2), ("python", false, 10)]);
+        let c = catalog(&[("shell", true, 2), ("python", false, 18)]);
         let text = instructions(&c, Some("/project"), &Host::plain(false));
         let lines: Vec<&str> = text.lines().collect();
+        // Versions for the first three packages, names for the others.
         assert_eq!(
             lines[1],
-            "- python: python env; packages: pkg0, pkg1, pkg2, pkg3, pkg4, pkg5, pkg6, pkg7 (+2 more)"
+            "- python: python env; packages: pkg-0.1, pkg-1.1, pkg-2.1, pkg, pkg, pkg, pkg, pkg, \
+             pkg, pkg, pkg, pkg, pkg, pkg, pkg, pkg (+2 more)"
         );
         assert_eq!(
             lines[2],
-            "- shell: shell env; packages: pkg0, pkg1; network"
+            "- shell: shell env; packages: pkg-0.1, pkg-1.1; network"
         );
-        assert_eq!(lines[3], "The project is read-only at /project.");
+        assert_eq!(
+            lines[3],
+            "The project is read-only at /project. Read inputs there, not through `files`."
+        );
         assert!(!text.contains("Custom"), "{text}");
         let mut replaced = c.clone();
         replaced.replaced = vec!["node".into(), "python".into()];
@@ -517,6 +730,28 @@ mod tests {
     }
 
     #[test]
+    fn package_names_lose_their_versions() {
+        assert_eq!(package_name("python3.12-numpy-2.2.1"), "python3.12-numpy");
+        assert_eq!(package_name("nodejs-20.20.2"), "nodejs");
+        assert_eq!(package_name("python3-3.11.2-env"), "python3");
+        assert_eq!(package_name("jq"), "jq");
+    }
+
+    #[test]
+    fn files_are_an_argument() {
+        let args = RunArgs::parse(
+            json!({"code": "1", "files": [{"path": "a.csv", "content": "x"}]}).as_object(),
+        )
+        .unwrap();
+        assert_eq!(args.files.len(), 1);
+        let e = RunArgs::parse(
+            json!({"code": "1", "files": [{"path": "../a", "content": "x"}]}).as_object(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code.as_str(), "bad_file_path");
+    }
+
+    #[test]
     fn arguments_are_checked() {
         let parse = |v: Value| RunArgs::parse(v.as_object());
         assert_eq!(
@@ -525,6 +760,7 @@ mod tests {
                 code: "1".into(),
                 env: Some("node".into()),
                 session: None,
+                files: Vec::new(),
             }
         );
         assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);

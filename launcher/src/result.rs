@@ -19,7 +19,9 @@
 //! `structuredContent` carries the same facts for programs:
 //! `{"env", "exit_code", "signal", "timed_out", "cancelled",
 //! "stdout_dropped_bytes", "stderr_dropped_bytes", "duration_ms", "store_path",
-//! "cpu_ms", "peak_memory_bytes", "limit"}`; `limit` is null or
+//! "nixpkgs_rev", "cpu_ms", "peak_memory_bytes", "limit"}`; `store_path` and
+//! `nixpkgs_rev` (null when unknown) are the receipt: `nix run` of the store
+//! path replays the run in the same environment; `limit` is null or
 //! `{"name": "memory" | "cpu" | "file_size" | "processes" | "open_files" |
 //! "disk", "certain": bool}`, and the usage fields are null when unknown.
 //! `exit_code` is null when the wrapper was killed by a signal; `signal` is
@@ -67,6 +69,7 @@ pub fn ran(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>) -> CallToolResu
         "stderr_dropped_bytes": outcome.stderr.dropped(),
         "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
         "store_path": env.store_path,
+        "nixpkgs_rev": env.nixpkgs_rev,
         "cpu_ms": used.cpu.map(|c| u64::try_from(c.as_millis()).unwrap_or(u64::MAX)),
         "peak_memory_bytes": used.peak_memory,
         "limit": hit.as_ref().map(|h| json!({"name": h.limit, "certain": h.certain})),

@@ -27,6 +27,8 @@ use crate::errors::RunError;
 use crate::exec::JobEnv;
 use crate::limits::{Host, NO_RUN_CGROUP};
 use crate::manifest::Env;
+use crate::mirror::Mirror;
+use crate::outputs::{self, Collected, Destination, ReadFailed};
 use crate::session_call::{self, Call, Ended, ResetReason};
 use crate::session_jail::Jail;
 
@@ -137,6 +139,10 @@ pub struct Outcome {
     /// The server is stopping: the session was closed.
     pub shutdown: bool,
     pub duration: Duration,
+    /// The files the call wrote under /workspace/outputs (outputs.rs).
+    pub outputs: Collected,
+    /// The run had no session: its jail ended with it (throwaway.rs).
+    pub throwaway: bool,
 }
 
 /// The session table of one MCP handler. Dropping it kills every jail.
@@ -200,15 +206,16 @@ impl Sessions {
     }
 
     /// Runs `code` in session `name` of `env`, creating the session if it
-    /// does not exist, after writing `files` into its /workspace. Refusals
-    /// (bad name, wrong environment, busy, too many) come before anything
-    /// runs.
+    /// does not exist, after writing `files` into its /workspace; collects
+    /// the outputs (mirrored when `mirror` is set). Refusals (bad name,
+    /// wrong environment, busy, too many) come before anything runs.
     pub async fn run(
         &self,
         name: &str,
         env: &Arc<Env>,
         code: &str,
         files: &[FileIn],
+        mirror: Option<&Mirror>,
         cancel: &CancellationToken,
     ) -> Result<Outcome, RunError> {
         let inner = &self.inner;
@@ -249,6 +256,8 @@ impl Sessions {
             ended_after: false,
             shutdown: false,
             duration: Duration::ZERO,
+            outputs: Collected::default(),
+            throwaway: false,
         };
         match session_call::exec(jail, call).await {
             Ended::Answered {
@@ -261,6 +270,16 @@ impl Sessions {
                     interrupted = reply.interrupted, restarted = reply.restarted,
                     exit = ?reply.exit, ms = reply.duration_ms, "session call finished"
                 );
+                let to = Destination {
+                    session: Some(name),
+                    mirror: mirror.map(|m| (m, Mirror::session_dir(name))),
+                };
+                outcome.outputs =
+                    outputs::collect(jail, &reply.outputs, reply.outputs_more, &to).await;
+                if outcome.outputs.broken.is_some() {
+                    // The next call finds the jail gone and starts afresh.
+                    jail.kill();
+                }
                 outcome.reply = Some(reply);
                 outcome.timed_out = timed_out;
                 outcome.cancelled = cancelled;
@@ -269,6 +288,10 @@ impl Sessions {
                 tracing::error!(session = name, env = %env.name, %message, "the agent cannot start the interpreter");
                 lease.release();
                 return Err(RunError::sandbox_unavailable(&env.name, &message));
+            }
+            Ended::FilesRefused { message } => {
+                lease.release();
+                return Err(RunError::files_refused(&message));
             }
             Ended::Reset {
                 why,
@@ -303,6 +326,55 @@ impl Sessions {
     }
 }
 
+impl Sessions {
+    /// Whether session `name` is open.
+    pub fn is_open(&self, name: &str) -> bool {
+        self.inner.lock().open.contains_key(name)
+    }
+
+    /// Reads output `path` of session `name` (for `resources/read`), at most
+    /// `max` bytes: the session must be open and not running a call.
+    pub async fn read_output(
+        &self,
+        name: &str,
+        path: &str,
+        max: u64,
+    ) -> Result<Vec<u8>, OutputUnreadable> {
+        let mut lease = self.inner.acquire_open(name)?;
+        let Some(Slot::Jail(jail)) = &mut lease.slot else {
+            lease.release();
+            return Err(OutputUnreadable::NotOpen);
+        };
+        if jail.has_exited() {
+            lease.release();
+            return Err(OutputUnreadable::NotOpen);
+        }
+        let read = outputs::read_all(jail, path, max).await;
+        if let Err(ReadFailed::Broken(why)) = &read {
+            tracing::warn!(session = name, "reading an output failed: {why}");
+            jail.kill();
+        }
+        lease.release();
+        read.map_err(|e| match e {
+            ReadFailed::Gone(why) => OutputUnreadable::Gone(why),
+            ReadFailed::Broken(why) => OutputUnreadable::Broken(why),
+        })
+    }
+}
+
+/// Why an output cannot be read through `resources/read`.
+#[derive(Debug)]
+pub enum OutputUnreadable {
+    /// No open session has this name (it ended, or never was).
+    NotOpen,
+    /// The session is running a call.
+    Busy,
+    /// No such regular file in its outputs.
+    Gone(String),
+    /// The session's agent failed; the session restarts on its next call.
+    Broken(String),
+}
+
 impl Drop for Sessions {
     fn drop(&mut self) {
         self.inner.close("the MCP client went away");
@@ -310,7 +382,7 @@ impl Drop for Sessions {
 }
 
 /// The sentence for a reset during a call (without the common ending).
-fn reset_sentence(why: &ResetReason, env: &Env, timed_out: bool, cancelled: bool) -> String {
+pub fn reset_sentence(why: &ResetReason, env: &Env, timed_out: bool, cancelled: bool) -> String {
     let secs = env.limits.timeout_s;
     match why {
         ResetReason::IgnoredInterrupt if timed_out => {
@@ -384,6 +456,24 @@ impl Inner {
                 }
             };
             (lease, expired)
+        };
+        drop(expired);
+        Ok(lease)
+    }
+
+    /// Reserves the open session `name`, without creating one.
+    fn acquire_open(&self, name: &str) -> Result<Lease<'_>, OutputUnreadable> {
+        let expired;
+        let lease = {
+            let mut table = self.lock();
+            expired = self.expire(&mut table, Instant::now());
+            match table.open.get_mut(name) {
+                None => return Err(OutputUnreadable::NotOpen),
+                Some(entry) => match entry.slot.take() {
+                    None => return Err(OutputUnreadable::Busy),
+                    slot => Lease::new(self, name, slot, None),
+                },
+            }
         };
         drop(expired);
         Ok(lease)

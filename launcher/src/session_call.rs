@@ -40,6 +40,8 @@ pub enum Ended {
     },
     /// The agent refused the call (its interpreter cannot start).
     Refused { message: String },
+    /// The agent could not write a file passed in; nothing ran.
+    FilesRefused { message: String },
     /// The jail must be killed and the session started afresh.
     Reset {
         why: ResetReason,
@@ -117,6 +119,9 @@ pub async fn exec(jail: &mut Jail, call: Call<'_>) -> Ended {
                 Ok(Reply::Ack { id: ack, .. }) if interrupt.is_some_and(|(i, _)| i == ack) => continue,
                 Ok(Reply::Error { id: Some(err), code: ErrorCode::SpawnFailed, message }) if err == id => {
                     return Ended::Refused { message };
+                }
+                Ok(Reply::Error { id: Some(err), code: ErrorCode::BadFile, message }) if err == id => {
+                    return Ended::FilesRefused { message };
                 }
                 Ok(other) => ResetReason::Broken(Broken::Unexpected(format!("{other:?}"))),
                 Err(e) => ResetReason::Broken(e),

@@ -14,11 +14,19 @@
 //! - `WHY: session reset: interpreter state and /workspace files lost`;
 //! - `session `NAME` reached its maximum lifetime (N s) and was closed`.
 //!
+//! Then the outputs of the call (outputs.rs): a few lines naming each file
+//! written under /workspace/outputs, and after the text block the images
+//! (image content), SVG texts and resource links.
+//!
+//! A run with `files` and no session (throwaway.rs) is reported the same
+//! way, with `session` null and the jail's end said as such.
+//!
 //! `structuredContent`: `{"env", "session", "exit_code", "interpreter_exit"
 //! (null, {"code": N} or {"signal": N}), "timed_out", "cancelled",
 //! "interrupted", "fresh_interpreter", "session_reset", "session_replaced",
 //! "session_closed", "stdout_dropped_bytes", "stderr_dropped_bytes",
-//! "duration_ms", "store_path"}`. `exit_code` is null when no reply came
+//! "duration_ms", "store_path", "nixpkgs_rev", "outputs"}` (`outputs`:
+//! `[{"path", "size", "mime", "shown", "uri"}]`). `exit_code` is null when no reply came
 //! (a reset). `isError` is false exactly when the code ran to its end with
 //! status 0 and nothing was reset, interrupted or cut short.
 
@@ -27,6 +35,7 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 
 use crate::manifest::Env;
+use crate::outputs;
 use crate::session::Outcome;
 
 const SIGKILL: i32 = 9;
@@ -43,7 +52,7 @@ pub fn session_ran(env: &Env, o: &Outcome) -> CallToolResult {
     };
     let structured = json!({
         "env": env.name,
-        "session": o.session,
+        "session": (!o.throwaway).then_some(&o.session),
         "exit_code": reply.map(|r| r.status),
         "interpreter_exit": interpreter_exit,
         "timed_out": o.timed_out,
@@ -57,17 +66,20 @@ pub fn session_ran(env: &Env, o: &Outcome) -> CallToolResult {
         "stderr_dropped_bytes": reply.map_or(0, |r| r.stderr_dropped),
         "duration_ms": u64::try_from(o.duration.as_millis()).unwrap_or(u64::MAX),
         "store_path": env.store_path,
+        "nixpkgs_rev": env.nixpkgs_rev,
+        "outputs": outputs::structured(&o.outputs),
     });
     let succeeded = reply.is_some_and(|r| r.status == 0 && !r.interrupted)
         && o.reset.is_none()
         && !o.shutdown
         && !o.timed_out
         && !o.cancelled;
-    let text = render(env, o);
+    let mut content = vec![ContentBlock::text(render(env, o))];
+    content.extend(outputs::blocks(&o.outputs));
     let mut result = if succeeded {
-        CallToolResult::success(vec![ContentBlock::text(text)])
+        CallToolResult::success(content)
     } else {
-        CallToolResult::error(vec![ContentBlock::text(text)])
+        CallToolResult::error(content)
     };
     result.structured_content = Some(structured);
     result
@@ -103,7 +115,13 @@ fn render(env: &Env, o: &Outcome) -> String {
                 ));
             }
         }
-        if r.interrupted {
+        if r.interrupted && o.throwaway {
+            notes.push(if o.timed_out {
+                format!("timed out after {} s (interrupted)", env.limits.timeout_s)
+            } else {
+                "interrupted".into()
+            });
+        } else if r.interrupted {
             notes.push(if o.timed_out {
                 format!("interrupted after {} s; state kept", env.limits.timeout_s)
             } else if o.cancelled {
@@ -115,6 +133,7 @@ fn render(env: &Env, o: &Outcome) -> String {
             notes.push("cancelled".into());
         }
         match r.exit {
+            Some(exit) if o.throwaway => notes.push(died(env, exit)),
             Some(exit) => notes.push(format!(
                 "{}; the next call starts a fresh one (variables lost, /workspace files kept)",
                 died(env, exit)
@@ -126,10 +145,13 @@ fn render(env: &Env, o: &Outcome) -> String {
         }
     }
     if let Some(why) = &o.reset {
-        notes.push(format!(
-            "{why}: session reset: interpreter state and /workspace files lost"
-        ));
+        notes.push(if o.throwaway {
+            format!("{why}; the sandbox was killed")
+        } else {
+            format!("{why}: session reset: interpreter state and /workspace files lost")
+        });
     }
+    notes.extend(outputs::lines(&o.outputs, o.throwaway));
     if o.shutdown {
         notes.push("the server is stopping: session closed".into());
     } else if o.ended_after {
@@ -223,6 +245,8 @@ mod tests {
             ended_after: false,
             shutdown: false,
             duration: Duration::from_millis(5),
+            outputs: Default::default(),
+            throwaway: false,
         }
     }
 

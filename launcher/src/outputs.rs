@@ -1,0 +1,528 @@
+//! Artifacts out (issue 7): what becomes of the files a call wrote under
+//! `/workspace/outputs`, which the session's agent lists in its exec reply.
+//!
+//! - Images (PNG, JPEG, GIF, WebP, told by their bytes) are shown to the
+//!   model as MCP image content, at most [`MAX_SHOWN`] per call, each at
+//!   most [`MAX_IMAGE_BYTES`], [`MAX_SHOWN_BYTES`] in all; SVG comes as text
+//!   (at most [`MAX_SVG_BYTES`], counted with the images). Downscaling is not
+//!   done: a larger image is listed with the reason it is not shown.
+//! - Every other file (and every image not shown) is listed with its size and
+//!   MIME type; in a session it is a resource link
+//!   (`sandbox://SESSION/outputs/PATH`) that `resources/read` serves while
+//!   the session lives.
+//! - With the mirror on (mirror.rs), every file listed is also copied to the
+//!   host, up to [`MAX_MIRROR_BYTES`] per call.
+//!
+//! The bytes come from the agent (`read` frames), never from the jail's
+//! files directly (CONTRIBUTING.md, contract 3). Reading is bounded in time;
+//! an agent that fails to answer gets the caller's jail killed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use proto::files::{self, image_type};
+use proto::frame::{ErrorCode, MAX_READ_BYTES, Output, Reply, Request};
+use rmcp::model::{ContentBlock, Resource};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::mirror::Mirror;
+use crate::session_jail::Jail;
+
+/// Most images (SVG included) shown per call.
+pub const MAX_SHOWN: usize = 4;
+/// Largest image shown.
+pub const MAX_IMAGE_BYTES: u64 = 1 << 20;
+/// Most image bytes shown per call.
+pub const MAX_SHOWN_BYTES: u64 = 3 << 20;
+/// Largest SVG shown as text.
+pub const MAX_SVG_BYTES: u64 = 16 << 10;
+/// Most bytes mirrored per call.
+pub const MAX_MIRROR_BYTES: u64 = 256 << 20;
+/// Largest output `resources/read` returns.
+pub const MAX_RESOURCE_BYTES: u64 = 8 << 20;
+/// How long reading the outputs of one call may take (mirroring included).
+const READ_TIME: Duration = Duration::from_secs(30);
+
+/// What is shown of one output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown {
+    /// Base64 data of an image of this MIME type.
+    Image { mime: &'static str, data: String },
+    /// The text of an SVG.
+    Svg(String),
+}
+
+/// One output of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub output: Output,
+    pub shown: Option<Shown>,
+    /// Why an image is not shown, or that it was gone before it was read.
+    pub note: Option<String>,
+    /// The resource link, in a session, for what is not shown.
+    pub uri: Option<String>,
+}
+
+/// The outputs of one call.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub items: Vec<Item>,
+    /// Outputs the agent did not list.
+    pub more: u64,
+    /// Where they were mirrored to.
+    pub mirrored: Option<PathBuf>,
+    /// The agent could not be read from: the jail must be killed.
+    pub broken: Option<String>,
+}
+
+/// Where a call's outputs go besides the result.
+pub struct Destination<'a> {
+    /// The session's name: outputs not shown become resource links.
+    pub session: Option<&'a str>,
+    /// The mirror and the directory name in it.
+    pub mirror: Option<(&'a Mirror, String)>,
+}
+
+/// The URI of output `path` of `session`.
+pub fn uri(session: &str, path: &str) -> String {
+    format!("sandbox://{session}/outputs/{}", percent_encode(path))
+}
+
+/// The session and output path a URI names, if it is one of ours.
+pub fn parse_uri(uri: &str) -> Option<(&str, String)> {
+    let rest = uri.strip_prefix("sandbox://")?;
+    let (session, path) = rest.split_once("/outputs/")?;
+    let path = percent_decode(path)?;
+    files::check_path(&path).ok()?;
+    Some((session, path))
+}
+
+/// Collects what the listed `outputs` of a call become.
+pub async fn collect(
+    jail: &mut Jail,
+    outputs: &[Output],
+    more: u64,
+    to: &Destination<'_>,
+) -> Collected {
+    let deadline = Instant::now() + READ_TIME;
+    let mut collected = Collected {
+        more,
+        ..Collected::default()
+    };
+    let (mut shown, mut shown_bytes, mut mirror_left) = (0usize, 0u64, MAX_MIRROR_BYTES);
+    for output in outputs {
+        if files::check_path(&output.path).is_err() {
+            tracing::warn!(path = %output.path, "the agent listed a bad output path");
+            continue;
+        }
+        let svg = output.mime == "image/svg+xml";
+        let image = output.mime.starts_with("image/") && !svg;
+        let limit = if svg { MAX_SVG_BYTES } else { MAX_IMAGE_BYTES };
+        let refusal = if !(image || svg) {
+            None
+        } else if output.size > limit {
+            Some(format!("not shown: over {} per image", size_text(limit)))
+        } else if shown >= MAX_SHOWN {
+            Some(format!("not shown: over {MAX_SHOWN} images per call"))
+        } else if shown_bytes + output.size > MAX_SHOWN_BYTES {
+            Some(format!(
+                "not shown: over {} of images per call",
+                size_text(MAX_SHOWN_BYTES)
+            ))
+        } else {
+            None
+        };
+        let show = (image || svg) && refusal.is_none();
+        let mirror = to.mirror.as_ref().filter(|_| output.size <= mirror_left);
+        let mut item = Item {
+            output: output.clone(),
+            shown: None,
+            note: refusal,
+            uri: None,
+        };
+        if (show || mirror.is_some()) && collected.broken.is_none() {
+            let max = if mirror.is_some() { mirror_left } else { limit };
+            let mut copy = match mirror {
+                Some((mirror, dir)) => match mirror.create(dir, &output.path) {
+                    Ok(file) => Some(file),
+                    Err(e) => {
+                        tracing::warn!(path = %output.path, "mirroring an output failed: {e}");
+                        None
+                    }
+                },
+                None => None,
+            };
+            let mut bytes = Vec::new();
+            let read = read_each(jail, &output.path, max, deadline, |chunk| {
+                if show && bytes.len() as u64 <= limit {
+                    bytes.extend_from_slice(chunk);
+                }
+                if let Some(file) = &mut copy
+                    && let Err(e) = file.write(chunk)
+                {
+                    tracing::warn!(path = %output.path, "mirroring an output failed: {e}");
+                    copy = None;
+                }
+            })
+            .await;
+            match read {
+                Ok(total) => {
+                    if show {
+                        item.shown = shown_form(&bytes, svg, limit);
+                        match &item.shown {
+                            Some(_) => {
+                                shown += 1;
+                                shown_bytes += bytes.len() as u64;
+                            }
+                            None => item.note = Some("not shown: not a whole image".into()),
+                        }
+                    }
+                    mirror_left = mirror_left.saturating_sub(total);
+                    if let (Some(file), Some((mirror, dir))) = (copy, mirror) {
+                        match file.finish() {
+                            Ok(()) => collected.mirrored = Some(mirror.path_of(dir)),
+                            Err(e) => {
+                                tracing::warn!(path = %output.path, "mirroring an output failed: {e}")
+                            }
+                        }
+                    }
+                }
+                Err(ReadFailed::Gone(why)) => {
+                    item.note = Some(format!("gone before it could be read ({why})"));
+                }
+                Err(ReadFailed::Broken(why)) => {
+                    tracing::warn!(path = %output.path, "reading outputs failed: {why}");
+                    collected.broken = Some(why);
+                }
+            }
+        }
+        if item.shown.is_none() {
+            item.uri = to.session.map(|s| uri(s, &output.path));
+        }
+        collected.items.push(item);
+    }
+    collected
+}
+
+/// The shown form of an output's bytes: an image whose bytes say so, or an
+/// SVG in UTF-8; `None` otherwise (or over `limit`: it grew).
+fn shown_form(bytes: &[u8], svg: bool, limit: u64) -> Option<Shown> {
+    if bytes.len() as u64 > limit {
+        return None;
+    }
+    if svg {
+        return String::from_utf8(bytes.to_vec()).ok().map(Shown::Svg);
+    }
+    image_type(bytes).map(|mime| Shown::Image {
+        mime,
+        data: proto::frame::encode_data(bytes),
+    })
+}
+
+/// Why an output could not be read.
+#[derive(Debug)]
+pub enum ReadFailed {
+    /// No such regular file (any more).
+    Gone(String),
+    /// The agent did not answer as it should: its jail must be killed.
+    Broken(String),
+}
+
+/// Reads output `path` from the agent, at most `max` bytes (more is cut),
+/// handing each piece to `each`; how many bytes were read.
+pub async fn read_each(
+    jail: &mut Jail,
+    path: &str,
+    max: u64,
+    deadline: Instant,
+    mut each: impl FnMut(&[u8]),
+) -> Result<u64, ReadFailed> {
+    let mut offset = 0u64;
+    loop {
+        let want = max.saturating_sub(offset).min(MAX_READ_BYTES);
+        let id = jail.fresh_id();
+        let request = Request::Read {
+            id,
+            path: path.to_owned(),
+            offset,
+            max_bytes: want,
+        };
+        let exchange = async {
+            jail.request(&request)
+                .await
+                .map_err(|e| ReadFailed::Broken(e.to_string()))?;
+            match jail.next_reply().await {
+                Ok(Reply::File(file)) if file.id == id => Ok(file),
+                Ok(Reply::Error {
+                    id: Some(err),
+                    code: ErrorCode::NotFound,
+                    message,
+                }) if err == id => Err(ReadFailed::Gone(message)),
+                Ok(other) => Err(ReadFailed::Broken(format!(
+                    "the agent sent an unexpected reply: {other:?}"
+                ))),
+                Err(e) => Err(ReadFailed::Broken(e.to_string())),
+            }
+        };
+        let file = tokio::time::timeout_at(deadline, exchange)
+            .await
+            .map_err(|_| ReadFailed::Broken("the agent did not answer a read in time".into()))??;
+        let chunk = file
+            .bytes()
+            .map_err(|e| ReadFailed::Broken(e.to_string()))?;
+        each(&chunk);
+        offset += chunk.len() as u64;
+        if file.eof || chunk.is_empty() || offset >= max {
+            return Ok(offset);
+        }
+    }
+}
+
+/// Reads all of output `path` (at most `max` bytes, more is cut).
+pub async fn read_all(jail: &mut Jail, path: &str, max: u64) -> Result<Vec<u8>, ReadFailed> {
+    let mut bytes = Vec::new();
+    let deadline = Instant::now() + READ_TIME;
+    read_each(jail, path, max, deadline, |chunk| {
+        bytes.extend_from_slice(chunk)
+    })
+    .await?;
+    Ok(bytes)
+}
+
+/// The resource links handed out to one client, by session, for
+/// `resources/list`.
+#[derive(Debug, Default)]
+pub struct Links(Mutex<BTreeMap<String, BTreeMap<String, Output>>>);
+
+impl Links {
+    /// Notes the links of a call in `session`; `fresh` forgets the links of
+    /// the session's earlier jail (it was replaced or reset).
+    pub fn note(&self, session: &str, fresh: bool, items: &[Item]) {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let links = all.entry(session.to_owned()).or_default();
+        if fresh {
+            links.clear();
+        }
+        for item in items.iter().filter(|i| i.uri.is_some()) {
+            links.insert(item.output.path.clone(), item.output.clone());
+        }
+    }
+
+    /// Every link of the sessions `open` says are open (the others are
+    /// forgotten).
+    pub fn list(&self, open: impl Fn(&str) -> bool) -> Vec<(String, Output)> {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|session, _| open(session));
+        all.iter()
+            .flat_map(|(session, links)| links.values().map(move |o| (session.clone(), o.clone())))
+            .collect()
+    }
+}
+
+/// The lines of the result's text about the outputs (none when there are
+/// none); `throwaway`: the jail is gone, nothing is readable afterwards.
+pub fn lines(c: &Collected, throwaway: bool) -> Vec<String> {
+    if c.items.is_empty() && c.more == 0 {
+        return Vec::new();
+    }
+    let mut lines = vec!["outputs (new or changed in /workspace/outputs):".to_owned()];
+    let mut unkept = false;
+    for item in &c.items {
+        let o = &item.output;
+        let mut line = format!("- {} ({}, {})", o.path, o.mime, size_text(o.size));
+        let mut said = Vec::new();
+        if item.shown.is_some() {
+            said.push("shown".to_owned());
+        }
+        said.extend(item.note.clone());
+        if let Some(uri) = &item.uri {
+            said.push(format!("resource {uri}"));
+        } else if item.shown.is_none() && throwaway {
+            unkept = true;
+        }
+        if !said.is_empty() {
+            line.push_str(": ");
+            line.push_str(&said.join("; "));
+        }
+        lines.push(line);
+    }
+    if c.more > 0 {
+        lines.push(format!("- (+{} more not listed)", c.more));
+    }
+    if unkept {
+        lines.push(
+            "(without `session` no file is kept after the run; name a session to read them)".into(),
+        );
+    }
+    if let Some(dir) = &c.mirrored {
+        lines.push(format!("outputs mirrored to {}", dir.display()));
+    }
+    if let Some(why) = &c.broken {
+        lines.push(format!(
+            "reading the outputs failed ({why}); the session restarts on its next call"
+        ));
+    }
+    lines
+}
+
+/// The content blocks after the text: images, SVG texts, resource links.
+pub fn blocks(c: &Collected) -> Vec<ContentBlock> {
+    c.items
+        .iter()
+        .filter_map(|item| match (&item.shown, &item.uri) {
+            (Some(Shown::Image { mime, data }), _) => {
+                Some(ContentBlock::image(data.clone(), *mime))
+            }
+            (Some(Shown::Svg(text)), _) => Some(ContentBlock::text(format!(
+                "--- outputs/{} ---\n{text}",
+                item.output.path
+            ))),
+            (None, Some(uri)) => Some(ContentBlock::resource_link(
+                Resource::new(uri.clone(), item.output.path.clone())
+                    .with_mime_type(item.output.mime.clone())
+                    .with_size(item.output.size),
+            )),
+            (None, None) => None,
+        })
+        .collect()
+}
+
+/// The outputs in `structuredContent`: `[{"path", "size", "mime", "shown",
+/// "uri"}]`.
+pub fn structured(c: &Collected) -> Value {
+    Value::Array(
+        c.items
+            .iter()
+            .map(|item| {
+                json!({
+                    "path": item.output.path,
+                    "size": item.output.size,
+                    "mime": item.output.mime,
+                    "shown": item.shown.is_some(),
+                    "uri": item.uri,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// `n` bytes for a person: `512 B`, `1.5 KiB`, `3 MiB`.
+pub fn size_text(n: u64) -> String {
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    let scaled = |unit: u64, name: &str| {
+        if n.is_multiple_of(unit) {
+            format!("{} {name}", n / unit)
+        } else {
+            format!("{:.1} {name}", n as f64 / unit as f64)
+        }
+    };
+    if n >= MIB {
+        scaled(MIB, "MiB")
+    } else if n >= KIB {
+        scaled(KIB, "KiB")
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// Percent-encodes what is not unreserved (RFC 3986) or `/`.
+fn percent_encode(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for &b in path.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_round_trip() {
+        let u = uri("s1", "plots/my chart%.csv");
+        assert_eq!(u, "sandbox://s1/outputs/plots/my%20chart%25.csv");
+        assert_eq!(
+            parse_uri(&u),
+            Some(("s1", "plots/my chart%.csv".to_owned()))
+        );
+        assert_eq!(parse_uri("sandbox://s1/outputs/..%2Fx"), None);
+        assert_eq!(parse_uri("sandbox://s1/outputs/%2Fetc"), None);
+        assert_eq!(parse_uri("file:///etc/passwd"), None);
+        assert_eq!(parse_uri("sandbox://s1/other/x"), None);
+        assert_eq!(parse_uri("sandbox://s1/outputs/%zz"), None);
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(size_text(512), "512 B");
+        assert_eq!(size_text(1536), "1.5 KiB");
+        assert_eq!(size_text(3 << 20), "3 MiB");
+    }
+
+    #[test]
+    fn only_whole_images_are_shown() {
+        let png = b"\x89PNG\r\n\x1a\nrest";
+        assert_eq!(
+            shown_form(png, false, 100),
+            Some(Shown::Image {
+                mime: "image/png",
+                data: proto::frame::encode_data(png)
+            })
+        );
+        assert_eq!(shown_form(png, false, 4), None, "over the limit");
+        assert_eq!(shown_form(b"not an image", false, 100), None);
+        assert_eq!(
+            shown_form(b"<svg/>", true, 100),
+            Some(Shown::Svg("<svg/>".into()))
+        );
+        assert_eq!(shown_form(b"\xff\xfe", true, 100), None);
+    }
+
+    #[test]
+    fn links_of_closed_sessions_are_forgotten() {
+        let links = Links::default();
+        let item = |path: &str| Item {
+            output: Output {
+                path: path.into(),
+                size: 1,
+                mime: "text/csv".into(),
+            },
+            shown: None,
+            note: None,
+            uri: Some(uri("s", path)),
+        };
+        links.note("a", false, &[item("x.csv")]);
+        links.note("b", false, &[item("y.csv")]);
+        links.note("a", false, &[item("z.csv")]);
+        assert_eq!(links.list(|_| true).len(), 3);
+        links.note("a", true, &[]);
+        assert_eq!(links.list(|s| s == "a").len(), 0);
+        assert_eq!(links.list(|_| true).len(), 0, "b was forgotten");
+    }
+}

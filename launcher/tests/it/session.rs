@@ -326,3 +326,39 @@ async fn dead_bash_and_node_interpreters_are_restarted() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_frame_written_to_the_agents_own_stdout_cannot_pass_for_a_reply() {
+    let mark = marker("py-forge");
+    let s = server(&mark, 30).await;
+    s.session("python", "f", "x = 1").await;
+    // User code opens the agent's stdout through /proc (possible while the
+    // agent is dumpable) and writes a reply of its own there.
+    let forge = "import os\n\
+        agent = next(p for p in os.listdir('/proc') if p.isdigit() and \
+        b'--interpreter' in open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0'))\n\
+        try:\n\
+        \x20   fd = os.open(f'/proc/{agent}/fd/1', os.O_WRONLY)\n\
+        \x20   os.write(fd, b'{\"type\":\"ack\",\"id\":1,\"busy\":false}\\n')\n\
+        \x20   print('written')\n\
+        except OSError:\n\
+        \x20   print('refused')";
+    let r = s.session("python", "f", forge).await;
+    let t = text(&r);
+    if t == "refused\n" {
+        // The agent's fds are out of reach: the session goes on.
+        assert_prints(&s.session("python", "f", "print(x)").await, "1\n");
+    } else {
+        // The launcher took the stray frame for what it is: a broken
+        // channel. The session was reset, and said so.
+        assert!(
+            t.starts_with("the session's sandbox failed (the agent sent an unexpected reply")
+                && t.ends_with("session reset: interpreter state and /workspace files lost"),
+            "{t}"
+        );
+        assert_prints(
+            &s.session("python", "f", "print('x' in dir())").await,
+            "False\n",
+        );
+    }
+}

@@ -1,7 +1,8 @@
 # Takes pkgs, lib.mkSandbox and the flake's packages for one system; returns
 # the flake's checks for it: every package, and `e2e`, the offline harness's
-# end-to-end scripts (e2e.py, sessions.py) run in a build against those
-# packages and the environments of environments.nix, with the real nixpkgs.
+# end-to-end scripts (e2e.py, sessions.py, artifacts.py) run in a build
+# against those packages and the environments of environments.nix, with the
+# real nixpkgs.
 {
   pkgs,
   mkSandbox,
@@ -20,9 +21,10 @@ packages
       ''
         export HOME=$TMPDIR/home
         mkdir -p "$HOME"
-        # sessions.py imports e2e.py's client: both in one directory.
+        # sessions.py and artifacts.py import e2e.py's client: one directory.
         cp ${./e2e.py} e2e.py
         cp ${./sessions.py} sessions.py
+        cp ${./artifacts.py} artifacts.py
         python3 e2e.py --label nix-build \
           --server ${packages.default} \
           --sandbox python=${packages.sandbox-python} \
@@ -37,5 +39,10 @@ packages
           --sandbox node=${packages.sandbox-node} \
           --custom ${environments.custom} \
           --science ${environments.science} | tee -a "$out"
+        python3 artifacts.py --label nix-build \
+          --server ${packages.default} \
+          --sandbox python=${packages.sandbox-python} \
+          --sandbox shell=${packages.sandbox-shell} \
+          --plots ${environments.plots} | tee -a "$out"
       '';
 }

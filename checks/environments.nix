@@ -1,7 +1,8 @@
 # Takes pkgs and lib.mkSandbox; returns the end-to-end tests' own
 # environments: `custom`, a Python with jq added and small tmpfs limits,
 # `online`, the same with network = true, `science`, a Python with numpy
-# (python3.withPackages, for sessions.py), and the adversarial suite's
+# (python3.withPackages, for sessions.py), `plots`, a Python with numpy and
+# matplotlib (for artifacts.py's plt.show()), and the adversarial suite's
 # `tight-python` and `tight-shell`, with limits small enough to hit fast.
 { pkgs, mkSandbox }:
 let
@@ -45,6 +46,17 @@ in
     interpreter = "python";
     description = "Python with numpy";
     packages = [ (pkgs.python3.withPackages (ps: [ ps.numpy ])) ];
+  };
+  plots = mkSandbox pkgs {
+    name = "plots";
+    interpreter = "python";
+    description = "Python with numpy and matplotlib";
+    packages = [
+      (pkgs.python3.withPackages (ps: [
+        ps.numpy
+        ps.matplotlib
+      ]))
+    ];
   };
   tight-python = mkSandbox pkgs {
     name = "tight-python";

@@ -178,6 +178,14 @@ in
         NIX_SANDBOX_MAX_SESSIONS = "4";
       };
     };
+    "home-manager: outputDir is the server's NIX_SANDBOX_OUTPUT_DIR" = {
+      got =
+        (home [
+          enabled
+          { programs.nix-sandbox-mcp.outputDir = "/home/alice/outputs"; }
+        ]).programs.mcp.servers.nix-sandbox.env.NIX_SANDBOX_OUTPUT_DIR;
+      want = "/home/alice/outputs";
+    };
     "home-manager: serverName names the entry in programs.mcp.servers" = {
       got = lib.attrNames (
         home [
@@ -211,6 +219,41 @@ in
     "nixos: the service is hardened and keeps what bubblewrap needs" = {
       got = lib.getAttrs (lib.attrNames (import ./nixosHardening.nix)) unit.serviceConfig;
       want = import ./nixosHardening.nix;
+    };
+    "nixos: outputDir reaches the service, writable when outside its state directory" = {
+      got =
+        let
+          unitWith =
+            dir:
+            (nixos [
+              ./snippets/nixos.nix
+              { services.nix-sandbox-mcp.outputDir = dir; }
+            ]).systemd.services.nix-sandbox-mcp;
+          outside = unitWith "/srv/outputs";
+          inside = unitWith "/var/lib/nix-sandbox-mcp/outputs";
+        in
+        {
+          outside = [
+            outside.environment.NIX_SANDBOX_OUTPUT_DIR
+            outside.serviceConfig.ReadWritePaths
+          ];
+          inside = [
+            inside.environment.NIX_SANDBOX_OUTPUT_DIR
+            inside.serviceConfig.ReadWritePaths
+          ];
+          unset = unit.serviceConfig.ReadWritePaths;
+        };
+      want = {
+        outside = [
+          "/srv/outputs"
+          [ "/srv/outputs" ]
+        ];
+        inside = [
+          "/var/lib/nix-sandbox-mcp/outputs"
+          [ ]
+        ];
+        unset = [ ];
+      };
     };
     "nixos: a project directory is bound read-only into an otherwise empty /home" = {
       got =

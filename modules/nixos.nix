@@ -128,6 +128,10 @@ in
           # with only the project in it, read-only.
           ProtectHome = if cfg.projectDir == null then true else "tmpfs";
           BindReadOnlyPaths = lib.optional (cfg.projectDir != null) cfg.projectDir;
+          # The outputs mirror, when outside the state directory.
+          ReadWritePaths = lib.optional (
+            cfg.outputDir != null && !lib.hasPrefix "/var/lib/${stateDirectory}/" cfg.outputDir
+          ) cfg.outputDir;
           PrivateTmp = true;
           NoNewPrivileges = true;
           RestrictAddressFamilies = [

@@ -1,7 +1,7 @@
 # Takes nixpkgs' lib; returns the option declarations of how the server
 # runs, shared by programs.nix-sandbox-mcp (home-manager) and
 # services.nix-sandbox-mcp (NixOS): projectDir, projectMount,
-# sessionIdleTimeout, sessionMaxLifetime and maxSessions.
+# sessionIdleTimeout, sessionMaxLifetime, maxSessions and outputDir.
 # serverEnvironment.nix turns them into the server's environment variables.
 lib:
 let
@@ -41,5 +41,19 @@ in
     default = 16;
     description = "Sessions open at once, per MCP client (`NIX_SANDBOX_MAX_SESSIONS`).";
     example = 4;
+  };
+  outputDir = mkOption {
+    type = types.nullOr (types.strMatching "/.*");
+    default = null;
+    description = ''
+      A host directory where the files code writes to /workspace/outputs
+      are copied, one subdirectory per session (`NIX_SANDBOX_OUTPUT_DIR`),
+      so that you can open the charts. Off when null. The server creates
+      it; it never follows a symbolic link inside it. For the NixOS
+      service, a directory under /var/lib/nix-sandbox-mcp (its state
+      directory) needs nothing more; another one is made writable for the
+      service (ReadWritePaths) and must exist.
+    '';
+    example = "/home/alice/sandbox-outputs";
   };
 }

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Files in, artifacts out and the receipt (issue 7), end to end: the
+Nix-built server and session wrappers over MCP (standard library only).
+
+Run by checks/run (as root, then as an unprivileged user) next to e2e.py,
+whose minimal MCP client and test runner it uses. Prints one line per test,
+`ok - LABEL: artifacts: name`, `FAIL - ...: reason`, and exits 1 when a test
+failed.
+
+  artifacts.py --label root --server OUT --sandbox python=OUT --sandbox shell=OUT \
+               --plots OUT
+
+--plots is a Python with numpy and matplotlib (python3.withPackages) made by
+lib.mkSandbox. Its matplotlib test fails, never skips, when the host lacks
+the package (checks/hostpkgs maps it to Debian's python3-matplotlib).
+"""
+
+import argparse
+import base64
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from e2e import Failed, McpClient, Suite, check, manifest_of
+
+PNG_CODE = """import base64, os, struct, zlib
+def chunk(kind, data):
+    c = struct.pack('>I', len(data)) + kind + data
+    return c + struct.pack('>I', zlib.crc32(kind + data))
+def png(path, w, h, v):
+    raw = b''.join(b'\\x00' + bytes([v]) * w for _ in range(h))
+    data = (b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 0, 0, 0, 0))
+            + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    open(path, 'wb').write(data)
+    return base64.b64encode(data).decode()
+"""
+
+
+class Server:
+    """The Nix-built server over MCP stdio, with a HOME of its own."""
+
+    def __init__(self, args, scratch, env=None, manifests=(), flags=()):
+        self.home = tempfile.mkdtemp(dir=scratch, prefix="home-")
+        base = {"HOME": self.home, "PATH": "/usr/bin:/bin", "RUST_LOG": "info"}
+        argv = [args.server + "/bin/nix-sandbox-mcp", "--stdio", *flags]
+        for manifest in manifests:
+            argv += ["--manifest", str(manifest)]
+        self.client = McpClient(argv, {**base, **(env or {})})
+        init = self.client.request("initialize", {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "nix-sandbox-mcp-artifacts", "version": "1"},
+        })
+        check("resources" in init.get("capabilities", {}), f"no resources capability: {init}")
+        self.client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.client.close()
+
+    def call(self, **arguments):
+        """`run` with these arguments; (result, text of the first block, structured)."""
+        result = self.client.request("tools/call", {"name": "run", "arguments": arguments})
+        content = result.get("content", [])
+        text = content[0].get("text", "") if content else ""
+        return result, text, result.get("structuredContent") or {}
+
+    def raw(self, method, params):
+        """A request whose JSON-RPC error is an answer too: (result, error)."""
+        self.client.next_id += 1
+        self.client.send({"jsonrpc": "2.0", "id": self.client.next_id, "method": method, "params": params})
+        while True:
+            line = self.client.lines.get(timeout=120)
+            check(line is not None, "the server closed stdout")
+            message = json.loads(line)
+            if message.get("id") == self.client.next_id:
+                return message.get("result"), message.get("error")
+
+
+def images(result):
+    return [(c["mimeType"], base64.b64decode(c["data"]))
+            for c in result.get("content", []) if c.get("type") == "image"]
+
+
+def links(result):
+    return [c for c in result.get("content", []) if c.get("type") == "resource_link"]
+
+
+def succeeded(result, text):
+    check(not result.get("isError"), f"the call failed: {text[-800:]}")
+
+
+def refused(result, code):
+    error = (result.get("structuredContent") or {}).get("error", {})
+    check(result.get("isError") and error.get("code") == code, f"wanted {code}, got {result}")
+    return error.get("message", "")
+
+
+def t_files_in(args, scratch):
+    files = [{"path": "data.csv", "content": "x,y\n1,2\n3,4\n"},
+             {"path": "in/notes.txt", "content": "héllo"}]
+    code = ("import csv\nrows = list(csv.reader(open('data.csv')))\n"
+            "print(len(rows), rows[2][1], open('/workspace/in/notes.txt').read())")
+    with Server(args, scratch) as s:
+        for session in ("a", None):
+            result, text, st = s.call(env="python", session=session, code=code, files=files)
+            succeeded(result, text)
+            check(text == "3 4 héllo\n", f"session {session}: {text!r}")
+            check(st.get("session") == session, f"session {session}: {st}")
+        result, text, _ = s.call(env="shell", code="wc -l < data.csv", files=files)
+        check(text == "3\n", f"shell: {text!r}")
+
+
+def t_escapes(args, scratch):
+    with Server(args, scratch) as s:
+        code = "open('/workspace/ran', 'w').write('ran')"
+        for path in ["../escape", "/etc/passwd", "a//b", ""]:
+            for session in ("s", None):
+                result, _, _ = s.call(env="python", session=session, code=code,
+                                      files=[{"path": path, "content": "x"}])
+                message = refused(result, "bad_file_path")
+                check("nothing was run" in message, message)
+        many = [{"path": f"f{i}", "content": ""} for i in range(21)]
+        refused(s.call(env="python", code=code, files=many)[0], "files_too_large")
+        big = "x" * (600 * 1024)
+        refused(s.call(env="python", code=code, files=[{"path": "a", "content": big},
+                                                       {"path": "b", "content": big}])[0],
+                "files_too_large")
+        # Links planted by code are never followed.
+        result, text, _ = s.call(env="shell", session="links",
+                                 code="ln -s /etc /workspace/etc && ln -s /tmp/victim /workspace/f")
+        succeeded(result, text)
+        for path in ["etc/x", "f"]:
+            result, _, _ = s.call(env="shell", session="links", code="touch /workspace/ran",
+                                  files=[{"path": path, "content": "escape"}])
+            check("symbolic link" in refused(result, "bad_file_path"), f"{path}: {result}")
+        _, text, _ = s.call(env="shell", session="links",
+                            code="test -e /workspace/ran || test -e /tmp/victim || echo clean")
+        check(text == "clean\n", f"something ran or was written: {text!r}")
+        _, text, _ = s.call(env="python", session="s", code="import os\nos.path.exists('/workspace/ran')")
+        check(text == "False\n", f"the refused calls ran: {text!r}")
+
+
+def t_png(args, scratch):
+    with Server(args, scratch) as s:
+        for session in ("img", None):
+            result, text, st = s.call(env="python", session=session,
+                                      code=PNG_CODE + "print(png('outputs/plot.png', 64, 48, 200))",
+                                      files=[{"path": "x", "content": ""}])
+            succeeded(result, text)
+            want = base64.b64decode(text.splitlines()[0])
+            check(images(result) == [("image/png", want)],
+                  f"session {session}: images {[(m, len(b)) for m, b in images(result)]}, wanted {len(want)} bytes")
+            check(st["outputs"][0]["path"] == "plot.png" and st["outputs"][0]["shown"], f"{st['outputs']}")
+
+
+def t_budget(args, scratch):
+    code = PNG_CODE + "for i in range(10):\n    png(f'outputs/p{i}.png', 8, 8, i * 20)\n"
+    with Server(args, scratch) as s:
+        result, text, st = s.call(env="python", session="budget", code=code)
+        succeeded(result, text)
+        check(len(images(result)) == 4, f"{len(images(result))} images shown, wanted 4")
+        check(text.count("not shown: over 4 images per call") == 6, text)
+        check(len(links(result)) == 6, f"the 6 not shown are not all linked: {links(result)}")
+        check(sum(1 for o in st["outputs"] if o["shown"]) == 4 and len(st["outputs"]) == 10, f"{st['outputs']}")
+
+
+def t_csv_resource(args, scratch):
+    csv = "city,n\nParis,3\nLyon,5\n"
+    with Server(args, scratch) as s:
+        result, text, _ = s.call(env="python", session="tab",
+                                 code=f"open('outputs/sum.csv', 'w').write({csv!r})")
+        succeeded(result, text)
+        linked = links(result)
+        uri = "sandbox://tab/outputs/sum.csv"
+        check([(l["uri"], l["mimeType"], l["size"]) for l in linked] == [(uri, "text/csv", len(csv))],
+              f"{linked}")
+        read, error = s.raw("resources/read", {"uri": uri})
+        check(error is None, f"resources/read: {error}")
+        check(read["contents"] == [{"uri": uri, "mimeType": "text/csv", "text": csv}], f"{read}")
+        listed, error = s.raw("resources/list", {})
+        check(error is None and [r["uri"] for r in listed["resources"]] == [uri], f"{listed} {error}")
+        _, error = s.raw("resources/read", {"uri": "sandbox://gone/outputs/sum.csv"})
+        check(error and "session `gone` is not open" in error["message"], f"{error}")
+
+
+def t_receipt(args, scratch):
+    with Server(args, scratch) as s:
+        for env, arguments in [
+            ("python", {"code": "print(1)"}),
+            ("python", {"code": "print(1)", "session": "r"}),
+            ("python", {"code": "print(1)", "files": [{"path": "a", "content": ""}]}),
+            ("shell", {"code": "echo 1", "session": "r2"}),
+        ]:
+            result, text, st = s.call(env=env, **arguments)
+            succeeded(result, text)
+            want = os.path.realpath(args.sandboxes[env])
+            check(st.get("store_path") == want, f"{env} {arguments}: store_path {st.get('store_path')}, wanted {want}")
+            check("nixpkgs_rev" in st and st["nixpkgs_rev"] is None,
+                  f"nixpkgs_rev {st.get('nixpkgs_rev')!r} (hostpkgs has no nixpkgs revision)")
+
+
+def tree(directory):
+    return sorted(str(p.relative_to(directory)) for p in Path(directory).rglob("*") if p.is_file())
+
+
+def t_mirror(args, scratch):
+    out = Path(scratch) / "mirror"
+    code = PNG_CODE + "png('outputs/p.png', 4, 4, 9)\nopen('outputs/t.csv', 'w').write('a,b\\n')"
+    with Server(args, scratch, env={"NIX_SANDBOX_OUTPUT_DIR": str(out)}) as s:
+        result, text, _ = s.call(env="python", session="m1", code=code)
+        succeeded(result, text)
+        check(f"outputs mirrored to {out}/m1" in text, text)
+        png = images(result)[0][1]
+        check(tree(out) == ["m1/p.png", "m1/t.csv"], f"{tree(out)}")
+        check((out / "m1/p.png").read_bytes() == png, "the mirrored PNG differs")
+    with Server(args, scratch) as s:
+        home = Path(s.home)
+        result, text, _ = s.call(env="python", session="m1", code=code)
+        succeeded(result, text)
+        check("mirrored" not in text, text)
+        check(tree(out) == ["m1/p.png", "m1/t.csv"], f"{tree(out)}")
+        leftovers = [p for p in tree(home) if not p.startswith(".local/share/jail.nix/")]
+        check(leftovers == [], f"written in the server's HOME: {leftovers}")
+
+
+def t_mplbackend(args, scratch):
+    with Server(args, scratch) as s:
+        result, text, _ = s.call(env="python", code="import os\nprint(os.environ.get('MPLBACKEND'))")
+        check(text == "Agg\n", f"the python preset's MPLBACKEND: {text!r}")
+
+
+def t_matplotlib(args, scratch):
+    manifest = Path(args.plots) / "share/nix-sandbox-mcp/manifest.json"
+    name = next(iter(manifest_of(args.plots)["environments"]))
+    with Server(args, scratch, manifests=[manifest]) as s:
+        code = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nplt.show()"
+        result, text, st = s.call(env=name, session="plot", code=code)
+        check(st.get("exit_code") == 0,
+              f"matplotlib failed (the host needs python3-matplotlib: apt-get install python3-matplotlib): {text[-600:]}")
+        shown = images(result)
+        check(len(shown) == 1 and shown[0][0] == "image/png" and shown[0][1].startswith(b"\x89PNG"),
+              f"plt.show() gave {[(m, len(b)) for m, b in shown]}: {text[-400:]}")
+        check("figure-1.png" in text, text)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--label", default=os.environ.get("USER") or str(os.getuid()))
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--sandbox", action="append", default=[], metavar="PRESET=OUT")
+    parser.add_argument("--plots", required=True)
+    args = parser.parse_args()
+    args.sandboxes = dict(s.split("=", 1) for s in args.sandbox)
+    missing = {"python", "shell"} - args.sandboxes.keys()
+    if missing:
+        parser.error(f"--sandbox missing for {sorted(missing)}")
+
+    suite = Suite(f"{args.label}: artifacts")
+    with tempfile.TemporaryDirectory(prefix="nsm-artifacts-") as scratch:
+        os.chmod(scratch, 0o755)
+        suite.test("files passed in are read by the code (session, run without one, shell)", t_files_in, args, scratch)
+        suite.test("path escapes, too many or too large files, and planted symbolic links are refused "
+                   "before anything runs", t_escapes, args, scratch)
+        suite.test("a PNG written to outputs comes back as image/png content with the same bytes",
+                   t_png, args, scratch)
+        suite.test("ten images: four shown, six listed with a note and linked", t_budget, args, scratch)
+        suite.test("a CSV in outputs is a resource link; resources/read and resources/list serve it",
+                   t_csv_resource, args, scratch)
+        suite.test("the receipt: store_path is the sandbox's store path, nixpkgs_rev null",
+                   t_receipt, args, scratch)
+        suite.test("NIX_SANDBOX_OUTPUT_DIR mirrors outputs there, and nothing is written without it",
+                   t_mirror, args, scratch)
+        suite.test("the python preset sets MPLBACKEND=Agg", t_mplbackend, args, scratch)
+        suite.test("plt.show() in a matplotlib environment comes back as an image", t_matplotlib, args, scratch)
+    return 1 if suite.failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except Failed as e:
+        print(f"FAIL - artifacts: {e}", flush=True)
+        raise SystemExit(1)

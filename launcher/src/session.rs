@@ -652,7 +652,18 @@ impl<'a> Lease<'a> {
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if !self.released {
-            let removed = self.inner.lock().open.remove(&self.name);
+            let removed = {
+                let mut table = self.inner.lock();
+                let removed = table.open.remove(&self.name);
+                // A call was running in the jail (not a start that failed,
+                // which its caller was told about).
+                let ran = matches!(self.slot, Some(Slot::Jail(_)));
+                if removed.is_some() && ran && !table.closed {
+                    let why = "its last call did not finish".to_owned();
+                    remember(&mut table, self.name.clone(), why);
+                }
+                removed
+            };
             tracing::info!(session = %self.name, "session ended: its call did not finish");
             drop(removed);
         }

@@ -528,6 +528,7 @@ for name in os.listdir('/dev'):
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
         devs[name] = 'block' if stat.S_ISBLK(st.st_mode) else 'char'
 out['devices'] = devs
+out['caps'] = {l.split(':')[0]: l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')}
 try:
     open('/dev/mem', 'rb'); out['dev_mem'] = 'opened'
 except OSError as e:
@@ -540,7 +541,8 @@ ALLOWED_DEVICES = {"null", "zero", "full", "random", "urandom", "tty", "ptmx", "
 
 def c_escapes(s, key_description):
     """New user namespaces, mounts, ptrace, unshare, the hostname, devices
-    beyond the harmless ones, the kernel keyring: all refused."""
+    beyond the harmless ones, the kernel keyring: all refused; the code holds
+    no capability at all, even when root started the server."""
     _, text, _ = s.run("tight-python", ESCAPES)
     got = json.loads(text)
     for name in ["unshare_user", "unshare_mount", "unshare_net", "mount", "mount_tmpfs",
@@ -549,6 +551,7 @@ def c_escapes(s, key_description):
     check(set(got["devices"]) <= ALLOWED_DEVICES and "block" not in got["devices"].values(),
           f"devices {got['devices']}")
     check(got["dev_mem"] == errno.ENOENT, f"/dev/mem: {got['dev_mem']}")
+    check(all(int(v, 16) == 0 for v in got["caps"].values()), f"capabilities in the jail: {got['caps']}")
     check(key_description not in got["proc_keys"], "the host's keyring is visible in the jail")
 
 

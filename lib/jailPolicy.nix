@@ -31,6 +31,10 @@ lib.optional environment.network c.network
   (s: s // { cmd = "${pkgs.coreutils}/bin/env -i ${s.cmd}"; })
   # jail.nix always passes --unshare-user, which --disable-userns needs.
   (c.unsafe-add-raw-args "--disable-userns")
+  # bwrap keeps every capability (inside the jail's user namespace) when its
+  # caller is root; code must hold none whoever starts it: a capability like
+  # CAP_SYS_PTRACE there would open the session agent's fds through /proc.
+  (c.unsafe-add-raw-args "--cap-drop ALL")
   # The caller's key descriptions (keyctl itself is denied by seccomp).
   (c.unsafe-add-raw-args "--ro-bind /dev/null /proc/keys --ro-bind /dev/null /proc/key-users")
   (c.set-env "LANG" "C.UTF-8")

@@ -34,6 +34,14 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    // User code runs as the agent's own user in the agent's own jail: were
+    // the agent dumpable, it could open /proc/AGENT/fd/0 and fd/1 and read
+    // the launcher's requests or write frames of its own. A non-dumpable
+    // process's fds need CAP_SYS_PTRACE, which nothing in the jail has.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::error!("cannot make the agent non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
     match session::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

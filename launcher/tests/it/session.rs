@@ -328,37 +328,24 @@ async fn dead_bash_and_node_interpreters_are_restarted() {
 }
 
 #[tokio::test]
-async fn a_frame_written_to_the_agents_own_stdout_cannot_pass_for_a_reply() {
+async fn user_code_cannot_reach_the_agents_protocol_fds() {
     let mark = marker("py-forge");
     let s = server(&mark, 30).await;
     s.session("python", "f", "x = 1").await;
-    // User code opens the agent's stdout through /proc (possible while the
-    // agent is dumpable) and writes a reply of its own there.
+    // User code finds the agent (its interpreter's parent) and tries to
+    // read the launcher's requests from its stdin and to write a reply of
+    // its own to its stdout, through /proc. The agent is not dumpable, so
+    // both are refused.
     let forge = "import os\n\
-        agent = next(p for p in os.listdir('/proc') if p.isdigit() and \
-        b'--interpreter' in open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0'))\n\
-        try:\n\
-        \x20   fd = os.open(f'/proc/{agent}/fd/1', os.O_WRONLY)\n\
-        \x20   os.write(fd, b'{\"type\":\"ack\",\"id\":1,\"busy\":false}\\n')\n\
-        \x20   print('written')\n\
-        except OSError:\n\
-        \x20   print('refused')";
-    let r = s.session("python", "f", forge).await;
-    let t = text(&r);
-    if t == "refused\n" {
-        // The agent's fds are out of reach: the session goes on.
-        assert_prints(&s.session("python", "f", "print(x)").await, "1\n");
-    } else {
-        // The launcher took the stray frame for what it is: a broken
-        // channel. The session was reset, and said so.
-        assert!(
-            t.starts_with("the session's sandbox failed (the agent sent an unexpected reply")
-                && t.ends_with("session reset: interpreter state and /workspace files lost"),
-            "{t}"
-        );
-        assert_prints(
-            &s.session("python", "f", "print('x' in dir())").await,
-            "False\n",
-        );
-    }
+        agent = os.getppid()\n\
+        for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY)):\n\
+        \x20   try:\n\
+        \x20       n = os.open(f'/proc/{agent}/fd/{fd}', flags)\n\
+        \x20       if fd == 1:\n\
+        \x20           os.write(n, b'{\"type\":\"ack\",\"id\":1,\"busy\":false}\\n')\n\
+        \x20       print(fd, 'opened')\n\
+        \x20   except PermissionError:\n\
+        \x20       print(fd, 'refused')";
+    assert_prints(&s.session("python", "f", forge).await, "0 refused\n1 refused\n");
+    assert_prints(&s.session("python", "f", "print(x)").await, "1\n");
 }

@@ -6,3 +6,5 @@
 pub mod cap;
 pub mod files;
 pub mod frame;
+#[cfg(test)]
+mod frame_fuzz;

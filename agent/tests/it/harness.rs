@@ -195,6 +195,11 @@ impl Agent {
         }
     }
 
+    /// The process the test started: the agent, or bwrap in a jail.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The agent's log so far (for failure messages).
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()

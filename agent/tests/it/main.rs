@@ -6,6 +6,7 @@ mod harness;
 
 mod bash;
 mod files;
+mod fuzz;
 mod node;
 mod protocol;
 mod python;

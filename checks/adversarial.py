@@ -18,7 +18,7 @@ an abstract Unix socket, and (as root) two network namespaces this script
 makes and removes, with 10.x addresses inside them; nothing is ever sent
 to any other address.
 
-  adversarial.py --label root --server OUT --tight-python OUT --tight-shell OUT [--runs N]
+  adversarial.py --label root --server OUT --tight-python OUT --tight-shell OUT [--runs N] [--sessions N]
 """
 
 import argparse
@@ -26,6 +26,7 @@ import ctypes
 import errno
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -83,16 +84,30 @@ def safety_net():
     return []
 
 
+def settled(walk):
+    """walk() again while a cgroup it walks is removed under it (runs and
+    sessions end while this looks)."""
+    for _ in range(50):
+        try:
+            return walk()
+        except FileNotFoundError:
+            time.sleep(0.05)
+    return walk()
+
+
 def net_pids():
     """Every process in this script's pids cgroup and below it."""
     top = Path("/sys/fs/cgroup/pids") / own_cgroup("pids").lstrip("/")
-    pids = set()
-    for procs in top.rglob("cgroup.procs"):
-        try:
-            pids |= {int(p) for p in procs.read_text().split()}
-        except OSError:
-            pass
-    return pids
+
+    def walk():
+        pids = set()
+        for procs in top.rglob("cgroup.procs"):
+            try:
+                pids |= {int(p) for p in procs.read_text().split()}
+            except OSError:
+                pass
+        return pids
+    return settled(walk)
 
 
 def remove_net(made):
@@ -111,7 +126,7 @@ def remove_net(made):
 
 
 class Server:
-    def __init__(self, server, sandbox_dir, project, scratch):
+    def __init__(self, server, sandbox_dir, project, scratch, extra_env=None):
         env = {
             "HOME": os.environ["HOME"],
             "PATH": "/usr/bin:/bin",
@@ -119,6 +134,7 @@ class Server:
             "PROJECT_DIR": str(project),
             "NSM_ADVERSARIAL_SECRET": SECRET,
             "TMPDIR": str(scratch),
+            **(extra_env or {}),
         }
         self.client = McpClient([server + "/bin/nix-sandbox-mcp", "--stdio"], env)
         self.pid = self.client.proc.pid
@@ -157,6 +173,29 @@ class Server:
         self.client.next_id = next_id
         return results
 
+    def call_all(self, calls):
+        """Sends every call (arguments of `run`) before reading any answer;
+        their results, in the order sent."""
+        ids = {}
+        for arguments in calls:
+            self.client.next_id += 1
+            ids[self.client.next_id] = len(ids)
+            self.client.send({"jsonrpc": "2.0", "id": self.client.next_id, "method": "tools/call",
+                              "params": {"name": "run", "arguments": arguments}})
+        results = [None] * len(calls)
+        end = time.monotonic() + DEADLINE
+        while any(r is None for r in results):
+            try:
+                line = self.client.lines.get(timeout=max(0.1, end - time.monotonic()))
+            except queue.Empty:
+                raise Failed(f"{results.count(None)} of {len(calls)} calls unanswered within {DEADLINE} s") from None
+            if line is None:
+                raise Failed("the server closed stdout")
+            message = json.loads(line)
+            if message.get("id") in ids:
+                results[ids[message["id"]]] = message.get("result") or message
+        return results
+
     def rss_kib(self):
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -175,12 +214,14 @@ class Server:
 
 def run_cgroups(server_pid):
     """Run cgroups of the server still present (root, cgroup v1)."""
-    found = []
-    for controller in ("pids", "memory"):
-        base = Path(f"/sys/fs/cgroup/{controller}")
-        for d in base.rglob(f"nix-sandbox-mcp.{server_pid}"):
-            found += [p for p in d.iterdir() if p.is_dir()]
-    return found
+    def walk():
+        found = []
+        for controller in ("pids", "memory"):
+            base = Path(f"/sys/fs/cgroup/{controller}")
+            for d in base.rglob(f"nix-sandbox-mcp.{server_pid}"):
+                found += [p for p in d.iterdir() if p.is_dir()]
+        return found
+    return settled(walk)
 
 
 def after_each(server, expected):
@@ -572,6 +613,85 @@ def c_leftovers(s, runs, expected, scratch):
     check(set(os.listdir(scratch)) == tmp_before, f"new temporary files: {set(os.listdir(scratch)) - tmp_before}")
 
 
+# One call of each session: (environment, code, what it prints). Python
+# mostly, some bash and node; each batch opens 16 + 2 + 2 sessions at once.
+SESSION_CALLS = [("tight-python", "x = sum(range(10))\nprint(x)", "45\n")] * 16 + [
+    ("tight-shell", "x=$((6 * 7)); echo $x", "42\n"),
+    ("node", "let x = 6 * 7; console.log(x)", "42\n"),
+] * 2
+SESSION_IDLE_S = 1
+SESSION_RSS_BOUND_KIB = 8 * 1024
+
+
+def c_session_leftovers(args, sandboxes, project, scratch, sessions, expected):
+    """`sessions` sessions on a server of their own (idle timeout 1 s, at
+    most 25 open), opened 20 at once, one call each, each batch left to
+    expire before the next: no jail process or run cgroup is left after
+    each batch; after them all (against a baseline taken after a first,
+    warm-up batch) no new file in the server's TMPDIR or HOME, no more
+    launcher fds, and the server grew by less than 8 MiB."""
+    batch = len(SESSION_CALLS)
+    check(sessions % batch == 0, f"--sessions {sessions} is not a multiple of {batch}")
+    server_tmp = scratch / "session-server-tmp"
+    server_home = scratch / "session-server-home"
+    server_tmp.mkdir()
+    server_home.mkdir()
+    s = Server(args.server, sandboxes, project, server_tmp, {
+        "HOME": str(server_home),
+        "SESSION_IDLE_TIMEOUT": str(SESSION_IDLE_S),
+        "NIX_SANDBOX_MAX_SESSIONS": str(batch + 5),
+    })
+    opened = 0
+
+    def files():
+        """What the server has in its TMPDIR and HOME."""
+        return {str(p) for d in (server_tmp, server_home) for p in d.rglob("*")}
+
+    def one_batch():
+        """A batch of sessions at once; then waits until every one expired
+        and its jail is gone."""
+        nonlocal opened
+        calls = [{"env": env, "session": f"s{opened + i}", "code": code}
+                 for i, (env, code, _) in enumerate(SESSION_CALLS)]
+        results = s.call_all(calls)
+        for (env, _, want), call, result in zip(SESSION_CALLS, calls, results):
+            text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+            check(not result.get("isError") and text == want,
+                  f"session {call['session']} ({env}): wanted {want!r}, got {result}")
+        opened += batch
+        # Idle expiry: the reaper looks every 250 ms; 15 s is a guard.
+        deadline = time.monotonic() + 15
+        while True:
+            left = net_pids() - expected - {s.pid}
+            cgroups = run_cgroups(s.pid)
+            if not left and not cgroups:
+                return
+            if time.monotonic() > deadline:
+                described = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:80]
+                             for p in left if Path(f"/proc/{p}").exists()}
+                raise Failed(f"sessions idle for {SESSION_IDLE_S} s still there 15 s later: "
+                             f"processes {described}, cgroups {cgroups}")
+            time.sleep(0.1)
+
+    try:
+        # The first batch warms the server up (threads, allocator, the
+        # session table's memory of ended sessions; jail.nix's wrappers write
+        # their fake passwd and group under $HOME/.local/share once): the
+        # baseline is after it.
+        one_batch()
+        fds, rss, files_before = s.fds(), s.rss_kib(), files()
+        while opened < sessions + batch:
+            one_batch()
+        check(s.fds() <= fds, f"the server had {fds} fds, now {s.fds()}, after {sessions} sessions")
+        check(s.rss_kib() - rss < SESSION_RSS_BOUND_KIB,
+              f"the server grew from {rss} to {s.rss_kib()} KiB over {sessions} sessions")
+        check(files() == files_before, f"new files in the server's TMPDIR or HOME: {files() - files_before}")
+        print(f"# {sessions} sessions: launcher fds {fds} -> {s.fds()}, RSS {rss} -> {s.rss_kib()} KiB",
+              flush=True)
+    finally:
+        s.close()
+
+
 def add_host_key():
     """A key in this user's keyring (add_key), whose description the jail must not see."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -588,6 +708,7 @@ def main():
     parser.add_argument("--tight-python", required=True)
     parser.add_argument("--tight-shell", required=True)
     parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--sessions", type=int, default=100)
     args = parser.parse_args()
 
     made = safety_net()
@@ -653,6 +774,8 @@ def main():
                  c_escapes, server, key or "no-key-added")
             case(f"after {args.runs} runs nothing is left and the server did not grow",
                  c_leftovers, server, args.runs, expected, server_tmp)
+            case(f"after {args.sessions} sessions expire nothing is left and the server did not grow",
+                 c_session_leftovers, args, sandboxes, project, scratch, args.sessions, expected)
         except Failed as e:
             suite.failed += 1
             print(f"FAIL - {suite.label}: setup: {e}", flush=True)

@@ -9,32 +9,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use proto::fuzz::Rng;
 use serde_json::{Value, json};
 
 use crate::manifest::read_file;
 
 const CASES: usize = 4000;
 const BUDGET: Duration = Duration::from_secs(10);
-
-/// xorshift64*: reproducible from its seed, which a failure prints.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 fn good() -> Value {
     json!({
@@ -72,7 +53,7 @@ fn value(rng: &mut Rng, depth: usize) -> Value {
         3 => json!(-1),
         4 => json!(u64::MAX),
         5 => json!(1.5),
-        6 => json!(rng.next() % 100_000),
+        6 => json!(rng.next_u64() % 100_000),
         7 => json!(*rng.pick(&[
             "",
             "python",
@@ -154,7 +135,7 @@ fn mutate(rng: &mut Rng) -> Vec<u8> {
         for _ in 0..1 + rng.below(4) {
             let i = rng.below(bytes.len());
             match rng.below(3) {
-                0 => bytes[i] = rng.next() as u8,
+                0 => bytes[i] = rng.next_u64() as u8,
                 1 => bytes.truncate(i),
                 _ => bytes.insert(i, *rng.pick(b"{}[]\",:0-\\\n\xff")),
             }

@@ -28,6 +28,7 @@ use crate::frame::{
     ErrorCode, ExecReply, Exit, FileIn, FileReply, FrameError, MAX_FRAME_BYTES, Output, Reply,
     Request, Split, Splitter, decode, encode, encode_data, salvage_id,
 };
+use crate::fuzz::Rng;
 
 const DECODE_CASES: usize = 20_000;
 const SPLIT_CASES: usize = 1_500;
@@ -35,28 +36,11 @@ const SPLIT_CASES: usize = 1_500;
 const BIG_CASES: usize = 12;
 const BUDGET: Duration = Duration::from_secs(10);
 
-/// xorshift64*: reproducible from its seed, which a failure prints.
-struct Rng(u64);
-
 impl Rng {
+    /// The random source of a test's case, and its seed.
     fn new(test: u64, case: usize) -> (Self, u64) {
         let seed = 0x9e37_79b9_7f4a_7c15 ^ test.rotate_left(32) ^ (case as u64 + 1);
         (Rng(seed), seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
     }
 }
 
@@ -83,13 +67,13 @@ fn number(rng: &mut Rng) -> u64 {
     match rng.below(4) {
         0 => 0,
         1 => u64::MAX,
-        2 => rng.next(),
+        2 => rng.next_u64(),
         _ => rng.below(1000) as u64,
     }
 }
 
 fn status(rng: &mut Rng) -> i32 {
-    let any = rng.next() as i32;
+    let any = rng.next_u64() as i32;
     *rng.pick(&[0, 1, 130, 139, -1, i32::MIN, i32::MAX, any])
 }
 
@@ -147,7 +131,7 @@ fn reply(rng: &mut Rng) -> Reply {
             outputs_more: number(rng),
         }),
         1 => {
-            let bytes: Vec<u8> = (0..rng.below(64)).map(|_| rng.next() as u8).collect();
+            let bytes: Vec<u8> = (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect();
             Reply::File(FileReply {
                 id,
                 path: text(rng),
@@ -196,7 +180,7 @@ fn value(rng: &mut Rng, depth: usize) -> Value {
         2 => json!(-1),
         3 => json!(u64::MAX),
         4 => json!(1.5),
-        5 => json!(rng.next() % 100_000),
+        5 => json!(rng.next_u64() % 100_000),
         6 => json!(i64::MIN),
         7 => json!(*rng.pick(&[
             "",
@@ -369,7 +353,7 @@ fn mutate_bytes(rng: &mut Rng, mut bytes: Vec<u8>) -> Vec<u8> {
         }
         let i = rng.below(bytes.len());
         match rng.below(4) {
-            0 => bytes[i] = rng.next() as u8,
+            0 => bytes[i] = rng.next_u64() as u8,
             1 => bytes.truncate(i),
             2 => {
                 let token = rng.pick(TOKENS);
@@ -392,7 +376,7 @@ fn noise(rng: &mut Rng) -> Vec<u8> {
             if rng.below(2) == 0 {
                 *rng.pick(b"{}[]\",:0123456789-.eE\\ \nnulltruefalse\"id\"\"op\"")
             } else {
-                rng.next() as u8
+                rng.next_u64() as u8
             }
         })
         .collect()

@@ -3,8 +3,11 @@
 //! - [`cap`]: a byte sink that keeps a head and a tail and counts what it dropped.
 //! - [`frame`]: the launcher <-> agent protocol (requests, replies, framing).
 //! - [`files`]: files in and out of a session jail: path rules, caps, MIME types.
+//! - `fuzz` (tests and the `fuzz` feature only): the property tests' random source.
 pub mod cap;
 pub mod files;
 pub mod frame;
 #[cfg(test)]
 mod frame_fuzz;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;

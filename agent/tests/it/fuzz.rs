@@ -18,6 +18,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use proto::frame::{self, ErrorCode, Reply, Request};
+use proto::fuzz::Rng;
 
 use crate::harness::{Agent, DEADLINE, Lang, Mode, assert_prints};
 
@@ -25,26 +26,6 @@ const LINES: usize = 3000;
 const BUDGET: Duration = Duration::from_secs(40);
 /// The jail's processes: bwrap, its pid 1, the agent, the interpreter.
 const JAIL_PROCESSES: usize = 4;
-
-/// xorshift64*: reproducible from its seed, which a failure prints.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 /// What a request's code does: short, straight-line (a mutation cannot make
 /// a loop of it), some of it ending the interpreter or leaving a process.
@@ -200,7 +181,7 @@ fn mutate_bytes(rng: &mut Rng, bytes: &mut Vec<u8>) {
         }
         let i = rng.below(bytes.len());
         match rng.below(4) {
-            0 => bytes[i] = rng.next() as u8,
+            0 => bytes[i] = rng.next_u64() as u8,
             1 => bytes.truncate(i),
             2 => {
                 let token = *rng.pick(TOKENS);
@@ -220,7 +201,7 @@ fn lines(rng: &mut Rng, next_id: &mut u64, token: &str) -> Vec<u8> {
     *next_id += 1;
     let mut fields = request(rng, *next_id, token);
     let mut bytes = match rng.below(8) {
-        0 => (0..rng.below(200)).map(|_| rng.next() as u8).collect(),
+        0 => (0..rng.below(200)).map(|_| rng.next_u64() as u8).collect(),
         1..=3 => object(&fields),
         4 | 5 => {
             mutate_fields(rng, &mut fields);

@@ -94,25 +94,8 @@ pub fn refused(error: &RunError) -> CallToolResult {
 }
 
 fn render(env: &Env, o: &Outcome, signal: Option<i32>, hit: Option<&Hit>, used: &Used) -> String {
-    let mut text = o.stdout.render();
-    if !o.stderr.is_empty() {
-        end_line(&mut text);
-        text.push_str("--- stderr ---\n");
-        text.push_str(&o.stderr.render());
-    }
-    let mut notes = Vec::new();
-    if o.stdout.dropped() > 0 {
-        notes.push(format!(
-            "stdout cut: {} bytes dropped from the middle",
-            o.stdout.dropped()
-        ));
-    }
-    if o.stderr.dropped() > 0 {
-        notes.push(format!(
-            "stderr cut: {} bytes dropped from the middle",
-            o.stderr.dropped()
-        ));
-    }
+    let text = streams(o.stdout.render(), &o.stderr.render());
+    let mut notes: Vec<String> = cut_notes(o.stdout.dropped(), o.stderr.dropped()).collect();
     if o.timed_out {
         notes.push(format!(
             "timed out after {} s; the process tree was killed",
@@ -135,6 +118,31 @@ fn render(env: &Env, o: &Outcome, signal: Option<i32>, hit: Option<&Hit>, used: 
     if hit.is_some() || killed {
         notes.extend(used.sentence());
     }
+    with_notes(text, notes)
+}
+
+/// `stdout`, then a line `--- stderr ---` and `stderr` when there is any
+/// (session calls too: session_result.rs).
+pub fn streams(mut text: String, stderr: &str) -> String {
+    if !stderr.is_empty() {
+        end_line(&mut text);
+        text.push_str("--- stderr ---\n");
+        text.push_str(stderr);
+    }
+    text
+}
+
+/// `STREAM cut: N bytes dropped from the middle` for each stream that was cut.
+pub fn cut_notes(stdout_dropped: u64, stderr_dropped: u64) -> impl Iterator<Item = String> {
+    [("stdout", stdout_dropped), ("stderr", stderr_dropped)]
+        .into_iter()
+        .filter(|&(_, dropped)| dropped > 0)
+        .map(|(stream, dropped)| format!("{stream} cut: {dropped} bytes dropped from the middle"))
+}
+
+/// `text` with one note a line after it, or `(no output)` when there is
+/// neither.
+pub fn with_notes(mut text: String, notes: Vec<String>) -> String {
     if text.is_empty() && notes.is_empty() {
         return "(no output)".into();
     }

@@ -36,6 +36,7 @@ use serde_json::json;
 
 use crate::manifest::Env;
 use crate::outputs;
+use crate::result::{cut_notes, streams, with_notes};
 use crate::session::Outcome;
 
 const SIGKILL: i32 = 9;
@@ -95,12 +96,7 @@ fn render(env: &Env, o: &Outcome) -> String {
         ));
     }
     if let Some(r) = &o.reply {
-        text.push_str(&r.stdout);
-        if !r.stderr.is_empty() {
-            end_line(&mut text);
-            text.push_str("--- stderr ---\n");
-            text.push_str(&r.stderr);
-        }
+        text = streams(r.stdout.clone(), &r.stderr);
         if r.restarted {
             notes.push(
                 "the interpreter had exited; this call ran in a fresh one (variables lost, \
@@ -108,13 +104,7 @@ fn render(env: &Env, o: &Outcome) -> String {
                     .into(),
             );
         }
-        for (stream, dropped) in [("stdout", r.stdout_dropped), ("stderr", r.stderr_dropped)] {
-            if dropped > 0 {
-                notes.push(format!(
-                    "{stream} cut: {dropped} bytes dropped from the middle"
-                ));
-            }
-        }
+        notes.extend(cut_notes(r.stdout_dropped, r.stderr_dropped));
         if r.interrupted && o.throwaway {
             notes.push(if o.timed_out {
                 format!("timed out after {} s (interrupted)", env.limits.timeout_s)
@@ -161,14 +151,7 @@ fn render(env: &Env, o: &Outcome) -> String {
             o.session
         ));
     }
-    if text.is_empty() && notes.is_empty() {
-        return "(no output)".into();
-    }
-    for note in notes {
-        end_line(&mut text);
-        text.push_str(&note);
-    }
-    text
+    with_notes(text, notes)
 }
 
 /// How the interpreter died, with the limit that usually explains it.
@@ -189,12 +172,6 @@ fn died(env: &Env, exit: Exit) -> String {
             l.memory_mb
         ),
         Exit::Signal(n) => format!("the interpreter was killed by signal {n}"),
-    }
-}
-
-fn end_line(text: &mut String) {
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
     }
 }
 

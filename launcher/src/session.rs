@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use proto::frame::{ExecReply, FileIn, MAX_OUTPUT_BYTES};
+use proto::frame::{ExecReply, FileIn};
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::RunError;
@@ -145,6 +145,25 @@ pub struct Outcome {
     pub throwaway: bool,
 }
 
+impl Outcome {
+    /// A call of `session` that has not run yet.
+    pub fn new(session: String, throwaway: bool) -> Self {
+        Outcome {
+            session,
+            reply: None,
+            timed_out: false,
+            cancelled: false,
+            reset: None,
+            ended_before: None,
+            ended_after: false,
+            shutdown: false,
+            duration: Duration::ZERO,
+            outputs: Collected::default(),
+            throwaway,
+        }
+    }
+}
+
 /// The session table of one MCP handler. Dropping it kills every jail.
 pub struct Sessions {
     inner: Arc<Inner>,
@@ -236,28 +255,10 @@ impl Sessions {
         let Some(Slot::Jail(jail)) = &mut lease.slot else {
             unreachable!("a jail was just put in the slot")
         };
-        let call = Call {
-            code,
-            files,
-            output_bytes: usize::try_from(env.limits.output_bytes.get())
-                .unwrap_or(usize::MAX)
-                .min(MAX_OUTPUT_BYTES),
-            timeout: Duration::from_secs(env.limits.timeout_s.get()),
-            cancel,
-            shutdown: &inner.shutdown,
-        };
+        let call = Call::new(env, code, files, cancel, &inner.shutdown);
         let mut outcome = Outcome {
-            session: name.to_owned(),
-            reply: None,
-            timed_out: false,
-            cancelled: false,
-            reset: None,
             ended_before,
-            ended_after: false,
-            shutdown: false,
-            duration: Duration::ZERO,
-            outputs: Collected::default(),
-            throwaway: false,
+            ..Outcome::new(name.to_owned(), false)
         };
         match session_call::exec(jail, call).await {
             Ended::Answered {

@@ -16,10 +16,11 @@
 
 use std::time::Duration;
 
-use proto::frame::{ErrorCode, ExecReply, FileIn, Reply, Request};
+use proto::frame::{ErrorCode, ExecReply, FileIn, MAX_OUTPUT_BYTES, Reply, Request};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::manifest::Env;
 use crate::session_jail::{Broken, Jail};
 
 /// How long interrupted code has to stop before the session is reset.
@@ -74,6 +75,29 @@ pub struct Call<'a> {
     pub cancel: &'a CancellationToken,
     /// The server is stopping.
     pub shutdown: &'a CancellationToken,
+}
+
+impl<'a> Call<'a> {
+    /// `code` with `files` under `env`'s output cap (at most
+    /// [`MAX_OUTPUT_BYTES`]) and timeout.
+    pub fn new(
+        env: &Env,
+        code: &'a str,
+        files: &'a [FileIn],
+        cancel: &'a CancellationToken,
+        shutdown: &'a CancellationToken,
+    ) -> Self {
+        Call {
+            code,
+            files,
+            output_bytes: usize::try_from(env.limits.output_bytes.get())
+                .unwrap_or(usize::MAX)
+                .min(MAX_OUTPUT_BYTES),
+            timeout: Duration::from_secs(env.limits.timeout_s.get()),
+            cancel,
+            shutdown,
+        }
+    }
 }
 
 /// Runs `call` in `jail`.

@@ -213,17 +213,9 @@ mod tests {
 
     fn outcome(reply: Option<ExecReply>) -> Outcome {
         Outcome {
-            session: "s1".into(),
             reply,
-            timed_out: false,
-            cancelled: false,
-            reset: None,
-            ended_before: None,
-            ended_after: false,
-            shutdown: false,
             duration: Duration::from_millis(5),
-            outputs: Default::default(),
-            throwaway: false,
+            ..Outcome::new("s1".into(), false)
         }
     }
 

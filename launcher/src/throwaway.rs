@@ -9,9 +9,9 @@
 //! Images come back as in a session; other outputs are listed but not
 //! readable afterwards (the jail is gone), except in the mirror.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use proto::frame::{FileIn, MAX_OUTPUT_BYTES};
+use proto::frame::FileIn;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::RunError;
@@ -19,7 +19,7 @@ use crate::exec::JobEnv;
 use crate::limits::{Host, NO_RUN_CGROUP};
 use crate::manifest::Env;
 use crate::mirror::Mirror;
-use crate::outputs::{self, Collected, Destination};
+use crate::outputs::{self, Destination};
 use crate::session::{Outcome, reset_sentence};
 use crate::session_call::{self, Call, Ended};
 use crate::session_jail::Jail;
@@ -49,29 +49,8 @@ pub async fn run(
             RunError::wrapper_missing(&env.name, &env.session[0])
         }
     })?;
-    let call = Call {
-        code,
-        files,
-        output_bytes: usize::try_from(env.limits.output_bytes.get())
-            .unwrap_or(usize::MAX)
-            .min(MAX_OUTPUT_BYTES),
-        timeout: Duration::from_secs(env.limits.timeout_s.get()),
-        cancel: cx.cancel,
-        shutdown: cx.shutdown,
-    };
-    let mut outcome = Outcome {
-        session: String::new(),
-        reply: None,
-        timed_out: false,
-        cancelled: false,
-        reset: None,
-        ended_before: None,
-        ended_after: false,
-        shutdown: false,
-        duration: Duration::ZERO,
-        outputs: Collected::default(),
-        throwaway: true,
-    };
+    let call = Call::new(env, code, files, cx.cancel, cx.shutdown);
+    let mut outcome = Outcome::new(String::new(), true);
     match session_call::exec(&mut jail, call).await {
         Ended::Answered {
             reply,

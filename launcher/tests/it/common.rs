@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest};
+use rmcp::service::{PeerRequestOptions, RequestHandle, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
@@ -125,21 +125,10 @@ impl Server {
             .spawn()
             .expect("the server starts");
         let pid = transport.id().expect("the server has a pid");
-        let log = Arc::new(Mutex::new(String::new()));
-        if let Some(mut stderr) = stderr {
-            let log = Arc::clone(&log);
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                while let Ok(n) = stderr.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    log.lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            });
-        }
+        let log = match stderr {
+            Some(stderr) => collect(stderr),
+            None => Arc::new(Mutex::new(String::new())),
+        };
         let client = tokio::time::timeout(GUARD, ().serve(transport))
             .await
             .expect("initialize answered")
@@ -166,6 +155,20 @@ impl Server {
 
     pub async fn run(&self, env: &str, code: &str) -> CallToolResult {
         self.call(json!({"env": env, "code": code})).await
+    }
+
+    /// Sends `run` with `arguments` as a request the test can cancel.
+    pub async fn call_cancellable(&self, arguments: Value) -> RequestHandle<RoleClient> {
+        let mut params = CallToolRequestParams::new("run");
+        params.arguments = arguments.as_object().cloned();
+        self.client
+            .peer()
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                PeerRequestOptions::no_options(),
+            )
+            .await
+            .unwrap()
     }
 
     /// What the server logged so far.
@@ -297,6 +300,25 @@ impl Server {
     }
 }
 
+/// What a server writes to `stderr`, collected as it comes by a task of its
+/// own.
+pub fn collect(mut stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
+    let log = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&log);
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 8192];
+        while let Ok(n) = stderr.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    log
+}
+
 /// The server spoken to in raw JSON-RPC lines, for what a library client
 /// hides: the bytes on stdout, and closing stdin.
 pub struct RawServer {
@@ -334,25 +356,12 @@ impl RawServer {
             .expect("the server starts");
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&log);
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let stderr = collect(child.stderr.take().unwrap());
         Self {
             child,
             stdin,
             stdout: tokio::io::BufReader::new(stdout).lines(),
-            stderr: log,
+            stderr,
         }
     }
 

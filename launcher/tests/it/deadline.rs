@@ -1,8 +1,6 @@
 //! One deadline, cancellation and a client going away all end the run, and
 //! no process of it is left; a flood is capped while memory stays flat.
 
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
-use rmcp::service::PeerRequestOptions;
 use serde_json::json;
 
 use crate::common::*;
@@ -94,19 +92,9 @@ async fn a_flood_is_capped_and_memory_stays_flat() {
 async fn cancelling_a_call_kills_the_job() {
     let mark = marker("cancel");
     let s = Server::start(vec![marked("shell", &mark, 600)]).await;
-    let mut params = CallToolRequestParams::new("run");
-    params.arguments = json!({"env": "shell", "code": "sleep 1000"})
-        .as_object()
-        .cloned();
     let handle = s
-        .client
-        .peer()
-        .send_cancellable_request(
-            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
-            PeerRequestOptions::no_options(),
-        )
-        .await
-        .unwrap();
+        .call_cancellable(json!({"env": "shell", "code": "sleep 1000"}))
+        .await;
     wait_running(&mark).await;
     handle.cancel(Some("test cancels".into())).await.unwrap();
     assert_no_process_left(&mark).await;

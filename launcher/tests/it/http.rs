@@ -12,7 +12,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
 
 use crate::common::*;
 
@@ -49,20 +48,7 @@ impl HttpServer {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("the server starts");
-        let mut stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&log);
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let log = collect(child.stderr.take().unwrap());
         let found = eventually(|| listening(&log.lock().unwrap()).is_some()).await;
         let text = log.lock().unwrap().clone();
         assert!(found, "the server never said where it listens: {text}");

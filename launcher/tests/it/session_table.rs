@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
-use rmcp::service::PeerRequestOptions;
 use serde_json::json;
 
 use crate::common::*;
@@ -237,22 +235,12 @@ async fn cancelling_a_session_call_interrupts_it_and_keeps_state() {
     let s = server_with(&mark, 600, &[], &[]).await;
     let child = format!("{mark}-child");
     s.session("shell", "c", "x=kept").await;
-    let mut params = CallToolRequestParams::new("run");
-    params.arguments = json!({
-        "env": "shell", "session": "c",
-        "code": format!("(exec -a {child} sleep 1000)"),
-    })
-    .as_object()
-    .cloned();
     let handle = s
-        .client
-        .peer()
-        .send_cancellable_request(
-            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
-            PeerRequestOptions::no_options(),
-        )
-        .await
-        .unwrap();
+        .call_cancellable(json!({
+            "env": "shell", "session": "c",
+            "code": format!("(exec -a {child} sleep 1000)"),
+        }))
+        .await;
     wait_running(&child).await;
     handle.cancel(Some("test cancels".into())).await.unwrap();
     assert_no_process_left(&child).await;

@@ -138,13 +138,8 @@ class Server:
         }
         self.client = McpClient([server + "/bin/nix-sandbox-mcp", "--stdio"], env)
         self.pid = self.client.proc.pid
-        init = self.client.request("initialize", {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "nix-sandbox-mcp-adversarial", "version": "1"},
-        })
+        init = self.client.initialize("nix-sandbox-mcp-adversarial")
         self.instructions = init.get("instructions", "")
-        self.client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def run(self, env, code):
         result = self.client.request("tools/call", {"name": "run", "arguments": {"env": env, "code": code}})

@@ -49,13 +49,8 @@ class Server:
         for manifest in manifests:
             argv += ["--manifest", str(manifest)]
         self.client = McpClient(argv, {**base, **(env or {})})
-        init = self.client.request("initialize", {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "nix-sandbox-mcp-artifacts", "version": "1"},
-        })
+        init = self.client.initialize("nix-sandbox-mcp-artifacts")
         check("resources" in init.get("capabilities", {}), f"no resources capability: {init}")
-        self.client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def __enter__(self):
         return self

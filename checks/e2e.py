@@ -399,6 +399,16 @@ class McpClient:
                     raise Failed(f"{method} failed: {message['error']}")
                 return message["result"]
 
+    def initialize(self, name):
+        """The MCP handshake as client `name`; the server's answer."""
+        init = self.request("initialize", {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": name, "version": "1"},
+        })
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return init
+
     def close(self):
         try:
             self.proc.stdin.close()
@@ -434,13 +444,8 @@ def t_server(server, custom, scratch, nix_envs_ref, suite):
         init = {}
 
         def initialize():
-            init.update(client.request("initialize", {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "nix-sandbox-mcp-e2e", "version": "1"},
-            }))
+            init.update(client.initialize("nix-sandbox-mcp-e2e"))
             check("tools" in init.get("capabilities", {}), f"no tools capability: {init}")
-            client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
         suite.test("server answers initialize over stdio", initialize)
         if not init:

@@ -55,12 +55,7 @@ print(open("/workspace/plot.png", "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n")
 
 def started(argv, env):
     client = McpClient(argv, env)
-    init = client.request("initialize", {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "nix-sandbox-mcp-served", "version": "1"},
-    })
-    client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    init = client.initialize("nix-sandbox-mcp-served")
     return client, init.get("instructions", "")
 
 

@@ -72,13 +72,8 @@ class Server:
             argv += ["--manifest", str(manifest)]
         self.client = McpClient(argv, {**base, **(env or {})})
         self.next_id = 1000
-        init = self.client.request("initialize", {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "nix-sandbox-mcp-sessions", "version": "1"},
-        })
+        init = self.client.initialize("nix-sandbox-mcp-sessions")
         check("tools" in init.get("capabilities", {}), f"initialize: {init}")
-        self.client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def __enter__(self):
         return self

@@ -346,6 +346,9 @@ async fn user_code_cannot_reach_the_agents_protocol_fds() {
         \x20       print(fd, 'opened')\n\
         \x20   except PermissionError:\n\
         \x20       print(fd, 'refused')";
-    assert_prints(&s.session("python", "f", forge).await, "0 refused\n1 refused\n");
+    assert_prints(
+        &s.session("python", "f", forge).await,
+        "0 refused\n1 refused\n",
+    );
     assert_prints(&s.session("python", "f", "print(x)").await, "1\n");
 }

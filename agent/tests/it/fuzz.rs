@@ -374,11 +374,24 @@ fn check_tree(agent: &Agent, seen: &mut HashSet<(u32, u64)>, seed: u64) {
     loop {
         let procs = tree(agent.pid());
         seen.extend(procs.iter().map(|(pid, p)| (*pid, p.start)));
-        // The code's own `sleep`s are the interpreter's to reap (Python's
-        // subprocess does so at its next Popen), not the agent's.
+        // The code's own children are the interpreter's to reap (Python's
+        // subprocess does so at its next Popen), not the agent's: its
+        // `sleep`s, wherever they ended up, and whatever the interpreter
+        // forked (a child interrupted between fork and exec dies a zombie
+        // still named python3).
+        let agents: HashSet<u32> = procs
+            .iter()
+            .filter(|(_, p)| p.comm == "agent")
+            .map(|(pid, _)| *pid)
+            .collect();
+        let interpreters: HashSet<u32> = procs
+            .iter()
+            .filter(|(_, p)| agents.contains(&p.ppid))
+            .map(|(pid, _)| *pid)
+            .collect();
         let own: Vec<(&u32, &Proc)> = procs
             .iter()
-            .filter(|(_, p)| p.comm != "sleep")
+            .filter(|(_, p)| p.comm != "sleep" && !interpreters.contains(&p.ppid))
             .map(|(pid, p)| (pid, p))
             .collect();
         let zombies = own.iter().filter(|(_, p)| p.state == 'Z').count();

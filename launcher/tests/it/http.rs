@@ -408,8 +408,10 @@ async fn a_client_gone_mid_call_leaves_no_process() {
     wait_running(&mark).await;
     drop(reply);
     assert_no_process_left(&mark).await;
+    // The server's stderr is collected as it comes: wait for the line
+    // rather than look once.
     assert!(
-        server.stderr().contains("client gone mid-call"),
+        eventually(|| server.stderr().contains("client gone mid-call")).await,
         "{}",
         server.stderr()
     );

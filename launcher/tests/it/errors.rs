@@ -107,7 +107,7 @@ async fn a_host_that_cannot_make_the_sandbox_gets_sandbox_unavailable() {
         assert!(!text(&r).contains(&format!("\n{probe}")));
     }
     assert!(
-        s.stderr().contains("sandbox probe failed"),
+        eventually(|| s.stderr().contains("sandbox probe failed")).await,
         "{}",
         s.stderr()
     );

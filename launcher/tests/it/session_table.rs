@@ -149,7 +149,7 @@ async fn idle_sessions_expire_and_leave_no_process() {
     // Reaped after 2 s idle: the jail, the agent, the interpreter, the child.
     assert_no_process_left(&mark).await;
     assert!(
-        s.stderr().contains("session ended: it was idle for 2 s"),
+        eventually(|| s.stderr().contains("session ended: it was idle for 2 s")).await,
         "{}",
         s.stderr()
     );

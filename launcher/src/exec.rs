@@ -183,29 +183,53 @@ type Spawned = (
     pipe::Receiver,
 );
 
+/// The command that starts a wrapper (CONTRIBUTING.md, contracts 2 and 3),
+/// for runs and session jails alike: a process group of its own, only the
+/// allowed environment plus the run's cgroup, piped stdio, and SIGKILL when
+/// the launcher dies.
+pub fn wrapper_command(
+    program: &str,
+    args: &[String],
+    env: &JobEnv,
+    cgroup: Option<&OsStr>,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.vars())
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(cgroup) = cgroup {
+        cmd.env("NIX_SANDBOX_CGROUP", cgroup);
+    }
+    // The wrapper gets SIGKILL when the thread that spawned it dies: that is
+    // the current-thread runtime's, which lives as long as the launcher, so
+    // even a crashed launcher leaves no run behind. A launcher that died
+    // between fork and the prctl sent no signal: the child then has another
+    // parent already, and must not start the jail.
+    let launcher = nix::unistd::getpid();
+    // SAFETY: prctl and getppid are async-signal-safe and touch no memory of
+    // the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+            if nix::unistd::getppid() != launcher {
+                return Err(io::Error::other("the launcher is gone"));
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
 fn spawn(job: &Job<'_>) -> io::Result<Spawned> {
     let (program, args) = job
         .argv
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(job.env.0.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(cgroup) = job.cgroup {
-        cmd.env("NIX_SANDBOX_CGROUP", cgroup);
-    }
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    // The wrapper gets SIGKILL when the thread that spawned it dies: that is
-    // the current-thread runtime's, which lives as long as the launcher, so
-    // even a crashed launcher leaves no run behind.
-    unsafe {
-        cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from));
-    }
+    let mut cmd = wrapper_command(program, args, job.env, job.cgroup);
     let mut child = cmd.spawn()?;
     let group = Group::new(child.id());
     let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());

@@ -16,17 +16,14 @@
 use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use nix::sys::signal::Signal;
 use proto::frame::{self, Reply, Request, Split, Splitter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
-use crate::exec::{Group, JobEnv};
+use crate::exec::{Group, JobEnv, wrapper_command};
 use crate::limits::{Host, NO_RUN_CGROUP};
 
 /// Read buffer for the agent's stdout and stderr.
@@ -90,26 +87,8 @@ impl Jail {
             ),
             None => None,
         };
-        let mut cmd = std::process::Command::new(program);
-        cmd.args(args)
-            .env_clear()
-            .envs(env.vars())
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(cgroup) = &cgroup {
-            cmd.env("NIX_SANDBOX_CGROUP", cgroup.env_value());
-        }
-        // SAFETY: prctl is async-signal-safe and touches no memory of the
-        // parent. As for runs (exec.rs), the signal comes when the spawning
-        // thread dies: the current-thread runtime's, which lives as long as
-        // the launcher.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)
-            });
-        }
+        let env_cgroup = cgroup.as_ref().map(|c| c.env_value());
+        let mut cmd = wrapper_command(program, args, env, env_cgroup.as_deref());
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {

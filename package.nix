@@ -1,6 +1,7 @@
 # Takes nixpkgs' lib and rustPlatform; returns the launcher package: the
-# Cargo workspace built from Cargo.lock, with both binaries, nix-sandbox-mcp
-# (the MCP server) and agent (the session jail's entry).
+# Cargo workspace built from Cargo.lock, with its three binaries:
+# nix-sandbox-mcp (the MCP server), agent (the session jail's entry) and
+# nix-sandbox-seccomp (writes the jails' seccomp filters at build time).
 { lib, rustPlatform }:
 let
   workspace = (lib.importTOML ./Cargo.toml).workspace.package;

@@ -1,15 +1,16 @@
 # Takes pkgs and a checked environment's `seccomp` (true, false, or
 # { allow = [ CALL ]; }); returns the jail's seccomp filter, a store file
 # holding the cBPF program for jail.nix's add-seccomp, written at build time
-# by nix-sandbox-seccomp (seccomp/) from seccompPolicy.nix minus the allowed
-# calls; or null when `seccomp` is false.
+# by nix-sandbox-seccomp (seccomp/, built with the rest of the workspace by
+# package.nix, which every sandbox needs for its session agent anyway) from
+# seccompPolicy.nix minus the allowed calls; or null when `seccomp` is false.
 { pkgs, seccomp }:
 let
   inherit (pkgs) lib;
   policy = import ./seccompPolicy.nix;
   allowed = if builtins.isAttrs seccomp then seccomp.allow else [ ];
   keep = name: !lib.elem name allowed;
-  generator = pkgs.callPackage ../seccomp/package.nix { };
+  generator = "${pkgs.callPackage ../package.nix { }}/bin/nix-sandbox-seccomp";
   flags =
     lib.mapAttrsToList (name: errno: "--deny=${name}=${errno}") (lib.filterAttrs (name: _: keep name) policy.deny)
     ++ map (name: "--deny-namespaces=${name}") (lib.filter keep policy.denyNamespaces)
@@ -21,5 +22,5 @@ if seccomp == false then
   null
 else
   pkgs.runCommand "nix-sandbox-seccomp.bpf" { } ''
-    ${lib.getExe generator} ${lib.escapeShellArgs flags} --output "$out"
+    ${generator} ${lib.escapeShellArgs flags} --output "$out"
   ''

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e import DEADLINE, Failed, McpClient, Suite, check  # noqa: E402
+from e2e import DEADLINE, Failed, McpClient, Suite, check, facts  # noqa: E402
 
 SAFETY_PIDS = 4096
 SAFETY_MEMORY = 4 << 30
@@ -144,7 +144,7 @@ class Server:
     def run(self, env, code):
         result = self.client.request("tools/call", {"name": "run", "arguments": {"env": env, "code": code}})
         text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
-        return result, text, result.get("structuredContent") or {}
+        return result, text, facts(result)
 
     def run_many(self, env, code, count, window=4):
         """`count` calls, `window` at a time; every result."""

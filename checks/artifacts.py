@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from e2e import Failed, McpClient, Suite, check, manifest_of
+from e2e import Failed, McpClient, Suite, check, facts, manifest_of
 
 PNG_CODE = """import base64, os, struct, zlib
 def chunk(kind, data):
@@ -63,7 +63,7 @@ class Server:
         result = self.client.request("tools/call", {"name": "run", "arguments": arguments})
         content = result.get("content", [])
         text = content[0].get("text", "") if content else ""
-        return result, text, result.get("structuredContent") or {}
+        return result, text, facts(result)
 
     def raw(self, method, params):
         """A request whose JSON-RPC error is an answer too: (result, error)."""
@@ -91,7 +91,7 @@ def succeeded(result, text):
 
 
 def refused(result, code):
-    error = (result.get("structuredContent") or {}).get("error", {})
+    error = (facts(result)).get("error", {})
     check(result.get("isError") and error.get("code") == code, f"wanted {code}, got {result}")
     return error.get("message", "")
 

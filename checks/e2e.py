@@ -43,6 +43,13 @@ def check(condition, reason):
         raise Failed(reason)
 
 
+def facts(result):
+    """A result's machine facts: in `_meta`, never in `structuredContent`
+    (clients show the model structuredContent in place of the output)."""
+    check("structuredContent" not in result, f"a result with structuredContent hides its output: {result}")
+    return (result.get("_meta") or {}).get("nix-sandbox-mcp/result") or {}
+
+
 def manifest_of(out):
     return json.loads((Path(out) / MANIFEST).read_text())
 

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from e2e import DEADLINE, Failed, McpClient, Suite, check, manifest_of, only_env
+from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, only_env
 
 SHORT_TIMEOUT = 3  # seconds: the deadline of the servers that test interrupts
 KEPT = "(variables lost, /workspace files kept)"
@@ -119,7 +119,7 @@ class Server:
 
 def unpack(result):
     text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
-    return result, text, result.get("structuredContent") or {}
+    return result, text, facts(result)
 
 
 def prints(server, env, session, code, want):

@@ -149,12 +149,17 @@ impl RunError {
         )
     }
 
-    pub fn session_busy(name: &str) -> Self {
+    /// `within_s`: when the running call ends at the latest (its timeout
+    /// and the interrupt's grace), if known.
+    pub fn session_busy(name: &str, within_s: Option<u64>) -> Self {
+        let ends = within_s.map_or(String::new(), |s| {
+            format!(" It ends within {s} s at the latest (the environment's timeout).")
+        });
         Self::new(
             ErrorCode::SessionBusy,
             format!(
                 "session `{name}` is still running another call (one call at a time per \
-                 session); nothing was run. Wait for that call's result, or use another \
+                 session); nothing was run.{ends} Wait for that call's result, or use another \
                  session name."
             ),
         )
@@ -170,18 +175,6 @@ impl RunError {
                  without calls.",
                 open.join(", ")
             ),
-        )
-    }
-
-    /// `session` in a request over HTTP outside any MCP session (the
-    /// 2026-07-28 revision has none): nothing would keep the session.
-    pub fn sessions_need_mcp_session() -> Self {
-        Self::new(
-            ErrorCode::SessionsUnsupported,
-            "this request came without an MCP session (HTTP without `initialize`), and a \
-             sandbox session lives in one; nothing was run. Call without `session` (each \
-             call then starts fresh), or connect with `initialize`."
-                .into(),
         )
     }
 

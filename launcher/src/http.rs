@@ -3,7 +3,13 @@
 //!
 //! - Every request must carry `Authorization: Bearer TOKEN` (the token file
 //!   of `--token-file` or `NIX_SANDBOX_TOKEN_FILE`, compared in constant
-//!   time); without it: 401. There is no way to serve HTTP without a token.
+//!   time); without it: 401, whose body and `WWW-Authenticate` say that a
+//!   static bearer token is expected and that there is no OAuth (clients
+//!   that see a bare 401 start an OAuth discovery and then report only
+//!   "failed to connect"); OAuth discovery paths get a 404 that says the
+//!   same. There is no way to serve HTTP without a token.
+//! - `DELETE /mcp` ends an MCP session: 204, or 404 for a session the
+//!   server does not have (ended, or never was).
 //! - A request with an `Origin` header naming anything but a loopback origin
 //!   or an `--allow-origin` one gets 403 (rmcp's check, against DNS
 //!   rebinding); clients that send no `Origin` (not browsers) pass. On a
@@ -237,7 +243,11 @@ impl Front {
     }
 
     async fn answer(&self, request: Request<Incoming>) -> HttpResponse {
-        if request.uri().path() != ENDPOINT {
+        let path = request.uri().path();
+        if path.starts_with("/.well-known/oauth") || path.starts_with("/.well-known/openid") {
+            return plain(StatusCode::NOT_FOUND, &format!("Not Found: {NO_OAUTH}"));
+        }
+        if path != ENDPOINT {
             return plain(
                 StatusCode::NOT_FOUND,
                 &format!("Not Found: MCP is at {ENDPOINT}"),
@@ -246,13 +256,16 @@ impl Front {
         if !authorized(request.headers(), &self.token) {
             let mut response = plain(
                 StatusCode::UNAUTHORIZED,
-                "Unauthorized: send Authorization: Bearer TOKEN",
+                &format!("Unauthorized: {NO_OAUTH}"),
             );
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer realm=\"nix-sandbox-mcp\""),
+                header::HeaderValue::from_static(CHALLENGE),
             );
             return response;
+        }
+        if request.method() == ::http::Method::DELETE {
+            return self.end_session(request).await;
         }
         let (parts, body) = request.into_parts();
         let body = match Limited::new(body, self.max_body_bytes).collect().await {
@@ -288,6 +301,48 @@ impl Front {
             }
             None => response,
         }
+    }
+}
+
+/// What a client without the token is told, in a 401's body and on OAuth
+/// discovery paths.
+const NO_OAUTH: &str = "this server takes a static bearer token, not OAuth: send the header \
+     `Authorization: Bearer TOKEN`, TOKEN being the content of the server's token file \
+     (--token-file or NIX_SANDBOX_TOKEN_FILE); in an MCP client, set it as a header";
+
+/// The `WWW-Authenticate` of a 401 (RFC 6750), the same in short.
+const CHALLENGE: &str = "Bearer realm=\"nix-sandbox-mcp\", error=\"invalid_token\", \
+     error_description=\"a static bearer token is expected (the server's token file); no OAuth\"";
+
+impl Front {
+    /// `DELETE /mcp`: 204 when the MCP session was ended, 404 when the
+    /// server has no such session (rmcp answers 202 for both).
+    async fn end_session(&self, request: Request<Incoming>) -> HttpResponse {
+        let known = match request.headers().get("mcp-session-id").map(|v| v.to_str()) {
+            Some(Ok(id)) => self
+                .sessions
+                .has_session(&id.to_owned().into())
+                .await
+                .unwrap_or(false),
+            // No header (or not text): rmcp says what is wrong.
+            _ => true,
+        };
+        if !known {
+            return plain(
+                StatusCode::NOT_FOUND,
+                "Not Found: no such MCP session (it ended, or never was)",
+            );
+        }
+        let (parts, _) = request.into_parts();
+        let mut response = self
+            .rmcp
+            .handle(Request::from_parts(parts, Full::new(Bytes::new())))
+            .await;
+        if response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            *response.body_mut() = Full::new(Bytes::new()).boxed();
+        }
+        response
     }
 }
 

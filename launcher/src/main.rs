@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::ServiceExt;
+use rmcp::service::ServerInitializeError;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::Mode;
@@ -139,15 +140,23 @@ fn main() -> ExitCode {
 }
 
 /// Serves until the client closes stdin. EOF kills every running job at
-/// once (the shutdown token), before rmcp drains the last responses.
+/// once (the shutdown token), before rmcp drains the last responses. A
+/// client that closes before `initialize` (a health check, a probe) is no
+/// error: the server exits 0, and it started no jail (the sandbox probes
+/// start with the first handshake).
 async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
     let shutdown = config.shutdown.clone();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let stdin = stdin_eof::EofCancels::new(stdin, shutdown.clone());
-    let service = mcp::Server::start(config)
-        .serve((stdin, stdout))
-        .await
-        .map_err(|e| format!("MCP initialisation failed: {e}"))?;
+    let service = match mcp::Server::new(config).serve((stdin, stdout)).await {
+        Ok(service) => service,
+        Err(ServerInitializeError::ConnectionClosed(_)) => {
+            tracing::info!("client closed the connection before initialize; server stopping");
+            return Ok(());
+        }
+        Err(e) => return Err(format!("MCP initialisation failed: {e}")),
+    };
+    service.service().start_probes();
     let quit = service.waiting().await;
     shutdown.cancel();
     let quit = quit.map_err(|e| format!("the MCP service task failed: {e}"))?;
@@ -159,7 +168,9 @@ async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
 /// its own. Every job still running is killed on the way out.
 async fn serve_http(options: http::Options, config: mcp::Config) -> Result<(), String> {
     let shutdown = config.shutdown.clone();
-    let served = http::serve(&options, mcp::Server::start(config), shutdown.clone()).await;
+    let server = mcp::Server::new(config);
+    server.start_probes();
+    let served = http::serve(&options, server, shutdown.clone()).await;
     shutdown.cancel();
     served
 }

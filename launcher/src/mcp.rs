@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ServerCapabilities,
-    ServerConfig, Tool,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -71,6 +71,22 @@ pub struct Config {
     pub mirror: Option<Arc<Mirror>>,
 }
 
+/// The sessions and resource links of requests without an MCP session
+/// (the stateless 2026-07-28 revision over HTTP): one table for all of
+/// them, in which the server names the sessions (session.rs).
+struct Stateless {
+    sessions: Sessions,
+    links: Links,
+}
+
+/// The session table and links a request uses, and what its client takes.
+struct Client<'a> {
+    sessions: &'a Sessions,
+    links: &'a Links,
+    /// The client's protocol revision has `resource_link` content.
+    resource_links: bool,
+}
+
 /// The MCP server handler.
 pub struct Server {
     catalog: Catalog,
@@ -86,17 +102,29 @@ pub struct Server {
     mirror: Option<Arc<Mirror>>,
     /// The resource links handed out to this client.
     links: Links,
+    /// Shared by every handler of the server.
+    stateless: Arc<Stateless>,
 }
 
 impl Server {
-    /// Builds the handler and starts the background sandbox probes.
-    pub fn start(config: Config) -> Self {
+    /// Builds the handler; [`Server::start_probes`] starts the sandbox
+    /// probes (over stdio, once a client has completed the handshake, so
+    /// that a client that closes at once, a health check, starts no jail).
+    pub fn new(config: Config) -> Self {
         let probes = Arc::new(Probes::new(
             &config.catalog,
             config.job_env.clone(),
             Arc::clone(&config.host),
         ));
-        probes.start(&config.catalog);
+        let stateless = Arc::new(Stateless {
+            sessions: Sessions::server_named(
+                config.sessions,
+                config.job_env.clone(),
+                Arc::clone(&config.host),
+                config.shutdown.clone(),
+            ),
+            links: Links::default(),
+        });
         Self {
             instructions: instructions(
                 &config.catalog,
@@ -118,6 +146,30 @@ impl Server {
             host: config.host,
             mirror: config.mirror,
             links: Links::default(),
+            stateless,
+        }
+    }
+
+    /// Starts the background sandbox probes (once; calls wait for theirs).
+    pub fn start_probes(&self) {
+        self.probes.start(&self.catalog);
+    }
+
+    /// What a call that came with `context` uses.
+    fn client(&self, context: &RequestContext<RoleServer>) -> Client<'_> {
+        let resource_links = takes_resource_links(context);
+        if outside_mcp_session(context) {
+            Client {
+                sessions: &self.stateless.sessions,
+                links: &self.stateless.links,
+                resource_links,
+            }
+        } else {
+            Client {
+                sessions: &self.sessions,
+                links: &self.links,
+                resource_links,
+            }
         }
     }
 
@@ -144,22 +196,26 @@ impl Server {
             host: Arc::clone(&self.host),
             mirror: self.mirror.clone(),
             links: Links::default(),
+            stateless: Arc::clone(&self.stateless),
         }
     }
 
     /// Routes one `run` call: to the named session, or to a fresh sandbox.
-    async fn dispatch(&self, args: RunArgs, ct: CancellationToken) -> CallToolResult {
+    async fn dispatch(
+        &self,
+        args: RunArgs,
+        client: &Client<'_>,
+        ct: CancellationToken,
+    ) -> CallToolResult {
         let env = match self.resolve_env(args.env.as_deref()) {
             Ok(env) => env,
             Err(e) => return result::refused(&e),
         };
         let ran = match &args.session {
-            Some(name) => {
-                self.run_session(&env, name, &args.code, &args.files, ct)
-                    .await
-            }
+            Some(name) => self.run_session(&env, name, &args, client, ct).await,
             None if !args.files.is_empty() => {
-                self.run_throwaway(&env, &args.code, &args.files, ct).await
+                self.run_throwaway(&env, &args.code, &args.files, client, ct)
+                    .await
             }
             None => self.run_ephemeral(&env, &args.code, ct).await,
         };
@@ -172,10 +228,11 @@ impl Server {
         &self,
         env: &Arc<Env>,
         name: &str,
-        code: &str,
-        files: &[FileIn],
+        args: &RunArgs,
+        client: &Client<'_>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, CallToolResult> {
+        let (code, files) = (&args.code, &args.files);
         let refuse = |e: RunError| result::refused(&e);
         if !session::valid_name(name) {
             return Err(refuse(RunError::bad_session_name(name)));
@@ -185,11 +242,21 @@ impl Server {
         }
         self.check_session_call(env, code).await.map_err(refuse)?;
         let mirror = self.mirror.as_deref();
-        match self.sessions.run(name, env, code, files, mirror, &ct).await {
+        match client
+            .sessions
+            .run(name, env, code, files, mirror, &ct)
+            .await
+        {
             Ok(outcome) => {
                 let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
-                self.links.note(name, fresh, &outcome.outputs.items);
-                Ok(session_result::session_ran(env, &outcome))
+                client
+                    .links
+                    .note(&outcome.session, fresh, &outcome.outputs.items);
+                Ok(session_result::session_ran(
+                    env,
+                    &outcome,
+                    client.resource_links,
+                ))
             }
             Err(e) => Err(refuse(e)),
         }
@@ -201,6 +268,7 @@ impl Server {
         env: &Arc<Env>,
         code: &str,
         files: &[FileIn],
+        client: &Client<'_>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, CallToolResult> {
         let refuse = |e: RunError| result::refused(&e);
@@ -216,7 +284,11 @@ impl Server {
             shutdown: &self.shutdown,
         };
         match throwaway::run(env, code, files, &cx).await {
-            Ok(outcome) => Ok(session_result::session_ran(env, &outcome)),
+            Ok(outcome) => Ok(session_result::session_ran(
+                env,
+                &outcome,
+                client.resource_links,
+            )),
             Err(e) => Err(refuse(e)),
         }
     }
@@ -351,11 +423,12 @@ impl ServerHandler for Server {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let resources = self
+        let client = self.client(&context);
+        let resources = client
             .links
-            .list(|name| self.sessions.is_open(name))
+            .list(|name| client.sessions.is_open(name))
             .into_iter()
             .map(|(session, output)| {
                 Resource::new(outputs::uri(&session, &output.path), output.path.clone())
@@ -369,7 +442,7 @@ impl ServerHandler for Server {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let uri = request.uri;
         let Some((session, path)) = outputs::parse_uri(&uri) else {
@@ -382,6 +455,7 @@ impl ServerHandler for Server {
             ));
         };
         let bytes = match self
+            .client(&context)
             .sessions
             .read_output(session, &path, MAX_RESOURCE_BYTES + 1)
             .await
@@ -439,10 +513,10 @@ impl ServerHandler for Server {
             ));
         }
         let result = match RunArgs::parse(request.arguments.as_ref()) {
-            Ok(args) if args.session.is_some() && outside_mcp_session(&context) => {
-                result::refused(&RunError::sessions_need_mcp_session())
+            Ok(args) => {
+                let client = self.client(&context);
+                self.dispatch(args, &client, context.ct.clone()).await
             }
-            Ok(args) => self.dispatch(args, context.ct).await,
             Err(e) => result::refused(&e),
         };
         Ok(result.into())
@@ -450,13 +524,23 @@ impl ServerHandler for Server {
 }
 
 /// True for a request over HTTP without an MCP session (the 2026-07-28
-/// revision): rmcp builds its handler for this one request, so a session
-/// made in it would end with it.
+/// revision): rmcp builds its handler for this one request, so its
+/// sessions live in the server's [`Stateless`] table.
 fn outside_mcp_session(context: &RequestContext<RoleServer>) -> bool {
     context
         .extensions
         .get::<::http::request::Parts>()
         .is_some_and(|parts| !parts.headers.contains_key("mcp-session-id"))
+}
+
+/// Whether the client's protocol revision has `resource_link` content
+/// (2025-06-18 on). Older clients reject a result that holds one (`mcp`
+/// 1.9.4 on 2025-03-26 fails the whole call); they get the link named in
+/// the text only. Unknown revisions are taken as new.
+fn takes_resource_links(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_none_or(|v| v.as_str() >= ProtocolVersion::V_2025_06_18.as_str())
 }
 
 /// Why `resources/read` of `uri` (session `session`) failed, for the client.

@@ -368,8 +368,9 @@ pub fn lines(c: &Collected, throwaway: bool) -> Vec<String> {
     lines
 }
 
-/// The content blocks after the text: images, SVG texts, resource links.
-pub fn blocks(c: &Collected) -> Vec<ContentBlock> {
+/// The content blocks after the text: images, SVG texts, and resource links
+/// when `resource_links` (the client's protocol revision has them).
+pub fn blocks(c: &Collected, resource_links: bool) -> Vec<ContentBlock> {
     c.items
         .iter()
         .filter_map(|item| match (&item.shown, &item.uri) {
@@ -380,19 +381,19 @@ pub fn blocks(c: &Collected) -> Vec<ContentBlock> {
                 "--- outputs/{} ---\n{text}",
                 item.output.path
             ))),
-            (None, Some(uri)) => Some(ContentBlock::resource_link(
+            (None, Some(uri)) if resource_links => Some(ContentBlock::resource_link(
                 Resource::new(uri.clone(), item.output.path.clone())
                     .with_mime_type(item.output.mime.clone())
                     .with_size(item.output.size),
             )),
-            (None, None) => None,
+            (None, _) => None,
         })
         .collect()
 }
 
-/// The outputs in `structuredContent`: `[{"path", "size", "mime", "shown",
+/// The outputs in the result's facts (`_meta`): `[{"path", "size", "mime", "shown",
 /// "uri"}]`.
-pub fn structured(c: &Collected) -> Value {
+pub fn facts(c: &Collected) -> Value {
     Value::Array(
         c.items
             .iter()

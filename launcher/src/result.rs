@@ -16,8 +16,12 @@
 //!   used, when the run had a cgroup: `used: CPU 1.20 s, memory 38 MiB`;
 //! - a successful run that printed nothing says `(no output)`.
 //!
-//! `structuredContent` carries the same facts for programs:
-//! `{"env", "exit_code", "signal", "timed_out", "cancelled",
+//! The same facts for programs go in the result's `_meta`, under
+//! [`FACTS_KEY`], and not in `structuredContent`: clients such as Claude
+//! Code, Codex, pydantic-ai and openai-agents show the model
+//! `structuredContent` instead of the content blocks when it is present,
+//! which would hide the output; no client shows `_meta` to the model.
+//! The facts: `{"env", "exit_code", "signal", "timed_out", "cancelled",
 //! "stdout_dropped_bytes", "stderr_dropped_bytes", "duration_ms", "store_path",
 //! "nixpkgs_rev", "cpu_ms", "peak_memory_bytes", "limit"}`; `store_path` and
 //! `nixpkgs_rev` (null when unknown) are the receipt: `nix run` of the store
@@ -30,20 +34,38 @@
 //! declared, to keep `tools/list` small.
 //!
 //! A call refused before anything ran has `isError: true`, the text
-//! `error[code]: sentence`, and `structuredContent` `{"error": {"code", "message"}}`.
+//! `error[code]: sentence`, and the facts `{"error": {"code", "message"}}`.
 //!
 //! `isError` is true when the code did not succeed (non-zero exit, killed by
 //! a signal, timed out, cancelled) or the launcher refused the call; it is
 //! false exactly when the code ran and exited 0.
 
-use rmcp::model::{CallToolResult, ContentBlock};
-use serde_json::json;
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
+use serde_json::{Value, json};
 
 use crate::cgroup::Stats;
 use crate::errors::RunError;
 use crate::exec::{Exit, Outcome};
 use crate::limits::{self, Hit, Used};
 use crate::manifest::Env;
+
+/// The `_meta` key of a result's machine-readable facts.
+pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";
+
+/// `result` with `facts` in its `_meta` (never in `structuredContent`,
+/// which clients would show the model in place of the output).
+pub fn with_facts(mut result: CallToolResult, facts: Value) -> CallToolResult {
+    let mut meta = MetaObject::default();
+    meta.0.insert(FACTS_KEY.to_owned(), facts);
+    result.meta = Some(meta);
+    result
+}
+
+/// The facts of `result` (tests).
+#[cfg(test)]
+pub fn facts(result: &CallToolResult) -> &Value {
+    &result.meta.as_ref().expect("_meta").0[FACTS_KEY]
+}
 
 /// The result of a run that happened; `cgroup` is what the run's cgroup
 /// counted, when it had one.
@@ -59,7 +81,7 @@ pub fn ran(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>) -> CallToolResu
     };
     let used = Used::of(cgroup);
     let hit = limits::diagnose(env, outcome, cgroup, &used);
-    let structured = json!({
+    let facts = json!({
         "env": env.name,
         "exit_code": exit_code,
         "signal": signal,
@@ -75,22 +97,21 @@ pub fn ran(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>) -> CallToolResu
         "limit": hit.as_ref().map(|h| json!({"name": h.limit, "certain": h.certain})),
     });
     let text = render(env, outcome, signal, hit.as_ref(), &used);
-    let mut result = if outcome.succeeded() {
+    let result = if outcome.succeeded() {
         CallToolResult::success(vec![ContentBlock::text(text)])
     } else {
         CallToolResult::error(vec![ContentBlock::text(text)])
     };
-    result.structured_content = Some(structured);
-    result
+    with_facts(result, facts)
 }
 
 /// The result of a call refused before anything ran.
 pub fn refused(error: &RunError) -> CallToolResult {
-    let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
-    result.structured_content = Some(json!({
-        "error": {"code": error.code.as_str(), "message": error.message}
-    }));
-    result
+    let result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
+    with_facts(
+        result,
+        json!({"error": {"code": error.code.as_str(), "message": error.message}}),
+    )
 }
 
 fn render(env: &Env, o: &Outcome, signal: Option<i32>, hit: Option<&Hit>, used: &Used) -> String {
@@ -206,7 +227,9 @@ mod tests {
         let r = ran_(&outcome(Exit::Code(0), b"1\n", b""));
         assert_eq!(text(&r), "1\n");
         assert_eq!(r.is_error, Some(false));
-        let s = r.structured_content.unwrap();
+        // Clients show structuredContent in place of the text: none.
+        assert!(r.structured_content.is_none());
+        let s = facts(&r);
         assert_eq!(s["exit_code"], 0);
         assert_eq!(s["signal"], serde_json::Value::Null);
         assert_eq!(s["duration_ms"], 12);
@@ -230,7 +253,7 @@ mod tests {
     fn exit_128_plus_n_is_a_signal() {
         let r = ran_(&outcome(Exit::Code(137), b"", b""));
         assert_eq!(text(&r), "killed by signal 9");
-        let s = r.structured_content.unwrap();
+        let s = facts(&r);
         assert_eq!(
             (s["exit_code"].as_i64(), s["signal"].as_i64()),
             (Some(137), Some(9))
@@ -248,7 +271,7 @@ mod tests {
              stdout cut: 12 bytes dropped from the middle\n\
              timed out after 30 s; the process tree was killed"
         );
-        let s = r.structured_content.unwrap();
+        let s = facts(&r);
         assert_eq!(s["timed_out"], true);
         assert_eq!(s["stdout_dropped_bytes"], 12);
         assert_eq!(s["exit_code"], serde_json::Value::Null);
@@ -259,6 +282,6 @@ mod tests {
         let r = refused(&RunError::empty_code());
         assert_eq!(r.is_error, Some(true));
         assert!(text(&r).starts_with("error[empty_code]: "));
-        assert_eq!(r.structured_content.unwrap()["error"]["code"], "empty_code");
+        assert_eq!(facts(&r)["error"]["code"], "empty_code");
     }
 }

@@ -5,8 +5,17 @@
 //! - A session is created by the first `run` that names it, bound to that
 //!   call's environment, and runs in a jail of its own ([`Jail`]) that keeps
 //!   the interpreter's state and the files in `/workspace`.
-//! - One call at a time per session: a second one is refused at once
-//!   (`session_busy`). At most [`Settings::max_sessions`] sessions.
+//! - One call at a time per session: a second one is refused
+//!   (`session_busy`), except right after the running call was cancelled:
+//!   then it waits, at most [`SETTLE`], for the interrupt to land, so that a
+//!   client that cancels and calls again at once is not told "busy" (MCP
+//!   clients do exactly that). At most [`Settings::max_sessions`] sessions.
+//! - Requests over HTTP without an MCP session (the stateless 2026-07-28
+//!   revision) share one table ([`Sessions::server_named`]) in which the
+//!   server names every new session: the model's name with an unguessable
+//!   suffix (`data.k3J9xQ2mZp7a`), said in the result. Only a client that
+//!   was given that name can reach the session, though every such client
+//!   uses the same bearer token.
 //! - A session ends after [`Settings::idle_timeout`] without calls, or
 //!   [`Settings::max_lifetime`] after it began (a call running then
 //!   finishes first). A reaper task, started with the first session, ends
@@ -29,12 +38,22 @@ use crate::limits::{Host, NO_RUN_CGROUP};
 use crate::manifest::Env;
 use crate::mirror::Mirror;
 use crate::outputs::{self, Collected, Destination, ReadFailed};
-use crate::session_call::{self, Call, Ended, ResetReason};
+use crate::session_call::{self, Call, Ended, INTERRUPT_GRACE, ResetReason, WRITE_GRACE};
 use crate::session_jail::Jail;
 
 /// How many ended sessions are remembered, to tell the next call why its
 /// session is new.
 const REMEMBER_ENDED: usize = 64;
+
+/// How long a call waits for a session whose running call was cancelled:
+/// the interrupt, its grace, and a reset's fresh jail.
+pub const SETTLE: Duration =
+    Duration::from_secs(INTERRUPT_GRACE.as_secs() + WRITE_GRACE.as_secs() + 2);
+/// How often a waiting call looks whether the session was released.
+const SETTLE_POLL: Duration = Duration::from_millis(5);
+
+/// The length of the suffix the server adds to the names it gives.
+const NAME_SUFFIX: usize = 12;
 
 /// The limits of the session table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +162,9 @@ pub struct Outcome {
     pub outputs: Collected,
     /// The run had no session: its jail ended with it (throwaway.rs).
     pub throwaway: bool,
+    /// The server named this new session (`session` is that name, not the
+    /// one the call gave).
+    pub named_by_server: bool,
 }
 
 impl Outcome {
@@ -160,6 +182,7 @@ impl Outcome {
             duration: Duration::ZERO,
             outputs: Collected::default(),
             throwaway,
+            named_by_server: false,
         }
     }
 }
@@ -171,6 +194,8 @@ pub struct Sessions {
 
 struct Inner {
     settings: Settings,
+    /// New sessions get a name made by the server ([`Sessions::server_named`]).
+    server_named: bool,
     job_env: JobEnv,
     host: Arc<Host>,
     shutdown: CancellationToken,
@@ -193,6 +218,26 @@ struct Entry {
     last_used: Instant,
     /// `None` while a call holds the jail.
     slot: Option<Slot>,
+    /// The call holding the jail, if one does.
+    running: Option<Running>,
+}
+
+/// The call holding a session.
+#[derive(Clone)]
+struct Running {
+    cancel: CancellationToken,
+    /// When it ends at the latest: its timeout, then the interrupt's grace.
+    ends_by: Instant,
+}
+
+impl Running {
+    fn new(cancel: &CancellationToken, env: &Env, now: Instant) -> Self {
+        let timeout = Duration::from_secs(env.limits.timeout_s.get());
+        Self {
+            cancel: cancel.clone(),
+            ends_by: now + timeout + INTERRUPT_GRACE + WRITE_GRACE,
+        }
+    }
 }
 
 /// An idle session's jail; `Empty` when its restart failed (the next call
@@ -209,9 +254,31 @@ impl Sessions {
         host: Arc<Host>,
         shutdown: CancellationToken,
     ) -> Self {
+        Self::with_naming(settings, job_env, host, shutdown, false)
+    }
+
+    /// The table of requests without an MCP session: the server names each
+    /// new session, so that only the client it told can reach it.
+    pub fn server_named(
+        settings: Settings,
+        job_env: JobEnv,
+        host: Arc<Host>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self::with_naming(settings, job_env, host, shutdown, true)
+    }
+
+    fn with_naming(
+        settings: Settings,
+        job_env: JobEnv,
+        host: Arc<Host>,
+        shutdown: CancellationToken,
+        server_named: bool,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 settings,
+                server_named,
                 job_env,
                 host,
                 shutdown,
@@ -238,7 +305,8 @@ impl Sessions {
         cancel: &CancellationToken,
     ) -> Result<Outcome, RunError> {
         let inner = &self.inner;
-        let mut lease = inner.acquire(name, env)?;
+        let mut lease = inner.acquire_settled(name, env, cancel).await?;
+        let name = &lease.name.clone();
         inner.start_reaper();
         let started = Instant::now();
         let mut ended_before = lease.ended_before.take();
@@ -258,6 +326,7 @@ impl Sessions {
         let call = Call::new(env, code, files, cancel, &inner.shutdown);
         let mut outcome = Outcome {
             ended_before,
+            named_by_server: lease.named_by_server,
             ..Outcome::new(name.to_owned(), false)
         };
         match session_call::exec(jail, call).await {
@@ -398,34 +467,85 @@ pub fn reset_sentence(why: &ResetReason, env: &Env, timed_out: bool, cancelled: 
     }
 }
 
+/// Why a session cannot be had now.
+enum Unavailable {
+    Refused(RunError),
+    /// A call holds it (a call of this server's, or a read of an output).
+    Busy(Option<Running>),
+}
+
+impl From<RunError> for Unavailable {
+    fn from(e: RunError) -> Self {
+        Self::Refused(e)
+    }
+}
+
 impl Inner {
+    /// [`Inner::acquire`], waiting up to [`SETTLE`] while the call holding
+    /// the session has been cancelled and is being interrupted.
+    async fn acquire_settled(
+        &self,
+        name: &str,
+        env: &Arc<Env>,
+        cancel: &CancellationToken,
+    ) -> Result<Lease<'_>, RunError> {
+        let give_up = Instant::now() + SETTLE;
+        loop {
+            match self.acquire(name, env, cancel) {
+                Ok(lease) => return Ok(lease),
+                Err(Unavailable::Refused(e)) => return Err(e),
+                Err(Unavailable::Busy(running)) => {
+                    let now = Instant::now();
+                    let settling = running.as_ref().is_some_and(|r| r.cancel.is_cancelled());
+                    if !settling || now >= give_up || cancel.is_cancelled() {
+                        let within = running.map(|r| {
+                            r.ends_by
+                                .saturating_duration_since(now)
+                                .as_secs_f64()
+                                .ceil() as u64
+                        });
+                        return Err(RunError::session_busy(name, within));
+                    }
+                    tokio::time::sleep(SETTLE_POLL).await;
+                }
+            }
+        }
+    }
+
     /// Reserves session `name` for one call: its jail (if it has one) moves
-    /// into the lease until the lease is released.
-    fn acquire(&self, name: &str, env: &Arc<Env>) -> Result<Lease<'_>, RunError> {
+    /// into the lease until the lease is released. In a table whose server
+    /// names sessions, a name that is not open makes a new session with a
+    /// name of the server's.
+    fn acquire(
+        &self,
+        name: &str,
+        env: &Arc<Env>,
+        cancel: &CancellationToken,
+    ) -> Result<Lease<'_>, Unavailable> {
         if !valid_name(name) {
-            return Err(RunError::bad_session_name(name));
+            return Err(RunError::bad_session_name(name).into());
         }
         let now = Instant::now();
         let (lease, expired) = {
             let mut table = self.lock();
             let expired = self.expire(&mut table, now);
             if table.closed {
-                return Err(RunError::sandbox_unavailable(
-                    &env.name,
-                    "the server is stopping",
-                ));
+                return Err(
+                    RunError::sandbox_unavailable(&env.name, "the server is stopping").into(),
+                );
             }
             let lease = match table.open.get_mut(name) {
                 Some(entry) if entry.env.name != env.name => {
-                    return Err(RunError::session_env_mismatch(
-                        name,
-                        &entry.env.name,
-                        &env.name,
-                    ));
+                    return Err(
+                        RunError::session_env_mismatch(name, &entry.env.name, &env.name).into(),
+                    );
                 }
                 Some(entry) => match entry.slot.take() {
-                    None => return Err(RunError::session_busy(name)),
-                    slot => Lease::new(self, name, slot, None),
+                    None => return Err(Unavailable::Busy(entry.running.clone())),
+                    slot => {
+                        entry.running = Some(Running::new(cancel, env, now));
+                        Lease::new(self, name, slot, None)
+                    }
                 },
                 None => {
                     if table.open.len() >= self.settings.max_sessions {
@@ -435,7 +555,8 @@ impl Inner {
                             self.settings.max_sessions,
                             &names,
                             self.settings.idle_timeout.as_secs(),
-                        ));
+                        )
+                        .into());
                     }
                     let ended_before = table
                         .ended
@@ -443,17 +564,25 @@ impl Inner {
                         .rposition(|(n, _)| n == name)
                         .and_then(|i| table.ended.remove(i))
                         .map(|(_, why)| why);
+                    let name = if self.server_named {
+                        server_name(name, |n| table.open.contains_key(n))
+                    } else {
+                        name.to_owned()
+                    };
                     table.open.insert(
-                        name.to_owned(),
+                        name.clone(),
                         Entry {
                             env: Arc::clone(env),
                             created: now,
                             last_used: now,
                             slot: None,
+                            running: Some(Running::new(cancel, env, now)),
                         },
                     );
-                    tracing::info!(session = name, env = %env.name, open = table.open.len(), "session created");
-                    Lease::new(self, name, Some(Slot::Empty), ended_before)
+                    tracing::info!(session = %name, env = %env.name, open = table.open.len(), "session created");
+                    let mut lease = Lease::new(self, &name, Some(Slot::Empty), ended_before);
+                    lease.named_by_server = self.server_named;
+                    lease
                 }
             };
             (lease, expired)
@@ -588,6 +717,47 @@ impl Inner {
     }
 }
 
+/// A new session's name made by the server from `asked` (the model's name,
+/// less a suffix of an earlier server name, cut to fit): `BASE.SUFFIX`,
+/// with [`NAME_SUFFIX`] random letters and digits, unused in the table.
+fn server_name(asked: &str, taken: impl Fn(&str) -> bool) -> String {
+    let base = match asked.rsplit_once('.') {
+        Some((base, suffix))
+            if suffix.len() == NAME_SUFFIX && suffix.bytes().all(|b| b.is_ascii_alphanumeric()) =>
+        {
+            base
+        }
+        _ => asked,
+    };
+    let base = &base[..base.len().min(64 - 1 - NAME_SUFFIX)];
+    loop {
+        let name = format!("{base}.{}", random_suffix());
+        if !taken(&name) {
+            return name;
+        }
+    }
+}
+
+/// [`NAME_SUFFIX`] letters and digits, unpredictable: SipHash outputs under
+/// the process's random keys (std's `RandomState`, seeded by the OS).
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bits = 0u128;
+    for _ in 0..2 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(0);
+        bits = (bits << 64) | u128::from(hasher.finish());
+    }
+    (0..NAME_SUFFIX)
+        .map(|_| {
+            let c = ALPHABET[(bits % 62) as usize];
+            bits /= 62;
+            char::from(c)
+        })
+        .collect()
+}
+
 /// Remembers why session `name` ended.
 fn remember(table: &mut Table, name: String, why: String) {
     if table.ended.len() >= REMEMBER_ENDED {
@@ -604,6 +774,8 @@ struct Lease<'a> {
     slot: Option<Slot>,
     ended_before: Option<String>,
     released: bool,
+    /// The server named the session (a new one, in a table that does).
+    named_by_server: bool,
 }
 
 impl<'a> Lease<'a> {
@@ -614,6 +786,7 @@ impl<'a> Lease<'a> {
             slot,
             ended_before,
             released: false,
+            named_by_server: false,
         }
     }
 
@@ -645,6 +818,7 @@ impl<'a> Lease<'a> {
             return true;
         }
         entry.slot = slot;
+        entry.running = None;
         entry.last_used = now;
         false
     }
@@ -707,6 +881,35 @@ mod tests {
         let e = Settings::new(bad, None, None, None).unwrap_err();
         assert!(e.starts_with(MAX_SESSIONS_VAR), "{e}");
         assert!(Settings::new(none, Some(0), None, None).is_err());
+    }
+
+    #[test]
+    fn server_names_are_fresh_valid_and_keep_the_models_name() {
+        let a = server_name("data", |_| false);
+        let b = server_name("data", |_| false);
+        assert_ne!(a, b);
+        for name in [&a, &b] {
+            assert!(valid_name(name), "{name}");
+            assert_eq!(name.len(), "data.".len() + NAME_SUFFIX, "{name}");
+            assert!(name.starts_with("data."), "{name}");
+        }
+        // An earlier server name's suffix is replaced, not stacked.
+        let again = server_name(&a, |_| false);
+        assert!(
+            again.starts_with("data.") && again.len() == a.len() && again != a,
+            "{again}"
+        );
+        // Long names are cut to fit the 64 characters of a session name.
+        let long = server_name(&"n".repeat(64), |_| false);
+        assert!(valid_name(&long) && long.len() == 64, "{long}");
+        // A name in use is never given again.
+        let tried = std::cell::Cell::new(0);
+        let unused = server_name("x", |_| {
+            tried.set(tried.get() + 1);
+            tried.get() == 1
+        });
+        assert!(valid_name(&unused));
+        assert_eq!(tried.get(), 2);
     }
 
     #[test]

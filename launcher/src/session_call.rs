@@ -27,7 +27,7 @@ use crate::session_jail::{Broken, Jail};
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 /// How long writing a request may take once the deadline has passed (an
 /// agent that does not read its stdin is stuck).
-const WRITE_GRACE: Duration = Duration::from_secs(1);
+pub const WRITE_GRACE: Duration = Duration::from_secs(1);
 
 /// Why a call ended the way it did.
 #[derive(Debug)]

@@ -2,6 +2,9 @@
 //! in the format of result.rs: stdout, then `--- stderr ---` and stderr,
 //! then one short sentence per event worth knowing:
 //!
+//! - ``session `NAME` created: pass this name as `session` to continue it``:
+//!   the server named the session (a client without an MCP session;
+//!   session.rs);
 //! - `new session `NAME`: the earlier one ended (WHY); its state and
 //!   /workspace files are gone`: the name was in use before;
 //! - `the interpreter had exited; this call ran in a fresh one (variables
@@ -21,10 +24,10 @@
 //! A run with `files` and no session (throwaway.rs) is reported the same
 //! way, with `session` null and the jail's end said as such.
 //!
-//! `structuredContent`: `{"env", "session", "exit_code", "interpreter_exit"
-//! (null, {"code": N} or {"signal": N}), "timed_out", "cancelled",
+//! The facts, in `_meta` (result.rs says why not `structuredContent`):
+//! `{"env", "session", "exit_code", "interpreter_exit" (null, {"code": N} or {"signal": N}), "timed_out", "cancelled",
 //! "interrupted", "fresh_interpreter", "session_reset", "session_replaced",
-//! "session_closed", "stdout_dropped_bytes", "stderr_dropped_bytes",
+//! "session_closed", "session_named_by_server", "stdout_dropped_bytes", "stderr_dropped_bytes",
 //! "duration_ms", "store_path", "nixpkgs_rev", "outputs"}` (`outputs`:
 //! `[{"path", "size", "mime", "shown", "uri"}]`). `exit_code` is null when no reply came
 //! (a reset). `isError` is false exactly when the code ran to its end with
@@ -36,22 +39,23 @@ use serde_json::json;
 
 use crate::manifest::Env;
 use crate::outputs;
-use crate::result::{cut_notes, streams, with_notes};
+use crate::result::{cut_notes, streams, with_facts, with_notes};
 use crate::session::Outcome;
 
 const SIGKILL: i32 = 9;
 const SIGXCPU: i32 = 24;
 const SIGXFSZ: i32 = 25;
 
-/// The result of a session call.
-pub fn session_ran(env: &Env, o: &Outcome) -> CallToolResult {
+/// The result of a session call; `resource_links` says whether the client
+/// takes `resource_link` content (the text names every link either way).
+pub fn session_ran(env: &Env, o: &Outcome, resource_links: bool) -> CallToolResult {
     let reply = o.reply.as_ref();
     let interpreter_exit = match reply.and_then(|r| r.exit) {
         Some(Exit::Code(code)) => json!({"code": code}),
         Some(Exit::Signal(signal)) => json!({"signal": signal}),
         None => json!(null),
     };
-    let structured = json!({
+    let facts = json!({
         "env": env.name,
         "session": (!o.throwaway).then_some(&o.session),
         "exit_code": reply.map(|r| r.status),
@@ -63,12 +67,13 @@ pub fn session_ran(env: &Env, o: &Outcome) -> CallToolResult {
         "session_reset": o.reset.is_some(),
         "session_replaced": o.ended_before.is_some(),
         "session_closed": o.ended_after || o.shutdown,
+        "session_named_by_server": o.named_by_server,
         "stdout_dropped_bytes": reply.map_or(0, |r| r.stdout_dropped),
         "stderr_dropped_bytes": reply.map_or(0, |r| r.stderr_dropped),
         "duration_ms": u64::try_from(o.duration.as_millis()).unwrap_or(u64::MAX),
         "store_path": env.store_path,
         "nixpkgs_rev": env.nixpkgs_rev,
-        "outputs": outputs::structured(&o.outputs),
+        "outputs": outputs::facts(&o.outputs),
     });
     let succeeded = reply.is_some_and(|r| r.status == 0 && !r.interrupted)
         && o.reset.is_none()
@@ -76,19 +81,24 @@ pub fn session_ran(env: &Env, o: &Outcome) -> CallToolResult {
         && !o.timed_out
         && !o.cancelled;
     let mut content = vec![ContentBlock::text(render(env, o))];
-    content.extend(outputs::blocks(&o.outputs));
-    let mut result = if succeeded {
+    content.extend(outputs::blocks(&o.outputs, resource_links));
+    let result = if succeeded {
         CallToolResult::success(content)
     } else {
         CallToolResult::error(content)
     };
-    result.structured_content = Some(structured);
-    result
+    with_facts(result, facts)
 }
 
 fn render(env: &Env, o: &Outcome) -> String {
     let mut text = String::new();
     let mut notes = Vec::new();
+    if o.named_by_server {
+        notes.push(format!(
+            "session `{}` created: pass this name as `session` to continue it",
+            o.session
+        ));
+    }
     if let Some(why) = &o.ended_before {
         notes.push(format!(
             "new session `{}`: the earlier one ended ({why}); its state and /workspace files are gone",
@@ -225,34 +235,34 @@ mod tests {
 
     #[test]
     fn a_plain_call_is_its_output() {
-        let r = session_ran(&env(), &outcome(Some(reply(0, "1\n", ""))));
+        let r = session_ran(&env(), &outcome(Some(reply(0, "1\n", ""))), true);
         assert_eq!(text(&r), "1\n");
         assert_eq!(r.is_error, Some(false));
-        let s = r.structured_content.unwrap();
+        let s = crate::result::facts(&r);
         assert_eq!(s["session"], "s1");
         assert_eq!(s["exit_code"], 0);
         assert_eq!(s["interpreter_exit"], serde_json::Value::Null);
-        let r = session_ran(&env(), &outcome(Some(reply(0, "", ""))));
+        let r = session_ran(&env(), &outcome(Some(reply(0, "", ""))), true);
         assert_eq!(text(&r), "(no output)");
     }
 
     #[test]
     fn an_exception_and_an_exit_say_what_happened_to_the_state() {
-        let r = session_ran(&env(), &outcome(Some(reply(1, "", "Traceback\n"))));
+        let r = session_ran(&env(), &outcome(Some(reply(1, "", "Traceback\n"))), true);
         assert_eq!(text(&r), "--- stderr ---\nTraceback\nexit code 1");
         assert_eq!(r.is_error, Some(true));
         let mut exited = reply(3, "bye\n", "");
         exited.exit = Some(Exit::Code(3));
-        let r = session_ran(&env(), &outcome(Some(exited)));
+        let r = session_ran(&env(), &outcome(Some(exited)), true);
         assert_eq!(
             text(&r),
             "bye\nthe interpreter exited with code 3; the next call starts a fresh one \
              (variables lost, /workspace files kept)"
         );
-        assert_eq!(r.structured_content.unwrap()["interpreter_exit"]["code"], 3);
+        assert_eq!(crate::result::facts(&r)["interpreter_exit"]["code"], 3);
         let mut fresh = reply(0, "2\n", "");
         fresh.restarted = true;
-        let r = session_ran(&env(), &outcome(Some(fresh)));
+        let r = session_ran(&env(), &outcome(Some(fresh)), true);
         assert!(
             text(&r).starts_with("2\nthe interpreter had exited; this call ran in a fresh one")
         );
@@ -265,7 +275,7 @@ mod tests {
         interrupted.interrupted = true;
         let mut o = outcome(Some(interrupted));
         o.timed_out = true;
-        let r = session_ran(&env(), &o);
+        let r = session_ran(&env(), &o, true);
         assert_eq!(
             text(&r),
             "--- stderr ---\nKeyboardInterrupt\ninterrupted after 30 s; state kept"
@@ -274,13 +284,13 @@ mod tests {
         let mut o = outcome(None);
         o.timed_out = true;
         o.reset = Some("timed out after 30 s and did not stop when interrupted".into());
-        let r = session_ran(&env(), &o);
+        let r = session_ran(&env(), &o, true);
         assert_eq!(
             text(&r),
             "timed out after 30 s and did not stop when interrupted: session reset: \
              interpreter state and /workspace files lost"
         );
-        let s = r.structured_content.unwrap();
+        let s = crate::result::facts(&r);
         assert_eq!(
             (s["session_reset"].as_bool(), s["exit_code"].is_null()),
             (Some(true), true)
@@ -292,7 +302,7 @@ mod tests {
         let mut o = outcome(Some(reply(0, "", "")));
         o.ended_before = Some("it was idle for 300 s".into());
         o.ended_after = true;
-        let t = session_ran(&env(), &o);
+        let t = session_ran(&env(), &o, true);
         assert_eq!(
             text(&t),
             "new session `s1`: the earlier one ended (it was idle for 300 s); its state and \

@@ -188,13 +188,16 @@ pub fn text(r: &CallToolResult) -> String {
     r.content[0].as_text().expect("a text block").text.clone()
 }
 
-pub fn structured(r: &CallToolResult) -> &Value {
-    r.structured_content.as_ref().expect("structuredContent")
+/// The machine facts of a result: in `_meta`, never in `structuredContent`
+/// (clients show the model structuredContent in place of the output).
+pub fn facts(r: &CallToolResult) -> &Value {
+    assert!(r.structured_content.is_none(), "{r:?}");
+    &r.meta.as_ref().expect("_meta").0["nix-sandbox-mcp/result"]
 }
 
 /// The error code of a refused call, if it was refused.
 pub fn error_code(r: &CallToolResult) -> Option<String> {
-    structured(r)["error"]["code"].as_str().map(str::to_owned)
+    facts(r)["error"]["code"].as_str().map(str::to_owned)
 }
 
 /// Asserts that `r` was refused with `code` and returns its message.
@@ -389,10 +392,15 @@ impl RawServer {
 
     /// Sends initialize (id 0) and the initialized notification.
     pub async fn initialize(&mut self) -> Value {
+        self.initialize_as("2025-06-18").await
+    }
+
+    /// [`RawServer::initialize`] with protocol revision `version`.
+    pub async fn initialize_as(&mut self, version: &str) -> Value {
         self.send(json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": {
-                "protocolVersion": "2025-06-18",
+                "protocolVersion": version,
                 "capabilities": {},
                 "clientInfo": {"name": "raw-test", "version": "0"}
             }

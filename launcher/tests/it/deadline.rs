@@ -17,7 +17,7 @@ async fn a_busy_loop_ends_at_the_deadline_and_leaves_no_process() {
         text(&r),
         "started\ntimed out after 2 s; the process tree was killed"
     );
-    let st = structured(&r);
+    let st = facts(&r);
     assert_eq!(st["timed_out"], true);
     assert_eq!(st["exit_code"], serde_json::Value::Null);
     assert!(st["duration_ms"].as_u64().unwrap() >= 2000);
@@ -37,7 +37,7 @@ async fn a_sleeper_that_closed_its_output_ends_at_the_deadline() {
         text(&r),
         "before\ntimed out after 2 s; the process tree was killed"
     );
-    assert_eq!(structured(&r)["timed_out"], true);
+    assert_eq!(facts(&r)["timed_out"], true);
     assert_no_process_left(&mark).await;
 }
 
@@ -59,7 +59,7 @@ async fn a_background_child_does_not_outlive_the_run() {
 async fn a_flood_is_capped_and_memory_stays_flat() {
     let s = Server::fixtures_with_timeout(3).await;
     let r = s.run("shell", "cat /dev/zero >&2 &\nyes").await;
-    let st = structured(&r).clone();
+    let st = facts(&r).clone();
     assert_eq!(st["timed_out"], true);
     let (out_dropped, err_dropped) = (
         st["stdout_dropped_bytes"].as_u64().unwrap(),

@@ -279,6 +279,12 @@ impl Client {
 
     /// Ends the MCP session (HTTP DELETE); returns the status.
     async fn end_session(&mut self) -> u16 {
+        let session = self.session.take().expect("in a session");
+        self.delete(&session).await
+    }
+
+    /// `DELETE /mcp` of MCP session `session`; returns the status.
+    async fn delete(&self, session: &str) -> u16 {
         let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -287,7 +293,7 @@ impl Client {
         let request = ::http::Request::delete("/mcp")
             .header("host", self.addr.to_string())
             .header("authorization", format!("Bearer {TOKEN}"))
-            .header("mcp-session-id", self.session.take().expect("in a session"))
+            .header("mcp-session-id", session)
             .header("mcp-protocol-version", "2025-06-18")
             .body(Full::new(Bytes::new()))
             .unwrap();
@@ -315,13 +321,21 @@ async fn run_needs_the_bearer_token() {
     anonymous.token = None;
     let reply = anonymous.try_initialize().await.unwrap_err();
     assert_eq!(reply.status, 401);
+    // Both say a static bearer token is expected, not OAuth (clients that
+    // see a bare 401 try OAuth and then say only "failed to connect").
+    let challenge = reply.headers["www-authenticate"].to_str().unwrap();
     assert!(
-        reply.headers["www-authenticate"]
-            .to_str()
-            .unwrap()
-            .starts_with("Bearer"),
-        "{:?}",
-        reply.headers
+        challenge.starts_with("Bearer realm=\"nix-sandbox-mcp\"")
+            && challenge.contains("a static bearer token is expected")
+            && challenge.contains("no OAuth"),
+        "{challenge}"
+    );
+    let body = reply.text().await;
+    assert!(
+        body.starts_with("Unauthorized: this server takes a static bearer token, not OAuth")
+            && body.contains("Authorization: Bearer TOKEN")
+            && body.contains("--token-file or NIX_SANDBOX_TOKEN_FILE"),
+        "{body}"
     );
 
     let mut wrong = server.client();
@@ -389,6 +403,19 @@ async fn only_the_mcp_path_is_served() {
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), 404);
+    // A client's OAuth discovery is told there is none, and what to send.
+    let request = ::http::Request::get("/.well-known/oauth-protected-resource/mcp")
+        .header("host", server.addr.to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 404);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.starts_with("Not Found: this server takes a static bearer token, not OAuth"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
@@ -452,11 +479,15 @@ async fn two_clients_do_not_see_each_others_sessions() {
         assert_eq!(started, "started\n");
         wait_running(&format!("{mark}-{who}")).await;
     }
-    assert_eq!(a.end_session().await, 202);
+    let ended = a.session.clone().unwrap();
+    assert_eq!(a.end_session().await, 204);
     assert_no_process_left(&format!("{mark}-a")).await;
+    // An ended or unknown MCP session: 404, so a client knows it is gone.
+    assert_eq!(a.delete(&ended).await, 404);
+    assert_eq!(a.delete("no-such-session").await, 404);
     assert!(!pids_with(&format!("{mark}-b")).is_empty());
     assert_eq!(b.session_run("python", "s", "print(x)").await, "5\n");
-    assert_eq!(b.end_session().await, 202);
+    assert_eq!(b.end_session().await, 204);
     assert_no_process_left(&mark).await;
 }
 
@@ -517,7 +548,8 @@ const STATELESS_HEADERS: [(&str, &str); 3] = [
 ];
 
 #[tokio::test]
-async fn a_stateless_request_runs_and_is_cancelled_when_its_client_goes() {
+async fn a_stateless_request_runs_keeps_sessions_by_server_names_and_is_cancelled_when_its_client_goes()
+ {
     let mark = marker("http-stateless");
     let server = HttpServer::start(vec![marked("python", &mark, 600)], &[]).await;
     let client = server.client();
@@ -528,15 +560,45 @@ async fn a_stateless_request_runs_and_is_cancelled_when_its_client_goes() {
     let message = reply.message(1).await;
     assert_eq!(message["result"]["content"][0]["text"], "42\n", "{message}");
 
-    // Without an MCP session nothing would keep a sandbox session.
-    let mut in_session = stateless_run(3, "x = 1");
-    in_session["params"]["arguments"]["session"] = json!("s");
-    let reply = client.post_with(&in_session, &STATELESS_HEADERS).await;
-    let text = result_text(&reply.message(3).await);
-    assert!(
-        text.starts_with("error[sessions_unsupported]: this request came without an MCP session"),
-        "{text}"
-    );
+    // Without an MCP session, the server names the session and says so;
+    // that name reaches it again, and only that name.
+    let session_call = |id: u64, name: &str, code: &str| {
+        let mut call = stateless_run(id, code);
+        call["params"]["arguments"]["session"] = json!(name);
+        call
+    };
+    let created = |text: &str| -> String {
+        let rest = text
+            .split("session `")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no session name in {text:?}"));
+        let name = &rest[..rest.find('`').unwrap()];
+        assert!(
+            rest[name.len()..].starts_with("` created: pass this name as `session`"),
+            "{text}"
+        );
+        name.to_owned()
+    };
+    let reply = client
+        .post_with(&session_call(3, "s", "x = 41"), &STATELESS_HEADERS)
+        .await;
+    let first = created(&result_text(&reply.message(3).await));
+    assert!(first.starts_with("s.") && first.len() == 14, "{first}");
+    let reply = client
+        .post_with(&session_call(4, &first, "print(x + 1)"), &STATELESS_HEADERS)
+        .await;
+    assert_eq!(result_text(&reply.message(4).await), "42\n");
+    // Another client naming its session `s` too gets a session of its own.
+    let reply = client
+        .post_with(
+            &session_call(5, "s", "print(globals().get('x'))"),
+            &STATELESS_HEADERS,
+        )
+        .await;
+    let text = result_text(&reply.message(5).await);
+    let second = created(&text);
+    assert_ne!(first, second);
+    assert!(text.starts_with("None\n"), "{text}");
 
     // Its answer (and so the HTTP status) comes only when the run ends: the
     // client goes away while it waits for the response head.

@@ -77,7 +77,7 @@ async fn files_passed_in_are_read_by_the_code() {
             .await;
         assert_succeeded(&r);
         assert_eq!(text(&r), "3 4 héllo\n", "{r:?}");
-        assert_eq!(structured(&r)["session"], session);
+        assert_eq!(facts(&r)["session"], session);
     }
     let r = s
         .call(json!({"env": "shell", "code": "cat data.csv | wc -l", "files": files}))
@@ -185,7 +185,7 @@ async fn a_png_in_outputs_comes_back_as_the_same_image() {
             "the text names it: {}",
             text(&r)
         );
-        let out = &structured(&r)["outputs"][0];
+        let out = &facts(&r)["outputs"][0];
         assert_eq!(out["path"], "plot.png");
         assert_eq!(out["shown"], true);
         assert_eq!(out["size"], want.len());
@@ -216,7 +216,7 @@ async fn a_png_in_outputs_comes_back_as_the_same_image() {
     // Outputs of earlier calls are not shown again.
     let r = s.session("python", "img", "print(1)").await;
     assert_eq!(r.content.len(), 1, "{r:?}");
-    assert_eq!(structured(&r)["outputs"], json!([]));
+    assert_eq!(facts(&r)["outputs"], json!([]));
 }
 
 #[tokio::test]
@@ -245,7 +245,7 @@ async fn ten_images_respect_the_budget_with_a_note() {
     // Every image not shown is a resource link: none is silently dropped.
     let linked = links(&r);
     assert_eq!(linked.len(), 7, "{linked:?}");
-    let outputs = structured(&r)["outputs"].as_array().unwrap().clone();
+    let outputs = facts(&r)["outputs"].as_array().unwrap().clone();
     assert_eq!(outputs.len(), 11);
     assert_eq!(outputs.iter().filter(|o| o["shown"] == true).count(), 4);
 }
@@ -281,7 +281,7 @@ async fn a_csv_in_outputs_is_a_resource_link_that_reads() {
             Some(csv.len() as u64)
         )]
     );
-    assert_eq!(structured(&r)["outputs"][0]["uri"], uri);
+    assert_eq!(facts(&r)["outputs"][0]["uri"], uri);
     let read = s
         .client
         .read_resource(ReadResourceRequestParams::new(uri.clone()))
@@ -346,7 +346,7 @@ async fn the_receipt_names_the_store_path() {
     ] {
         let r = s.call(args.clone()).await;
         assert_succeeded(&r);
-        let st = structured(&r);
+        let st = facts(&r);
         let env = args["env"].as_str().unwrap();
         assert_eq!(st["store_path"], store_path(env), "{args}");
         assert!(
@@ -363,7 +363,7 @@ async fn the_receipt_names_the_store_path() {
     let s = Server::start(vec![Manifest::new(&m)]).await;
     let r = s.run("python", "print(1)").await;
     assert_eq!(
-        structured(&r)["nixpkgs_rev"],
+        facts(&r)["nixpkgs_rev"],
         "391b592eb44808b3bd0cb80bb71b63a5a118b8bb"
     );
 }
@@ -462,7 +462,7 @@ async fn plt_show_comes_back_as_an_image() {
             "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nplt.show()",
         )
         .await;
-    assert_eq!(structured(&r)["exit_code"], 0, "{r:?}");
+    assert_eq!(facts(&r)["exit_code"], 0, "{r:?}");
     let shown = images(&r);
     assert_eq!(shown.len(), 1, "{r:?}");
     assert_eq!(shown[0].0, "image/png");

@@ -55,3 +55,69 @@ async fn stdout_is_only_json_rpc_even_at_trace_level() {
     let log = raw.stderr();
     assert!(log.contains("TRACE") || log.contains("DEBUG"), "{log}");
 }
+
+/// A client that closes before `initialize` (a health check such as
+/// `gemini mcp list`, a protocol probe) is no error: the server exits 0,
+/// logs no error, and started no jail (no sandbox probe runs before the
+/// handshake).
+#[tokio::test]
+async fn a_client_gone_before_initialize_is_no_error_and_starts_no_jail() {
+    let mark = marker("pre-init");
+    let manifest = marked("python", &mark, 30);
+    for _ in 0..5 {
+        let mut raw = RawServer::spawn(&manifest, "info");
+        raw.close_stdin();
+        let status = tokio::time::timeout(GUARD, raw.child.wait())
+            .await
+            .expect("the server exits")
+            .unwrap();
+        assert!(
+            eventually(|| raw.stderr().contains("server stopping")).await,
+            "{}",
+            raw.stderr()
+        );
+        let log = raw.stderr();
+        assert!(status.success(), "{status:?}: {log}");
+        assert!(!log.contains("ERROR"), "{log}");
+        assert!(pids_with(&mark).is_empty(), "{:?}", pids_with(&mark));
+    }
+}
+
+/// `resource_link` content came with the 2025-06-18 revision: a client of
+/// an older one (`mcp` 1.9.4 on 2025-03-26 rejects the whole result) gets
+/// the link named in the text only; a newer one gets the block too.
+#[tokio::test]
+async fn resource_links_only_for_revisions_that_have_them() {
+    let manifest = Manifest::new(&template());
+    for (version, links) in [("2025-03-26", false), ("2025-06-18", true)] {
+        let mut raw = RawServer::spawn(&manifest, "info");
+        let init = raw.initialize_as(version).await;
+        assert_eq!(init["result"]["protocolVersion"], version, "{init}");
+        raw.send(serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "run", "arguments": {
+                "env": "python", "session": "s",
+                "code": "open('outputs/data.csv', 'w').write('a,b\\n1,2\\n')"
+            }}
+        }))
+        .await;
+        let reply: Value = serde_json::from_str(&raw.next_line().await.unwrap()).unwrap();
+        let content = reply["result"]["content"].as_array().unwrap();
+        let text = content[0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("data.csv (text/csv, 8 B): resource sandbox://s/outputs/data.csv"),
+            "{text}"
+        );
+        let blocks: Vec<&str> = content
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        if links {
+            assert_eq!(blocks, ["text", "resource_link"], "{reply}");
+        } else {
+            assert_eq!(blocks, ["text"], "{reply}");
+        }
+        raw.close_stdin();
+        assert!(raw.child.wait().await.unwrap().success());
+    }
+}

@@ -17,7 +17,7 @@ async fn hello_in_python_bash_and_node() {
         let name = if env == "shell" { "bash" } else { env };
         assert_eq!(text(&r), format!("hello from {name}\n"), "{env}");
         assert_eq!(r.is_error, Some(false), "{env}");
-        let st = structured(&r);
+        let st = facts(&r);
         assert_eq!(st["env"], env);
         assert_eq!(st["exit_code"], 0);
         assert_eq!(st["timed_out"], false);
@@ -36,7 +36,7 @@ async fn env_defaults_to_python() {
         .call(json!({"code": "import sys; print(sys.version_info[0])"}))
         .await;
     assert_eq!(text(&r), "3\n");
-    assert_eq!(structured(&r)["env"], "python");
+    assert_eq!(facts(&r)["env"], "python");
 }
 
 #[tokio::test]
@@ -50,8 +50,8 @@ async fn stderr_is_kept_apart_and_a_non_zero_exit_is_reported() {
         .await;
     assert_eq!(text(&r), "out\n--- stderr ---\nerr\nexit code 3");
     assert_eq!(r.is_error, Some(true));
-    assert_eq!(structured(&r)["exit_code"], 3);
-    assert_eq!(structured(&r)["signal"], serde_json::Value::Null);
+    assert_eq!(facts(&r)["exit_code"], 3);
+    assert_eq!(facts(&r)["signal"], serde_json::Value::Null);
 
     let r = s.run("node", "console.error('bad'); process.exit(5)").await;
     assert_eq!(text(&r), "--- stderr ---\nbad\nexit code 5");
@@ -74,7 +74,7 @@ async fn a_program_killed_by_a_signal_is_reported() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "killed by signal 9", "{out}");
     assert!(lines[1].starts_with("used: CPU "), "{out}");
-    assert_eq!(structured(&r)["signal"], 9);
+    assert_eq!(facts(&r)["signal"], 9);
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ async fn python_keeps_variables_imports_functions_cwd_and_files() {
         )
         .await;
     assert_prints(&r, "41\n");
-    let st = structured(&r);
+    let st = facts(&r);
     assert_eq!(st["session"], "a");
     assert_eq!(st["exit_code"], 0);
     let r = s
@@ -110,7 +110,7 @@ async fn output_tricks_return_their_own_result_and_the_session_goes_on() {
 
     // 10 MB straight to fd 1: capped (64 KiB kept), the rest counted.
     let r = s.session("python", "t", "os.write(1, b'x' * 10**7)").await;
-    let st = structured(&r).clone();
+    let st = facts(&r).clone();
     assert_eq!(st["exit_code"], 0, "{r:?}");
     let dropped = st["stdout_dropped_bytes"].as_u64().unwrap();
     assert!(dropped > 9_000_000, "{st}");
@@ -128,7 +128,7 @@ async fn output_tricks_return_their_own_result_and_the_session_goes_on() {
 
     // Reading stdin gets EOF.
     let r = s.session("python", "t", "print(input())").await;
-    assert_eq!(structured(&r)["exit_code"], 1, "{r:?}");
+    assert_eq!(facts(&r)["exit_code"], 1, "{r:?}");
     assert!(text(&r).contains("EOFError"), "{}", text(&r));
 
     // 5 MB on stderr.
@@ -139,7 +139,7 @@ async fn output_tricks_return_their_own_result_and_the_session_goes_on() {
             "sys.stderr.write('e' * 5_000_000)\nprint('done')",
         )
         .await;
-    let st = structured(&r).clone();
+    let st = facts(&r).clone();
     assert_eq!(st["exit_code"], 0, "{r:?}");
     assert!(
         st["stderr_dropped_bytes"].as_u64().unwrap() > 4_000_000,
@@ -172,7 +172,7 @@ async fn a_python_loop_is_interrupted_at_the_deadline_with_state_kept() {
     let t = text(&r);
     assert!(t.contains("KeyboardInterrupt"), "{t}");
     assert!(t.ends_with("\ninterrupted after 2 s; state kept"), "{t}");
-    let st = structured(&r);
+    let st = facts(&r);
     assert_eq!(
         (st["timed_out"].as_bool(), st["interrupted"].as_bool()),
         (Some(true), Some(true))
@@ -227,7 +227,7 @@ async fn code_ignoring_the_interrupt_gets_the_session_reset() {
          interpreter state and /workspace files lost",
         "{r:?}"
     );
-    let st = structured(&r);
+    let st = facts(&r);
     assert_eq!(st["session_reset"], true);
     assert_eq!(st["exit_code"], serde_json::Value::Null);
     // The old jail is gone, with everything it started.
@@ -263,7 +263,7 @@ async fn a_dead_python_interpreter_is_restarted_and_files_are_kept() {
         ),
     ] {
         let r = s.session("python", "e", code).await;
-        assert_eq!(structured(&r)["exit_code"], status, "{code}: {r:?}");
+        assert_eq!(facts(&r)["exit_code"], status, "{code}: {r:?}");
         assert_eq!(
             text(&r),
             format!(
@@ -284,7 +284,7 @@ async fn a_dead_python_interpreter_is_restarted_and_files_are_kept() {
              (variables lost, /workspace files kept)",
             "after {code}"
         );
-        assert_eq!(structured(&r)["fresh_interpreter"], true);
+        assert_eq!(facts(&r)["fresh_interpreter"], true);
     }
 }
 
@@ -308,7 +308,7 @@ async fn dead_bash_and_node_interpreters_are_restarted() {
         ),
     ] {
         let r = s.session(env, env, code).await;
-        let st = structured(&r);
+        let st = facts(&r);
         assert_eq!(st["exit_code"], status, "{code}: {r:?}");
         assert_eq!(st["interpreter_exit"]["code"], status, "{code}");
         assert!(

@@ -159,7 +159,7 @@ async fn idle_sessions_expire_and_leave_no_process() {
         "unset\nnew session `i`: the earlier one ended (it was idle for 2 s); its state and \
          /workspace files are gone"
     );
-    assert_eq!(structured(&r)["session_replaced"], true);
+    assert_eq!(facts(&r)["session_replaced"], true);
 }
 
 #[tokio::test]
@@ -176,7 +176,7 @@ async fn sessions_end_at_their_maximum_lifetime() {
         "done\nsession `l` reached its maximum lifetime and was closed; the next call with \
          this name starts a fresh one"
     );
-    assert_eq!(structured(&r)["session_closed"], true);
+    assert_eq!(facts(&r)["session_closed"], true);
     assert_no_process_left(&mark).await;
     // An idle session is reaped at its maximum lifetime, though never idle
     // for the idle timeout (300 s).
@@ -218,7 +218,7 @@ async fn an_agent_killed_from_inside_the_jail_is_detected_and_replaced() {
             && t.ends_with("): session reset: interpreter state and /workspace files lost"),
         "{t}"
     );
-    assert_eq!(structured(&r)["session_reset"], true);
+    assert_eq!(facts(&r)["session_reset"], true);
     let r = s
         .session(
             "python",
@@ -235,26 +235,41 @@ async fn cancelling_a_session_call_interrupts_it_and_keeps_state() {
     let s = server_with(&mark, 600, &[], &[]).await;
     let child = format!("{mark}-child");
     s.session("shell", "c", "x=kept").await;
-    let handle = s
-        .call_cancellable(json!({
-            "env": "shell", "session": "c",
-            "code": format!("(exec -a {child} sleep 1000)"),
-        }))
-        .await;
-    wait_running(&child).await;
-    handle.cancel(Some("test cancels".into())).await.unwrap();
+    let sleeper = || async {
+        let handle = s
+            .call_cancellable(json!({
+                "env": "shell", "session": "c",
+                "code": format!("(exec -a {child} sleep 1000)"),
+            }))
+            .await;
+        wait_running(&child).await;
+        handle
+    };
+    sleeper()
+        .await
+        .cancel(Some("test cancels".into()))
+        .await
+        .unwrap();
+    // The next call, at once, waits for the interrupt to land instead of
+    // being told the session is busy (clients cancel and call again at
+    // once). State is kept.
+    let r = s.session("shell", "c", "echo $x").await;
+    assert_eq!(text(&r), "kept\n", "{r:?}");
     assert_no_process_left(&child).await;
-    // The interrupted call ends soon after (its answer is not delivered);
-    // until then the session is busy. State is kept.
-    let mut r = s.session("shell", "c", "echo $x").await;
-    for _ in 0..100 {
-        if error_code(&r).as_deref() != Some("session_busy") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        r = s.session("shell", "c", "echo $x").await;
-    }
-    assert_eq!(text(&r), "kept\n");
+    // A session that is busy and not cancelled is still refused at once.
+    let handle = sleeper().await;
+    let started = std::time::Instant::now();
+    let r = s.session("shell", "c", "echo $x").await;
+    let msg = assert_refused(&r, "session_busy");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // It says how long at most (the 600 s timeout and the interrupt's grace).
+    assert!(msg.contains("It ends within 60"), "{msg}");
+    handle.cancel(None).await.unwrap();
+    assert_no_process_left(&child).await;
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ side by side with its baseline (standard library only; bench/run starts it).
 
 --server is the Nix-built server package (bin/nix-sandbox-mcp, the three
 presets), --launcher the Nix-built launcher package (release build), --fixtures
-the repository's tests/fixtures. Figures are printed section by section, then
+the repository's launcher/tests/fixtures. Figures are printed section by section, then
 one summary table: figure, value, target, PASS or MISS. A missed target is a
 finding, not an error; the exit status is 1 only when a figure could not be
 measured (a failed call, a missing piece). Nothing here is a test.

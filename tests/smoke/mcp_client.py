@@ -3,7 +3,7 @@
 
 Usage: python3 tests/smoke/mcp_client.py PATH/TO/nix-sandbox-mcp
 
-Serves the fixture environments (tests/fixtures: the host's bwrap around
+Serves the fixture environments (launcher/tests/fixtures: the host's bwrap around
 python3, bash and node), then lists the tools and calls `run` the way an MCP
 client does. Prints one line per check and a closing line
 "smoke: N passed, N failed"; exits non-zero on any mismatch.
@@ -20,7 +20,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / "tests" / "fixtures"
+FIXTURES = REPO / "launcher" / "tests" / "fixtures"
 
 results = []
 

@@ -21,15 +21,14 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_nix-sandbox-mcp");
 /// A guard against hangs, never an assertion about speed.
 pub const GUARD: Duration = Duration::from_secs(30);
 
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
+/// The launcher's test fixtures: hand-written wrappers around the host's
+/// bwrap and interpreters, and the manifest that names them.
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 pub fn wrappers() -> PathBuf {
-    repo().join("tests/fixtures/wrappers")
+    fixtures_dir().join("wrappers")
 }
 
 /// The session agent: the workspace's `agent` binary, built next to the
@@ -47,7 +46,7 @@ pub fn agent() -> PathBuf {
 /// The fixture manifest (python, shell, node) with absolute wrapper paths
 /// and the agent binary in the session argvs.
 pub fn template() -> Value {
-    let path = repo().join("tests/fixtures/manifests/fixtures.json");
+    let path = fixtures_dir().join("manifests/fixtures.json");
     let text = std::fs::read_to_string(&path).unwrap();
     let text = text
         .replace("@WRAPPERS@", wrappers().to_str().unwrap())

@@ -1,5 +1,5 @@
 //! Integration tests: the built `nix-sandbox-mcp` against real bubblewrap and
-//! the host's interpreters (tests/fixtures), through a real MCP client.
+//! the host's interpreters (launcher/tests/fixtures), through a real MCP client.
 
 mod cli;
 mod common;

@@ -1,5 +1,5 @@
-//! Sessions through MCP, in fixture session jails (tests/fixtures/wrappers/
-//! session: real bubblewrap around the built agent and the host's
+//! Sessions through MCP, in fixture session jails (the fixture wrapper
+//! `session`: real bubblewrap around the built agent and the host's
 //! interpreters): state that persists, output user code cannot use to break
 //! the protocol, interrupts, resets, dead interpreters, and the refusals.
 

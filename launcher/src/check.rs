@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
+use crate::catalog::{Catalog, Env, Interpreter};
 use crate::cgroup::Stats;
 use crate::exec::{Exit, Job, JobEnv};
 use crate::limits::{self, Host};
-use crate::manifest::{Catalog, Env, Interpreter};
 
 /// How long the probe's empty program may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -356,15 +356,9 @@ Inter-|   Receive                                                |  Transmit
 ";
 
     fn env(network: bool) -> Env {
-        let mut env: Env = serde_json::from_value(serde_json::json!({
-            "description": "d", "interpreter": "python", "run": ["/nix/store/x-a/bin/a"],
-            "session": [], "network": network, "packages": [], "store_path": "/nix/store/x-a",
-            "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 256, "output_bytes": 8,
-                       "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024}
-        }))
-        .unwrap();
-        env.name = "python".into();
-        env
+        crate::testing::env("python")
+            .with("network", serde_json::json!(network))
+            .build()
     }
 
     #[test]

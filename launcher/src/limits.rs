@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use std::io;
 
+use crate::catalog::{Catalog, Env};
 use crate::cgroup::{Cgroups, Stats};
 use crate::exec::{self, Exit, Job, Outcome};
-use crate::manifest::{Catalog, Env};
 
 const SIGKILL: i32 = 9;
 const SIGXCPU: i32 = 24;
@@ -394,20 +394,15 @@ pub fn diagnose(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>, used: &Use
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
     use proto::cap::Cap;
     use serde_json::json;
     use std::sync::Arc;
 
     fn env(name: &str, memory_mb: u64) -> Env {
-        let mut env: Env = serde_json::from_value(json!({
-            "description": "d", "interpreter": "python", "run": ["/nix/store/x-a/bin/a"],
-            "session": [], "network": false, "packages": [], "store_path": "/nix/store/x-a",
-            "limits": {"timeout_s": 30, "memory_mb": memory_mb, "pids": 256, "output_bytes": 8,
-                       "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024}
-        }))
-        .unwrap();
-        env.name = name.into();
-        env
+        testing::env(name)
+            .with("limits.memory_mb", json!(memory_mb))
+            .build()
     }
 
     fn outcome(exit: Exit, stderr: &str) -> Outcome {

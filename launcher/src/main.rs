@@ -5,6 +5,9 @@
 //! `--version` and `--check` modes, which serve no MCP, print there too).
 //! Logs go to stderr.
 
+mod catalog;
+#[cfg(test)]
+mod catalog_fuzz;
 mod cgroup;
 mod check;
 mod cli;
@@ -13,9 +16,6 @@ mod exec;
 mod files_in;
 mod http;
 mod limits;
-mod manifest;
-#[cfg(test)]
-mod manifest_fuzz;
 mod mcp;
 mod mirror;
 mod outputs;
@@ -25,6 +25,8 @@ mod session_call;
 mod session_jail;
 mod session_result;
 mod stdin_eof;
+#[cfg(test)]
+mod testing;
 mod throwaway;
 
 use std::io::{IsTerminal, Write};
@@ -36,9 +38,9 @@ use rmcp::ServiceExt;
 use rmcp::service::ServerInitializeError;
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::Catalog;
 use crate::cli::Mode;
 use crate::exec::JobEnv;
-use crate::manifest::Catalog;
 
 /// How long the exit waits for reaper threads after the jobs were killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);

@@ -25,12 +25,12 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::{Catalog, Env};
 use crate::check::{self, Probes};
 use crate::errors::RunError;
 use crate::exec::{Job, JobEnv};
 use crate::files_in;
 use crate::limits::{self, Host};
-use crate::manifest::{Catalog, Env};
 use crate::mirror::Mirror;
 use crate::outputs::{self, Links, MAX_RESOURCE_BYTES};
 use crate::result;
@@ -730,35 +730,17 @@ fn package_name(name: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::read_file;
+    use crate::testing;
 
     fn catalog(envs: &[(&str, bool, usize)]) -> Catalog {
-        let mut environments = serde_json::Map::new();
-        for (name, network, packages) in envs {
-            let packages: Vec<String> = (0..*packages).map(|i| format!("pkg-{i}.1")).collect();
-            environments.insert(
-                name.to_string(),
-                json!({
-                    "description": format!("{name} env"), "interpreter": "bash",
-                    "run": ["/nix/store/x-a/bin/a"], "session": [], "network": network,
-                    "packages": packages, "store_path": "/nix/store/x-a",
-                    "limits": {"timeout_s": 30, "memory_mb": 1, "pids": 1, "output_bytes": 8,
-                               "workspace_mb": 1, "tmp_mb": 1, "cpu_s": 1, "file_mb": 1, "nofile": 1}
-                }),
-            );
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m.json");
-        std::fs::write(
-            &path,
-            json!({"version": 1, "environments": environments}).to_string(),
-        )
-        .unwrap();
-        let mut catalog = Catalog::default();
-        for env in read_file(&path, false).unwrap() {
-            catalog.envs.insert(env.name.clone(), Arc::new(env));
-        }
-        catalog
+        testing::catalog(envs.iter().map(|&(name, network, packages)| {
+            let packages: Vec<String> = (0..packages).map(|i| format!("pkg-{i}.1")).collect();
+            testing::env(name)
+                .with("description", json!(format!("{name} env")))
+                .with("network", json!(network))
+                .with("packages", json!(packages))
+                .build()
+        }))
     }
 
     #[test]

@@ -43,11 +43,11 @@
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{Value, json};
 
+use crate::catalog::Env;
 use crate::cgroup::Stats;
 use crate::errors::RunError;
 use crate::exec::{Exit, Outcome};
 use crate::limits::{self, Hit, Used};
-use crate::manifest::Env;
 
 /// The `_meta` key of a result's machine-readable facts.
 pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";
@@ -188,15 +188,7 @@ mod tests {
     use std::time::Duration;
 
     fn env() -> Env {
-        let manifest = serde_json::json!({
-            "description": "d", "interpreter": "python", "run": ["/nix/store/x-a/bin/a"],
-            "session": [], "network": false, "packages": [], "store_path": "/nix/store/x-a",
-            "limits": {"timeout_s": 30, "memory_mb": 1, "pids": 1, "output_bytes": 8,
-                       "workspace_mb": 1, "tmp_mb": 1, "cpu_s": 1, "file_mb": 1, "nofile": 1}
-        });
-        let mut env: Env = serde_json::from_value(manifest).unwrap();
-        env.name = "python".into();
-        env
+        crate::testing::env("python").build()
     }
 
     fn outcome(exit: Exit, out: &[u8], err: &[u8]) -> Outcome {

@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 use proto::frame::{ExecReply, FileIn};
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::Env;
 use crate::errors::RunError;
 use crate::exec::JobEnv;
 use crate::limits::{Host, NO_RUN_CGROUP};
-use crate::manifest::Env;
 use crate::mirror::Mirror;
 use crate::outputs::{self, Collected, Destination, ReadFailed};
 use crate::session_call::{self, Call, Ended, INTERRUPT_GRACE, ResetReason, WRITE_GRACE};

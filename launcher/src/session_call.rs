@@ -20,7 +20,7 @@ use proto::frame::{ErrorCode, ExecReply, FileIn, MAX_OUTPUT_BYTES, Reply, Reques
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::manifest::Env;
+use crate::catalog::Env;
 use crate::session_jail::{Broken, Jail};
 
 /// How long interrupted code has to stop before the session is reset.

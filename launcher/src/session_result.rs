@@ -37,7 +37,7 @@ use proto::frame::Exit;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 
-use crate::manifest::Env;
+use crate::catalog::Env;
 use crate::outputs;
 use crate::result::{cut_notes, streams, with_facts, with_notes};
 use crate::session::Outcome;
@@ -192,16 +192,9 @@ mod tests {
     use std::time::Duration;
 
     fn env() -> Env {
-        let mut env: Env = serde_json::from_value(json!({
-            "description": "d", "interpreter": "python", "run": ["/nix/store/x-a/bin/a"],
-            "session": ["/nix/store/x-a/bin/s"], "network": false, "packages": [],
-            "store_path": "/nix/store/x-a",
-            "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 1, "output_bytes": 8,
-                       "workspace_mb": 1, "tmp_mb": 1, "cpu_s": 60, "file_mb": 1, "nofile": 1}
-        }))
-        .unwrap();
-        env.name = "python".into();
-        env
+        crate::testing::env("python")
+            .with("session", json!(["/nix/store/x-a/bin/s"]))
+            .build()
     }
 
     fn reply(status: i32, stdout: &str, stderr: &str) -> ExecReply {

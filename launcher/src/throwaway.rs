@@ -14,10 +14,10 @@ use std::time::Instant;
 use proto::frame::FileIn;
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::Env;
 use crate::errors::RunError;
 use crate::exec::JobEnv;
 use crate::limits::{Host, NO_RUN_CGROUP};
-use crate::manifest::Env;
 use crate::mirror::Mirror;
 use crate::outputs::{self, Destination};
 use crate::session::{Outcome, reset_sentence};

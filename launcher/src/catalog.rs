@@ -1,4 +1,5 @@
-//! The manifest v1 reader (CONTRIBUTING.md, contract 1), strict: a problem
+//! The catalog: the environments the server offers, read from the manifests
+//! Nix wrote (CONTRIBUTING.md, contract 1). The reader is strict: a problem
 //! names the file and the field (`environments.python.limits.timeout_s`).
 //!
 //! A bad file does not stop the server: its problems are collected, its
@@ -217,10 +218,10 @@ fn describe(e: &serde_path_to_error::Error<serde_json::Error>) -> (String, Strin
 fn validate(name: &str, env: &Env, allow_outside_store: bool) -> Vec<(String, String)> {
     let mut problems = Vec::new();
     let at = |field: &str| format!("environments.{name}.{field}");
-    if !valid_name(name) {
+    if !valid_env_name(name) {
         problems.push((
             format!("environments.{name}"),
-            "invalid environment name (it must match [A-Za-z0-9][A-Za-z0-9_.-]{0,63})".into(),
+            format!("invalid environment name (it must match {ENV_NAME_PATTERN})"),
         ));
     }
     if env.run.is_empty() {
@@ -236,15 +237,27 @@ fn validate(name: &str, env: &Env, allow_outside_store: bool) -> Vec<(String, St
     problems
 }
 
-fn valid_name(name: &str) -> bool {
+/// The most characters of a name the launcher takes from outside: an
+/// environment's here, a session's (session/names.rs) likewise.
+pub const MAX_NAME: usize = 64;
+
+/// Whether `b` may appear in such a name: `[A-Za-z0-9_.-]`, which is safe in
+/// a path, a URI and a log line as it is.
+pub fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+/// Whether `name` is an environment name: [`ENV_NAME_PATTERN`].
+pub fn valid_env_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()
-        && bytes.len() <= 64
+        && bytes.len() <= MAX_NAME
         && bytes[0].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && bytes.iter().copied().all(name_byte)
 }
+
+/// Environment names, as the refusal of a bad one says.
+pub const ENV_NAME_PATTERN: &str = "[A-Za-z0-9][A-Za-z0-9_.-]{0,63}";
 
 fn check_wrapper(program: &str, allow_outside_store: bool) -> Result<(), String> {
     let path = Path::new(program);
@@ -265,209 +278,5 @@ fn check_wrapper(program: &str, allow_outside_store: bool) -> Result<(), String>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn good() -> Value {
-        json!({
-            "version": 1,
-            "environments": {
-                "python": {
-                    "description": "Python 3",
-                    "interpreter": "python",
-                    "run": ["/nix/store/abc-sandbox-python/bin/run"],
-                    "session": [],
-                    "limits": {
-                        "timeout_s": 30, "memory_mb": 1024, "pids": 256, "output_bytes": 65536,
-                        "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024
-                    },
-                    "network": false,
-                    "packages": ["python3-3.12.8"],
-                    "store_path": "/nix/store/abc-sandbox-python",
-                    "nixpkgs_rev": null
-                }
-            }
-        })
-    }
-
-    fn read(value: &Value, allow: bool) -> Result<Vec<Env>, Vec<ManifestError>> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m.json");
-        std::fs::write(&path, value.to_string()).unwrap();
-        read_file(&path, allow).map_err(|errs| {
-            errs.into_iter()
-                .map(|e| ManifestError {
-                    file: PathBuf::from("m.json"),
-                    ..e
-                })
-                .collect()
-        })
-    }
-
-    fn only_error(value: &Value, allow: bool) -> String {
-        let errs = read(value, allow).expect_err("the manifest should be refused");
-        assert_eq!(errs.len(), 1, "{errs:?}");
-        errs[0].to_string()
-    }
-
-    #[test]
-    fn a_good_manifest_loads() {
-        let envs = read(&good(), false).unwrap();
-        assert_eq!(envs.len(), 1);
-        assert_eq!(envs[0].name, "python");
-        assert_eq!(envs[0].limits.timeout_s.get(), 30);
-    }
-
-    #[test]
-    fn unknown_version_is_named() {
-        let mut v = good();
-        v["version"] = json!(2);
-        v["new_field"] = json!(true);
-        assert_eq!(
-            only_error(&v, false),
-            "m.json: version: unknown version 2; this launcher reads version 1"
-        );
-    }
-
-    #[test]
-    fn missing_field_names_its_path() {
-        let mut v = good();
-        v["environments"]["python"]["limits"]
-            .as_object_mut()
-            .unwrap()
-            .remove("timeout_s");
-        assert_eq!(
-            only_error(&v, false),
-            "m.json: environments.python.limits.timeout_s: missing field"
-        );
-    }
-
-    #[test]
-    fn wrong_type_names_its_path() {
-        let mut v = good();
-        v["environments"]["python"]["network"] = json!("no");
-        let e = only_error(&v, false);
-        assert!(
-            e.starts_with("m.json: environments.python.network: invalid type"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn zero_limit_is_refused() {
-        let mut v = good();
-        v["environments"]["python"]["limits"]["pids"] = json!(0);
-        let e = only_error(&v, false);
-        assert!(
-            e.starts_with("m.json: environments.python.limits.pids: invalid value"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn unknown_field_is_refused() {
-        let mut v = good();
-        v["environments"]["python"]["netwrok"] = json!(true);
-        let e = only_error(&v, false);
-        assert!(
-            e.contains("environments.python") && e.contains("unknown field `netwrok`"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn unknown_interpreter_is_refused() {
-        let mut v = good();
-        v["environments"]["python"]["interpreter"] = json!("ruby");
-        let e = only_error(&v, false);
-        assert!(
-            e.starts_with("m.json: environments.python.interpreter:"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn wrapper_outside_store_needs_the_flag() {
-        let mut v = good();
-        v["environments"]["python"]["run"] = json!(["/tmp/run"]);
-        let e = only_error(&v, false);
-        assert!(
-            e.starts_with(
-                "m.json: environments.python.run[0]: wrapper /tmp/run is outside /nix/store"
-            ),
-            "{e}"
-        );
-        assert!(read(&v, true).is_ok());
-    }
-
-    #[test]
-    fn store_path_with_dotdot_is_outside_the_store() {
-        let mut v = good();
-        v["environments"]["python"]["run"] = json!(["/nix/store/../../tmp/run"]);
-        assert!(only_error(&v, false).contains("outside /nix/store"));
-    }
-
-    #[test]
-    fn relative_wrapper_is_refused_even_with_the_flag() {
-        let mut v = good();
-        v["environments"]["python"]["session"] = json!(["bin/agent"]);
-        let e = only_error(&v, true);
-        assert!(
-            e.contains("environments.python.session[0]: wrapper bin/agent is not an absolute path"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn empty_run_and_bad_name_are_refused() {
-        let mut v = good();
-        let env = v["environments"]["python"].clone();
-        v["environments"] = json!({ "-bad": env });
-        v["environments"]["-bad"]["run"] = json!([]);
-        let errs = read(&v, false).unwrap_err();
-        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
-        assert_eq!(text.len(), 2, "{text:?}");
-        assert!(text[0].contains("environments.-bad: invalid environment name"));
-        assert!(text[1].contains("environments.-bad.run: must be a non-empty argv"));
-    }
-
-    #[test]
-    fn unreadable_and_invalid_json_files_are_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("nope.json");
-        let errs = read_file(&missing, false).unwrap_err();
-        assert!(
-            errs[0]
-                .to_string()
-                .contains("nope.json: cannot read the manifest")
-        );
-        let bad = dir.path().join("bad.json");
-        std::fs::write(&bad, "{").unwrap();
-        let errs = read_file(&bad, false).unwrap_err();
-        assert!(errs[0].to_string().contains("bad.json: invalid JSON"));
-    }
-
-    #[test]
-    fn later_files_override_and_bad_files_are_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = dir.path().join("a.json");
-        let second = dir.path().join("b.json");
-        let broken = dir.path().join("c.json");
-        std::fs::write(&first, good().to_string()).unwrap();
-        let mut v = good();
-        v["environments"]["python"]["description"] = json!("override");
-        std::fs::write(&second, v.to_string()).unwrap();
-        std::fs::write(&broken, "[]").unwrap();
-        let catalog = Catalog::load(&[first, second, broken], false);
-        assert_eq!(catalog.names(), ["python"]);
-        assert_eq!(catalog.envs["python"].description, "override");
-        assert_eq!(catalog.replaced, ["python"]);
-        assert_eq!(catalog.errors.len(), 1);
-        assert!(
-            catalog.errors[0]
-                .to_string()
-                .contains("c.json: (top level): expected a JSON object")
-        );
-    }
-}
+#[path = "catalog_tests.rs"]
+mod tests;

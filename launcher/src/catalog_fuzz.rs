@@ -1,5 +1,5 @@
-//! A property test of the manifest reader (issue 5's fuzz target), a
-//! bounded random loop: good manifests mutated at random (values swapped for
+//! A property test of the manifest reader (its fuzz target), a bounded
+//! random loop: good manifests mutated at random (values swapped for
 //! other JSON, fields dropped or added, bytes flipped, cut or inserted) must
 //! never panic the reader, and whatever it accepts must hold contract 1's
 //! rules; whatever it refuses must name the file. It stops after
@@ -12,35 +12,29 @@ use std::time::{Duration, Instant};
 use proto::fuzz::Rng;
 use serde_json::{Value, json};
 
-use crate::manifest::read_file;
+use crate::catalog::{read_file, valid_env_name};
+use crate::testing;
 
 const CASES: usize = 4000;
 const BUDGET: Duration = Duration::from_secs(10);
 
+/// Two good environments: the tests' own, and one that differs in every
+/// way the manifest allows (sessions, network, no `nixpkgs_rev`).
 fn good() -> Value {
-    json!({
-        "version": 1,
-        "environments": {
-            "python": {
-                "description": "Python 3", "interpreter": "python",
-                "run": ["/nix/store/abc-sandbox-python/bin/sandbox-python", "-"],
-                "session": [],
-                "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 256, "output_bytes": 65536,
-                           "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024},
-                "network": false, "packages": ["python3-3.12.8"],
-                "store_path": "/nix/store/abc-sandbox-python", "nixpkgs_rev": null
-            },
-            "shell": {
-                "description": "Bash", "interpreter": "bash",
-                "run": ["/nix/store/def-sandbox-shell/bin/sandbox-shell", "-c", "source /dev/stdin"],
-                "session": ["/nix/store/def-sandbox-shell/bin/sandbox-shell-session"],
-                "limits": {"timeout_s": 5, "memory_mb": 1, "pids": 1, "output_bytes": 1,
-                           "workspace_mb": 1, "tmp_mb": 1, "cpu_s": 1, "file_mb": 1, "nofile": 1},
-                "network": true, "packages": [],
-                "store_path": "/nix/store/def-sandbox-shell"
-            }
-        }
-    })
+    let mut shell = testing::env_json();
+    shell["interpreter"] = json!("bash");
+    shell["run"] = json!([
+        "/nix/store/def-sandbox-shell/bin/sandbox-shell",
+        "-c",
+        "source /dev/stdin"
+    ]);
+    shell["session"] = json!(["/nix/store/def-sandbox-shell/bin/sandbox-shell-session"]);
+    for limit in shell["limits"].as_object_mut().unwrap().values_mut() {
+        *limit = json!(1);
+    }
+    shell["network"] = json!(true);
+    shell.as_object_mut().unwrap().remove("nixpkgs_rev");
+    testing::manifest_json([("python", testing::env_json()), ("shell", shell)])
 }
 
 /// A random JSON value, sometimes one that is nearly right.
@@ -148,15 +142,9 @@ fn mutate(rng: &mut Rng) -> Vec<u8> {
 }
 
 /// What an accepted environment must be (contract 1).
-fn check_accepted(env: &crate::manifest::Env, seed: u64) {
-    let name = env.name.as_bytes();
+fn check_accepted(env: &crate::catalog::Env, seed: u64) {
     assert!(
-        !name.is_empty()
-            && name.len() <= 64
-            && name[0].is_ascii_alphanumeric()
-            && name
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(b)),
+        valid_env_name(&env.name),
         "seed {seed}: accepted the name {:?}",
         env.name
     );

@@ -1,0 +1,70 @@
+//! The environment the unit tests share, written once: as a manifest holds
+//! it ([`env_json`], contract 1's example limits) and as the launcher holds
+//! it ([`env`], a builder over the same JSON).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::catalog::{Catalog, Env};
+
+/// One environment as a manifest declares it: Python, the limits of
+/// CONTRIBUTING.md's example, no network, no packages, no sessions.
+pub fn env_json() -> Value {
+    json!({
+        "description": "d", "interpreter": "python",
+        "run": ["/nix/store/x-a/bin/a"], "session": [],
+        "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 256, "output_bytes": 65536,
+                   "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024},
+        "network": false, "packages": [],
+        "store_path": "/nix/store/x-a", "nixpkgs_rev": null
+    })
+}
+
+/// A version 1 manifest of `envs`, by name.
+pub fn manifest_json<'a>(envs: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
+    let envs: serde_json::Map<String, Value> =
+        envs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    json!({"version": 1, "environments": envs})
+}
+
+/// [`env_json`] named `name`, to change before it is built.
+pub fn env(name: &str) -> EnvBuilder {
+    EnvBuilder {
+        name: name.to_owned(),
+        json: env_json(),
+    }
+}
+
+/// A catalog of `envs`, as if read from one manifest.
+pub fn catalog(envs: impl IntoIterator<Item = Env>) -> Catalog {
+    let mut catalog = Catalog::default();
+    for env in envs {
+        catalog.envs.insert(env.name.clone(), Arc::new(env));
+    }
+    catalog
+}
+
+pub struct EnvBuilder {
+    name: String,
+    json: Value,
+}
+
+impl EnvBuilder {
+    /// Sets the manifest field `field` (`network`, `limits.memory_mb`).
+    pub fn with(mut self, field: &str, value: Value) -> Self {
+        let pointer = format!("/{}", field.replace('.', "/"));
+        *self
+            .json
+            .pointer_mut(&pointer)
+            .unwrap_or_else(|| panic!("the test environment has no field {field}")) = value;
+        self
+    }
+
+    /// The environment, read as the catalog reads it.
+    pub fn build(self) -> Env {
+        let mut env: Env = serde_json::from_value(self.json).expect("a valid test environment");
+        env.name = self.name;
+        env
+    }
+}

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::wrapper::StartError;
+
 /// The machine-readable error codes of the `run` tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
@@ -104,6 +106,15 @@ impl RunError {
                  it and restart the server, or use another environment."
             ),
         )
+    }
+
+    /// `wrapper` of environment `env` did not start: without its cgroup the
+    /// sandbox cannot hold its limits; else the wrapper itself failed.
+    pub fn not_started(env: &str, wrapper: &str, e: &StartError) -> Self {
+        match e {
+            StartError::Cgroup(_) => Self::sandbox_unavailable(env, &e.to_string()),
+            StartError::Spawn(_) => Self::wrapper_missing(env, wrapper),
+        }
     }
 
     pub fn sandbox_unavailable(env: &str, reason: &str) -> Self {

@@ -8,11 +8,8 @@
 mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
-mod cgroup;
-mod check;
 mod cli;
 mod errors;
-mod exec;
 mod files_in;
 mod http;
 mod limits;
@@ -20,6 +17,7 @@ mod mcp;
 mod mirror;
 mod outputs;
 mod result;
+mod run;
 mod session;
 mod session_call;
 mod session_jail;
@@ -28,6 +26,7 @@ mod stdin_eof;
 #[cfg(test)]
 mod testing;
 mod throwaway;
+mod wrapper;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -40,7 +39,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Catalog;
 use crate::cli::Mode;
-use crate::exec::JobEnv;
+use crate::wrapper::WrapperEnv;
+use crate::wrapper::host::{Host, Teardown};
+use crate::wrapper::probe;
 
 /// How long the exit waits for reaper threads after the jobs were killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -88,16 +89,16 @@ fn main() -> ExitCode {
     for error in &catalog.errors {
         tracing::error!(%error, "manifest refused; its environments are not served");
     }
-    let job_env = JobEnv::from_process();
+    let wrapper_env = WrapperEnv::from_process();
     // The self-test's host facts: cgroups (made ready here), root or not.
-    let host = Arc::new(limits::Host::detect());
+    let host = Arc::new(Host::detect());
     for line in host.report() {
         tracing::info!("self-test: {line}");
     }
     let _teardown = Teardown(Arc::clone(&host));
     if opts.mode == Mode::Check {
         let mut out = std::io::stdout().lock();
-        return match runtime.block_on(check::run_check(&catalog, &job_env, &host, &mut out)) {
+        return match runtime.block_on(probe::run_check(&catalog, &wrapper_env, &host, &mut out)) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
@@ -109,7 +110,7 @@ fn main() -> ExitCode {
     tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
     let config = mcp::Config {
         catalog,
-        job_env,
+        wrapper_env,
         max_code_bytes: opts.max_code_bytes,
         project_mount: project_mount(),
         shutdown: CancellationToken::new(),
@@ -184,17 +185,6 @@ fn max_body_bytes(max_code_bytes: usize) -> usize {
         .saturating_add(proto::files::MAX_FILES_BYTES)
         .saturating_mul(6)
         .saturating_add(64 * 1024)
-}
-
-/// Removes the launcher's cgroup directories on the way out.
-struct Teardown(Arc<limits::Host>);
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        if let Some(cgroups) = &self.0.cgroups {
-            cgroups.teardown();
-        }
-    }
 }
 
 /// `PROJECT_MOUNT` (default `/project`) when `PROJECT_DIR` is set.

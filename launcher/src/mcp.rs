@@ -1,7 +1,7 @@
 //! The MCP surface: one tool, `run`, and the server instructions.
 //!
 //! A call goes: arguments ([`RunArgs`]) -> environment -> code checks ->
-//! wrapper check -> sandbox probe -> [`exec::run`] -> [`result::ran`]; with
+//! wrapper check -> sandbox probe -> [`run::in_env`] -> [`result::ran`]; with
 //! `session`, the session table ([`Sessions`]) runs it instead and
 //! [`session_result::session_ran`] reports it; with `files` and no
 //! `session`, a throwaway session jail runs it (throwaway.rs).
@@ -12,7 +12,6 @@
 //! lives; `resources/list` lists the links handed out to this client.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
@@ -26,17 +25,18 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{Catalog, Env};
-use crate::check::{self, Probes};
 use crate::errors::RunError;
-use crate::exec::{Job, JobEnv};
 use crate::files_in;
-use crate::limits::{self, Host};
 use crate::mirror::Mirror;
 use crate::outputs::{self, Links, MAX_RESOURCE_BYTES};
 use crate::result;
+use crate::run;
 use crate::session::{self, OutputUnreadable, Sessions};
 use crate::session_result;
 use crate::throwaway;
+use crate::wrapper::WrapperEnv;
+use crate::wrapper::host::Host;
+use crate::wrapper::probe::{self, Probes};
 use proto::files::{MAX_FILES, MAX_FILES_BYTES, MAX_PATH_BYTES};
 use proto::frame::FileIn;
 
@@ -57,7 +57,7 @@ const PACKAGES_WITH_VERSIONS: usize = 3;
 /// What the server needs to answer calls.
 pub struct Config {
     pub catalog: Catalog,
-    pub job_env: JobEnv,
+    pub wrapper_env: WrapperEnv,
     pub max_code_bytes: usize,
     /// Where the project is mounted in the jail, when `PROJECT_DIR` is set.
     pub project_mount: Option<String>,
@@ -91,7 +91,7 @@ struct Client<'a> {
 pub struct Server {
     catalog: Catalog,
     probes: Arc<Probes>,
-    job_env: JobEnv,
+    wrapper_env: WrapperEnv,
     max_code_bytes: usize,
     shutdown: CancellationToken,
     instructions: String,
@@ -113,13 +113,13 @@ impl Server {
     pub fn new(config: Config) -> Self {
         let probes = Arc::new(Probes::new(
             &config.catalog,
-            config.job_env.clone(),
+            config.wrapper_env.clone(),
             Arc::clone(&config.host),
         ));
         let stateless = Arc::new(Stateless {
             sessions: Sessions::server_named(
                 config.sessions,
-                config.job_env.clone(),
+                config.wrapper_env.clone(),
                 Arc::clone(&config.host),
                 config.shutdown.clone(),
             ),
@@ -134,13 +134,13 @@ impl Server {
             tool: run_tool(&config.catalog, &config.sessions),
             sessions: Sessions::new(
                 config.sessions,
-                config.job_env.clone(),
+                config.wrapper_env.clone(),
                 Arc::clone(&config.host),
                 config.shutdown.clone(),
             ),
             catalog: config.catalog,
             probes,
-            job_env: config.job_env,
+            wrapper_env: config.wrapper_env,
             max_code_bytes: config.max_code_bytes,
             shutdown: config.shutdown,
             host: config.host,
@@ -182,14 +182,14 @@ impl Server {
         Self {
             catalog: self.catalog.clone(),
             probes: Arc::clone(&self.probes),
-            job_env: self.job_env.clone(),
+            wrapper_env: self.wrapper_env.clone(),
             max_code_bytes: self.max_code_bytes,
             shutdown: self.shutdown.clone(),
             instructions: self.instructions.clone(),
             tool: self.tool.clone(),
             sessions: Sessions::new(
                 *self.sessions.settings(),
-                self.job_env.clone(),
+                self.wrapper_env.clone(),
                 Arc::clone(&self.host),
                 self.shutdown.clone(),
             ),
@@ -277,7 +277,7 @@ impl Server {
         }
         self.check_session_call(env, code).await.map_err(refuse)?;
         let cx = throwaway::Context {
-            job_env: &self.job_env,
+            wrapper_env: &self.wrapper_env,
             host: &self.host,
             mirror: self.mirror.as_deref(),
             cancel: &ct,
@@ -307,7 +307,7 @@ impl Server {
                 "`code` contains a NUL byte, which a session cannot run",
             ));
         }
-        if !check::wrapper_ready(&env.session[0]) {
+        if !probe::wrapper_ready(&env.session[0]) {
             return Err(RunError::wrapper_missing(&env.name, &env.session[0]));
         }
         self.probes
@@ -350,50 +350,22 @@ impl Server {
                 self.max_code_bytes,
             )));
         }
-        if !check::wrapper_ready(&env.run[0]) {
+        if !probe::wrapper_ready(&env.run[0]) {
             return Err(refuse(RunError::wrapper_missing(&env.name, &env.run[0])));
         }
         self.probes
             .ensure(env)
             .await
             .map_err(|reason| refuse(RunError::sandbox_unavailable(&env.name, &reason)))?;
-        let job = Job {
-            argv: &env.run,
-            code: code.as_bytes(),
-            timeout: Duration::from_secs(env.limits.timeout_s.get()),
-            output_bytes: usize::try_from(env.limits.output_bytes.get()).unwrap_or(usize::MAX),
-            env: &self.job_env,
-            cgroup: None,
+        let cx = run::Context {
+            host: self.probes.host(),
+            env: &self.wrapper_env,
+            cancel: &ct,
+            shutdown: &self.shutdown,
         };
-        let stop = async {
-            tokio::select! {
-                () = ct.cancelled() => {}
-                () = self.shutdown.cancelled() => {}
-            }
-        };
-        match limits::run(self.probes.host(), job, stop).await {
-            Ok((outcome, cgroup)) => {
-                tracing::info!(
-                    env = %env.name,
-                    exit = ?outcome.exit,
-                    timed_out = outcome.timed_out,
-                    cancelled = outcome.cancelled,
-                    ms = outcome.duration.as_millis() as u64,
-                    "run finished"
-                );
-                Ok(result::ran(env, &outcome, cgroup.as_ref()))
-            }
-            Err(e) if e.to_string().starts_with(limits::NO_RUN_CGROUP) => {
-                tracing::error!(env = %env.name, error = %e, "no cgroup for the run");
-                Err(refuse(RunError::sandbox_unavailable(
-                    &env.name,
-                    &e.to_string(),
-                )))
-            }
-            Err(e) => {
-                tracing::error!(env = %env.name, error = %e, "cannot start the wrapper");
-                Err(refuse(RunError::wrapper_missing(&env.name, &env.run[0])))
-            }
+        match run::in_env(env, code, &cx).await {
+            Ok(outcome) => Ok(result::ran(env, &outcome)),
+            Err(e) => Err(refuse(RunError::not_started(&env.name, &env.run[0], &e))),
         }
     }
 }
@@ -661,7 +633,7 @@ fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
 }
 
 /// One line per environment (sorted), the project mount, the limits this
-/// host enforces (limits.rs), how to read results.
+/// host enforces ([`limits_line`]), how to read results.
 fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
     let mut text = String::from("Sandboxed code runner; no network unless noted. Environments:\n");
     if catalog.envs.is_empty() {
@@ -705,12 +677,81 @@ fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> 
             "The project is read-only at {mount}. Read inputs there, not through `files`.\n"
         ));
     }
-    if let Some(line) = host.instructions_line(catalog) {
+    if let Some(line) = limits_line(host, catalog) {
         text.push_str(&line);
         text.push('\n');
     }
     text.push_str("Results: stdout, then `--- stderr ---` and stderr, then notes.");
     text
+}
+
+/// The instructions' one line: the limits every environment enforces on
+/// this host (values that differ are given per environment).
+fn limits_line(host: &Host, catalog: &Catalog) -> Option<String> {
+    let envs: Vec<&Env> = catalog.envs.values().map(|e| e.as_ref()).collect();
+    if envs.is_empty() {
+        return None;
+    }
+    let secs = |v: u64| format!("{v} s");
+    let count = |v: u64| v.to_string();
+    let mut parts = vec![
+        ("time", common(&envs, |e| e.limits.timeout_s.get(), secs)),
+        ("memory", common(&envs, |e| e.limits.memory_mb.get(), mib)),
+    ];
+    if host.pids_enforced() {
+        parts.push(("processes", common(&envs, |e| e.limits.pids.get(), count)));
+    }
+    parts.extend([
+        ("CPU", common(&envs, |e| e.limits.cpu_s.get(), secs)),
+        ("files", common(&envs, |e| e.limits.file_mb.get(), mib)),
+        ("/tmp", common(&envs, |e| e.limits.tmp_mb.get(), mib)),
+        (
+            "/workspace",
+            common(&envs, |e| e.limits.workspace_mb.get(), mib),
+        ),
+    ]);
+    let parts: Vec<String> = parts
+        .into_iter()
+        .map(|(what, v)| format!("{what} {v}"))
+        .collect();
+    Some(format!("Limits per run: {}.", parts.join(", ")))
+}
+
+/// "1 GiB" or "512 MiB".
+fn mib(v: u64) -> String {
+    if v.is_multiple_of(1024) {
+        format!("{} GiB", v / 1024)
+    } else {
+        format!("{v} MiB")
+    }
+}
+
+/// The value most environments have, then the others by name:
+/// `1 GiB (node 2 GiB)`.
+fn common(envs: &[&Env], value: impl Fn(&Env) -> u64, show: impl Fn(u64) -> String) -> String {
+    let mut counts: Vec<(u64, usize)> = Vec::new();
+    for env in envs {
+        let v = value(env);
+        match counts.iter_mut().find(|(x, _)| *x == v) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((v, 1)),
+        }
+    }
+    let (usual, _) = counts
+        .iter()
+        .copied()
+        .max_by_key(|&(v, n)| (n, std::cmp::Reverse(v)))
+        .unwrap_or((0, 0));
+    let others: Vec<String> = envs
+        .iter()
+        .filter(|e| value(e) != usual)
+        .map(|e| format!("{} {}", e.name, show(value(e))))
+        .collect();
+    if others.is_empty() {
+        show(usual)
+    } else {
+        format!("{} ({})", show(usual), others.join(", "))
+    }
 }
 
 /// A package's name without its version, as nixpkgs' `lib.getName` has it:
@@ -848,5 +889,25 @@ mod tests {
             RunArgs::parse(None).unwrap_err().code.as_str(),
             "invalid_arguments"
         );
+    }
+
+    #[test]
+    fn the_instructions_line_names_exceptions_and_omits_unenforced_limits() {
+        let catalog = testing::catalog([("python", 1024), ("shell", 1024), ("node", 2048)].map(
+            |(name, mb)| {
+                testing::env(name)
+                    .with("limits.memory_mb", json!(mb))
+                    .build()
+            },
+        ));
+        let user = limits_line(&Host::plain(false), &catalog).unwrap();
+        assert_eq!(
+            user,
+            "Limits per run: time 30 s, memory 1 GiB (node 2 GiB), processes 256, CPU 60 s, \
+             files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
+        );
+        let root = limits_line(&Host::plain(true), &catalog).unwrap();
+        assert!(!root.contains("processes"), "{root}");
+        assert_eq!(limits_line(&Host::plain(false), &Catalog::default()), None);
     }
 }

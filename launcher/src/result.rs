@@ -43,11 +43,12 @@
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{Value, json};
 
+use proto::frame::Exit;
+
 use crate::catalog::Env;
-use crate::cgroup::Stats;
 use crate::errors::RunError;
-use crate::exec::{Exit, Outcome};
 use crate::limits::{self, Hit, Used};
+use crate::run::RunOutcome;
 
 /// The `_meta` key of a result's machine-readable facts.
 pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";
@@ -67,20 +68,15 @@ pub fn facts(result: &CallToolResult) -> &Value {
     &result.meta.as_ref().expect("_meta").0[FACTS_KEY]
 }
 
-/// The result of a run that happened; `cgroup` is what the run's cgroup
-/// counted, when it had one.
-pub fn ran(env: &Env, outcome: &Outcome, cgroup: Option<&Stats>) -> CallToolResult {
-    let signal = match outcome.exit {
-        Exit::Signal(n) => Some(n),
-        Exit::Code(code) if (129..=192).contains(&code) => Some(code - 128),
-        _ => None,
-    };
+/// The result of a run that happened.
+pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
+    let signal = limits::signal(outcome.exit);
     let exit_code = match outcome.exit {
-        Exit::Code(code) => Some(code),
+        Some(Exit::Code(code)) => Some(code),
         _ => None,
     };
-    let used = Used::of(cgroup);
-    let hit = limits::diagnose(env, outcome, cgroup, &used);
+    let used = Used::of(outcome.usage.as_ref());
+    let hit = limits::diagnose(env, outcome, &used);
     let facts = json!({
         "env": env.name,
         "exit_code": exit_code,
@@ -114,7 +110,13 @@ pub fn refused(error: &RunError) -> CallToolResult {
     )
 }
 
-fn render(env: &Env, o: &Outcome, signal: Option<i32>, hit: Option<&Hit>, used: &Used) -> String {
+fn render(
+    env: &Env,
+    o: &RunOutcome,
+    signal: Option<i32>,
+    hit: Option<&Hit>,
+    used: &Used,
+) -> String {
     let text = streams(o.stdout.render(), &o.stderr.render());
     let mut notes: Vec<String> = cut_notes(o.stdout.dropped(), o.stderr.dropped()).collect();
     if o.timed_out {
@@ -127,8 +129,8 @@ fn render(env: &Env, o: &Outcome, signal: Option<i32>, hit: Option<&Hit>, used: 
     } else {
         match (o.exit, signal) {
             (_, Some(n)) => notes.push(format!("killed by signal {n}")),
-            (Exit::Code(0), None) => {}
-            (Exit::Code(code), None) => notes.push(format!("exit code {code}")),
+            (Some(Exit::Code(0)), None) => {}
+            (Some(Exit::Code(code)), None) => notes.push(format!("exit code {code}")),
             (_, None) => notes.push("ended without an exit status".into()),
         }
     }
@@ -191,23 +193,24 @@ mod tests {
         crate::testing::env("python").build()
     }
 
-    fn outcome(exit: Exit, out: &[u8], err: &[u8]) -> Outcome {
+    fn outcome(exit: Exit, out: &[u8], err: &[u8]) -> RunOutcome {
         let mut stdout = Cap::new(8);
         stdout.push(out);
         let mut stderr = Cap::new(8);
         stderr.push(err);
-        Outcome {
-            exit,
+        RunOutcome {
+            exit: Some(exit),
             timed_out: false,
             cancelled: false,
             stdout,
             stderr,
             duration: Duration::from_millis(12),
+            usage: None,
         }
     }
 
-    fn ran_(o: &Outcome) -> CallToolResult {
-        ran(&env(), o, None)
+    fn ran_(o: &RunOutcome) -> CallToolResult {
+        ran(&env(), o)
     }
 
     fn text(r: &CallToolResult) -> &str {

@@ -34,12 +34,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Env;
 use crate::errors::RunError;
-use crate::exec::JobEnv;
-use crate::limits::{Host, NO_RUN_CGROUP};
 use crate::mirror::Mirror;
 use crate::outputs::{self, Collected, Destination, ReadFailed};
 use crate::session_call::{self, Call, Ended, INTERRUPT_GRACE, ResetReason, WRITE_GRACE};
 use crate::session_jail::Jail;
+use crate::wrapper::WrapperEnv;
+use crate::wrapper::host::Host;
 
 /// How many ended sessions are remembered, to tell the next call why its
 /// session is new.
@@ -196,7 +196,7 @@ struct Inner {
     settings: Settings,
     /// New sessions get a name made by the server ([`Sessions::server_named`]).
     server_named: bool,
-    job_env: JobEnv,
+    wrapper_env: WrapperEnv,
     host: Arc<Host>,
     shutdown: CancellationToken,
     table: Mutex<Table>,
@@ -250,27 +250,27 @@ enum Slot {
 impl Sessions {
     pub fn new(
         settings: Settings,
-        job_env: JobEnv,
+        wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
     ) -> Self {
-        Self::with_naming(settings, job_env, host, shutdown, false)
+        Self::with_naming(settings, wrapper_env, host, shutdown, false)
     }
 
     /// The table of requests without an MCP session: the server names each
     /// new session, so that only the client it told can reach it.
     pub fn server_named(
         settings: Settings,
-        job_env: JobEnv,
+        wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
     ) -> Self {
-        Self::with_naming(settings, job_env, host, shutdown, true)
+        Self::with_naming(settings, wrapper_env, host, shutdown, true)
     }
 
     fn with_naming(
         settings: Settings,
-        job_env: JobEnv,
+        wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
         server_named: bool,
@@ -279,7 +279,7 @@ impl Sessions {
             inner: Arc::new(Inner {
                 settings,
                 server_named,
-                job_env,
+                wrapper_env,
                 host,
                 shutdown,
                 table: Mutex::new(Table::default()),
@@ -611,13 +611,9 @@ impl Inner {
 
     /// Starts a jail for session `name`.
     fn spawn(&self, name: &str, env: &Env) -> Result<Jail, RunError> {
-        Jail::spawn(&env.session, &self.job_env, &self.host, name).map_err(|e| {
+        Jail::spawn(&env.session, &self.wrapper_env, &self.host, name).map_err(|e| {
             tracing::error!(session = name, env = %env.name, error = %e, "cannot start the session jail");
-            if e.to_string().starts_with(NO_RUN_CGROUP) {
-                RunError::sandbox_unavailable(&env.name, &e.to_string())
-            } else {
-                RunError::wrapper_missing(&env.name, &env.session[0])
-            }
+            RunError::not_started(&env.name, &env.session[0], &e)
         })
     }
 

@@ -15,7 +15,6 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::io;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -23,8 +22,8 @@ use proto::frame::{self, Reply, Request, Split, Splitter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
-use crate::exec::{Group, JobEnv, wrapper_command};
-use crate::limits::{Host, NO_RUN_CGROUP};
+use crate::wrapper::host::Host;
+use crate::wrapper::{self, Group, StartError, WrapperEnv};
 
 /// Read buffer for the agent's stdout and stderr.
 const READ_CHUNK: usize = 64 * 1024;
@@ -75,35 +74,20 @@ pub struct Jail {
 impl Jail {
     /// Starts `argv` (an environment's `session`); `label` names the session
     /// in the log.
-    pub fn spawn(argv: &[String], env: &JobEnv, host: &Host, label: &str) -> io::Result<Self> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty session argv"))?;
-        let cgroup = match &host.cgroups {
-            Some(cgroups) => Some(
-                cgroups
-                    .create_run()
-                    .map_err(|e| io::Error::new(e.kind(), format!("{NO_RUN_CGROUP}: {e}")))?,
-            ),
-            None => None,
-        };
-        let env_cgroup = cgroup.as_ref().map(|c| c.env_value());
-        let mut cmd = wrapper_command(program, args, env, env_cgroup.as_deref());
-        let mut child = match cmd.spawn() {
-            Ok(child) => child,
-            Err(e) => {
-                if let Some(cgroup) = cgroup {
-                    cgroup.remove();
-                }
-                return Err(e);
-            }
-        };
-        let pid = child.id();
-        let group = Group::new(pid);
-        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-        // The reaper thread owns the pid from here on.
-        drop(child);
-        let reaped = group.start_reaper();
+    pub fn spawn(
+        argv: &[String],
+        env: &WrapperEnv,
+        host: &Host,
+        label: &str,
+    ) -> Result<Self, StartError> {
+        let wrapper::Spawned {
+            group,
+            reaped,
+            stdin,
+            stdout,
+            stderr,
+            cgroup,
+        } = wrapper::spawn(argv, env, host)?;
         let exited = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&exited);
         tokio::task::spawn_blocking(move || {
@@ -115,20 +99,15 @@ impl Jail {
                 cgroup.remove();
             }
         });
-        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
-            return Err(io::Error::other(
-                "the session wrapper's pipes were not created",
-            ));
-        };
         let log_tail = Arc::new(Mutex::new(String::new()));
-        let stderr = pipe::Receiver::from_owned_fd(OwnedFd::from(stderr))?;
         tokio::spawn(forward_log(stderr, label.to_owned(), Arc::clone(&log_tail)));
+        let pid = group.id();
         tracing::debug!(session = label, pid, "session jail started");
         Ok(Self {
             group,
             exited,
-            stdin: pipe::Sender::from_owned_fd(OwnedFd::from(stdin))?,
-            stdout: pipe::Receiver::from_owned_fd(OwnedFd::from(stdout))?,
+            stdin,
+            stdout,
             frames: Splitter::new(),
             buf: vec![0; READ_CHUNK],
             // Ids nobody can guess, so a frame forged inside the jail is

@@ -16,17 +16,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Env;
 use crate::errors::RunError;
-use crate::exec::JobEnv;
-use crate::limits::{Host, NO_RUN_CGROUP};
 use crate::mirror::Mirror;
 use crate::outputs::{self, Destination};
 use crate::session::{Outcome, reset_sentence};
 use crate::session_call::{self, Call, Ended};
 use crate::session_jail::Jail;
+use crate::wrapper::WrapperEnv;
+use crate::wrapper::host::Host;
 
 /// What a throwaway run needs besides the call.
 pub struct Context<'a> {
-    pub job_env: &'a JobEnv,
+    pub wrapper_env: &'a WrapperEnv,
     pub host: &'a Host,
     pub mirror: Option<&'a Mirror>,
     pub cancel: &'a CancellationToken,
@@ -41,13 +41,9 @@ pub async fn run(
     cx: &Context<'_>,
 ) -> Result<Outcome, RunError> {
     let started = Instant::now();
-    let mut jail = Jail::spawn(&env.session, cx.job_env, cx.host, "run").map_err(|e| {
+    let mut jail = Jail::spawn(&env.session, cx.wrapper_env, cx.host, "run").map_err(|e| {
         tracing::error!(env = %env.name, error = %e, "cannot start a session jail for a run");
-        if e.to_string().starts_with(NO_RUN_CGROUP) {
-            RunError::sandbox_unavailable(&env.name, &e.to_string())
-        } else {
-            RunError::wrapper_missing(&env.name, &env.session[0])
-        }
+        RunError::not_started(&env.name, &env.session[0], &e)
     })?;
     let call = Call::new(env, code, files, cx.cancel, cx.shutdown);
     let mut outcome = Outcome::new(String::new(), true);

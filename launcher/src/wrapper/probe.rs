@@ -22,10 +22,13 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
+use proto::frame::Exit;
+
+use super::WrapperEnv;
+use super::cgroup::Stats;
+use super::host::Host;
 use crate::catalog::{Catalog, Env, Interpreter};
-use crate::cgroup::Stats;
-use crate::exec::{Exit, Job, JobEnv};
-use crate::limits::{self, Host};
+use crate::run::{self, Spec};
 
 /// How long the probe's empty program may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -168,26 +171,25 @@ pub fn wrapper_ready(path: &str) -> bool {
 /// Runs the probe program through `env`'s wrapper: what it saw, or the
 /// reason in one line (the wrapper's stderr, trimmed, or the limits that
 /// do not hold).
-pub async fn probe(env: &Env, job_env: &JobEnv, host: &Host) -> Result<Seen, String> {
+pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<Seen, String> {
     let wrapper = &env.run[0];
     if !wrapper_ready(wrapper) {
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
     let code = probe_code(env.interpreter);
-    let job = Job {
+    let spec = Spec {
         argv: &env.run,
         code: code.as_bytes(),
         timeout: PROBE_TIMEOUT,
         output_bytes: PROBE_OUTPUT_BYTES,
-        env: job_env,
-        cgroup: None,
+        env: wrapper_env,
     };
-    let (outcome, cgroup) = limits::run(host, job, std::future::pending())
+    let outcome = run::run(host, spec, std::future::pending())
         .await
         .map_err(|e| format!("cannot start {wrapper}: {e}"))?;
     if outcome.succeeded() {
         let seen = Seen::parse(&outcome.stdout.render());
-        verify(env, host, &seen, cgroup.as_ref())?;
+        verify(env, host, &seen, outcome.usage.as_ref())?;
         return Ok(seen);
     }
     let how = if outcome.timed_out {
@@ -197,9 +199,9 @@ pub async fn probe(env: &Env, job_env: &JobEnv, host: &Host) -> Result<Seen, Str
         )
     } else {
         match outcome.exit {
-            Exit::Code(code) => format!("the wrapper exited with code {code}"),
-            Exit::Signal(n) => format!("the wrapper was killed by signal {n}"),
-            Exit::Unknown => "the wrapper ended without an exit status".into(),
+            Some(Exit::Code(code)) => format!("the wrapper exited with code {code}"),
+            Some(Exit::Signal(n)) => format!("the wrapper was killed by signal {n}"),
+            None => "the wrapper ended without an exit status".into(),
         }
     };
     let stderr = outcome.stderr.render();
@@ -213,21 +215,21 @@ pub async fn probe(env: &Env, job_env: &JobEnv, host: &Host) -> Result<Seen, Str
 
 /// The start-up probes of the server, one per environment.
 pub struct Probes {
-    job_env: JobEnv,
+    wrapper_env: WrapperEnv,
     host: Arc<Host>,
     /// `None`: not probed yet, or the last failure was already reported.
     states: BTreeMap<String, Mutex<Option<Result<(), String>>>>,
 }
 
 impl Probes {
-    pub fn new(catalog: &Catalog, job_env: JobEnv, host: Arc<Host>) -> Self {
+    pub fn new(catalog: &Catalog, wrapper_env: WrapperEnv, host: Arc<Host>) -> Self {
         let states = catalog
             .envs
             .keys()
             .map(|name| (name.clone(), Mutex::new(None)))
             .collect();
         Self {
-            job_env,
+            wrapper_env,
             host,
             states,
         }
@@ -248,7 +250,7 @@ impl Probes {
                 };
                 let mut state = state.lock().await;
                 if state.is_none() {
-                    let result = probe(&env, &probes.job_env, &probes.host).await;
+                    let result = probe(&env, &probes.wrapper_env, &probes.host).await;
                     match &result {
                         Ok(seen) => tracing::info!(
                             env = %env.name,
@@ -269,7 +271,7 @@ impl Probes {
     /// out once; the next call probes again.
     pub async fn ensure(&self, env: &Env) -> Result<(), String> {
         let Some(state) = self.states.get(&env.name) else {
-            return probe(env, &self.job_env, &self.host).await.map(|_| ());
+            return probe(env, &self.wrapper_env, &self.host).await.map(|_| ());
         };
         let mut state = state.lock().await;
         match state.take() {
@@ -279,7 +281,7 @@ impl Probes {
             }
             Some(Err(reason)) => Err(reason),
             None => {
-                let result = probe(env, &self.job_env, &self.host).await.map(|_| ());
+                let result = probe(env, &self.wrapper_env, &self.host).await.map(|_| ());
                 if result.is_ok() {
                     *state = Some(Ok(()));
                 }
@@ -295,7 +297,7 @@ impl Probes {
 /// this host cannot enforce is reported, not failed: the jail still holds.
 pub async fn run_check(
     catalog: &Catalog,
-    job_env: &JobEnv,
+    wrapper_env: &WrapperEnv,
     host: &Host,
     out: &mut impl Write,
 ) -> std::io::Result<bool> {
@@ -315,7 +317,7 @@ pub async fn run_check(
         ok = false;
     }
     for env in catalog.envs.values() {
-        match probe(env, job_env, host).await {
+        match probe(env, wrapper_env, host).await {
             Ok(seen) => writeln!(
                 out,
                 "{}: ok (limits hold; seccomp filter {})",
@@ -334,7 +336,6 @@ pub async fn run_check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroup::Stats;
 
     const OUTPUT: &str = "\
 === /proc/self/limits
@@ -413,7 +414,7 @@ Inter-|   Receive                                                |  Transmit
                 .contains("Max processes")
         );
         let mut cg = Host::plain(true);
-        cg.cgroups = Some(crate::cgroup::Cgroups::fake(true, true));
+        cg.cgroups = Some(super::super::cgroup::Cgroups::fake(true, true));
         let no_as = Seen::parse(&OUTPUT.replace(
             "Max address space         1073741824 ",
             "Max address space         unlimited ",

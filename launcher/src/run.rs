@@ -1,0 +1,286 @@
+//! One run: code fed to an environment's `run` wrapper (CONTRIBUTING.md,
+//! contract 2) in a fresh jail, its output captured, and nothing of it left
+//! afterwards. The `run` tool without `session` or `files` is one
+//! ([`in_env`]); so is a sandbox probe (wrapper/probe.rs).
+//!
+//! - The wrapper is started as wrapper/mod.rs says: its own process group,
+//!   the small environment, its own cgroup when the host has cgroups.
+//! - The code is written to its stdin, which is then closed; stdout and stderr
+//!   are read concurrently into [`Cap`]s through fixed-size buffers.
+//! - One deadline covers writing, running, reading and waiting. At the
+//!   deadline or on cancellation the whole process group is killed.
+//! - What the cgroup counted is read once the wrapper is gone, then the
+//!   cgroup is removed.
+
+use std::time::{Duration, Instant};
+
+use proto::cap::Cap;
+use proto::frame::Exit;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::Env;
+use crate::wrapper::cgroup::Stats;
+use crate::wrapper::host::Host;
+use crate::wrapper::{self, Group, StartError, WrapperEnv};
+
+/// After a kill, how long to wait for the pipes to close and the wrapper to
+/// be reaped before giving up on them (a guard against hangs, not a limit).
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// Size of the read buffer per stream: memory stays flat under a flood.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// What to run and under which limits.
+pub struct Spec<'a> {
+    /// The wrapper's argv: an environment's `run`.
+    pub argv: &'a [String],
+    pub code: &'a [u8],
+    pub timeout: Duration,
+    /// Cap for each of stdout and stderr.
+    pub output_bytes: usize,
+    pub env: &'a WrapperEnv,
+}
+
+/// Everything a finished run produced.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// How the wrapper ended; `None` when it was killed but not reaped
+    /// within [`KILL_GRACE`] (the reaper still reaps it).
+    pub exit: Option<Exit>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    pub stdout: Cap,
+    pub stderr: Cap,
+    pub duration: Duration,
+    /// What the run's cgroup counted, when it had one.
+    pub usage: Option<Stats>,
+}
+
+impl RunOutcome {
+    /// Exit 0, not killed by the launcher.
+    pub fn succeeded(&self) -> bool {
+        self.exit == Some(Exit::Code(0)) && !self.timed_out && !self.cancelled
+    }
+}
+
+/// What a run of the `run` tool needs besides its environment and code.
+pub struct Context<'a> {
+    pub host: &'a Host,
+    pub env: &'a WrapperEnv,
+    /// The client cancelled the call.
+    pub cancel: &'a CancellationToken,
+    /// The server is stopping.
+    pub shutdown: &'a CancellationToken,
+}
+
+/// Runs `code` in a fresh jail of `env`, under its timeout and output cap.
+pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcome, StartError> {
+    let spec = Spec {
+        argv: &env.run,
+        code: code.as_bytes(),
+        timeout: Duration::from_secs(env.limits.timeout_s.get()),
+        output_bytes: usize::try_from(env.limits.output_bytes.get()).unwrap_or(usize::MAX),
+        env: cx.env,
+    };
+    let stop = async {
+        tokio::select! {
+            () = cx.cancel.cancelled() => {}
+            () = cx.shutdown.cancelled() => {}
+        }
+    };
+    let ran = run(cx.host, spec, stop).await;
+    match &ran {
+        Ok(outcome) => tracing::info!(
+            env = %env.name,
+            exit = ?outcome.exit,
+            timed_out = outcome.timed_out,
+            cancelled = outcome.cancelled,
+            ms = outcome.duration.as_millis() as u64,
+            "run finished"
+        ),
+        Err(StartError::Cgroup(e)) => {
+            tracing::error!(env = %env.name, error = %e, "no cgroup for the run");
+        }
+        Err(StartError::Spawn(e)) => {
+            tracing::error!(env = %env.name, error = %e, "cannot start the wrapper");
+        }
+    }
+    ran
+}
+
+/// Runs `spec` to its end, its deadline, or until `stop` completes, in a
+/// cgroup of its own when `host` has cgroups. Errors only when the wrapper
+/// cannot be started.
+pub async fn run(
+    host: &Host,
+    spec: Spec<'_>,
+    stop: impl Future<Output = ()>,
+) -> Result<RunOutcome, StartError> {
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + spec.timeout;
+    let wrapper::Spawned {
+        group,
+        reaped,
+        stdin,
+        stdout,
+        stderr,
+        cgroup,
+    } = wrapper::spawn(spec.argv, spec.env, host)?;
+
+    let mut out = Cap::new(spec.output_bytes);
+    let mut err = Cap::new(spec.output_bytes);
+    let (mut timed_out, mut cancelled) = (false, false);
+    let exit = {
+        let work = async {
+            let write = async {
+                let mut stdin = stdin;
+                if let Err(e) = stdin.write_all(spec.code).await {
+                    tracing::debug!(error = %e, "the wrapper stopped reading its code");
+                }
+                // Dropping stdin closes it: the program sees EOF after the code.
+            };
+            let (_, _, _, exit) = tokio::join!(
+                write,
+                pump(stdout, &mut out),
+                pump(stderr, &mut err),
+                reaped
+            );
+            exit.ok().flatten()
+        };
+        tokio::pin!(work);
+        tokio::select! {
+            exit = &mut work => exit,
+            () = tokio::time::sleep_until(deadline) => {
+                timed_out = true;
+                kill_and_drain(&group, work).await
+            }
+            () = stop => {
+                cancelled = true;
+                kill_and_drain(&group, work).await
+            }
+        }
+    };
+    group.kill();
+    let usage = match cgroup {
+        Some(cgroup) => {
+            let stats = cgroup.stats();
+            if tokio::task::spawn_blocking(move || cgroup.remove())
+                .await
+                .is_err()
+            {
+                tracing::warn!("removing a run's cgroup panicked");
+            }
+            Some(stats)
+        }
+        None => None,
+    };
+    Ok(RunOutcome {
+        exit,
+        timed_out,
+        cancelled,
+        stdout: out,
+        stderr: err,
+        duration: started.elapsed(),
+        usage,
+    })
+}
+
+/// Kills the group, then lets the readers see EOF and the reaper report.
+async fn kill_and_drain(
+    group: &Group,
+    work: std::pin::Pin<&mut impl Future<Output = Option<Exit>>>,
+) -> Option<Exit> {
+    group.kill();
+    match tokio::time::timeout(KILL_GRACE, work).await {
+        Ok(exit) => exit,
+        Err(_) => {
+            tracing::warn!(pgid = group.id(), "the killed run did not close its pipes");
+            None
+        }
+    }
+}
+
+/// Reads `r` to its end into `cap`, through one fixed-size buffer.
+async fn pump(mut r: impl AsyncRead + Unpin, cap: &mut Cap) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => cap.push(&buf[..n]),
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the wrapper's output failed");
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec<'a>(script: &'a [String], env: &'a WrapperEnv, timeout_ms: u64) -> Spec<'a> {
+        Spec {
+            argv: script,
+            code: b"",
+            timeout: Duration::from_millis(timeout_ms),
+            output_bytes: 1024,
+            env,
+        }
+    }
+
+    /// A host without cgroups: the run itself, nothing counted.
+    fn host() -> Host {
+        Host::plain(false)
+    }
+
+    #[tokio::test]
+    async fn exit_code_and_streams_are_reported() {
+        let argv = ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"].map(String::from);
+        let env = WrapperEnv::default();
+        let o = run(&host(), spec(&argv, &env, 10_000), std::future::pending())
+            .await
+            .unwrap();
+        assert_eq!(o.exit, Some(Exit::Code(3)));
+        assert_eq!(o.stdout.render(), "out\n");
+        assert_eq!(o.stderr.render(), "err\n");
+        assert!(!o.timed_out && !o.succeeded());
+    }
+
+    #[tokio::test]
+    async fn a_sleeper_with_closed_output_ends_at_the_deadline() {
+        let argv = ["/bin/sh", "-c", "exec >&- 2>&-; sleep 1000"].map(String::from);
+        let env = WrapperEnv::default();
+        let o = run(&host(), spec(&argv, &env, 300), std::future::pending())
+            .await
+            .unwrap();
+        assert!(o.timed_out);
+        assert_eq!(o.exit, Some(Exit::Signal(9)));
+    }
+
+    #[tokio::test]
+    async fn cancellation_kills_the_run() {
+        let argv = ["/bin/sh", "-c", "sleep 1000"].map(String::from);
+        let env = WrapperEnv::default();
+        let cancel = tokio::time::sleep(Duration::from_millis(200));
+        let o = run(&host(), spec(&argv, &env, 60_000), cancel)
+            .await
+            .unwrap();
+        assert!(o.cancelled && !o.timed_out);
+        assert_eq!(o.exit, Some(Exit::Signal(9)));
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_a_spawn_error() {
+        let argv = ["/nonexistent/wrapper".to_string()];
+        let env = WrapperEnv::default();
+        let e = run(&host(), spec(&argv, &env, 1000), std::future::pending())
+            .await
+            .unwrap_err();
+        let StartError::Spawn(e) = e else {
+            panic!("not a spawn error: {e}")
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
+}

@@ -12,16 +12,14 @@ mod cli;
 mod errors;
 mod files_in;
 mod http;
-mod limits;
 mod mcp;
 mod mirror;
 mod outputs;
-mod result;
+mod report;
 mod run;
 mod session;
 mod session_call;
 mod session_jail;
-mod session_result;
 mod stdin_eof;
 #[cfg(test)]
 mod testing;

@@ -1,9 +1,9 @@
 //! The MCP surface: one tool, `run`, and the server instructions.
 //!
 //! A call goes: arguments ([`RunArgs`]) -> environment -> code checks ->
-//! wrapper check -> sandbox probe -> [`run::in_env`] -> [`result::ran`]; with
+//! wrapper check -> sandbox probe -> [`run::in_env`] -> [`report::run::ran`]; with
 //! `session`, the session table ([`Sessions`]) runs it instead and
-//! [`session_result::session_ran`] reports it; with `files` and no
+//! [`report::call::called`] reports it; with `files` and no
 //! `session`, a throwaway session jail runs it (throwaway.rs).
 //!
 //! Resources (issue 7): the outputs of a session that are not shown in a
@@ -29,10 +29,9 @@ use crate::errors::RunError;
 use crate::files_in;
 use crate::mirror::Mirror;
 use crate::outputs::{self, Links, MAX_RESOURCE_BYTES};
-use crate::result;
+use crate::report;
 use crate::run;
 use crate::session::{self, OutputUnreadable, Sessions};
-use crate::session_result;
 use crate::throwaway;
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::Host;
@@ -209,7 +208,7 @@ impl Server {
     ) -> CallToolResult {
         let env = match self.resolve_env(args.env.as_deref()) {
             Ok(env) => env,
-            Err(e) => return result::refused(&e),
+            Err(e) => return report::refused(&e),
         };
         let ran = match &args.session {
             Some(name) => self.run_session(&env, name, &args, client, ct).await,
@@ -233,7 +232,7 @@ impl Server {
         ct: CancellationToken,
     ) -> Result<CallToolResult, CallToolResult> {
         let (code, files) = (&args.code, &args.files);
-        let refuse = |e: RunError| result::refused(&e);
+        let refuse = |e: RunError| report::refused(&e);
         if !session::valid_name(name) {
             return Err(refuse(RunError::bad_session_name(name)));
         }
@@ -252,11 +251,7 @@ impl Server {
                 client
                     .links
                     .note(&outcome.session, fresh, &outcome.outputs.items);
-                Ok(session_result::session_ran(
-                    env,
-                    &outcome,
-                    client.resource_links,
-                ))
+                Ok(report::call::called(env, &outcome, client.resource_links))
             }
             Err(e) => Err(refuse(e)),
         }
@@ -271,7 +266,7 @@ impl Server {
         client: &Client<'_>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, CallToolResult> {
-        let refuse = |e: RunError| result::refused(&e);
+        let refuse = |e: RunError| report::refused(&e);
         if env.session.is_empty() {
             return Err(refuse(RunError::files_unsupported(&env.name)));
         }
@@ -284,11 +279,7 @@ impl Server {
             shutdown: &self.shutdown,
         };
         match throwaway::run(env, code, files, &cx).await {
-            Ok(outcome) => Ok(session_result::session_ran(
-                env,
-                &outcome,
-                client.resource_links,
-            )),
+            Ok(outcome) => Ok(report::call::called(env, &outcome, client.resource_links)),
             Err(e) => Err(refuse(e)),
         }
     }
@@ -340,7 +331,7 @@ impl Server {
         code: &str,
         ct: CancellationToken,
     ) -> Result<CallToolResult, CallToolResult> {
-        let refuse = |e: RunError| result::refused(&e);
+        let refuse = |e: RunError| report::refused(&e);
         if code.is_empty() {
             return Err(refuse(RunError::empty_code()));
         }
@@ -364,7 +355,7 @@ impl Server {
             shutdown: &self.shutdown,
         };
         match run::in_env(env, code, &cx).await {
-            Ok(outcome) => Ok(result::ran(env, &outcome)),
+            Ok(outcome) => Ok(report::run::ran(env, &outcome)),
             Err(e) => Err(refuse(RunError::not_started(&env.name, &env.run[0], &e))),
         }
     }
@@ -489,7 +480,7 @@ impl ServerHandler for Server {
                 let client = self.client(&context);
                 self.dispatch(args, &client, context.ct.clone()).await
             }
-            Err(e) => result::refused(&e),
+            Err(e) => report::refused(&e),
         };
         Ok(result.into())
     }

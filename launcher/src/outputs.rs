@@ -24,8 +24,6 @@ use std::time::Duration;
 
 use proto::files::{self, image_type};
 use proto::frame::{ErrorCode, MAX_READ_BYTES, Output, Reply, Request};
-use rmcp::model::{ContentBlock, Resource};
-use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::mirror::Mirror;
@@ -320,94 +318,6 @@ impl Links {
             .flat_map(|(session, links)| links.values().map(move |o| (session.clone(), o.clone())))
             .collect()
     }
-}
-
-/// The lines of the result's text about the outputs (none when there are
-/// none); `throwaway`: the jail is gone, nothing is readable afterwards.
-pub fn lines(c: &Collected, throwaway: bool) -> Vec<String> {
-    if c.items.is_empty() && c.more == 0 {
-        return Vec::new();
-    }
-    let mut lines = vec!["outputs (new or changed in /workspace/outputs):".to_owned()];
-    let mut unkept = false;
-    for item in &c.items {
-        let o = &item.output;
-        let mut line = format!("- {} ({}, {})", o.path, o.mime, size_text(o.size));
-        let mut said = Vec::new();
-        if item.shown.is_some() {
-            said.push("shown".to_owned());
-        }
-        said.extend(item.note.clone());
-        if let Some(uri) = &item.uri {
-            said.push(format!("resource {uri}"));
-        } else if item.shown.is_none() && throwaway {
-            unkept = true;
-        }
-        if !said.is_empty() {
-            line.push_str(": ");
-            line.push_str(&said.join("; "));
-        }
-        lines.push(line);
-    }
-    if c.more > 0 {
-        lines.push(format!("- (+{} more not listed)", c.more));
-    }
-    if unkept {
-        lines.push(
-            "(without `session` no file is kept after the run; name a session to read them)".into(),
-        );
-    }
-    if let Some(dir) = &c.mirrored {
-        lines.push(format!("outputs mirrored to {}", dir.display()));
-    }
-    if let Some(why) = &c.broken {
-        lines.push(format!(
-            "reading the outputs failed ({why}); the session restarts on its next call"
-        ));
-    }
-    lines
-}
-
-/// The content blocks after the text: images, SVG texts, and resource links
-/// when `resource_links` (the client's protocol revision has them).
-pub fn blocks(c: &Collected, resource_links: bool) -> Vec<ContentBlock> {
-    c.items
-        .iter()
-        .filter_map(|item| match (&item.shown, &item.uri) {
-            (Some(Shown::Image { mime, data }), _) => {
-                Some(ContentBlock::image(data.clone(), *mime))
-            }
-            (Some(Shown::Svg(text)), _) => Some(ContentBlock::text(format!(
-                "--- outputs/{} ---\n{text}",
-                item.output.path
-            ))),
-            (None, Some(uri)) if resource_links => Some(ContentBlock::resource_link(
-                Resource::new(uri.clone(), item.output.path.clone())
-                    .with_mime_type(item.output.mime.clone())
-                    .with_size(item.output.size),
-            )),
-            (None, _) => None,
-        })
-        .collect()
-}
-
-/// The outputs in the result's facts (`_meta`): `[{"path", "size", "mime", "shown",
-/// "uri"}]`.
-pub fn facts(c: &Collected) -> Value {
-    Value::Array(
-        c.items
-            .iter()
-            .map(|item| {
-                json!({
-                    "path": item.output.path,
-                    "size": item.output.size,
-                    "mime": item.output.mime,
-                    "shown": item.shown.is_some(),
-                    "uri": item.uri,
-                })
-            })
-            .collect(),
-    )
 }
 
 /// `n` bytes for a person: `512 B`, `1.5 KiB`, `3 MiB`.

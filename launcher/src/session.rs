@@ -140,7 +140,7 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// What a session call did, for `result::session_ran`.
+/// What a session call did, for [`crate::report::call::called`].
 #[derive(Debug)]
 pub struct Outcome {
     pub session: String,

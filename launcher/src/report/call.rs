@@ -1,10 +1,10 @@
-//! Turns a session call ([`session::Outcome`]) into the `run` tool's result,
-//! in the format of result.rs: stdout, then `--- stderr ---` and stderr,
-//! then one short sentence per event worth knowing:
+//! The result of a session call (session/), in the format of
+//! report/mod.rs: stdout, then `--- stderr ---` and stderr, then one short
+//! sentence per event worth knowing:
 //!
 //! - ``session `NAME` created: pass this name as `session` to continue it``:
 //!   the server named the session (a client without an MCP session;
-//!   session.rs);
+//!   session/names.rs);
 //! - `new session `NAME`: the earlier one ended (WHY); its state and
 //!   /workspace files are gone`: the name was in use before;
 //! - `the interpreter had exited; this call ran in a fresh one (variables
@@ -21,60 +21,92 @@
 //! written under /workspace/outputs, and after the text block the images
 //! (image content), SVG texts and resource links.
 //!
-//! A run with `files` and no session (throwaway.rs) is reported the same
-//! way, with `session` null and the jail's end said as such.
-//!
-//! The facts, in `_meta` (result.rs says why not `structuredContent`):
-//! `{"env", "session", "exit_code", "interpreter_exit" (null, {"code": N} or {"signal": N}), "timed_out", "cancelled",
-//! "interrupted", "fresh_interpreter", "session_reset", "session_replaced",
-//! "session_closed", "session_named_by_server", "stdout_dropped_bytes", "stderr_dropped_bytes",
-//! "duration_ms", "store_path", "nixpkgs_rev", "outputs"}` (`outputs`:
-//! `[{"path", "size", "mime", "shown", "uri"}]`). `exit_code` is null when no reply came
-//! (a reset). `isError` is false exactly when the code ran to its end with
-//! status 0 and nothing was reset, interrupted or cut short.
+//! A run with `files` and no session (session/throwaway.rs) is reported the
+//! same way, with `session` null and the jail's end said as such.
 
 use proto::frame::Exit;
 use rmcp::model::{CallToolResult, ContentBlock};
-use serde_json::json;
+use serde::Serialize;
 
+use super::limit::{SIGKILL, SIGXCPU, SIGXFSZ};
+use super::outputs::{self, OutputFact};
 use crate::catalog::Env;
-use crate::outputs;
-use crate::result::{cut_notes, streams, with_facts, with_notes};
 use crate::session::Outcome;
 
-const SIGKILL: i32 = 9;
-const SIGXCPU: i32 = 24;
-const SIGXFSZ: i32 = 25;
+/// The facts of a session call, in the result's `_meta` (report/mod.rs
+/// says why).
+#[derive(Debug, Serialize)]
+pub struct CallFacts<'a> {
+    /// The environment's name.
+    pub env: &'a str,
+    /// The session's name (the server's, when it named it); null for a run
+    /// with `files` and no session.
+    pub session: Option<&'a str>,
+    /// The call's status (the code's `$?` in bash, 1 for an uncaught
+    /// exception); null when no reply came (a reset).
+    pub exit_code: Option<i32>,
+    /// How the interpreter ended during the call, if it did: `{"code": N}`
+    /// or `{"signal": N}`.
+    pub interpreter_exit: Option<Exit>,
+    /// The deadline (`timeout_s`) came: the code was interrupted, or the
+    /// session reset.
+    pub timed_out: bool,
+    /// The client cancelled the call: the code was interrupted, or the
+    /// session reset.
+    pub cancelled: bool,
+    /// An interrupt reached the code (its state is kept).
+    pub interrupted: bool,
+    /// The interpreter had exited before: this call ran in a fresh one.
+    pub fresh_interpreter: bool,
+    /// The session's jail was killed and started afresh during the call.
+    pub session_reset: bool,
+    /// The session named had ended before: the call ran in a new one.
+    pub session_replaced: bool,
+    /// The session ended with this call (its lifetime, or the server
+    /// stopping).
+    pub session_closed: bool,
+    /// The server named this new session (`session`).
+    pub session_named_by_server: bool,
+    /// Bytes cut from the middle of stdout by the output cap.
+    pub stdout_dropped_bytes: u64,
+    /// Bytes cut from the middle of stderr by the output cap.
+    pub stderr_dropped_bytes: u64,
+    /// Wall time of the call, the outputs' collection included.
+    pub duration_ms: u64,
+    /// The receipt, with `nixpkgs_rev`: `nix run` of the store path replays
+    /// the call in the same environment.
+    pub store_path: &'a str,
+    /// The nixpkgs revision the environment was built from; null when
+    /// unknown.
+    pub nixpkgs_rev: Option<&'a str>,
+    /// The files the call wrote under /workspace/outputs.
+    pub outputs: Vec<OutputFact<'a>>,
+}
 
 /// The result of a session call; `resource_links` says whether the client
 /// takes `resource_link` content (the text names every link either way).
-pub fn session_ran(env: &Env, o: &Outcome, resource_links: bool) -> CallToolResult {
+pub fn called(env: &Env, o: &Outcome, resource_links: bool) -> CallToolResult {
     let reply = o.reply.as_ref();
-    let interpreter_exit = match reply.and_then(|r| r.exit) {
-        Some(Exit::Code(code)) => json!({"code": code}),
-        Some(Exit::Signal(signal)) => json!({"signal": signal}),
-        None => json!(null),
+    let facts = CallFacts {
+        env: &env.name,
+        session: (!o.throwaway).then_some(o.session.as_str()),
+        exit_code: reply.map(|r| r.status),
+        interpreter_exit: reply.and_then(|r| r.exit),
+        timed_out: o.timed_out,
+        cancelled: o.cancelled,
+        interrupted: reply.is_some_and(|r| r.interrupted),
+        fresh_interpreter: reply.is_some_and(|r| r.restarted),
+        session_reset: o.reset.is_some(),
+        session_replaced: o.ended_before.is_some(),
+        session_closed: o.ended_after || o.shutdown,
+        session_named_by_server: o.named_by_server,
+        stdout_dropped_bytes: reply.map_or(0, |r| r.stdout_dropped),
+        stderr_dropped_bytes: reply.map_or(0, |r| r.stderr_dropped),
+        duration_ms: super::millis(o.duration),
+        store_path: &env.store_path,
+        nixpkgs_rev: env.nixpkgs_rev.as_deref(),
+        outputs: outputs::facts(&o.outputs),
     };
-    let facts = json!({
-        "env": env.name,
-        "session": (!o.throwaway).then_some(&o.session),
-        "exit_code": reply.map(|r| r.status),
-        "interpreter_exit": interpreter_exit,
-        "timed_out": o.timed_out,
-        "cancelled": o.cancelled,
-        "interrupted": reply.is_some_and(|r| r.interrupted),
-        "fresh_interpreter": reply.is_some_and(|r| r.restarted),
-        "session_reset": o.reset.is_some(),
-        "session_replaced": o.ended_before.is_some(),
-        "session_closed": o.ended_after || o.shutdown,
-        "session_named_by_server": o.named_by_server,
-        "stdout_dropped_bytes": reply.map_or(0, |r| r.stdout_dropped),
-        "stderr_dropped_bytes": reply.map_or(0, |r| r.stderr_dropped),
-        "duration_ms": u64::try_from(o.duration.as_millis()).unwrap_or(u64::MAX),
-        "store_path": env.store_path,
-        "nixpkgs_rev": env.nixpkgs_rev,
-        "outputs": outputs::facts(&o.outputs),
-    });
     let succeeded = reply.is_some_and(|r| r.status == 0 && !r.interrupted)
         && o.reset.is_none()
         && !o.shutdown
@@ -82,12 +114,7 @@ pub fn session_ran(env: &Env, o: &Outcome, resource_links: bool) -> CallToolResu
         && !o.cancelled;
     let mut content = vec![ContentBlock::text(render(env, o))];
     content.extend(outputs::blocks(&o.outputs, resource_links));
-    let result = if succeeded {
-        CallToolResult::success(content)
-    } else {
-        CallToolResult::error(content)
-    };
-    with_facts(result, facts)
+    super::with_facts(super::result(succeeded, content), &facts)
 }
 
 fn render(env: &Env, o: &Outcome) -> String {
@@ -106,7 +133,7 @@ fn render(env: &Env, o: &Outcome) -> String {
         ));
     }
     if let Some(r) = &o.reply {
-        text = streams(r.stdout.clone(), &r.stderr);
+        text = super::streams(r.stdout.clone(), &r.stderr);
         if r.restarted {
             notes.push(
                 "the interpreter had exited; this call ran in a fresh one (variables lost, \
@@ -114,7 +141,7 @@ fn render(env: &Env, o: &Outcome) -> String {
                     .into(),
             );
         }
-        notes.extend(cut_notes(r.stdout_dropped, r.stderr_dropped));
+        notes.extend(super::cut_notes(r.stdout_dropped, r.stderr_dropped));
         if r.interrupted && o.throwaway {
             notes.push(if o.timed_out {
                 format!("timed out after {} s (interrupted)", env.limits.timeout_s)
@@ -161,7 +188,7 @@ fn render(env: &Env, o: &Outcome) -> String {
             o.session
         ));
     }
-    with_notes(text, notes)
+    super::with_notes(text, notes)
 }
 
 /// How the interpreter died, with the limit that usually explains it.
@@ -189,6 +216,7 @@ fn died(env: &Env, exit: Exit) -> String {
 mod tests {
     use super::*;
     use proto::frame::ExecReply;
+    use serde_json::json;
     use std::time::Duration;
 
     fn env() -> Env {
@@ -228,34 +256,70 @@ mod tests {
 
     #[test]
     fn a_plain_call_is_its_output() {
-        let r = session_ran(&env(), &outcome(Some(reply(0, "1\n", ""))), true);
+        let r = called(&env(), &outcome(Some(reply(0, "1\n", ""))), true);
         assert_eq!(text(&r), "1\n");
         assert_eq!(r.is_error, Some(false));
-        let s = crate::result::facts(&r);
+        let s = crate::report::facts(&r);
         assert_eq!(s["session"], "s1");
         assert_eq!(s["exit_code"], 0);
         assert_eq!(s["interpreter_exit"], serde_json::Value::Null);
-        let r = session_ran(&env(), &outcome(Some(reply(0, "", ""))), true);
+        let r = called(&env(), &outcome(Some(reply(0, "", ""))), true);
         assert_eq!(text(&r), "(no output)");
+    }
+
+    /// The keys are the format programs read: renaming a field is a change
+    /// of the format, never a refactor.
+    #[test]
+    fn the_facts_keep_their_keys() {
+        let r = called(&env(), &outcome(Some(reply(0, "", ""))), true);
+        let keys: Vec<&str> = crate::report::facts(&r)
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "cancelled",
+                "duration_ms",
+                "env",
+                "exit_code",
+                "fresh_interpreter",
+                "interpreter_exit",
+                "interrupted",
+                "nixpkgs_rev",
+                "outputs",
+                "session",
+                "session_closed",
+                "session_named_by_server",
+                "session_replaced",
+                "session_reset",
+                "stderr_dropped_bytes",
+                "stdout_dropped_bytes",
+                "store_path",
+                "timed_out",
+            ]
+        );
     }
 
     #[test]
     fn an_exception_and_an_exit_say_what_happened_to_the_state() {
-        let r = session_ran(&env(), &outcome(Some(reply(1, "", "Traceback\n"))), true);
+        let r = called(&env(), &outcome(Some(reply(1, "", "Traceback\n"))), true);
         assert_eq!(text(&r), "--- stderr ---\nTraceback\nexit code 1");
         assert_eq!(r.is_error, Some(true));
         let mut exited = reply(3, "bye\n", "");
         exited.exit = Some(Exit::Code(3));
-        let r = session_ran(&env(), &outcome(Some(exited)), true);
+        let r = called(&env(), &outcome(Some(exited)), true);
         assert_eq!(
             text(&r),
             "bye\nthe interpreter exited with code 3; the next call starts a fresh one \
              (variables lost, /workspace files kept)"
         );
-        assert_eq!(crate::result::facts(&r)["interpreter_exit"]["code"], 3);
+        assert_eq!(crate::report::facts(&r)["interpreter_exit"]["code"], 3);
         let mut fresh = reply(0, "2\n", "");
         fresh.restarted = true;
-        let r = session_ran(&env(), &outcome(Some(fresh)), true);
+        let r = called(&env(), &outcome(Some(fresh)), true);
         assert!(
             text(&r).starts_with("2\nthe interpreter had exited; this call ran in a fresh one")
         );
@@ -268,7 +332,7 @@ mod tests {
         interrupted.interrupted = true;
         let mut o = outcome(Some(interrupted));
         o.timed_out = true;
-        let r = session_ran(&env(), &o, true);
+        let r = called(&env(), &o, true);
         assert_eq!(
             text(&r),
             "--- stderr ---\nKeyboardInterrupt\ninterrupted after 30 s; state kept"
@@ -277,13 +341,13 @@ mod tests {
         let mut o = outcome(None);
         o.timed_out = true;
         o.reset = Some("timed out after 30 s and did not stop when interrupted".into());
-        let r = session_ran(&env(), &o, true);
+        let r = called(&env(), &o, true);
         assert_eq!(
             text(&r),
             "timed out after 30 s and did not stop when interrupted: session reset: \
              interpreter state and /workspace files lost"
         );
-        let s = crate::result::facts(&r);
+        let s = crate::report::facts(&r);
         assert_eq!(
             (s["session_reset"].as_bool(), s["exit_code"].is_null()),
             (Some(true), true)
@@ -295,7 +359,7 @@ mod tests {
         let mut o = outcome(Some(reply(0, "", "")));
         o.ended_before = Some("it was idle for 300 s".into());
         o.ended_after = true;
-        let t = session_ran(&env(), &o, true);
+        let t = called(&env(), &o, true);
         assert_eq!(
             text(&t),
             "new session `s1`: the earlier one ended (it was idle for 300 s); its state and \

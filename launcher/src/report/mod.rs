@@ -1,0 +1,148 @@
+//! Everything that turns an outcome into what the model reads: the `run`
+//! tool's result for a run (run.rs), a session call (call.rs) or a refusal
+//! ([`refused`]), with the limit a run hit (limit.rs) and the outputs a call
+//! wrote (outputs.rs).
+//!
+//! # Result format (the decision the README documents)
+//!
+//! `content[0]` is one text block for the model: stdout as it was written;
+//! then, when stderr is not empty, a line `--- stderr ---` and stderr; then
+//! one short sentence per event worth knowing (an exit code, a timeout, a
+//! cut, a limit hit, a session reset...); `(no output)` when there is none
+//! of these. run.rs and call.rs list their sentences.
+//!
+//! The same facts for programs go in the result's `_meta`, under
+//! [`FACTS_KEY`], and not in `structuredContent`: clients such as Claude
+//! Code, Codex, pydantic-ai and openai-agents show the model
+//! `structuredContent` instead of the content blocks when it is present,
+//! which would hide the output; no client shows `_meta` to the model. The
+//! facts are typed, each field documented where it is declared:
+//! [`run::RunFacts`], [`call::CallFacts`], [`RefusalFacts`]. No
+//! `outputSchema` is declared, to keep `tools/list` small.
+//!
+//! `isError` is true when the code did not succeed (non-zero exit, killed by
+//! a signal, timed out, cancelled) or the launcher refused the call; it is
+//! false exactly when the code ran and exited 0.
+
+pub mod call;
+pub mod limit;
+pub mod outputs;
+pub mod run;
+
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
+use serde::Serialize;
+
+use crate::errors::RunError as Refusal;
+
+/// The `_meta` key of a result's machine-readable facts.
+pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";
+
+/// `result` with `facts` in its `_meta` (never in `structuredContent`,
+/// which clients would show the model in place of the output).
+fn with_facts(mut result: CallToolResult, facts: &impl Serialize) -> CallToolResult {
+    // The facts are structs of strings, numbers and booleans, which always
+    // serialize.
+    let facts = serde_json::to_value(facts).expect("the facts serialize");
+    let mut meta = MetaObject::default();
+    meta.0.insert(FACTS_KEY.to_owned(), facts);
+    result.meta = Some(meta);
+    result
+}
+
+/// The facts of a result (tests).
+#[cfg(test)]
+pub fn facts(result: &CallToolResult) -> &serde_json::Value {
+    &result.meta.as_ref().expect("_meta").0[FACTS_KEY]
+}
+
+/// The facts of a call refused before anything ran.
+#[derive(Serialize)]
+pub struct RefusalFacts<'a> {
+    pub error: RefusalFact<'a>,
+}
+
+#[derive(Serialize)]
+pub struct RefusalFact<'a> {
+    /// The machine-readable code (`unknown_env`, `session_busy`...).
+    pub code: &'static str,
+    /// The sentence the model reads, without the `error[code]: ` before it.
+    pub message: &'a str,
+}
+
+/// The result of a call refused before anything ran: `isError`, the text
+/// `error[code]: sentence`, and [`RefusalFacts`].
+pub fn refused(refusal: &Refusal) -> CallToolResult {
+    let result = CallToolResult::error(vec![ContentBlock::text(refusal.to_string())]);
+    let facts = RefusalFacts {
+        error: RefusalFact {
+            code: refusal.code.as_str(),
+            message: &refusal.message,
+        },
+    };
+    with_facts(result, &facts)
+}
+
+/// A success or an error result of `content`.
+fn result(succeeded: bool, content: Vec<ContentBlock>) -> CallToolResult {
+    if succeeded {
+        CallToolResult::success(content)
+    } else {
+        CallToolResult::error(content)
+    }
+}
+
+/// `stdout`, then a line `--- stderr ---` and `stderr` when there is any.
+fn streams(mut text: String, stderr: &str) -> String {
+    if !stderr.is_empty() {
+        end_line(&mut text);
+        text.push_str("--- stderr ---\n");
+        text.push_str(stderr);
+    }
+    text
+}
+
+/// `STREAM cut: N bytes dropped from the middle` for each stream that was cut.
+fn cut_notes(stdout_dropped: u64, stderr_dropped: u64) -> impl Iterator<Item = String> {
+    [("stdout", stdout_dropped), ("stderr", stderr_dropped)]
+        .into_iter()
+        .filter(|&(_, dropped)| dropped > 0)
+        .map(|(stream, dropped)| format!("{stream} cut: {dropped} bytes dropped from the middle"))
+}
+
+/// `text` with one note a line after it, or `(no output)` when there is
+/// neither.
+fn with_notes(mut text: String, notes: Vec<String>) -> String {
+    if text.is_empty() && notes.is_empty() {
+        return "(no output)".into();
+    }
+    for note in notes {
+        end_line(&mut text);
+        text.push_str(&note);
+    }
+    text
+}
+
+fn end_line(text: &mut String) {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+}
+
+/// Milliseconds of `d`, saturated.
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_carry_code_and_message() {
+        let r = refused(&Refusal::empty_code());
+        assert_eq!(r.is_error, Some(true));
+        let text = &r.content[0].as_text().unwrap().text;
+        assert!(text.starts_with("error[empty_code]: "));
+        assert_eq!(facts(&r)["error"]["code"], "empty_code");
+    }
+}

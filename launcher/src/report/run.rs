@@ -1,0 +1,252 @@
+//! The result of a run (run.rs). After stdout and stderr, one short sentence
+//! per abnormal event:
+//!
+//! - `exit code 3`, `killed by signal 9`, `timed out after 30 s; the process
+//!   tree was killed`, `cancelled`;
+//! - `stdout cut: 123456 bytes dropped from the middle` (the cut itself is
+//!   marked in place by `[... N bytes dropped ...]`);
+//! - when a limit ended or broke the run, which one (`killed: memory limit
+//!   1024 MiB`, `killed: CPU time limit 60 s`, `probably hit the memory limit
+//!   (1024 MiB)` when told from the program's messages; limit.rs);
+//! - when a limit was hit or the code was killed by a signal, what the run
+//!   used, when the run had a cgroup: `used: CPU 1.20 s, memory 38 MiB`.
+//!
+//! A successful run that printed nothing says `(no output)`.
+
+use proto::frame::Exit;
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde::Serialize;
+
+use super::limit::{self, Hit, Used};
+use crate::catalog::Env;
+use crate::run::RunOutcome;
+
+/// The facts of a run, in the result's `_meta` (report/mod.rs says why).
+#[derive(Debug, Serialize)]
+pub struct RunFacts<'a> {
+    /// The environment's name.
+    pub env: &'a str,
+    /// The wrapper's exit code; null when it was killed by a signal (or
+    /// ended without a status).
+    pub exit_code: Option<i32>,
+    /// The signal that ended the wrapper, or N when it exited with 128+N
+    /// (how a wrapper reports that the code died of signal N).
+    pub signal: Option<i32>,
+    /// The deadline (`timeout_s`) killed it.
+    pub timed_out: bool,
+    /// The client cancelled the call, or went away, and it was killed.
+    pub cancelled: bool,
+    /// Bytes cut from the middle of stdout by the output cap.
+    pub stdout_dropped_bytes: u64,
+    /// Bytes cut from the middle of stderr by the output cap.
+    pub stderr_dropped_bytes: u64,
+    /// Wall time, from the wrapper's start to its end.
+    pub duration_ms: u64,
+    /// The receipt, with `nixpkgs_rev`: `nix run` of the store path replays
+    /// the run in the same environment.
+    pub store_path: &'a str,
+    /// The nixpkgs revision the environment was built from; null when
+    /// unknown.
+    pub nixpkgs_rev: Option<&'a str>,
+    /// CPU time, from the run's cgroup; null without one.
+    pub cpu_ms: Option<u64>,
+    /// Peak memory, from the run's cgroup; null without one.
+    pub peak_memory_bytes: Option<u64>,
+    /// The limit that ended or broke the run, when one can be told.
+    pub limit: Option<LimitFact>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LimitFact {
+    /// `memory`, `cpu`, `file_size`, `processes`, `open_files` or `disk`.
+    pub name: &'static str,
+    /// False when told from the program's error messages (a heuristic).
+    pub certain: bool,
+}
+
+/// The result of a run that happened.
+pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
+    let signal = limit::signal(outcome.exit);
+    let used = Used::of(outcome.usage.as_ref());
+    let hit = limit::diagnose(env, outcome, &used);
+    let facts = RunFacts {
+        env: &env.name,
+        exit_code: match outcome.exit {
+            Some(Exit::Code(code)) => Some(code),
+            _ => None,
+        },
+        signal,
+        timed_out: outcome.timed_out,
+        cancelled: outcome.cancelled,
+        stdout_dropped_bytes: outcome.stdout.dropped(),
+        stderr_dropped_bytes: outcome.stderr.dropped(),
+        duration_ms: super::millis(outcome.duration),
+        store_path: &env.store_path,
+        nixpkgs_rev: env.nixpkgs_rev.as_deref(),
+        cpu_ms: used.cpu.map(super::millis),
+        peak_memory_bytes: used.peak_memory,
+        limit: hit.as_ref().map(|h| LimitFact {
+            name: h.limit,
+            certain: h.certain,
+        }),
+    };
+    let text = render(env, outcome, signal, hit.as_ref(), &used);
+    let result = super::result(outcome.succeeded(), vec![ContentBlock::text(text)]);
+    super::with_facts(result, &facts)
+}
+
+fn render(
+    env: &Env,
+    o: &RunOutcome,
+    signal: Option<i32>,
+    hit: Option<&Hit>,
+    used: &Used,
+) -> String {
+    let text = super::streams(o.stdout.render(), &o.stderr.render());
+    let mut notes: Vec<String> = super::cut_notes(o.stdout.dropped(), o.stderr.dropped()).collect();
+    if o.timed_out {
+        notes.push(format!(
+            "timed out after {} s; the process tree was killed",
+            env.limits.timeout_s
+        ));
+    } else if o.cancelled {
+        notes.push("cancelled".into());
+    } else {
+        match (o.exit, signal) {
+            (_, Some(n)) => notes.push(format!("killed by signal {n}")),
+            (Some(Exit::Code(0)), None) => {}
+            (Some(Exit::Code(code)), None) => notes.push(format!("exit code {code}")),
+            (_, None) => notes.push("ended without an exit status".into()),
+        }
+    }
+    if let Some(hit) = hit {
+        notes.push(hit.sentence.clone());
+    }
+    let killed = signal.is_some() && !o.timed_out && !o.cancelled;
+    if hit.is_some() || killed {
+        notes.extend(used.sentence());
+    }
+    super::with_notes(text, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::facts;
+    use proto::cap::Cap;
+    use std::time::Duration;
+
+    fn env() -> Env {
+        crate::testing::env("python").build()
+    }
+
+    fn outcome(exit: Exit, out: &[u8], err: &[u8]) -> RunOutcome {
+        let mut stdout = Cap::new(8);
+        stdout.push(out);
+        let mut stderr = Cap::new(8);
+        stderr.push(err);
+        RunOutcome {
+            exit: Some(exit),
+            timed_out: false,
+            cancelled: false,
+            stdout,
+            stderr,
+            duration: Duration::from_millis(12),
+            usage: None,
+        }
+    }
+
+    fn ran_(o: &RunOutcome) -> CallToolResult {
+        ran(&env(), o)
+    }
+
+    fn text(r: &CallToolResult) -> &str {
+        &r.content[0].as_text().unwrap().text
+    }
+
+    #[test]
+    fn success_is_stdout_and_not_an_error() {
+        let r = ran_(&outcome(Exit::Code(0), b"1\n", b""));
+        assert_eq!(text(&r), "1\n");
+        assert_eq!(r.is_error, Some(false));
+        // Clients show structuredContent in place of the text: none.
+        assert!(r.structured_content.is_none());
+        let s = facts(&r);
+        assert_eq!(s["exit_code"], 0);
+        assert_eq!(s["signal"], serde_json::Value::Null);
+        assert_eq!(s["duration_ms"], 12);
+        assert_eq!(s["store_path"], "/nix/store/x-a");
+    }
+
+    /// The keys are the format programs read: renaming a field is a change
+    /// of the format, never a refactor.
+    #[test]
+    fn the_facts_keep_their_keys() {
+        let r = ran_(&outcome(Exit::Code(0), b"", b""));
+        let keys: Vec<&str> = facts(&r)
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "cancelled",
+                "cpu_ms",
+                "duration_ms",
+                "env",
+                "exit_code",
+                "limit",
+                "nixpkgs_rev",
+                "peak_memory_bytes",
+                "signal",
+                "stderr_dropped_bytes",
+                "stdout_dropped_bytes",
+                "store_path",
+                "timed_out",
+            ]
+        );
+    }
+
+    #[test]
+    fn silence_says_no_output() {
+        let r = ran_(&outcome(Exit::Code(0), b"", b""));
+        assert_eq!(text(&r), "(no output)");
+    }
+
+    #[test]
+    fn stderr_and_exit_code_are_labelled() {
+        let r = ran_(&outcome(Exit::Code(3), b"a", b"b\n"));
+        assert_eq!(text(&r), "a\n--- stderr ---\nb\nexit code 3");
+        assert_eq!(r.is_error, Some(true));
+    }
+
+    #[test]
+    fn exit_128_plus_n_is_a_signal() {
+        let r = ran_(&outcome(Exit::Code(137), b"", b""));
+        assert_eq!(text(&r), "killed by signal 9");
+        let s = facts(&r);
+        assert_eq!(
+            (s["exit_code"].as_i64(), s["signal"].as_i64()),
+            (Some(137), Some(9))
+        );
+    }
+
+    #[test]
+    fn cuts_and_timeouts_are_said_plainly() {
+        let mut o = outcome(Exit::Signal(9), b"0123456789abcdefghij", b"");
+        o.timed_out = true;
+        let r = ran_(&o);
+        assert_eq!(
+            text(&r),
+            "0123\n[... 12 bytes dropped ...]\nghij\n\
+             stdout cut: 12 bytes dropped from the middle\n\
+             timed out after 30 s; the process tree was killed"
+        );
+        let s = facts(&r);
+        assert_eq!(s["timed_out"], true);
+        assert_eq!(s["stdout_dropped_bytes"], 12);
+        assert_eq!(s["exit_code"], serde_json::Value::Null);
+    }
+}

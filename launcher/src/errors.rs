@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use crate::wrapper::StartError;
+use crate::session;
+use crate::wrapper::{NotStarted, StartError};
 
 /// The machine-readable error codes of the `run` tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,15 +107,6 @@ impl RunError {
                  it and restart the server, or use another environment."
             ),
         )
-    }
-
-    /// `wrapper` of environment `env` did not start: without its cgroup the
-    /// sandbox cannot hold its limits; else the wrapper itself failed.
-    pub fn not_started(env: &str, wrapper: &str, e: &StartError) -> Self {
-        match e {
-            StartError::Cgroup(_) => Self::sandbox_unavailable(env, &e.to_string()),
-            StartError::Spawn(_) => Self::wrapper_missing(env, wrapper),
-        }
     }
 
     pub fn sandbox_unavailable(env: &str, reason: &str) -> Self {
@@ -239,6 +231,38 @@ impl RunError {
                  `session` (each call then starts fresh)."
             ),
         )
+    }
+}
+
+/// A wrapper that did not start: without its cgroup the sandbox cannot hold
+/// its limits; else the wrapper itself failed.
+impl From<NotStarted> for RunError {
+    fn from(e: NotStarted) -> Self {
+        match e.cause {
+            StartError::Cgroup(_) => Self::sandbox_unavailable(&e.env, &e.cause.to_string()),
+            StartError::Spawn(_) => Self::wrapper_missing(&e.env, &e.wrapper),
+        }
+    }
+}
+
+impl From<session::Error> for RunError {
+    fn from(e: session::Error) -> Self {
+        use session::Error;
+        match e {
+            Error::EnvMismatch {
+                session,
+                bound,
+                requested,
+            } => Self::session_env_mismatch(&session, &bound, &requested),
+            Error::Busy { session, within_s } => Self::session_busy(&session, within_s),
+            Error::TooMany { max, open, idle_s } => Self::too_many_sessions(max, &open, idle_s),
+            Error::Stopping { env } => Self::sandbox_unavailable(&env, "the server is stopping"),
+            Error::NotStarted(e) => e.into(),
+            Error::InterpreterUnavailable { env, message } => {
+                Self::sandbox_unavailable(&env, &message)
+            }
+            Error::FilesRefused(why) => Self::files_refused(&why),
+        }
     }
 }
 

@@ -13,17 +13,13 @@ mod errors;
 mod files_in;
 mod http;
 mod mcp;
-mod mirror;
 mod outputs;
 mod report;
 mod run;
 mod session;
-mod session_call;
-mod session_jail;
 mod stdin_eof;
 #[cfg(test)]
 mod testing;
-mod throwaway;
 mod wrapper;
 
 use std::io::{IsTerminal, Write};
@@ -114,7 +110,10 @@ fn main() -> ExitCode {
         shutdown: CancellationToken::new(),
         host,
         sessions,
-        mirror: mirror::Mirror::from_var(std::env::var_os(mirror::OUTPUT_DIR_VAR)).map(Arc::new),
+        mirror: outputs::mirror::Mirror::from_var(std::env::var_os(
+            outputs::mirror::OUTPUT_DIR_VAR,
+        ))
+        .map(Arc::new),
     };
     let served = match &opts.http_addr {
         Some(addr) => {

@@ -27,12 +27,12 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::{Catalog, Env};
 use crate::errors::RunError;
 use crate::files_in;
-use crate::mirror::Mirror;
+use crate::outputs::mirror::Mirror;
 use crate::outputs::{self, Links, MAX_RESOURCE_BYTES};
 use crate::report;
 use crate::run;
-use crate::session::{self, OutputUnreadable, Sessions};
-use crate::throwaway;
+use crate::session::throwaway;
+use crate::session::{self, OutputUnreadable, SessionName, Sessions};
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::Host;
 use crate::wrapper::probe::{self, Probes};
@@ -233,9 +233,9 @@ impl Server {
     ) -> Result<CallToolResult, CallToolResult> {
         let (code, files) = (&args.code, &args.files);
         let refuse = |e: RunError| report::refused(&e);
-        if !session::valid_name(name) {
+        let Some(name) = SessionName::new(name) else {
             return Err(refuse(RunError::bad_session_name(name)));
-        }
+        };
         if env.session.is_empty() {
             return Err(refuse(RunError::sessions_unsupported(&env.name)));
         }
@@ -243,7 +243,7 @@ impl Server {
         let mirror = self.mirror.as_deref();
         match client
             .sessions
-            .run(name, env, code, files, mirror, &ct)
+            .call(&name, env, code, files, mirror, &ct)
             .await
         {
             Ok(outcome) => {
@@ -253,7 +253,7 @@ impl Server {
                     .note(&outcome.session, fresh, &outcome.outputs.items);
                 Ok(report::call::called(env, &outcome, client.resource_links))
             }
-            Err(e) => Err(refuse(e)),
+            Err(e) => Err(refuse(e.into())),
         }
     }
 
@@ -278,9 +278,9 @@ impl Server {
             cancel: &ct,
             shutdown: &self.shutdown,
         };
-        match throwaway::run(env, code, files, &cx).await {
+        match throwaway::call(env, code, files, &cx).await {
             Ok(outcome) => Ok(report::call::called(env, &outcome, client.resource_links)),
-            Err(e) => Err(refuse(e)),
+            Err(e) => Err(refuse(e.into())),
         }
     }
 
@@ -356,7 +356,7 @@ impl Server {
         };
         match run::in_env(env, code, &cx).await {
             Ok(outcome) => Ok(report::run::ran(env, &outcome)),
-            Err(e) => Err(refuse(RunError::not_started(&env.name, &env.run[0], &e))),
+            Err(e) => Err(refuse(e.into())),
         }
     }
 }

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::Env;
 use crate::wrapper::cgroup::Stats;
 use crate::wrapper::host::Host;
-use crate::wrapper::{self, Group, StartError, WrapperEnv};
+use crate::wrapper::{self, Group, NotStarted, StartError, WrapperEnv};
 
 /// After a kill, how long to wait for the pipes to close and the wrapper to
 /// be reaped before giving up on them (a guard against hangs, not a limit).
@@ -75,7 +75,7 @@ pub struct Context<'a> {
 }
 
 /// Runs `code` in a fresh jail of `env`, under its timeout and output cap.
-pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcome, StartError> {
+pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcome, NotStarted> {
     let spec = Spec {
         argv: &env.run,
         code: code.as_bytes(),
@@ -106,7 +106,7 @@ pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcom
             tracing::error!(env = %env.name, error = %e, "cannot start the wrapper");
         }
     }
-    ran
+    ran.map_err(|cause| NotStarted::run(env, cause))
 }
 
 /// Runs `spec` to its end, its deadline, or until `stop` completes, in a

@@ -31,7 +31,7 @@ use serde::Serialize;
 use super::limit::{SIGKILL, SIGXCPU, SIGXFSZ};
 use super::outputs::{self, OutputFact};
 use crate::catalog::Env;
-use crate::session::Outcome;
+use crate::session::call::CallOutcome as Outcome;
 
 /// The facts of a session call, in the result's `_meta` (report/mod.rs
 /// says why).

@@ -35,6 +35,7 @@ use proto::frame::Exit;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+use crate::catalog::Env;
 use cgroup::RunCgroup;
 use host::Host;
 
@@ -85,6 +86,36 @@ impl fmt::Display for StartError {
         match self {
             StartError::Cgroup(e) => write!(f, "cannot make the run's cgroup: {e}"),
             StartError::Spawn(e) => e.fmt(f),
+        }
+    }
+}
+
+/// An environment's wrapper that did not start: which, and why.
+#[derive(Debug)]
+pub struct NotStarted {
+    /// The environment's name.
+    pub env: String,
+    /// The wrapper's path (`argv[0]`).
+    pub wrapper: String,
+    pub cause: StartError,
+}
+
+impl NotStarted {
+    /// `env`'s run wrapper did not start.
+    pub fn run(env: &Env, cause: StartError) -> Self {
+        Self::of(env, &env.run, cause)
+    }
+
+    /// `env`'s session wrapper did not start.
+    pub fn session(env: &Env, cause: StartError) -> Self {
+        Self::of(env, &env.session, cause)
+    }
+
+    fn of(env: &Env, argv: &[String], cause: StartError) -> Self {
+        Self {
+            env: env.name.clone(),
+            wrapper: argv.first().cloned().unwrap_or_default(),
+            cause,
         }
     }
 }

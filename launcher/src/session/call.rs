@@ -1,5 +1,6 @@
-//! One `run` call in a session jail: the `exec` request, then its reply,
-//! under one deadline.
+//! One call in a session jail: the `exec` request, then its reply, under
+//! one deadline ([`make`]); then what became of it ([`settle`]), the same
+//! for a session's call and a throwaway run's.
 //!
 //! - At the deadline (or when the client cancels the call) the agent is
 //!   asked to interrupt the code (SIGINT to the interpreter's group, state
@@ -10,6 +11,8 @@
 //!   a reply to no request, a write that does not go through in time) also
 //!   ends with [`Ended::Reset`].
 //! - Server shutdown ends the call at once.
+//! - A call that ended with a reply has its outputs collected (outputs/);
+//!   one whose jail had to be killed says why the session was reset.
 //!
 //! Every wait here is bounded: by the deadline, the grace after it, or the
 //! shutdown.
@@ -20,8 +23,10 @@ use proto::frame::{ErrorCode, ExecReply, FileIn, MAX_OUTPUT_BYTES, Reply, Reques
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::Error;
+use super::jail::{Broken, Jail};
 use crate::catalog::Env;
-use crate::session_jail::{Broken, Jail};
+use crate::outputs::{self, Collected, Destination};
 
 /// How long interrupted code has to stop before the session is reset.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
@@ -100,8 +105,55 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Runs `call` in `jail`.
-pub async fn exec(jail: &mut Jail, call: Call<'_>) -> Ended {
+/// What a session call did, for [`crate::report::call::called`].
+#[derive(Debug)]
+pub struct CallOutcome {
+    pub session: String,
+    /// The agent's answer (none when the session was reset before one came).
+    pub reply: Option<ExecReply>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    /// Why the session was reset during the call.
+    pub reset: Option<String>,
+    /// The session this call named had ended before it (why): the call ran
+    /// in a fresh one.
+    pub ended_before: Option<String>,
+    /// The session ended right after this call (its maximum lifetime).
+    pub ended_after: bool,
+    /// The server is stopping: the session was closed.
+    pub shutdown: bool,
+    pub duration: Duration,
+    /// The files the call wrote under /workspace/outputs (outputs/).
+    pub outputs: Collected,
+    /// The run had no session: its jail ended with it (throwaway.rs).
+    pub throwaway: bool,
+    /// The server named this new session (`session` is that name, not the
+    /// one the call gave).
+    pub named_by_server: bool,
+}
+
+impl CallOutcome {
+    /// A call of `session` that has not run yet.
+    pub fn new(session: String, throwaway: bool) -> Self {
+        CallOutcome {
+            session,
+            reply: None,
+            timed_out: false,
+            cancelled: false,
+            reset: None,
+            ended_before: None,
+            ended_after: false,
+            shutdown: false,
+            duration: Duration::ZERO,
+            outputs: Collected::default(),
+            throwaway,
+            named_by_server: false,
+        }
+    }
+}
+
+/// Makes `call` in `jail`.
+pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
     let deadline = Instant::now() + call.timeout;
     let id = jail.fresh_id();
     let request = Request::Exec {
@@ -186,5 +238,94 @@ async fn ask_interrupt(jail: &mut Jail) -> Result<(u64, Instant), ResetReason> {
         Ok(Ok(())) => Ok((id, Instant::now() + INTERRUPT_GRACE)),
         Ok(Err(e)) => Err(ResetReason::Broken(e)),
         Err(_) => Err(ResetReason::Stuck),
+    }
+}
+
+/// What became of the jail of a call that ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum JailAfter {
+    /// It is as it was (killed, if reading the outputs failed: the next call
+    /// finds it gone).
+    Kept,
+    /// It was killed: a session starts a fresh one.
+    Reset,
+    /// It was killed because the server is stopping.
+    Closed,
+}
+
+/// Settles a call that ended as `ended` in `jail` of `env`: the reply and the
+/// outputs (collected to `to`), or the reset and why, go into `outcome`; the
+/// jail is killed when it must go. A call that ran nothing is an error.
+pub async fn settle(
+    ended: Ended,
+    jail: &mut Jail,
+    env: &Env,
+    to: &Destination<'_>,
+    outcome: &mut CallOutcome,
+) -> Result<JailAfter, Error> {
+    let label = to.session.unwrap_or("(run)");
+    match ended {
+        Ended::Answered {
+            reply,
+            timed_out,
+            cancelled,
+        } => {
+            tracing::info!(
+                session = label, env = %env.name, status = reply.status,
+                interrupted = reply.interrupted, restarted = reply.restarted,
+                exit = ?reply.exit, ms = reply.duration_ms, "call finished"
+            );
+            outcome.outputs = outputs::collect(jail, &reply.outputs, reply.outputs_more, to).await;
+            if outcome.outputs.broken.is_some() {
+                // The next call finds the jail gone and starts afresh.
+                jail.kill();
+            }
+            outcome.reply = Some(reply);
+            outcome.timed_out = timed_out;
+            outcome.cancelled = cancelled;
+            Ok(JailAfter::Kept)
+        }
+        Ended::Refused { message } => {
+            tracing::error!(session = label, env = %env.name, %message, "the agent cannot start the interpreter");
+            Err(Error::InterpreterUnavailable {
+                env: env.name.clone(),
+                message,
+            })
+        }
+        Ended::FilesRefused { message } => Err(Error::FilesRefused(message)),
+        Ended::Reset {
+            why,
+            timed_out,
+            cancelled,
+        } => {
+            let log = jail.log_tail();
+            jail.kill();
+            tracing::warn!(session = label, env = %env.name, ?why, %log, "session reset");
+            outcome.reset = Some(reset_sentence(&why, env, timed_out, cancelled));
+            outcome.timed_out = timed_out;
+            outcome.cancelled = cancelled;
+            Ok(JailAfter::Reset)
+        }
+        Ended::Shutdown => {
+            jail.kill();
+            outcome.shutdown = true;
+            Ok(JailAfter::Closed)
+        }
+    }
+}
+
+/// The sentence for a reset during a call (without the common ending).
+fn reset_sentence(why: &ResetReason, env: &Env, timed_out: bool, cancelled: bool) -> String {
+    let secs = env.limits.timeout_s;
+    match why {
+        ResetReason::IgnoredInterrupt if timed_out => {
+            format!("timed out after {secs} s and did not stop when interrupted")
+        }
+        ResetReason::IgnoredInterrupt if cancelled => {
+            "cancelled, and the code did not stop when interrupted".into()
+        }
+        ResetReason::IgnoredInterrupt => "the code did not stop when interrupted".into(),
+        ResetReason::Stuck => "the session's agent stopped responding".into(),
+        ResetReason::Broken(broken) => format!("the session's sandbox failed ({broken})"),
     }
 }

@@ -26,8 +26,10 @@ use proto::files::{self, image_type};
 use proto::frame::{ErrorCode, MAX_READ_BYTES, Output, Reply, Request};
 use tokio::time::Instant;
 
-use crate::mirror::Mirror;
-use crate::session_jail::Jail;
+pub mod mirror;
+
+use crate::session::jail::Jail;
+use mirror::Mirror;
 
 /// Most images (SVG included) shown per call.
 pub const MAX_SHOWN: usize = 4;

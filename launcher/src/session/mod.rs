@@ -1,0 +1,246 @@
+//! Sessions: named interpreter sessions of one MCP client, each in a jail
+//! of its own (jail.rs) that keeps the interpreter's state and the files in
+//! `/workspace`; and the throwaway session jail of a run given `files`
+//! (throwaway.rs).
+//!
+//! - One table per MCP handler ([`crate::mcp::Server`]): one over stdio, one
+//!   per MCP session over HTTP, so a client never sees another's sessions.
+//! - A session is created by the first call that names it, bound to that
+//!   call's environment.
+//! - One call at a time per session: a second one is refused
+//!   (`session_busy`), except right after the running call was cancelled:
+//!   then it waits, at most [`table::WAIT_AFTER_CANCEL`], for the interrupt
+//!   to land, so that a client that cancels and calls again at once is not
+//!   told "busy" (MCP clients do exactly that). At most
+//!   [`Settings::max_sessions`] sessions.
+//! - Requests over HTTP without an MCP session (the stateless 2026-07-28
+//!   revision) share one table ([`Sessions::server_named`]) in which the
+//!   server names every new session: the model's name with an unguessable
+//!   suffix (`data.k3J9xQ2mZp7a`, names.rs), said in the result. Only a
+//!   client that was given that name can reach the session, though every
+//!   such client uses the same bearer token.
+//! - A session ends after [`Settings::idle_timeout`] without calls, or
+//!   [`Settings::max_lifetime`] after it began (a call running then
+//!   finishes first). A reaper task, started with the first session, ends
+//!   them; a call also ends any that are due before it looks. The next call
+//!   with an ended session's name starts a fresh one and is told why.
+//! - A call (call.rs) that the code does not let end at its deadline, or
+//!   an agent that died or broke the protocol, resets the session: the
+//!   jail is killed and a fresh one started.
+//! - Server shutdown (the token) and dropping the table kill every jail.
+
+pub mod call;
+pub mod jail;
+mod names;
+mod table;
+pub mod throwaway;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use proto::frame::FileIn;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::Env;
+use crate::outputs::mirror::Mirror;
+use crate::outputs::{self, Destination, ReadFailed};
+use crate::wrapper::host::Host;
+use crate::wrapper::{NotStarted, WrapperEnv};
+use call::{Call, CallOutcome, JailAfter};
+pub use names::SessionName;
+use table::{Inner, Slot};
+pub use table::{Settings, positive};
+
+/// Why a session call ran nothing; mcp/refusal.rs says each to the model.
+#[derive(Debug)]
+pub enum Error {
+    /// The session belongs to environment `bound`, not `requested`.
+    EnvMismatch {
+        session: String,
+        bound: String,
+        requested: String,
+    },
+    /// A call holds the session; it ends within `within_s` at the latest
+    /// (its timeout and the interrupt's grace), when known.
+    Busy {
+        session: String,
+        within_s: Option<u64>,
+    },
+    /// `max` sessions are open (`open`, sorted); one ends after `idle_s`
+    /// without calls.
+    TooMany {
+        max: usize,
+        open: Vec<String>,
+        idle_s: u64,
+    },
+    /// The server is stopping: no session starts.
+    Stopping { env: String },
+    /// The session's jail did not start.
+    NotStarted(NotStarted),
+    /// The agent cannot start `env`'s interpreter (`message` says why).
+    InterpreterUnavailable { env: String, message: String },
+    /// The agent could not write a file passed in (the sentence names it).
+    FilesRefused(String),
+}
+
+impl From<NotStarted> for Error {
+    fn from(e: NotStarted) -> Self {
+        Self::NotStarted(e)
+    }
+}
+
+/// Why an output cannot be read through `resources/read`.
+#[derive(Debug)]
+pub enum OutputUnreadable {
+    /// No open session has this name (it ended, or never was).
+    NotOpen,
+    /// The session is running a call.
+    Busy,
+    /// No such regular file in its outputs.
+    Gone(String),
+    /// The session's agent failed; the session restarts on its next call.
+    Broken(String),
+}
+
+/// The session table of one MCP handler. Dropping it kills every jail.
+pub struct Sessions {
+    inner: Arc<Inner>,
+}
+
+impl Sessions {
+    pub fn new(
+        settings: Settings,
+        wrapper_env: WrapperEnv,
+        host: Arc<Host>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let inner = Inner::new(settings, wrapper_env, host, shutdown, false);
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The table of requests without an MCP session: the server names each
+    /// new session, so that only the client it told can reach it.
+    pub fn server_named(
+        settings: Settings,
+        wrapper_env: WrapperEnv,
+        host: Arc<Host>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let inner = Inner::new(settings, wrapper_env, host, shutdown, true);
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// Runs `code` in session `name` of `env`, creating the session if it
+    /// does not exist, after writing `files` into its /workspace; collects
+    /// the outputs (mirrored when `mirror` is set). Refusals (wrong
+    /// environment, busy, too many) come before anything runs.
+    pub async fn call(
+        &self,
+        name: &SessionName,
+        env: &Arc<Env>,
+        code: &str,
+        files: &[FileIn],
+        mirror: Option<&Mirror>,
+        cancel: &CancellationToken,
+    ) -> Result<CallOutcome, Error> {
+        let inner = &self.inner;
+        let mut lease = inner.acquire_waiting(name, env, cancel).await?;
+        let name = &lease.name.clone();
+        inner.start_reaper();
+        let started = Instant::now();
+        let mut ended_before = lease.ended_before.take();
+        if let Some(Slot::Jail(jail)) = &mut lease.slot
+            && jail.has_exited()
+        {
+            tracing::warn!(session = name, log = %jail.log_tail(), "a session jail died between calls");
+            ended_before = Some("its sandbox stopped after the last call".into());
+            lease.slot = Some(Slot::Empty);
+        }
+        if !matches!(lease.slot, Some(Slot::Jail(_))) {
+            lease.slot = Some(Slot::Jail(inner.spawn(name, env)?));
+        }
+        let Some(Slot::Jail(jail)) = &mut lease.slot else {
+            unreachable!("a jail was just put in the slot")
+        };
+        let ended = call::make(jail, Call::new(env, code, files, cancel, &inner.shutdown)).await;
+        let to = Destination {
+            session: Some(name),
+            mirror: mirror.map(|m| (m, Mirror::session_dir(name))),
+        };
+        let mut outcome = CallOutcome {
+            ended_before,
+            named_by_server: lease.named_by_server,
+            ..CallOutcome::new(name.to_owned(), false)
+        };
+        match call::settle(ended, jail, env, &to, &mut outcome).await {
+            Ok(JailAfter::Kept) => {}
+            Ok(JailAfter::Reset) => {
+                // A fresh jail now, so that the next call finds it started;
+                // if that fails, the next call tries again.
+                lease.slot = Some(match inner.spawn(name, env) {
+                    Ok(jail) => Slot::Jail(jail),
+                    Err(e) => {
+                        tracing::warn!(session = name, error = ?e, "restarting the session failed");
+                        Slot::Empty
+                    }
+                });
+            }
+            Ok(JailAfter::Closed) => lease.slot = None,
+            Err(e) => {
+                lease.release();
+                return Err(e);
+            }
+        }
+        outcome.duration = started.elapsed();
+        outcome.ended_after = lease.release();
+        Ok(outcome)
+    }
+
+    /// Whether session `name` is open.
+    pub fn is_open(&self, name: &str) -> bool {
+        self.inner.lock().open.contains_key(name)
+    }
+
+    /// Reads output `path` of session `name` (for `resources/read`), at most
+    /// `max` bytes: the session must be open and not running a call.
+    pub async fn read_output(
+        &self,
+        name: &str,
+        path: &str,
+        max: u64,
+    ) -> Result<Vec<u8>, OutputUnreadable> {
+        let mut lease = self.inner.acquire_open(name)?;
+        let Some(Slot::Jail(jail)) = &mut lease.slot else {
+            lease.release();
+            return Err(OutputUnreadable::NotOpen);
+        };
+        if jail.has_exited() {
+            lease.release();
+            return Err(OutputUnreadable::NotOpen);
+        }
+        let read = outputs::read_all(jail, path, max).await;
+        if let Err(ReadFailed::Broken(why)) = &read {
+            tracing::warn!(session = name, "reading an output failed: {why}");
+            jail.kill();
+        }
+        lease.release();
+        read.map_err(|e| match e {
+            ReadFailed::Gone(why) => OutputUnreadable::Gone(why),
+            ReadFailed::Broken(why) => OutputUnreadable::Broken(why),
+        })
+    }
+}
+
+impl Drop for Sessions {
+    fn drop(&mut self) {
+        self.inner.close("the MCP client went away");
+    }
+}

@@ -25,7 +25,8 @@ pub enum Interpreter {
 
 /// Limits of an environment. The launcher enforces the deadline and the
 /// output cap; the wrapper enforces the rest, which the launcher checks at
-/// start (wrapper/probe.rs) and names when a run hits one (limits.rs).
+/// start (wrapper/probe.rs) and names when a run hits one
+/// (report/limit.rs).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {

@@ -9,15 +9,11 @@ mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
 mod cli;
-mod errors;
-mod files_in;
-mod http;
 mod mcp;
 mod outputs;
 mod report;
 mod run;
 mod session;
-mod stdin_eof;
 #[cfg(test)]
 mod testing;
 mod wrapper;
@@ -27,8 +23,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::ServiceExt;
-use rmcp::service::ServerInitializeError;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Catalog;
@@ -112,20 +106,18 @@ fn main() -> ExitCode {
         sessions,
         mirror: outputs::mirror::Mirror::from_var(std::env::var_os(
             outputs::mirror::OUTPUT_DIR_VAR,
-        ))
-        .map(Arc::new),
+        )),
     };
     let served = match &opts.http_addr {
         Some(addr) => {
-            let options = http::Options {
+            let options = mcp::http::Options {
                 addr: addr.clone(),
                 token_file: opts.token_file.clone(),
                 allowed_origins: opts.allowed_origins.clone(),
-                max_body_bytes: max_body_bytes(opts.max_code_bytes),
             };
-            runtime.block_on(serve_http(options, config))
+            runtime.block_on(mcp::http::serve(&options, config))
         }
-        None => runtime.block_on(serve_stdio(config)),
+        None => runtime.block_on(mcp::stdio::serve(config)),
     };
     // Dropping the tasks kills every job still running (their guards); a
     // reaper thread stuck on an unkillable process must not hold the exit.
@@ -137,51 +129,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Serves until the client closes stdin. EOF kills every running job at
-/// once (the shutdown token), before rmcp drains the last responses. A
-/// client that closes before `initialize` (a health check, a probe) is no
-/// error: the server exits 0, and it started no jail (the sandbox probes
-/// start with the first handshake).
-async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
-    let shutdown = config.shutdown.clone();
-    let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
-    let stdin = stdin_eof::EofCancels::new(stdin, shutdown.clone());
-    let service = match mcp::Server::new(config).serve((stdin, stdout)).await {
-        Ok(service) => service,
-        Err(ServerInitializeError::ConnectionClosed(_)) => {
-            tracing::info!("client closed the connection before initialize; server stopping");
-            return Ok(());
-        }
-        Err(e) => return Err(format!("MCP initialisation failed: {e}")),
-    };
-    service.service().start_probes();
-    let quit = service.waiting().await;
-    shutdown.cancel();
-    let quit = quit.map_err(|e| format!("the MCP service task failed: {e}"))?;
-    tracing::info!(reason = ?quit, "client gone, server stopping");
-    Ok(())
-}
-
-/// Serves MCP over HTTP until a signal; each MCP session gets a handler of
-/// its own. Every job still running is killed on the way out.
-async fn serve_http(options: http::Options, config: mcp::Config) -> Result<(), String> {
-    let shutdown = config.shutdown.clone();
-    let server = mcp::Server::new(config);
-    server.start_probes();
-    let served = http::serve(&options, server, shutdown.clone()).await;
-    shutdown.cancel();
-    served
-}
-
-/// The largest HTTP request body: the largest code and files, every byte
-/// escaped as `\u00XX` in the JSON, and room for the rest of the message.
-fn max_body_bytes(max_code_bytes: usize) -> usize {
-    max_code_bytes
-        .saturating_add(proto::files::MAX_FILES_BYTES)
-        .saturating_mul(6)
-        .saturating_add(64 * 1024)
 }
 
 /// `PROJECT_MOUNT` (default `/project`) when `PROJECT_DIR` is set.

@@ -1,4 +1,4 @@
-//! The outputs mirror (issue 7): with `NIX_SANDBOX_OUTPUT_DIR=HOST_DIR`, the
+//! The outputs mirror: with `NIX_SANDBOX_OUTPUT_DIR=HOST_DIR`, the
 //! files a call writes under `/workspace/outputs` are copied to
 //! `HOST_DIR/SESSION/PATH` (`HOST_DIR/@run-TIME-N/PATH` for a run with files
 //! but no session: `@` is not allowed in session names), so that a person

@@ -1,5 +1,6 @@
-//! Artifacts out (issue 7): what becomes of the files a call wrote under
-//! `/workspace/outputs`, which the session's agent lists in its exec reply.
+//! Outputs: what becomes of the files a call wrote under
+//! `/workspace/outputs`, which the session's agent lists in its exec reply
+//! (report/outputs.rs says them to the model).
 //!
 //! - Images (PNG, JPEG, GIF, WebP, told by their bytes) are shown to the
 //!   model as MCP image content, at most [`MAX_SHOWN`] per call, each at
@@ -17,9 +18,7 @@
 //! files directly (CONTRIBUTING.md, contract 3). Reading is bounded in time;
 //! an agent that fails to answer gets the caller's jail killed.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use proto::files::{self, image_type};
@@ -292,36 +291,6 @@ pub async fn read_all(jail: &mut Jail, path: &str, max: u64) -> Result<Vec<u8>, 
     Ok(bytes)
 }
 
-/// The resource links handed out to one client, by session, for
-/// `resources/list`.
-#[derive(Debug, Default)]
-pub struct Links(Mutex<BTreeMap<String, BTreeMap<String, Output>>>);
-
-impl Links {
-    /// Notes the links of a call in `session`; `fresh` forgets the links of
-    /// the session's earlier jail (it was replaced or reset).
-    pub fn note(&self, session: &str, fresh: bool, items: &[Item]) {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let links = all.entry(session.to_owned()).or_default();
-        if fresh {
-            links.clear();
-        }
-        for item in items.iter().filter(|i| i.uri.is_some()) {
-            links.insert(item.output.path.clone(), item.output.clone());
-        }
-    }
-
-    /// Every link of the sessions `open` says are open (the others are
-    /// forgotten).
-    pub fn list(&self, open: impl Fn(&str) -> bool) -> Vec<(String, Output)> {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        all.retain(|session, _| open(session));
-        all.iter()
-            .flat_map(|(session, links)| links.values().map(move |o| (session.clone(), o.clone())))
-            .collect()
-    }
-}
-
 /// `n` bytes for a person: `512 B`, `1.5 KiB`, `3 MiB`.
 pub fn size_text(n: u64) -> String {
     const KIB: u64 = 1 << 10;
@@ -415,27 +384,5 @@ mod tests {
             Some(Shown::Svg("<svg/>".into()))
         );
         assert_eq!(shown_form(b"\xff\xfe", true, 100), None);
-    }
-
-    #[test]
-    fn links_of_closed_sessions_are_forgotten() {
-        let links = Links::default();
-        let item = |path: &str| Item {
-            output: Output {
-                path: path.into(),
-                size: 1,
-                mime: "text/csv".into(),
-            },
-            shown: None,
-            note: None,
-            uri: Some(uri("s", path)),
-        };
-        links.note("a", false, &[item("x.csv")]);
-        links.note("b", false, &[item("y.csv")]);
-        links.note("a", false, &[item("z.csv")]);
-        assert_eq!(links.list(|_| true).len(), 3);
-        links.note("a", true, &[]);
-        assert_eq!(links.list(|s| s == "a").len(), 0);
-        assert_eq!(links.list(|_| true).len(), 0, "b was forgotten");
     }
 }

@@ -17,9 +17,9 @@
 //! - `WHY: session reset: interpreter state and /workspace files lost`;
 //! - `session `NAME` reached its maximum lifetime (N s) and was closed`.
 //!
-//! Then the outputs of the call (outputs.rs): a few lines naming each file
-//! written under /workspace/outputs, and after the text block the images
-//! (image content), SVG texts and resource links.
+//! Then the outputs of the call (report/outputs.rs): a few lines naming
+//! each file written under /workspace/outputs, and after the text block
+//! the images (image content), SVG texts and resource links.
 //!
 //! A run with `files` and no session (session/throwaway.rs) is reported the
 //! same way, with `session` null and the jail's end said as such.

@@ -1,7 +1,7 @@
 //! Everything that turns an outcome into what the model reads: the `run`
 //! tool's result for a run (run.rs), a session call (call.rs) or a refusal
 //! ([`refused`]), with the limit a run hit (limit.rs) and the outputs a call
-//! wrote (outputs.rs).
+//! wrote (outputs.rs, from outputs/).
 //!
 //! # Result format (the decision the README documents)
 //!
@@ -32,7 +32,7 @@ pub mod run;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde::Serialize;
 
-use crate::errors::RunError as Refusal;
+use crate::mcp::refusal::Refusal;
 
 /// The `_meta` key of a result's machine-readable facts.
 pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";

@@ -134,10 +134,6 @@ impl Sessions {
         }
     }
 
-    pub fn settings(&self) -> &Settings {
-        &self.inner.settings
-    }
-
     /// Runs `code` in session `name` of `env`, creating the session if it
     /// does not exist, after writing `files` into its /workspace; collects
     /// the outputs (mirrored when `mirror` is set). Refusals (wrong

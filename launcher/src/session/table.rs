@@ -107,7 +107,7 @@ pub fn positive(text: &str) -> Result<u64, String> {
 
 /// The table and what it needs to start jails.
 pub struct Inner {
-    pub settings: Settings,
+    settings: Settings,
     /// New sessions get a name made by the server
     /// ([`super::Sessions::server_named`]).
     server_named: bool,

@@ -235,11 +235,6 @@ impl Probes {
         }
     }
 
-    /// What the host gives the jails (cgroups, whether the caller is root).
-    pub fn host(&self) -> &Host {
-        &self.host
-    }
-
     /// Starts probing every environment in the background.
     pub fn start(self: &Arc<Self>, catalog: &Catalog) {
         for env in catalog.envs.values() {

@@ -1,4 +1,4 @@
-//! Files in, artifacts out, the receipt (issue 7), through MCP with the
+//! Files in, artifacts out, the receipt, through MCP with the
 //! fixture session jails: files passed in read by the code, path escapes
 //! refused, images shown as image content (same bytes), the image budget,
 //! other outputs as resource links that `resources/read` serves, the

@@ -15,7 +15,7 @@
 //!   rebinding); clients that send no `Origin` (not browsers) pass. On a
 //!   loopback address the `Host` header must be a loopback name too.
 //! - One handler per MCP session (`Mcp-Session-Id`), made by
-//!   [`mcp::Server::for_another_client`]: a client's interpreter sessions
+//!   [`Server::for_another_client`]: a client's interpreter sessions
 //!   live in its MCP session, invisible to every other client.
 //! - A client that goes away in the middle of a call (its response stream
 //!   dropped before the answer) cancels the call, as `notifications/cancelled`
@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp;
+use super::{Config, Server};
 
 /// The one path the server answers on.
 pub const ENDPOINT: &str = "/mcp";
@@ -67,7 +67,7 @@ const LOOPBACK_ORIGINS: [&str; 6] = [
 ];
 
 type HttpResponse = Response<BoxBody<Bytes, Infallible>>;
-type Rmcp = StreamableHttpService<mcp::Server, LocalSessionManager>;
+type Rmcp = StreamableHttpService<Server, LocalSessionManager>;
 
 /// What `--http` needs besides the MCP handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,8 +78,15 @@ pub struct Options {
     pub token_file: Option<PathBuf>,
     /// Browser origins allowed besides the loopback ones.
     pub allowed_origins: Vec<String>,
-    /// Largest request body accepted, in bytes.
-    pub max_body_bytes: usize,
+}
+
+/// The largest HTTP request body: the largest code and files, every byte
+/// escaped as `\u00XX` in the JSON, and room for the rest of the message.
+fn max_body_bytes(max_code_bytes: usize) -> usize {
+    max_code_bytes
+        .saturating_add(proto::files::MAX_FILES_BYTES)
+        .saturating_mul(6)
+        .saturating_add(64 * 1024)
 }
 
 /// Parses `HOST:PORT` (an IP address, `[v6]`, or `localhost`).
@@ -127,11 +134,24 @@ pub fn token_file(options: &Options) -> Result<PathBuf, String> {
         })
 }
 
+/// Serves MCP on `options.addr` until a signal; each MCP session gets a
+/// handler of its own. Every call still running is killed on the way out.
+pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
+    let shutdown = config.shutdown.clone();
+    let max_body_bytes = max_body_bytes(config.max_code_bytes);
+    let server = Server::new(config);
+    server.start_probes();
+    let served = serve_until_stopped(options, max_body_bytes, server, shutdown.clone()).await;
+    shutdown.cancel();
+    served
+}
+
 /// Serves `prototype`'s environments on `options.addr` until `shutdown`
 /// is cancelled or a signal arrives. Errors when it cannot start.
-pub async fn serve(
+async fn serve_until_stopped(
     options: &Options,
-    prototype: mcp::Server,
+    max_body_bytes: usize,
+    prototype: Server,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
     let addr = parse_addr(&options.addr)?;
@@ -145,7 +165,14 @@ pub async fn serve(
     if !bound.ip().is_loopback() {
         tracing::warn!(%bound, "listening on a non-loopback address: reachable from the network, guarded by the token only");
     }
-    let front = Front::new(options, bound, token, prototype, shutdown.clone());
+    let front = Front::new(
+        options,
+        max_body_bytes,
+        bound,
+        token,
+        prototype,
+        shutdown.clone(),
+    );
     // Tests and scripts read this line to find the port.
     tracing::info!("listening on http://{bound}{ENDPOINT}");
     let stop = stop_signal(shutdown.clone());
@@ -210,9 +237,10 @@ struct Front {
 impl Front {
     fn new(
         options: &Options,
+        max_body_bytes: usize,
         bound: SocketAddr,
         token: String,
-        prototype: mcp::Server,
+        prototype: Server,
         shutdown: CancellationToken,
     ) -> Self {
         let origins = LOOPBACK_ORIGINS
@@ -223,7 +251,7 @@ impl Front {
             .with_allowed_origins(origins)
             .enforce_origin_validation()
             .with_cancellation_token(shutdown)
-            .with_max_request_body_bytes(options.max_body_bytes);
+            .with_max_request_body_bytes(max_body_bytes);
         if !bound.ip().is_loopback() {
             // Reached by its network name: any Host; the token guards it.
             config = config.disable_allowed_hosts();
@@ -238,7 +266,7 @@ impl Front {
             token: token.into(),
             rmcp,
             sessions,
-            max_body_bytes: options.max_body_bytes,
+            max_body_bytes,
         }
     }
 

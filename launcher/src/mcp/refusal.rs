@@ -1,5 +1,7 @@
-//! Errors a `run` call can get before any code runs: a machine-readable code
-//! and a sentence the model can act on.
+//! Refusals: what a `run` call gets when nothing ran, a machine-readable code
+//! and a sentence the model can act on. Every sentence is written here; the
+//! layers below say why in their own typed errors, which convert into a
+//! [`Refusal`] (the `From` impls at the end).
 
 use std::fmt;
 
@@ -46,18 +48,18 @@ impl ErrorCode {
 
 /// A refused call: nothing was run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunError {
+pub struct Refusal {
     pub code: ErrorCode,
     pub message: String,
 }
 
-impl fmt::Display for RunError {
+impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "error[{}]: {}", self.code.as_str(), self.message)
     }
 }
 
-impl RunError {
+impl Refusal {
     fn new(code: ErrorCode, message: String) -> Self {
         Self { code, message }
     }
@@ -236,7 +238,7 @@ impl RunError {
 
 /// A wrapper that did not start: without its cgroup the sandbox cannot hold
 /// its limits; else the wrapper itself failed.
-impl From<NotStarted> for RunError {
+impl From<NotStarted> for Refusal {
     fn from(e: NotStarted) -> Self {
         match e.cause {
             StartError::Cgroup(_) => Self::sandbox_unavailable(&e.env, &e.cause.to_string()),
@@ -245,7 +247,7 @@ impl From<NotStarted> for RunError {
     }
 }
 
-impl From<session::Error> for RunError {
+impl From<session::Error> for Refusal {
     fn from(e: session::Error) -> Self {
         use session::Error;
         match e {
@@ -272,7 +274,7 @@ mod tests {
 
     #[test]
     fn unknown_env_lists_known_envs_and_manifest_errors() {
-        let e = RunError::unknown_env(
+        let e = Refusal::unknown_env(
             "rust",
             &["node", "python"],
             &["/m.json: environments.x.limits.timeout_s: must be positive".into()],
@@ -286,7 +288,7 @@ mod tests {
 
     #[test]
     fn no_env_at_all_says_so() {
-        let e = RunError::unknown_env("python", &[], &[]);
+        let e = Refusal::unknown_env("python", &[], &[]);
         assert!(e.message.contains("no usable environment"));
     }
 }

@@ -1,0 +1,285 @@
+//! The arguments of `run`, read with serde: `code` (required), `env`,
+//! `session`, and `files`, a few small text files written into `/workspace`
+//! before the code runs (the session agent checks their paths again and
+//! writes them without following symbolic links: `proto::files`). Any other
+//! argument is refused by name.
+//!
+//! Serde finds the faults; what the model is told about each is written
+//! here, in the words of `invalid_arguments`, `bad_file_path` and
+//! `files_too_large`. serde_json's own errors are sentences about JSON
+//! (`invalid type: integer 42, expected a string`), so the arguments are
+//! read through a deserializer of this module's whose error type records
+//! the kind of fault ([`Fault`]); the field comes from the fault's path.
+//! When arguments have several faults, the first told is the first in the
+//! order: unknown arguments, `code`, `env`, `session`, `files`.
+
+use std::fmt;
+
+use proto::files::{self, MAX_FILES, MAX_FILES_BYTES};
+use proto::frame::FileIn;
+use rmcp::model::JsonObject;
+use serde::Deserialize;
+use serde::de::{self, IntoDeserializer, Visitor};
+use serde_json::Value;
+use serde_path_to_error::Segment;
+
+use super::refusal::Refusal;
+
+/// The arguments of `run`, checked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RunArgs {
+    pub code: String,
+    pub env: Option<String>,
+    pub session: Option<String>,
+    pub files: Vec<FileIn>,
+}
+
+/// The arguments as given: what serde checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Given {
+    code: String,
+    #[serde(default)]
+    env: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    files: Option<Vec<Value>>,
+}
+
+/// One file as given.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GivenFile {
+    path: String,
+    content: String,
+}
+
+/// The fields of [`Given`], in the order their faults are told; only `code`
+/// is required.
+const ARGUMENTS: [(&str, bool); 4] = [
+    ("code", true),
+    ("env", false),
+    ("session", false),
+    ("files", false),
+];
+
+/// The fields of [`GivenFile`]: both are required.
+const FILE_FIELDS: [(&str, bool); 2] = [("path", true), ("content", true)];
+
+impl RunArgs {
+    /// Reads `arguments` (none counts as `{}`).
+    pub fn parse(arguments: Option<&JsonObject>) -> Result<Self, Refusal> {
+        let given: Given = read(arguments.cloned().unwrap_or_default(), &ARGUMENTS).map_err(
+            |(fault, field)| match (fault, field.as_deref()) {
+                (Fault::UnknownField(key), _) => invalid(&format!("unknown argument `{key}`")),
+                (Fault::MissingField(field), _) => invalid(&format!("`{field}` is missing")),
+                (_, Some("files")) => invalid("`files` must be a list"),
+                (_, Some(field)) => invalid(&format!("`{field}` must be a string")),
+                (Fault::Other(problem), None) => invalid(&problem),
+                (Fault::WrongType, None) => invalid("the arguments must be an object"),
+            },
+        )?;
+        Ok(Self {
+            code: given.code,
+            env: given.env,
+            session: given.session,
+            files: files(given.files.unwrap_or_default())?,
+        })
+    }
+}
+
+/// The files of the `files` argument, checked: at most [`MAX_FILES`] and
+/// [`MAX_FILES_BYTES`] in all, each a relative path inside /workspace,
+/// given once.
+fn files(list: Vec<Value>) -> Result<Vec<FileIn>, Refusal> {
+    if list.len() > MAX_FILES {
+        return Err(Refusal::files_too_large(&format!(
+            "{} files were passed, more than {MAX_FILES}",
+            list.len()
+        )));
+    }
+    let mut files = Vec::with_capacity(list.len());
+    let mut total = 0usize;
+    for item in list {
+        let Value::Object(fields) = item else {
+            return Err(invalid(
+                "each file must be an object {\"path\", \"content\"}",
+            ));
+        };
+        let GivenFile { path, content } =
+            read(fields, &FILE_FIELDS).map_err(|(fault, _)| match fault {
+                Fault::UnknownField(key) => invalid(&format!("unknown file field `{key}`")),
+                _ => invalid("each file needs `path` and `content`, both strings"),
+            })?;
+        if let Err(why) = files::check_path(&path) {
+            return Err(Refusal::bad_file_path(&path, &why.to_string()));
+        }
+        if files.iter().any(|f: &FileIn| f.path == path) {
+            return Err(Refusal::bad_file_path(&path, "it is given twice"));
+        }
+        total += content.len();
+        files.push(FileIn { path, content });
+    }
+    if total > MAX_FILES_BYTES {
+        return Err(Refusal::files_too_large(&format!(
+            "the files hold {total} bytes, more than {MAX_FILES_BYTES} in all"
+        )));
+    }
+    Ok(files)
+}
+
+fn invalid(problem: &str) -> Refusal {
+    Refusal::invalid_arguments(problem)
+}
+
+/// Deserializes `map` as `T` whose fields are `fields` (name, required),
+/// visiting unknown keys first, then the fields in order, so that the first
+/// fault found is the first in that order: a required field that is absent
+/// fails in its turn. The error is the fault and the field it is in.
+fn read<T: de::DeserializeOwned>(
+    map: JsonObject,
+    fields: &[(&'static str, bool)],
+) -> Result<T, (Fault, Option<String>)> {
+    let mut map = map;
+    let mut entries: Vec<(String, Arg)> = Vec::with_capacity(map.len() + fields.len());
+    let unknown: Vec<String> = map
+        .keys()
+        .filter(|k| !fields.iter().any(|(f, _)| f == k))
+        .cloned()
+        .collect();
+    for key in unknown {
+        let value = map.remove(&key).unwrap_or_default();
+        entries.push((key, Arg::Given(value)));
+    }
+    for &(field, required) in fields {
+        match map.remove(field) {
+            Some(value) => entries.push((field.to_owned(), Arg::Given(value))),
+            None if required => entries.push((field.to_owned(), Arg::Absent(field))),
+            None => {}
+        }
+    }
+    let deserializer = de::value::MapDeserializer::new(entries.into_iter());
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let field = match e.path().iter().next() {
+            Some(Segment::Map { key }) => Some(key.clone()),
+            _ => None,
+        };
+        (e.into_inner(), field)
+    })
+}
+
+/// What is wrong with an argument, as serde tells it.
+#[derive(Debug)]
+enum Fault {
+    UnknownField(String),
+    MissingField(&'static str),
+    /// A value of another JSON type than the field takes.
+    WrongType,
+    Other(String),
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::UnknownField(key) => write!(f, "unknown field `{key}`"),
+            Fault::MissingField(field) => write!(f, "missing field `{field}`"),
+            Fault::WrongType => f.write_str("wrong type"),
+            Fault::Other(problem) => f.write_str(problem),
+        }
+    }
+}
+
+impl std::error::Error for Fault {}
+
+impl de::Error for Fault {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Fault::Other(msg.to_string())
+    }
+
+    fn invalid_type(_: de::Unexpected<'_>, _: &dyn de::Expected) -> Self {
+        Fault::WrongType
+    }
+
+    fn invalid_value(_: de::Unexpected<'_>, _: &dyn de::Expected) -> Self {
+        Fault::WrongType
+    }
+
+    fn invalid_length(_: usize, _: &dyn de::Expected) -> Self {
+        Fault::WrongType
+    }
+
+    fn unknown_field(field: &str, _: &'static [&'static str]) -> Self {
+        Fault::UnknownField(field.to_owned())
+    }
+
+    fn missing_field(field: &'static str) -> Self {
+        Fault::MissingField(field)
+    }
+}
+
+/// A JSON value as an argument (deserialized with [`Fault`]s), or a
+/// required field that was not given.
+enum Arg {
+    Given(Value),
+    Absent(&'static str),
+}
+
+impl<'de> IntoDeserializer<'de, Fault> for Arg {
+    type Deserializer = Self;
+
+    fn into_deserializer(self) -> Self {
+        self
+    }
+}
+
+impl<'de> de::Deserializer<'de> for Arg {
+    type Error = Fault;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Fault> {
+        let value = match self {
+            Arg::Given(value) => value,
+            Arg::Absent(field) => return Err(Fault::MissingField(field)),
+        };
+        match value {
+            Value::Null => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(b),
+            Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                (Some(u), _, _) => visitor.visit_u64(u),
+                (_, Some(i), _) => visitor.visit_i64(i),
+                (_, _, f) => visitor.visit_f64(f.unwrap_or(f64::NAN)),
+            },
+            Value::String(s) => visitor.visit_string(s),
+            Value::Array(items) => {
+                let mut seq = de::value::SeqDeserializer::new(items.into_iter().map(Arg::Given));
+                let value = visitor.visit_seq(&mut seq)?;
+                seq.end()?;
+                Ok(value)
+            }
+            Value::Object(map) => {
+                let entries = map.into_iter().map(|(k, v)| (k, Arg::Given(v)));
+                let mut map = de::value::MapDeserializer::new(entries);
+                let value = visitor.visit_map(&mut map)?;
+                map.end()?;
+                Ok(value)
+            }
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Fault> {
+        match self {
+            Arg::Given(Value::Null) => visitor.visit_none(),
+            other => visitor.visit_some(other),
+        }
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf unit unit_struct newtype_struct seq tuple tuple_struct
+        map struct enum identifier ignored_any
+    }
+}
+
+#[cfg(test)]
+#[path = "args_tests.rs"]
+mod tests;

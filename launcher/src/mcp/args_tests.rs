@@ -1,0 +1,174 @@
+//! Tests of the arguments of `run`: what is read, and the one sentence each
+//! fault gets, in the order faults are told.
+
+use super::*;
+use serde_json::json;
+
+/// The `files` of a call (`None`: the argument is absent).
+fn parse(files: Option<&Value>) -> Result<Vec<FileIn>, Refusal> {
+    let mut arguments = json!({"code": "1"});
+    if let Some(files) = files {
+        arguments["files"] = files.clone();
+    }
+    RunArgs::parse(arguments.as_object()).map(|args| args.files)
+}
+
+fn code_of(value: Value) -> String {
+    parse(Some(&value)).unwrap_err().code.as_str().to_owned()
+}
+
+#[test]
+fn files_are_read_in_order() {
+    let files = parse(Some(&json!([
+        {"path": "data.csv", "content": "a,b\n"},
+        {"path": "in/x.txt", "content": ""},
+    ])))
+    .unwrap();
+    assert_eq!(files.len(), 2);
+    assert_eq!(
+        (files[1].path.as_str(), files[1].content.as_str()),
+        ("in/x.txt", "")
+    );
+    assert!(parse(None).unwrap().is_empty());
+    assert!(parse(Some(&Value::Null)).unwrap().is_empty());
+}
+
+#[test]
+fn bad_paths_are_refused_by_name() {
+    for path in ["../x", "/etc/passwd", "a//b", "", "a/./b", "x/.."] {
+        let e = parse(Some(&json!([{"path": path, "content": "x"}]))).unwrap_err();
+        assert_eq!(e.code.as_str(), "bad_file_path", "{path}");
+        assert!(e.message.contains("nothing was run"), "{e}");
+    }
+    let twice = json!([{"path": "a", "content": ""}, {"path": "a", "content": ""}]);
+    assert!(
+        parse(Some(&twice))
+            .unwrap_err()
+            .message
+            .contains("given twice")
+    );
+}
+
+#[test]
+fn caps_and_shapes_are_checked() {
+    let many: Vec<Value> = (0..=MAX_FILES)
+        .map(|i| json!({"path": format!("f{i}"), "content": ""}))
+        .collect();
+    assert_eq!(code_of(Value::Array(many)), "files_too_large");
+    let big = "x".repeat(MAX_FILES_BYTES / 2 + 1);
+    assert_eq!(
+        code_of(json!([{"path": "a", "content": big}, {"path": "b", "content": big}])),
+        "files_too_large"
+    );
+    for bad in [
+        json!("a.csv"),
+        json!([["a", "b"]]),
+        json!([{"path": "a"}]),
+        json!([{"path": "a", "content": 3}]),
+        json!([{"path": "a", "content": "", "mode": 7}]),
+    ] {
+        assert_eq!(code_of(bad.clone()), "invalid_arguments", "{bad}");
+    }
+}
+
+#[test]
+fn files_are_an_argument() {
+    let args = RunArgs::parse(
+        json!({"code": "1", "files": [{"path": "a.csv", "content": "x"}]}).as_object(),
+    )
+    .unwrap();
+    assert_eq!(args.files.len(), 1);
+    let e = RunArgs::parse(
+        json!({"code": "1", "files": [{"path": "../a", "content": "x"}]}).as_object(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code.as_str(), "bad_file_path");
+}
+
+#[test]
+fn arguments_are_checked() {
+    let parse = |v: Value| RunArgs::parse(v.as_object());
+    assert_eq!(
+        parse(json!({"code": "1", "env": "node"})).unwrap(),
+        RunArgs {
+            code: "1".into(),
+            env: Some("node".into()),
+            session: None,
+            files: Vec::new(),
+        }
+    );
+    assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);
+    assert_eq!(
+        parse(json!({"code": "1", "session": "s"})).unwrap().session,
+        Some("s".into())
+    );
+    for bad in [
+        json!({}),
+        json!({"code": 1}),
+        json!({"code": "1", "env": 2}),
+        json!({"code": "1", "session": 3}),
+        json!({"code": "1", "x": 1}),
+    ] {
+        let e = parse(bad.clone()).unwrap_err();
+        assert_eq!(e.code.as_str(), "invalid_arguments", "{bad}");
+    }
+    assert_eq!(
+        RunArgs::parse(None).unwrap_err().code.as_str(),
+        "invalid_arguments"
+    );
+}
+
+/// Each fault in its own words, and with several, the first in the order
+/// unknown arguments, `code`, `env`, `session`, `files` (then within a
+/// file: unknown fields, then `path` and `content`).
+#[test]
+fn faults_are_told_in_their_words_and_in_order() {
+    let problem = |v: Value| {
+        let e = RunArgs::parse(v.as_object()).unwrap_err();
+        let problem = e.message.split(';').next().unwrap().to_owned();
+        (e.code.as_str(), problem)
+    };
+    let invalid = |p: &str| ("invalid_arguments", p.to_owned());
+    for (arguments, want) in [
+        (json!({"x": 1}), invalid("unknown argument `x`")),
+        (json!({"code": 1, "x": 1}), invalid("unknown argument `x`")),
+        (json!({"env": 2}), invalid("`code` is missing")),
+        (json!({"code": null}), invalid("`code` must be a string")),
+        (
+            json!({"code": 1, "env": 2}),
+            invalid("`code` must be a string"),
+        ),
+        (
+            json!({"code": "1", "env": 2, "session": 3}),
+            invalid("`env` must be a string"),
+        ),
+        (
+            json!({"code": "1", "session": 3, "files": 4}),
+            invalid("`session` must be a string"),
+        ),
+        (
+            json!({"code": "1", "files": {}}),
+            invalid("`files` must be a list"),
+        ),
+        (
+            json!({"code": "1", "files": [3]}),
+            invalid("each file must be an object {\"path\", \"content\"}"),
+        ),
+        (
+            json!({"code": "1", "files": [{"path": 1, "content": 2, "mode": 7}]}),
+            invalid("unknown file field `mode`"),
+        ),
+        (
+            json!({"code": "1", "files": [{"content": "x"}]}),
+            invalid("each file needs `path` and `content`, both strings"),
+        ),
+    ] {
+        assert_eq!(problem(arguments.clone()), want, "{arguments}");
+    }
+    // The number of files is told before what is wrong with one of them.
+    let many: Vec<Value> = (0..=MAX_FILES).map(|_| json!(3)).collect();
+    assert_eq!(
+        problem(json!({"code": "1", "files": many})).0,
+        "files_too_large"
+    );
+}

@@ -1,0 +1,393 @@
+//! The MCP surface: one tool, `run` (tool.rs: its schema and the server's
+//! instructions), and the session outputs as resources (resources.rs),
+//! served over stdio (stdio.rs) or streamable HTTP (http.rs).
+//!
+//! A call reads top-down from [`Server::call_tool`]: its arguments
+//! (args.rs), its environment, the checks every call passes before anything
+//! runs ([`Server::precheck`]), then one of
+//!
+//! - a run ([`crate::run`]) in a fresh jail, reported by
+//!   [`report::run::ran`];
+//! - a call in a session ([`Sessions::call`]), or with `files` and no
+//!   `session` in a throwaway session jail ([`throwaway::call`]), reported by
+//!   [`report::call::called`].
+//!
+//! Whatever stops a call before its code runs is a [`Refusal`]
+//! (refusal.rs), which the layers' own errors convert into.
+
+pub mod args;
+pub mod http;
+pub mod refusal;
+mod resources;
+pub mod stdio;
+mod tool;
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{Catalog, Env};
+use crate::outputs::mirror::Mirror;
+use crate::report;
+use crate::run;
+use crate::session::{self, SessionName, Sessions, throwaway};
+use crate::wrapper::WrapperEnv;
+use crate::wrapper::host::Host;
+use crate::wrapper::probe::{self, Probes};
+use args::RunArgs;
+use proto::files::{MAX_FILES, MAX_FILES_BYTES, MAX_PATH_BYTES};
+use refusal::Refusal;
+use resources::Links;
+
+/// The largest code a session takes: its exec frame, every byte of the
+/// code and of the largest files escaped as `\u00XX`, must fit in one frame.
+const SESSION_MAX_CODE_BYTES: usize = (proto::frame::MAX_FRAME_BYTES
+    - 64 * 1024
+    - 6 * (MAX_FILES_BYTES + MAX_FILES * MAX_PATH_BYTES))
+    / 6;
+
+/// What the server needs to answer calls.
+pub struct Config {
+    pub catalog: Catalog,
+    pub wrapper_env: WrapperEnv,
+    pub max_code_bytes: usize,
+    /// Where the project is mounted in the jail, when `PROJECT_DIR` is set.
+    pub project_mount: Option<String>,
+    /// Cancelled when the client goes away: every running call is killed.
+    pub shutdown: CancellationToken,
+    /// What the host gives the jails: cgroups, whether the caller is root.
+    pub host: Arc<Host>,
+    /// The session table's limits.
+    pub sessions: session::Settings,
+    /// Where outputs are mirrored (`NIX_SANDBOX_OUTPUT_DIR`), if anywhere.
+    pub mirror: Option<Mirror>,
+}
+
+/// What every handler of the server shares, made once.
+struct Shared {
+    catalog: Catalog,
+    probes: Arc<Probes>,
+    wrapper_env: WrapperEnv,
+    max_code_bytes: usize,
+    shutdown: CancellationToken,
+    instructions: String,
+    tool: Tool,
+    host: Arc<Host>,
+    settings: session::Settings,
+    mirror: Option<Mirror>,
+    /// The sessions and resource links of requests without an MCP session
+    /// (the stateless 2026-07-28 revision over HTTP): one table for all of
+    /// them, in which the server names the sessions (session/names.rs).
+    stateless: Client,
+}
+
+/// A client's session table and the resource links handed out to it.
+struct Client {
+    sessions: Sessions,
+    links: Links,
+}
+
+/// The MCP server handler: what the server shares, and one client's state.
+pub struct Server {
+    shared: Arc<Shared>,
+    /// This client's sessions (dropping the handler kills them) and links.
+    client: Client,
+}
+
+/// Where a call runs, once its checks passed.
+enum Target {
+    /// A fresh jail of the run wrapper, gone with the call.
+    Run,
+    /// The named session.
+    Session(SessionName),
+    /// A session jail of its own, for a call with `files` and no session.
+    Throwaway,
+}
+
+impl Server {
+    /// Builds the handler; [`Server::start_probes`] starts the sandbox
+    /// probes (over stdio, once a client has completed the handshake, so
+    /// that a client that closes at once, a health check, starts no jail).
+    pub fn new(config: Config) -> Self {
+        let Config {
+            catalog,
+            wrapper_env,
+            max_code_bytes,
+            project_mount,
+            shutdown,
+            host,
+            sessions: settings,
+            mirror,
+        } = config;
+        let probes = Probes::new(&catalog, wrapper_env.clone(), Arc::clone(&host));
+        let stateless = Client {
+            sessions: Sessions::server_named(
+                settings,
+                wrapper_env.clone(),
+                Arc::clone(&host),
+                shutdown.clone(),
+            ),
+            links: Links::default(),
+        };
+        Self::for_client(Arc::new(Shared {
+            instructions: tool::instructions(&catalog, project_mount.as_deref(), &host),
+            tool: tool::run_tool(&catalog, &settings),
+            catalog,
+            probes: Arc::new(probes),
+            wrapper_env,
+            max_code_bytes,
+            shutdown,
+            host,
+            settings,
+            mirror,
+            stateless,
+        }))
+    }
+
+    /// A handler for another MCP client (one per MCP session over HTTP):
+    /// it shares the catalog, the probes and the settings, and has state of
+    /// its own (the session table), so clients never see each other's state.
+    /// rmcp's HTTP service also builds one to read a tool's schema: building
+    /// must stay cheap and start nothing.
+    pub fn for_another_client(&self) -> Self {
+        Self::for_client(Arc::clone(&self.shared))
+    }
+
+    fn for_client(shared: Arc<Shared>) -> Self {
+        let sessions = Sessions::new(
+            shared.settings,
+            shared.wrapper_env.clone(),
+            Arc::clone(&shared.host),
+            shared.shutdown.clone(),
+        );
+        Self {
+            shared,
+            client: Client {
+                sessions,
+                links: Links::default(),
+            },
+        }
+    }
+
+    /// Starts the background sandbox probes (once; calls wait for theirs).
+    pub fn start_probes(&self) {
+        self.shared.probes.start(&self.shared.catalog);
+    }
+
+    /// The session table and links a request uses: this client's, or over
+    /// HTTP without an MCP session (the 2026-07-28 revision: rmcp builds a
+    /// handler for that one request) the server's shared ones.
+    fn client(&self, context: &RequestContext<RoleServer>) -> &Client {
+        let outside_mcp_session = context
+            .extensions
+            .get::<::http::request::Parts>()
+            .is_some_and(|parts| !parts.headers.contains_key("mcp-session-id"));
+        if outside_mcp_session {
+            &self.shared.stateless
+        } else {
+            &self.client
+        }
+    }
+
+    /// Runs one `run` call: in a fresh sandbox, the named session, or a
+    /// throwaway session jail; `resource_links`: the client takes
+    /// `resource_link` content.
+    async fn dispatch(
+        &self,
+        args: RunArgs,
+        client: &Client,
+        resource_links: bool,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, Refusal> {
+        let shared = &*self.shared;
+        let env = self.resolve_env(args.env.as_deref())?;
+        let (code, files) = (&args.code, &args.files);
+        match self.precheck(&env, &args).await? {
+            Target::Run => {
+                let cx = run::Context {
+                    host: &shared.host,
+                    env: &shared.wrapper_env,
+                    cancel: &ct,
+                    shutdown: &shared.shutdown,
+                };
+                let outcome = run::in_env(&env, code, &cx).await?;
+                Ok(report::run::ran(&env, &outcome))
+            }
+            Target::Session(name) => {
+                let mirror = shared.mirror.as_ref();
+                let outcome = (client.sessions)
+                    .call(&name, &env, code, files, mirror, &ct)
+                    .await?;
+                let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
+                (client.links).note(&outcome.session, fresh, &outcome.outputs.items);
+                Ok(report::call::called(&env, &outcome, resource_links))
+            }
+            Target::Throwaway => {
+                let cx = throwaway::Context {
+                    wrapper_env: &shared.wrapper_env,
+                    host: &shared.host,
+                    mirror: shared.mirror.as_ref(),
+                    cancel: &ct,
+                    shutdown: &shared.shutdown,
+                };
+                let outcome = throwaway::call(&env, code, files, &cx).await?;
+                Ok(report::call::called(&env, &outcome, resource_links))
+            }
+        }
+    }
+
+    /// The checks every call passes before anything runs, runs and session
+    /// calls alike, in the order their refusals are told: where it runs
+    /// (a valid session name, an environment with a session agent when one
+    /// is needed), the code (not empty, not too large, no NUL for the
+    /// agent's frames), the wrapper (there and executable), the sandbox
+    /// (its probe passed).
+    async fn precheck(&self, env: &Env, args: &RunArgs) -> Result<Target, Refusal> {
+        let target = match &args.session {
+            Some(name) => Target::Session(
+                SessionName::new(name).ok_or_else(|| Refusal::bad_session_name(name))?,
+            ),
+            None if !args.files.is_empty() => Target::Throwaway,
+            None => Target::Run,
+        };
+        let by_agent = !matches!(target, Target::Run);
+        if by_agent && env.session.is_empty() {
+            return Err(match target {
+                Target::Session(_) => Refusal::sessions_unsupported(&env.name),
+                _ => Refusal::files_unsupported(&env.name),
+            });
+        }
+        let code = &args.code;
+        if code.is_empty() {
+            return Err(Refusal::empty_code());
+        }
+        let max_code_bytes = match by_agent {
+            true => self.shared.max_code_bytes.min(SESSION_MAX_CODE_BYTES),
+            false => self.shared.max_code_bytes,
+        };
+        if code.len() > max_code_bytes {
+            return Err(Refusal::code_too_large(code.len(), max_code_bytes));
+        }
+        if by_agent && code.contains('\0') {
+            return Err(Refusal::invalid_arguments(
+                "`code` contains a NUL byte, which a session cannot run",
+            ));
+        }
+        let wrapper = if by_agent {
+            &env.session[0]
+        } else {
+            &env.run[0]
+        };
+        if !probe::wrapper_ready(wrapper) {
+            return Err(Refusal::wrapper_missing(&env.name, wrapper));
+        }
+        self.shared
+            .probes
+            .ensure(env)
+            .await
+            .map_err(|reason| Refusal::sandbox_unavailable(&env.name, &reason))?;
+        Ok(target)
+    }
+
+    /// The environment named `requested`, or the default one.
+    fn resolve_env(&self, requested: Option<&str>) -> Result<Arc<Env>, Refusal> {
+        let catalog = &self.shared.catalog;
+        let unknown =
+            |name: &str| Refusal::unknown_env(name, &catalog.names(), &catalog.error_lines());
+        let name = match requested {
+            Some(name) => name,
+            None => catalog.default_env().ok_or_else(|| unknown("python"))?,
+        };
+        catalog.envs.get(name).cloned().ok_or_else(|| unknown(name))
+    }
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                "nix-sandbox-mcp",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(self.shared.instructions.clone())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(vec![
+            self.shared.tool.clone(),
+        ]))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let client = self.client(&context);
+        Ok(resources::list(&client.sessions, &client.links))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let client = self.client(&context);
+        resources::read(&client.sessions, request.uri)
+            .await
+            .map(Into::into)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if request.name != "run" {
+            return Err(McpError::invalid_params(
+                format!(
+                    "unknown tool `{}`; this server has one tool, `run`",
+                    request.name
+                ),
+                None,
+            ));
+        }
+        let called = match RunArgs::parse(request.arguments.as_ref()) {
+            Ok(args) => {
+                let client = self.client(&context);
+                let resource_links = takes_resource_links(&context);
+                self.dispatch(args, client, resource_links, context.ct.clone())
+                    .await
+            }
+            Err(refusal) => Err(refusal),
+        };
+        Ok(called
+            .unwrap_or_else(|refusal| report::refused(&refusal))
+            .into())
+    }
+}
+
+/// Whether the client's protocol revision has `resource_link` content
+/// (2025-06-18 on). Older clients reject a result that holds one (`mcp`
+/// 1.9.4 on 2025-03-26 fails the whole call); they get the link named in
+/// the text only. Unknown revisions are taken as new.
+fn takes_resource_links(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_none_or(|v| v.as_str() >= ProtocolVersion::V_2025_06_18.as_str())
+}

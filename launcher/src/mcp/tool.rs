@@ -1,0 +1,300 @@
+//! What a client sees before any call: the `run` tool's schema and the
+//! server's instructions. Both are paid in every conversation's tokens, so
+//! they stay small (DESIGN.md section 9: at most 350 tokens with three
+//! environments).
+
+use rmcp::model::Tool;
+use serde_json::{Value, json};
+
+use crate::catalog::{Catalog, Env};
+use crate::session;
+use crate::wrapper::host::Host;
+
+/// Most packages listed per environment in the instructions.
+const MAX_PACKAGES_LISTED: usize = 16;
+/// How many of them (the first, the key ones: the interpreter comes first)
+/// are listed with their versions; the others by name only, to keep the
+/// instructions within their token budget.
+const PACKAGES_WITH_VERSIONS: usize = 3;
+
+/// The `run` tool: `code`, `env` (enumerated, with its default) and, when
+/// an environment has sessions, `session` (with how long one lives).
+pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
+    let mut env = json!({"type": "string"});
+    match catalog.default_env() {
+        Some(default) => {
+            env["enum"] = json!(catalog.names());
+            env["description"] = json!(format!("Environment (default {default})."));
+        }
+        None => env["description"] = json!("No environment is available."),
+    }
+    let mut schema = json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string"},
+            "env": env,
+        },
+        "required": ["code"],
+        "additionalProperties": false,
+    });
+    let with_sessions = catalog.envs.values().any(|e| !e.session.is_empty());
+    let description = if with_sessions {
+        schema["properties"]["session"] = json!({
+            "type": "string",
+            "description": format!(
+                "Keeps state and /workspace across calls (ends {} s idle, {} s max).",
+                sessions.idle_timeout.as_secs(),
+                sessions.max_lifetime.as_secs()
+            ),
+        });
+        schema["properties"]["files"] = json!({
+            "type": "array",
+            "description": "Text files put in /workspace first.",
+            "items": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            },
+        });
+        "Run code in a sandbox; without `session` each call starts fresh. Sessions and `files` \
+         runs return what is saved in /workspace/outputs (images shown)."
+    } else {
+        "Run a program in a fresh sandbox (new each call) and return its output."
+    };
+    let Value::Object(schema) = schema else {
+        unreachable!("a JSON object literal")
+    };
+    Tool::new("run", description, schema)
+}
+
+/// One line per environment (sorted), the project mount, the limits this
+/// host enforces ([`limits_line`]), how to read results.
+pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
+    let mut text = String::from("Sandboxed code runner; no network unless noted. Environments:\n");
+    if catalog.envs.is_empty() {
+        text.push_str("(none usable: run answers why)\n");
+    }
+    for env in catalog.envs.values() {
+        text.push_str(&format!("- {}: {}", env.name, env.description));
+        if !env.packages.is_empty() {
+            let shown: Vec<&str> = env
+                .packages
+                .iter()
+                .take(MAX_PACKAGES_LISTED)
+                .enumerate()
+                .map(|(i, p)| {
+                    if i < PACKAGES_WITH_VERSIONS {
+                        p.as_str()
+                    } else {
+                        package_name(p)
+                    }
+                })
+                .collect();
+            text.push_str(&format!("; packages: {}", shown.join(", ")));
+            let more = env.packages.len().saturating_sub(MAX_PACKAGES_LISTED);
+            if more > 0 {
+                text.push_str(&format!(" (+{more} more)"));
+            }
+        }
+        if env.network {
+            text.push_str("; network");
+        }
+        text.push('\n');
+    }
+    if !catalog.replaced.is_empty() {
+        text.push_str(&format!(
+            "Custom, in place of the server's own: {}.\n",
+            catalog.replaced.join(", ")
+        ));
+    }
+    if let Some(mount) = project_mount {
+        text.push_str(&format!(
+            "The project is read-only at {mount}. Read inputs there, not through `files`.\n"
+        ));
+    }
+    if let Some(line) = limits_line(host, catalog) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text.push_str("Results: stdout, then `--- stderr ---` and stderr, then notes.");
+    text
+}
+
+/// The instructions' one line: the limits every environment enforces on
+/// this host (values that differ are given per environment).
+fn limits_line(host: &Host, catalog: &Catalog) -> Option<String> {
+    let envs: Vec<&Env> = catalog.envs.values().map(|e| e.as_ref()).collect();
+    if envs.is_empty() {
+        return None;
+    }
+    let secs = |v: u64| format!("{v} s");
+    let count = |v: u64| v.to_string();
+    let mut parts = vec![
+        ("time", common(&envs, |e| e.limits.timeout_s.get(), secs)),
+        ("memory", common(&envs, |e| e.limits.memory_mb.get(), mib)),
+    ];
+    if host.pids_enforced() {
+        parts.push(("processes", common(&envs, |e| e.limits.pids.get(), count)));
+    }
+    parts.extend([
+        ("CPU", common(&envs, |e| e.limits.cpu_s.get(), secs)),
+        ("files", common(&envs, |e| e.limits.file_mb.get(), mib)),
+        ("/tmp", common(&envs, |e| e.limits.tmp_mb.get(), mib)),
+        (
+            "/workspace",
+            common(&envs, |e| e.limits.workspace_mb.get(), mib),
+        ),
+    ]);
+    let parts: Vec<String> = parts
+        .into_iter()
+        .map(|(what, v)| format!("{what} {v}"))
+        .collect();
+    Some(format!("Limits per run: {}.", parts.join(", ")))
+}
+
+/// "1 GiB" or "512 MiB".
+fn mib(v: u64) -> String {
+    if v.is_multiple_of(1024) {
+        format!("{} GiB", v / 1024)
+    } else {
+        format!("{v} MiB")
+    }
+}
+
+/// The value most environments have, then the others by name:
+/// `1 GiB (node 2 GiB)`.
+fn common(envs: &[&Env], value: impl Fn(&Env) -> u64, show: impl Fn(u64) -> String) -> String {
+    let mut counts: Vec<(u64, usize)> = Vec::new();
+    for env in envs {
+        let v = value(env);
+        match counts.iter_mut().find(|(x, _)| *x == v) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((v, 1)),
+        }
+    }
+    let (usual, _) = counts
+        .iter()
+        .copied()
+        .max_by_key(|&(v, n)| (n, std::cmp::Reverse(v)))
+        .unwrap_or((0, 0));
+    let others: Vec<String> = envs
+        .iter()
+        .filter(|e| value(e) != usual)
+        .map(|e| format!("{} {}", e.name, show(value(e))))
+        .collect();
+    if others.is_empty() {
+        show(usual)
+    } else {
+        format!("{} ({})", show(usual), others.join(", "))
+    }
+}
+
+/// A package's name without its version, as nixpkgs' `lib.getName` has it:
+/// what comes before the first `-` that is not followed by a letter.
+fn package_name(name: &str) -> &str {
+    name.char_indices()
+        .find(|&(i, c)| {
+            c == '-'
+                && !name[i + 1..]
+                    .chars()
+                    .next()
+                    .is_some_and(|next| next.is_ascii_alphabetic())
+        })
+        .map_or(name, |(i, _)| &name[..i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+
+    fn catalog(envs: &[(&str, bool, usize)]) -> Catalog {
+        testing::catalog(envs.iter().map(|&(name, network, packages)| {
+            let packages: Vec<String> = (0..packages).map(|i| format!("pkg-{i}.1")).collect();
+            testing::env(name)
+                .with("description", json!(format!("{name} env")))
+                .with("network", json!(network))
+                .with("packages", json!(packages))
+                .build()
+        }))
+    }
+
+    #[test]
+    fn instructions_are_sorted_and_capped() {
+        let c = catalog(&[("shell", true, 2), ("python", false, 18)]);
+        let text = instructions(&c, Some("/project"), &Host::plain(false));
+        let lines: Vec<&str> = text.lines().collect();
+        // Versions for the first three packages, names for the others.
+        assert_eq!(
+            lines[1],
+            "- python: python env; packages: pkg-0.1, pkg-1.1, pkg-2.1, pkg, pkg, pkg, pkg, pkg, \
+             pkg, pkg, pkg, pkg, pkg, pkg, pkg, pkg (+2 more)"
+        );
+        assert_eq!(
+            lines[2],
+            "- shell: shell env; packages: pkg-0.1, pkg-1.1; network"
+        );
+        assert_eq!(
+            lines[3],
+            "The project is read-only at /project. Read inputs there, not through `files`."
+        );
+        assert!(!text.contains("Custom"), "{text}");
+        let mut replaced = c.clone();
+        replaced.replaced = vec!["node".into(), "python".into()];
+        let text = instructions(&replaced, None, &Host::plain(false));
+        assert_eq!(
+            text.lines().nth(3),
+            Some("Custom, in place of the server's own: node, python.")
+        );
+        assert!(!instructions(&c, None, &Host::plain(false)).contains("project"));
+    }
+
+    #[test]
+    fn the_schema_enumerates_envs_and_names_the_default() {
+        let settings = session::Settings::default();
+        let tool = run_tool(
+            &catalog(&[("shell", false, 0), ("node", false, 0)]),
+            &settings,
+        );
+        let env = &tool.input_schema["properties"]["env"];
+        assert_eq!(env["enum"], json!(["node", "shell"]));
+        assert_eq!(env["description"], "Environment (default node).");
+        let tool = run_tool(
+            &catalog(&[("shell", false, 0), ("python", false, 0)]),
+            &settings,
+        );
+        assert_eq!(
+            tool.input_schema["properties"]["env"]["description"],
+            "Environment (default python)."
+        );
+        // No environment has sessions: no `session` argument is offered.
+        assert!(tool.input_schema["properties"].get("session").is_none());
+    }
+
+    #[test]
+    fn package_names_lose_their_versions() {
+        assert_eq!(package_name("python3.12-numpy-2.2.1"), "python3.12-numpy");
+        assert_eq!(package_name("nodejs-20.20.2"), "nodejs");
+        assert_eq!(package_name("python3-3.11.2-env"), "python3");
+        assert_eq!(package_name("jq"), "jq");
+    }
+
+    #[test]
+    fn the_instructions_line_names_exceptions_and_omits_unenforced_limits() {
+        let catalog = testing::catalog([("python", 1024), ("shell", 1024), ("node", 2048)].map(
+            |(name, mb)| {
+                testing::env(name)
+                    .with("limits.memory_mb", json!(mb))
+                    .build()
+            },
+        ));
+        let user = limits_line(&Host::plain(false), &catalog).unwrap();
+        assert_eq!(
+            user,
+            "Limits per run: time 30 s, memory 1 GiB (node 2 GiB), processes 256, CPU 60 s, \
+             files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
+        );
+        let root = limits_line(&Host::plain(true), &catalog).unwrap();
+        assert!(!root.contains("processes"), "{root}");
+        assert_eq!(limits_line(&Host::plain(false), &Catalog::default()), None);
+    }
+}

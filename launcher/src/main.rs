@@ -1,6 +1,10 @@
 //! nix-sandbox-mcp: the MCP server. It reads the manifests Nix wrote and runs
 //! code through the jailed wrappers they name; it builds no jail itself.
 //!
+//! This file only wires the parts together: the configuration (config.rs),
+//! the environments (catalog.rs), the host's facts (wrapper/host.rs), then
+//! `--check` (wrapper/probe.rs) or MCP over stdio or HTTP (mcp/).
+//!
 //! stdout is the MCP channel: only the protocol goes there (the `--help`,
 //! `--version` and `--check` modes, which serve no MCP, print there too).
 //! Logs go to stderr.
@@ -8,7 +12,7 @@
 mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
-mod cli;
+mod config;
 mod mcp;
 mod outputs;
 mod report;
@@ -26,19 +30,17 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Catalog;
-use crate::cli::Mode;
+use crate::config::Mode;
+use crate::outputs::mirror::Mirror;
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::{Host, Teardown};
 use crate::wrapper::probe;
 
-/// How long the exit waits for reaper threads after the jobs were killed.
+/// How long the exit waits for reaper threads after the runs were killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
-    let opts = match cli::parse(
-        std::env::args_os().skip(1),
-        std::env::var_os("NIX_SANDBOX_MANIFEST"),
-    ) {
+    let opts = match config::parse(std::env::args_os().skip(1), |var| std::env::var_os(var)) {
         Ok(opts) => opts,
         Err(e) => {
             eprintln!("nix-sandbox-mcp: {e} (see --help)");
@@ -46,22 +48,10 @@ fn main() -> ExitCode {
         }
     };
     match opts.mode {
-        Mode::Help => return print(cli::HELP),
+        Mode::Help => return print(&config::help()),
         Mode::Version => return print(&format!("nix-sandbox-mcp {}\n", env!("CARGO_PKG_VERSION"))),
         Mode::Stdio | Mode::Http | Mode::Check => {}
     }
-    let sessions = match session::Settings::new(
-        |var| std::env::var(var).ok(),
-        opts.max_sessions,
-        opts.session_idle_timeout,
-        opts.session_max_lifetime,
-    ) {
-        Ok(settings) => settings,
-        Err(e) => {
-            eprintln!("nix-sandbox-mcp: {e} (see --help)");
-            return ExitCode::from(2);
-        }
-    };
     init_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -96,31 +86,33 @@ fn main() -> ExitCode {
         };
     }
     tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
+    if let Some(dir) = &opts.project_dir {
+        tracing::debug!(project_dir = ?dir, "project mounted read-only");
+    }
     let config = mcp::Config {
         catalog,
         wrapper_env,
         max_code_bytes: opts.max_code_bytes,
-        project_mount: project_mount(),
+        project_mount: opts.project_mount,
         shutdown: CancellationToken::new(),
         host,
-        sessions,
-        mirror: outputs::mirror::Mirror::from_var(std::env::var_os(
-            outputs::mirror::OUTPUT_DIR_VAR,
-        )),
+        sessions: opts.sessions,
+        mirror: opts.output_dir.map(Mirror::new),
     };
-    let served = match &opts.http_addr {
+    let served = match opts.http_addr {
         Some(addr) => {
             let options = mcp::http::Options {
-                addr: addr.clone(),
-                token_file: opts.token_file.clone(),
-                allowed_origins: opts.allowed_origins.clone(),
+                addr,
+                token_file: opts.token_file,
+                allowed_origins: opts.allowed_origins,
             };
             runtime.block_on(mcp::http::serve(&options, config))
         }
         None => runtime.block_on(mcp::stdio::serve(config)),
     };
-    // Dropping the tasks kills every job still running (their guards); a
-    // reaper thread stuck on an unkillable process must not hold the exit.
+    // Dropping the tasks kills every run and session still going (their
+    // guards); a reaper thread stuck on an unkillable process must not hold
+    // the exit.
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -131,19 +123,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// `PROJECT_MOUNT` (default `/project`) when `PROJECT_DIR` is set.
-fn project_mount() -> Option<String> {
-    let dir = std::env::var_os("PROJECT_DIR").filter(|v| !v.is_empty())?;
-    let mount = std::env::var("PROJECT_MOUNT")
-        .ok()
-        .filter(|v| !v.is_empty());
-    tracing::debug!(project_dir = ?dir, "project mounted read-only");
-    Some(mount.unwrap_or_else(|| "/project".into()))
-}
-
+/// Logs to stderr, at `RUST_LOG`'s level.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env(config::RUST_LOG.var_name())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(config::RUST_LOG.text()));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

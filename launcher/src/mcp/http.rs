@@ -46,12 +46,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::{Config, Server};
+use crate::config;
 
 /// The one path the server answers on.
 pub const ENDPOINT: &str = "/mcp";
-
-/// Environment variable naming the token file when `--token-file` is absent.
-pub const TOKEN_FILE_VAR: &str = "NIX_SANDBOX_TOKEN_FILE";
 
 /// Tokens shorter than this work, with a warning.
 const SHORT_TOKEN: usize = 16;
@@ -74,7 +72,7 @@ type Rmcp = StreamableHttpService<Server, LocalSessionManager>;
 pub struct Options {
     /// `HOST:PORT`; `localhost` stands for 127.0.0.1.
     pub addr: String,
-    /// From `--token-file`; `NIX_SANDBOX_TOKEN_FILE` when `None`.
+    /// `--token-file`, else `NIX_SANDBOX_TOKEN_FILE` (config.rs).
     pub token_file: Option<PathBuf>,
     /// Browser origins allowed besides the loopback ones.
     pub allowed_origins: Vec<String>,
@@ -121,17 +119,12 @@ pub fn read_token(path: &Path) -> Result<String, String> {
 
 /// The token file: `--token-file`, else `NIX_SANDBOX_TOKEN_FILE`.
 pub fn token_file(options: &Options) -> Result<PathBuf, String> {
-    options
-        .token_file
-        .clone()
-        .or_else(|| {
-            std::env::var_os(TOKEN_FILE_VAR)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .ok_or_else(|| {
-            format!("--http needs a bearer token: give --token-file PATH or set {TOKEN_FILE_VAR}")
-        })
+    options.token_file.clone().ok_or_else(|| {
+        format!(
+            "--http needs a bearer token: give --token-file PATH or set {}",
+            config::TOKEN_FILE.var_name()
+        )
+    })
 }
 
 /// Serves MCP on `options.addr` until a signal; each MCP session gets a

@@ -12,7 +12,6 @@
 //! replaces a link there instead of writing through it. Names are sanitized
 //! (characters other than letters, digits and `._-+@ ` become `_`).
 
-use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -24,9 +23,6 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat, renameat};
 use nix::sys::stat::{Mode, mkdirat};
 
-/// The variable that turns the mirror on.
-pub const OUTPUT_DIR_VAR: &str = "NIX_SANDBOX_OUTPUT_DIR";
-
 /// Where outputs are mirrored.
 #[derive(Debug)]
 pub struct Mirror {
@@ -36,13 +32,13 @@ pub struct Mirror {
 }
 
 impl Mirror {
-    /// The mirror `value` (the variable's value) asks for, if any.
-    pub fn from_var(value: Option<OsString>) -> Option<Self> {
-        let root = PathBuf::from(value.filter(|v| !v.is_empty())?);
-        Some(Self {
+    /// The mirror into `root` (`NIX_SANDBOX_OUTPUT_DIR`), made when first
+    /// written to.
+    pub fn new(root: PathBuf) -> Self {
+        Self {
             root,
             counter: AtomicU64::new(0),
-        })
+        }
     }
 
     /// The directory name of a session's outputs.
@@ -197,7 +193,7 @@ mod tests {
     use std::path::Path;
 
     fn mirror(root: &Path) -> Mirror {
-        Mirror::from_var(Some(root.as_os_str().to_owned())).unwrap()
+        Mirror::new(root.to_owned())
     }
 
     impl Mirror {
@@ -206,12 +202,6 @@ mod tests {
             file.write(bytes)?;
             file.finish()
         }
-    }
-
-    #[test]
-    fn off_unless_set() {
-        assert!(Mirror::from_var(None).is_none());
-        assert!(Mirror::from_var(Some(OsString::new())).is_none());
     }
 
     #[test]

@@ -48,8 +48,8 @@ use crate::wrapper::host::Host;
 use crate::wrapper::{NotStarted, WrapperEnv};
 use call::{Call, CallOutcome, JailAfter};
 pub use names::SessionName;
+pub use table::Settings;
 use table::{Inner, Slot};
-pub use table::{Settings, positive};
 
 /// Why a session call ran nothing; mcp/refusal.rs says each to the model.
 #[derive(Debug)]

@@ -14,6 +14,7 @@ use super::jail::Jail;
 use super::names::{SessionName, server_name};
 use super::{Error, OutputUnreadable};
 use crate::catalog::Env;
+use crate::config;
 use crate::wrapper::host::Host;
 use crate::wrapper::{NotStarted, WrapperEnv};
 
@@ -36,72 +37,22 @@ pub struct Settings {
     pub max_lifetime: Duration,
 }
 
+/// The defaults config.rs declares.
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            max_sessions: 16,
-            idle_timeout: Duration::from_secs(300),
-            max_lifetime: Duration::from_secs(3600),
+            max_sessions: usize::try_from(config::MAX_SESSIONS.number()).unwrap_or(usize::MAX),
+            idle_timeout: Duration::from_secs(config::SESSION_IDLE_TIMEOUT.number()),
+            max_lifetime: Duration::from_secs(config::SESSION_MAX_LIFETIME.number()),
         }
     }
 }
 
-/// The environment variables that set [`Settings`] (flags override them).
-pub const MAX_SESSIONS_VAR: &str = "NIX_SANDBOX_MAX_SESSIONS";
-pub const IDLE_TIMEOUT_VAR: &str = "SESSION_IDLE_TIMEOUT";
-pub const MAX_LIFETIME_VAR: &str = "SESSION_MAX_LIFETIME";
-
 impl Settings {
-    /// The defaults, overridden by the environment (`lookup`), then by the
-    /// flags given. The error is one line naming the variable or flag.
-    pub fn new(
-        lookup: impl Fn(&str) -> Option<String>,
-        max_sessions: Option<u64>,
-        idle_timeout_s: Option<u64>,
-        max_lifetime_s: Option<u64>,
-    ) -> Result<Self, String> {
-        let from_env = |var: &str| -> Result<Option<u64>, String> {
-            match lookup(var).filter(|v| !v.trim().is_empty()) {
-                None => Ok(None),
-                Some(v) => positive(&v)
-                    .map(Some)
-                    .map_err(|e| format!("{var}={v:?}: {e}")),
-            }
-        };
-        let defaults = Self::default();
-        let max = max_sessions.or(from_env(MAX_SESSIONS_VAR)?);
-        let idle = idle_timeout_s.or(from_env(IDLE_TIMEOUT_VAR)?);
-        let lifetime = max_lifetime_s.or(from_env(MAX_LIFETIME_VAR)?);
-        for (what, value) in [
-            ("--max-sessions", max_sessions),
-            ("--session-idle-timeout", idle_timeout_s),
-            ("--session-max-lifetime", max_lifetime_s),
-        ] {
-            if value == Some(0) {
-                return Err(format!("{what} must be a positive integer"));
-            }
-        }
-        Ok(Self {
-            max_sessions: max.map_or(defaults.max_sessions, |n| {
-                usize::try_from(n).unwrap_or(usize::MAX)
-            }),
-            idle_timeout: idle.map_or(defaults.idle_timeout, Duration::from_secs),
-            max_lifetime: lifetime.map_or(defaults.max_lifetime, Duration::from_secs),
-        })
-    }
-
     /// How often the reaper looks: often enough for short test values.
     fn tick(&self) -> Duration {
         (self.idle_timeout.min(self.max_lifetime) / 4)
             .clamp(Duration::from_millis(100), Duration::from_secs(1))
-    }
-}
-
-/// A positive integer (seconds or a count).
-pub fn positive(text: &str) -> Result<u64, String> {
-    match text.trim().parse::<u64>() {
-        Ok(0) | Err(_) => Err("expected a positive integer".into()),
-        Ok(n) => Ok(n),
     }
 }
 
@@ -521,30 +472,6 @@ impl Drop for Lease<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn settings_come_from_defaults_env_and_flags() {
-        let none = |_: &str| None;
-        assert_eq!(
-            Settings::new(none, None, None, None).unwrap(),
-            Settings::default()
-        );
-        let env = |var: &str| match var {
-            MAX_SESSIONS_VAR => Some("4".to_owned()),
-            IDLE_TIMEOUT_VAR => Some("10".to_owned()),
-            _ => None,
-        };
-        let s = Settings::new(env, None, None, Some(20)).unwrap();
-        assert_eq!(s.max_sessions, 4);
-        assert_eq!(s.idle_timeout, Duration::from_secs(10));
-        assert_eq!(s.max_lifetime, Duration::from_secs(20));
-        let s = Settings::new(env, Some(2), None, None).unwrap();
-        assert_eq!(s.max_sessions, 2);
-        let bad = |_: &str| Some("soon".to_owned());
-        let e = Settings::new(bad, None, None, None).unwrap_err();
-        assert!(e.starts_with(MAX_SESSIONS_VAR), "{e}");
-        assert!(Settings::new(none, Some(0), None, None).is_err());
-    }
 
     #[test]
     fn the_reaper_looks_often_enough_for_short_timeouts() {

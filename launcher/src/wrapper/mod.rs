@@ -36,6 +36,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
 use crate::catalog::Env;
+use crate::config;
 use cgroup::RunCgroup;
 use host::Host;
 
@@ -53,7 +54,11 @@ impl WrapperEnv {
         ];
         // NIX_SANDBOX_CGROUP is the wrapper's own cgroup ([`spawn`]), never
         // the server's.
-        for name in ["XDG_RUNTIME_DIR", "PROJECT_DIR", "PROJECT_MOUNT"] {
+        let project = [
+            config::PROJECT_DIR.var_name(),
+            config::PROJECT_MOUNT.var_name(),
+        ];
+        for name in ["XDG_RUNTIME_DIR"].into_iter().chain(project) {
             if let Some(value) = lookup(name).filter(|v| !v.is_empty()) {
                 vars.push((name, value));
             }

@@ -1,0 +1,543 @@
+//! The configuration: every flag and environment variable of the server,
+//! declared once with its default ([`SETTINGS`]), and read into [`Options`]
+//! (flags with lexopt). `--help` is rendered from the declarations; tests
+//! hold README.md's configuration table and the Nix module's defaults to
+//! them (config_tests.rs).
+//!
+//! A flag overrides its variable. An empty variable counts as unset.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::session;
+
+/// One setting: its flag and environment variable (either or both), its
+/// default, and one line of help.
+#[derive(Debug)]
+pub struct Setting {
+    /// What the parser does with it.
+    key: Key,
+    /// The flag, without `--`.
+    pub flag: Option<&'static str>,
+    /// The flag's short form, if it has one.
+    short: Option<char>,
+    /// The name of the flag's value in `--help` (`PATH`), for a flag that
+    /// takes one.
+    value: Option<&'static str>,
+    /// The environment variable, and how it goes with the flag.
+    pub var: Option<(&'static str, VarRole)>,
+    pub default: Option<Default>,
+    help: &'static str,
+}
+
+/// How a variable goes with its setting's flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VarRole {
+    /// Read when the flag is not given (or there is no flag).
+    Fallback,
+    /// A colon-separated list read before the flags, which add to it.
+    ListFirst,
+    /// Read by the server package (the script Nix wraps around this
+    /// binary), which turns it into more `--manifest` flags.
+    ServerPackage,
+}
+
+/// A default value, as `--help` and README.md show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Default {
+    Number(u64),
+    Text(&'static str),
+}
+
+/// The settings the parser acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Stdio,
+    Http,
+    TokenFile,
+    AllowOrigin,
+    Manifest,
+    Check,
+    MaxCodeBytes,
+    MaxSessions,
+    SessionIdleTimeout,
+    SessionMaxLifetime,
+    AllowOutsideStore,
+    Help,
+    Version,
+    /// Read where it is used, not parsed here.
+    Other,
+}
+
+impl Setting {
+    /// The default number, at compile time (declarations without one do
+    /// not compile where a number is asked of them).
+    pub const fn number(&self) -> u64 {
+        match self.default {
+            Some(Default::Number(n)) => n,
+            _ => panic!("this setting has no default number"),
+        }
+    }
+
+    /// The variable's name.
+    pub const fn var_name(&self) -> &'static str {
+        match self.var {
+            Some((name, _)) => name,
+            None => panic!("this setting has no variable"),
+        }
+    }
+
+    /// The default text.
+    pub const fn text(&self) -> &'static str {
+        match self.default {
+            Some(Default::Text(text)) => text,
+            _ => panic!("this setting has no default text"),
+        }
+    }
+}
+
+const fn setting(key: Key, flag: &'static str, help: &'static str) -> Setting {
+    Setting {
+        key,
+        flag: Some(flag),
+        short: None,
+        value: None,
+        var: None,
+        default: None,
+        help,
+    }
+}
+
+const fn variable(name: &'static str, role: VarRole, help: &'static str) -> Setting {
+    Setting {
+        key: Key::Other,
+        flag: None,
+        short: None,
+        value: None,
+        var: Some((name, role)),
+        default: None,
+        help,
+    }
+}
+
+pub const STDIO: Setting = setting(
+    Key::Stdio,
+    "stdio",
+    "serve MCP on stdin/stdout (the default)",
+);
+pub const HTTP: Setting = Setting {
+    value: Some("ADDR"),
+    ..setting(
+        Key::Http,
+        "http",
+        "serve MCP over streamable HTTP at http://ADDR/mcp (HOST:PORT; port 0 picks one, \
+         logged on stderr); each MCP session has sessions of its own",
+    )
+};
+pub const TOKEN_FILE: Setting = Setting {
+    value: Some("PATH"),
+    var: Some(("NIX_SANDBOX_TOKEN_FILE", VarRole::Fallback)),
+    ..setting(
+        Key::TokenFile,
+        "token-file",
+        "the bearer token --http requires of every request",
+    )
+};
+pub const ALLOW_ORIGIN: Setting = Setting {
+    value: Some("ORIGIN"),
+    ..setting(
+        Key::AllowOrigin,
+        "allow-origin",
+        "a browser Origin accepted besides loopback ones (repeatable); other Origins get 403",
+    )
+};
+pub const MANIFEST: Setting = Setting {
+    value: Some("PATH"),
+    var: Some(("NIX_SANDBOX_MANIFEST", VarRole::ListFirst)),
+    ..setting(
+        Key::Manifest,
+        "manifest",
+        "an environments manifest; repeatable, a later file adds environments or replaces \
+         them by name",
+    )
+};
+pub const CHECK: Setting = setting(
+    Key::Check,
+    "check",
+    "run a trivial program in every environment, print one line each (ok / FAIL: reason), \
+     exit 1 if any fails",
+);
+pub const MAX_CODE_BYTES: Setting = Setting {
+    value: Some("N"),
+    default: Some(Default::Number(1 << 20)),
+    ..setting(
+        Key::MaxCodeBytes,
+        "max-code-bytes",
+        "largest `code` accepted, in bytes",
+    )
+};
+pub const MAX_SESSIONS: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_SESSIONS", VarRole::Fallback)),
+    default: Some(Default::Number(16)),
+    ..setting(
+        Key::MaxSessions,
+        "max-sessions",
+        "most sessions open at once, per MCP client",
+    )
+};
+pub const SESSION_IDLE_TIMEOUT: Setting = Setting {
+    value: Some("S"),
+    var: Some(("SESSION_IDLE_TIMEOUT", VarRole::Fallback)),
+    default: Some(Default::Number(300)),
+    ..setting(
+        Key::SessionIdleTimeout,
+        "session-idle-timeout",
+        "a session ends S seconds after its last call",
+    )
+};
+pub const SESSION_MAX_LIFETIME: Setting = Setting {
+    value: Some("S"),
+    var: Some(("SESSION_MAX_LIFETIME", VarRole::Fallback)),
+    default: Some(Default::Number(3600)),
+    ..setting(
+        Key::SessionMaxLifetime,
+        "session-max-lifetime",
+        "a session ends S seconds after its first call",
+    )
+};
+pub const ALLOW_OUTSIDE_STORE: Setting = setting(
+    Key::AllowOutsideStore,
+    "allow-wrappers-outside-store",
+    "accept wrappers outside /nix/store: FOR TESTS ONLY, it lets an unreviewed script \
+     stand in for a sandbox",
+);
+pub const HELP: Setting = Setting {
+    short: Some('h'),
+    ..setting(Key::Help, "help", "print this help")
+};
+pub const VERSION: Setting = Setting {
+    short: Some('V'),
+    ..setting(Key::Version, "version", "print the version")
+};
+pub const PROJECT_DIR: Setting = variable(
+    "PROJECT_DIR",
+    VarRole::Fallback,
+    "a host directory shown read-only in every jail (a missing one is an error)",
+);
+pub const PROJECT_MOUNT: Setting = Setting {
+    default: Some(Default::Text("/project")),
+    ..variable(
+        "PROJECT_MOUNT",
+        VarRole::Fallback,
+        "where the jail sees PROJECT_DIR",
+    )
+};
+pub const OUTPUT_DIR: Setting = Setting {
+    value: Some("DIR"),
+    ..variable(
+        "NIX_SANDBOX_OUTPUT_DIR",
+        VarRole::Fallback,
+        "copies the files calls write to /workspace/outputs to DIR/SESSION/ \
+         (DIR/@run-TIME-N/ for a run with files but no session), for a person to open; off \
+         when unset",
+    )
+};
+pub const ENVS: Setting = variable(
+    "NIX_SANDBOX_ENVS",
+    VarRole::ServerPackage,
+    "comma-separated flake refs of sandboxes, built at start-up; their manifests come after \
+     the --manifest ones, so one named like a bundled environment replaces it",
+);
+pub const SANDBOX_DIR: Setting = Setting {
+    default: Some(Default::Text("~/.config/nix-sandbox-mcp/sandboxes")),
+    ..variable(
+        "NIX_SANDBOX_DIR",
+        VarRole::ServerPackage,
+        "a directory of pre-built sandboxes (`nix build` outputs of lib.mkSandbox), served \
+         like NIX_SANDBOX_ENVS",
+    )
+};
+pub const RUST_LOG: Setting = Setting {
+    default: Some(Default::Text("info")),
+    ..variable(
+        "RUST_LOG",
+        VarRole::Fallback,
+        "the log level; logs go to stderr, stdout is the protocol",
+    )
+};
+
+/// Every setting, in the order `--help` shows them.
+pub const SETTINGS: [&Setting; 19] = [
+    &STDIO,
+    &HTTP,
+    &TOKEN_FILE,
+    &ALLOW_ORIGIN,
+    &MANIFEST,
+    &CHECK,
+    &MAX_CODE_BYTES,
+    &MAX_SESSIONS,
+    &SESSION_IDLE_TIMEOUT,
+    &SESSION_MAX_LIFETIME,
+    &ALLOW_OUTSIDE_STORE,
+    &HELP,
+    &VERSION,
+    &PROJECT_DIR,
+    &PROJECT_MOUNT,
+    &OUTPUT_DIR,
+    &ENVS,
+    &SANDBOX_DIR,
+    &RUST_LOG,
+];
+
+/// What the server does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Stdio,
+    Http,
+    Check,
+    Help,
+    Version,
+}
+
+/// The configuration, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub mode: Mode,
+    /// `NIX_SANDBOX_MANIFEST`'s, then `--manifest`'s.
+    pub manifests: Vec<PathBuf>,
+    pub allow_outside_store: bool,
+    pub max_code_bytes: usize,
+    /// `--http ADDR`, `--token-file`, `--allow-origin` (mode [`Mode::Http`]).
+    pub http_addr: Option<String>,
+    pub token_file: Option<PathBuf>,
+    pub allowed_origins: Vec<String>,
+    /// The session table's limits.
+    pub sessions: session::Settings,
+    /// `PROJECT_DIR`, and where the jail sees it (`PROJECT_MOUNT`).
+    pub project_dir: Option<OsString>,
+    pub project_mount: Option<String>,
+    /// `NIX_SANDBOX_OUTPUT_DIR`.
+    pub output_dir: Option<PathBuf>,
+}
+
+/// Reads `args` (without the program name) and the environment
+/// (`lookup`). The error is one line for stderr. `--help` and `--version`
+/// are answered whatever the environment holds.
+pub fn parse(
+    args: impl IntoIterator<Item = OsString>,
+    lookup: impl Fn(&str) -> Option<OsString>,
+) -> Result<Options, String> {
+    use lexopt::prelude::*;
+
+    let var = |setting: &Setting| lookup(setting.var_name()).filter(|v| !v.is_empty());
+    let mut opts = Options {
+        mode: Mode::Stdio,
+        manifests: Vec::new(),
+        allow_outside_store: false,
+        max_code_bytes: usize::try_from(MAX_CODE_BYTES.number()).unwrap_or(usize::MAX),
+        http_addr: None,
+        token_file: None,
+        allowed_origins: Vec::new(),
+        sessions: session::Settings::default(),
+        project_dir: None,
+        project_mount: None,
+        output_dir: None,
+    };
+    if let Some(list) = var(&MANIFEST) {
+        opts.manifests
+            .extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
+    }
+    let (mut stdio, mut session_flags) = (false, [None; 3]);
+    let mut parser = lexopt::Parser::from_args(args);
+    let fail = |e: lexopt::Error| e.to_string();
+    while let Some(arg) = parser.next().map_err(fail)? {
+        let setting = match &arg {
+            Long(name) => SETTINGS.iter().find(|s| s.flag == Some(*name)),
+            Short(c) => SETTINGS.iter().find(|s| s.short == Some(*c)),
+            Value(_) => None,
+        };
+        let Some(setting) = setting else {
+            return Err(fail(arg.unexpected()));
+        };
+        let flag = format!("--{}", setting.flag.unwrap_or_default());
+        let value = match setting.value {
+            Some(_) => Some(parser.value().map_err(fail)?),
+            None => None,
+        };
+        let text = || string(value.clone().unwrap_or_default(), &flag);
+        match setting.key {
+            Key::Stdio => stdio = true,
+            Key::Http => {
+                opts.mode = Mode::Http;
+                opts.http_addr = Some(text()?);
+            }
+            Key::TokenFile => opts.token_file = value.map(PathBuf::from),
+            Key::AllowOrigin => opts.allowed_origins.push(text()?),
+            Key::Manifest => opts.manifests.extend(value.map(PathBuf::from)),
+            Key::Check => opts.mode = Mode::Check,
+            Key::MaxCodeBytes => {
+                opts.max_code_bytes = value
+                    .unwrap_or_default()
+                    .parse()
+                    .map_err(|e| format!("invalid value for {flag}: {e}"))?;
+            }
+            Key::MaxSessions | Key::SessionIdleTimeout | Key::SessionMaxLifetime => {
+                let n = positive(&text()?).map_err(|e| format!("invalid value for {flag}: {e}"))?;
+                let i = match setting.key {
+                    Key::MaxSessions => 0,
+                    Key::SessionIdleTimeout => 1,
+                    _ => 2,
+                };
+                session_flags[i] = Some(n);
+            }
+            Key::AllowOutsideStore => opts.allow_outside_store = true,
+            Key::Help | Key::Version => {
+                let mode = match setting.key {
+                    Key::Help => Mode::Help,
+                    _ => Mode::Version,
+                };
+                return Ok(Options { mode, ..opts });
+            }
+            // Only variables have no key, and they have no flag.
+            Key::Other => return Err(format!("{flag} is not a flag")),
+        }
+    }
+    if opts.mode == Mode::Http && stdio {
+        return Err("--stdio and --http exclude each other".into());
+    }
+    if opts.mode != Mode::Http && (opts.token_file.is_some() || !opts.allowed_origins.is_empty()) {
+        return Err("--token-file and --allow-origin go with --http".into());
+    }
+    if opts.mode == Mode::Http && opts.token_file.is_none() {
+        opts.token_file = var(&TOKEN_FILE).map(PathBuf::from);
+    }
+    // Each variable is checked even when its flag overrides it: a bad value
+    // is a mistake worth telling either way.
+    let number = |setting: &Setting, flag: Option<u64>| -> Result<u64, String> {
+        let text = lookup(setting.var_name()).and_then(|v| v.into_string().ok());
+        let from_var = match text.filter(|t| !t.trim().is_empty()) {
+            None => None,
+            Some(text) => {
+                Some(positive(&text).map_err(|e| format!("{}={text:?}: {e}", setting.var_name()))?)
+            }
+        };
+        Ok(flag.or(from_var).unwrap_or(setting.number()))
+    };
+    let [max_sessions, idle, lifetime] = session_flags;
+    opts.sessions = session::Settings {
+        max_sessions: usize::try_from(number(&MAX_SESSIONS, max_sessions)?).unwrap_or(usize::MAX),
+        idle_timeout: Duration::from_secs(number(&SESSION_IDLE_TIMEOUT, idle)?),
+        max_lifetime: Duration::from_secs(number(&SESSION_MAX_LIFETIME, lifetime)?),
+    };
+    opts.project_dir = var(&PROJECT_DIR);
+    if opts.project_dir.is_some() {
+        let mount = var(&PROJECT_MOUNT).and_then(|m| m.into_string().ok());
+        opts.project_mount = Some(mount.unwrap_or_else(|| PROJECT_MOUNT.text().into()));
+    }
+    opts.output_dir = var(&OUTPUT_DIR).map(PathBuf::from);
+    Ok(opts)
+}
+
+/// A positive integer (seconds or a count).
+fn positive(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) | Err(_) => Err("expected a positive integer".into()),
+        Ok(n) => Ok(n),
+    }
+}
+
+fn string(value: OsString, flag: &str) -> Result<String, String> {
+    value
+        .into_string()
+        .map_err(|v| format!("invalid value for {flag}: {v:?} is not UTF-8"))
+}
+
+/// The width of `--help`'s lines.
+const HELP_WIDTH: usize = 80;
+/// Where a setting's help starts on its line.
+const HELP_COLUMN: usize = 28;
+
+/// `--help`, rendered from [`SETTINGS`].
+pub fn help() -> String {
+    let mut text = String::from(
+        "nix-sandbox-mcp: sandboxed code execution for LLM agents over MCP\n\n\
+         Usage: nix-sandbox-mcp [--stdio | --http ADDR] [--manifest PATH]... [OPTIONS]\n\n\
+         Options (a flag overrides its variable; an empty variable is unset):\n",
+    );
+    for setting in SETTINGS.iter().filter(|s| s.flag.is_some()) {
+        let mut name = String::new();
+        if let Some(short) = setting.short {
+            name.push_str(&format!("-{short}, "));
+        }
+        name.push_str(&format!("--{}", setting.flag.unwrap_or_default()));
+        if let Some(value) = setting.value {
+            name.push_str(&format!(" {value}"));
+        }
+        let mut notes = Vec::new();
+        if let Some((var, role)) = setting.var {
+            notes.push(match role {
+                VarRole::ListFirst => format!("{var}, colon-separated, comes first"),
+                _ => var.to_owned(),
+            });
+        }
+        entry(&mut text, &name, setting, notes);
+    }
+    text.push_str("\nEnvironment:\n");
+    for setting in SETTINGS.iter().filter(|s| s.flag.is_none()) {
+        let mut name = setting.var_name().to_owned();
+        if let Some(value) = setting.value {
+            name.push_str(&format!("={value}"));
+        }
+        let mut notes = Vec::new();
+        if let Some((_, VarRole::ServerPackage)) = setting.var {
+            notes.push("read by the server package".to_owned());
+        }
+        entry(&mut text, &name, setting, notes);
+    }
+    text
+}
+
+/// One setting's lines of `--help`: its name, then its help wrapped in a
+/// column, with `notes` and its default in parentheses.
+fn entry(text: &mut String, name: &str, setting: &Setting, mut notes: Vec<String>) {
+    match setting.default {
+        Some(Default::Number(n)) => notes.push(format!("default {n}")),
+        Some(Default::Text(t)) => notes.push(format!("default {t}")),
+        None => {}
+    }
+    let mut help = setting.help.to_owned();
+    if !notes.is_empty() {
+        help.push_str(&format!(" ({})", notes.join("; ")));
+    }
+    let indent = " ".repeat(HELP_COLUMN);
+    let head = format!("  {name}");
+    let mut line = if head.len() + 2 <= HELP_COLUMN {
+        format!("{head:<HELP_COLUMN$}")
+    } else {
+        text.push_str(&head);
+        text.push('\n');
+        indent.clone()
+    };
+    let mut empty = true;
+    for word in help.split(' ') {
+        if !empty && line.len() + 1 + word.len() > HELP_WIDTH {
+            text.push_str(&line);
+            text.push('\n');
+            line = indent.clone();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    text.push_str(&line);
+    text.push('\n');
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,0 +1,331 @@
+//! Tests of the configuration: flags and variables as they are read, the
+//! help rendered from the declarations, and the declarations held to
+//! README.md's configuration table and to the Nix module's defaults.
+
+use super::*;
+
+fn args(list: &[&str]) -> Vec<OsString> {
+    list.iter().map(OsString::from).collect()
+}
+
+/// An environment holding `vars` only.
+fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+    let vars: Vec<(String, OsString)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), OsString::from(v)))
+        .collect();
+    move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+fn no_env() -> impl Fn(&str) -> Option<OsString> {
+    env(&[])
+}
+
+#[test]
+fn defaults() {
+    let o = parse(args(&[]), no_env()).unwrap();
+    assert_eq!(o.mode, Mode::Stdio);
+    assert!(o.manifests.is_empty());
+    assert!(!o.allow_outside_store);
+    assert_eq!(o.max_code_bytes, 1_048_576);
+}
+
+#[test]
+fn env_manifests_come_before_flags() {
+    let o = parse(
+        args(&["--manifest", "/c.json", "--manifest=/d.json", "--check"]),
+        env(&[("NIX_SANDBOX_MANIFEST", "/a.json::/b.json")]),
+    )
+    .unwrap();
+    assert_eq!(o.mode, Mode::Check);
+    let want: Vec<PathBuf> = ["/a.json", "/b.json", "/c.json", "/d.json"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    assert_eq!(o.manifests, want);
+}
+
+#[test]
+fn bad_flags_are_one_line_errors() {
+    for bad in [
+        &["--nope"][..],
+        &["--manifest"],
+        &["--max-code-bytes", "x"],
+        &["extra"],
+    ] {
+        let e = parse(args(bad), no_env()).unwrap_err();
+        assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn http_flags() {
+    let o = parse(
+        args(&[
+            "--http",
+            "127.0.0.1:0",
+            "--token-file",
+            "/run/t",
+            "--allow-origin",
+            "https://a.example",
+        ]),
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(o.mode, Mode::Http);
+    assert_eq!(o.http_addr.as_deref(), Some("127.0.0.1:0"));
+    assert_eq!(o.token_file, Some(PathBuf::from("/run/t")));
+    assert_eq!(o.allowed_origins, ["https://a.example"]);
+    for bad in [
+        &["--http", "127.0.0.1:0", "--stdio"][..],
+        &["--token-file", "/run/t"],
+        &["--allow-origin", "https://a.example"],
+        &["--http"],
+    ] {
+        let e = parse(args(bad), no_env()).unwrap_err();
+        assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn session_flags() {
+    let o = parse(
+        args(&[
+            "--max-sessions",
+            "3",
+            "--session-idle-timeout=5",
+            "--session-max-lifetime",
+            "60",
+        ]),
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            o.sessions.max_sessions,
+            o.sessions.idle_timeout,
+            o.sessions.max_lifetime
+        ),
+        (3, Duration::from_secs(5), Duration::from_secs(60))
+    );
+    for bad in [
+        &["--max-sessions", "0"][..],
+        &["--session-idle-timeout", "x"],
+    ] {
+        let e = parse(args(bad), no_env()).unwrap_err();
+        assert!(e.contains(bad[0]) && !e.contains('\n'), "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn help_says_the_store_flag_is_for_tests() {
+    assert!(help().contains("FOR TESTS ONLY"));
+    assert_eq!(parse(args(&["--help"]), no_env()).unwrap().mode, Mode::Help);
+}
+
+#[test]
+fn settings_come_from_defaults_env_and_flags() {
+    let settings =
+        |vars: &[(&str, &str)], flags: &[&str]| parse(args(flags), env(vars)).map(|o| o.sessions);
+    assert_eq!(settings(&[], &[]).unwrap(), session::Settings::default());
+    let vars = [
+        (MAX_SESSIONS.var_name(), "4"),
+        (SESSION_IDLE_TIMEOUT.var_name(), "10"),
+    ];
+    let s = settings(&vars, &["--session-max-lifetime", "20"]).unwrap();
+    assert_eq!(s.max_sessions, 4);
+    assert_eq!(s.idle_timeout, Duration::from_secs(10));
+    assert_eq!(s.max_lifetime, Duration::from_secs(20));
+    let s = settings(&vars, &["--max-sessions", "2"]).unwrap();
+    assert_eq!(s.max_sessions, 2);
+    let bad = |_: &str| Some(OsString::from("soon"));
+    let e = parse(args(&[]), bad).unwrap_err();
+    assert!(e.starts_with(MAX_SESSIONS.var_name()), "{e}");
+    assert!(settings(&[], &["--max-sessions", "0"]).is_err());
+}
+
+#[test]
+fn the_outputs_mirror_is_off_unless_set() {
+    let dir = |vars: &[(&str, &str)]| parse(args(&[]), env(vars)).unwrap().output_dir;
+    assert_eq!(dir(&[]), None);
+    assert_eq!(dir(&[("NIX_SANDBOX_OUTPUT_DIR", "")]), None);
+    assert_eq!(
+        dir(&[("NIX_SANDBOX_OUTPUT_DIR", "/srv/out")]),
+        Some(PathBuf::from("/srv/out"))
+    );
+}
+
+#[test]
+fn the_project_is_mounted_where_the_variables_say() {
+    let mount = |vars: &[(&str, &str)]| parse(args(&[]), env(vars)).unwrap().project_mount;
+    assert_eq!(mount(&[("PROJECT_MOUNT", "/src")]), None);
+    assert_eq!(
+        mount(&[("PROJECT_DIR", "/home/me/p")]).as_deref(),
+        Some("/project")
+    );
+    assert_eq!(
+        mount(&[("PROJECT_DIR", "/home/me/p"), ("PROJECT_MOUNT", "/src")]).as_deref(),
+        Some("/src")
+    );
+}
+
+#[test]
+fn the_token_file_variable_serves_http_only() {
+    let http = ["--http", "127.0.0.1:0"];
+    let vars = [("NIX_SANDBOX_TOKEN_FILE", "/run/t")];
+    let token = |flags: &[&str]| parse(args(flags), env(&vars)).unwrap().token_file;
+    assert_eq!(token(&http), Some(PathBuf::from("/run/t")));
+    assert_eq!(
+        token(&["--http", "127.0.0.1:0", "--token-file", "/run/u"]),
+        Some(PathBuf::from("/run/u"))
+    );
+    assert_eq!(token(&[]), None);
+}
+
+/// Every flag, variable and default declared is in `--help`, and no line is
+/// wider than the help's width.
+#[test]
+fn help_shows_every_setting() {
+    let help = help();
+    for setting in SETTINGS {
+        for name in names(setting) {
+            assert!(help.contains(&name), "{name} is not in --help:\n{help}");
+        }
+        if let Some(default) = default_text(setting) {
+            assert!(
+                help.contains(&format!("default {default}")),
+                "{default} is not in --help:\n{help}"
+            );
+        }
+    }
+    for line in help.lines() {
+        assert!(line.len() <= HELP_WIDTH, "{line:?}");
+    }
+}
+
+/// The names a setting goes by: `--flag`, `VAR`.
+fn names(setting: &Setting) -> Vec<String> {
+    let flag = setting.flag.map(|f| format!("--{f}"));
+    let var = setting.var.map(|(v, _)| v.to_owned());
+    flag.into_iter().chain(var).collect()
+}
+
+fn default_text(setting: &Setting) -> Option<String> {
+    setting.default.map(|d| match d {
+        Default::Number(n) => n.to_string(),
+        Default::Text(t) => t.to_owned(),
+    })
+}
+
+/// Flags README.md's configuration table leaves out, and why: none of them
+/// configures the server.
+const NOT_IN_THE_TABLE: [&str; 4] = [
+    // The default mode: the table gives it as `--http`'s default.
+    "--stdio",
+    // For tests only: the README's Development section names it.
+    "--allow-wrappers-outside-store",
+    // They print and exit.
+    "--help",
+    "--version",
+];
+
+/// README.md's configuration table and the declarations agree: every flag
+/// and variable declared has a row (but [`NOT_IN_THE_TABLE`]), every name
+/// in the table is declared, and a row's default is the declared one.
+#[test]
+fn the_readme_table_agrees_with_the_declarations() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md is next to launcher/");
+    let table = readme
+        .split("\n## Configuration\n")
+        .nth(1)
+        .expect("README.md has a Configuration section");
+    // Each row: the names in its first cell (backticked, without the value
+    // name: `--http ADDR` is --http) and its default cell.
+    let rows: Vec<(Vec<String>, String)> = table
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let names = cells[1]
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(|n| n.split(' ').next().unwrap_or(n).to_owned())
+                .collect();
+            (names, cells[2].to_owned())
+        })
+        .collect();
+    assert!(rows.len() > 10, "the table was not found: {rows:?}");
+    for setting in SETTINGS {
+        for name in names(setting) {
+            if NOT_IN_THE_TABLE.contains(&name.as_str()) {
+                assert!(
+                    !rows.iter().any(|(names, _)| names.contains(&name)),
+                    "{name} is in README.md's table: take it off NOT_IN_THE_TABLE"
+                );
+                continue;
+            }
+            let row = rows.iter().find(|(names, _)| names.contains(&name));
+            let Some((_, default)) = row else {
+                panic!("{name} is declared but not in README.md's configuration table");
+            };
+            if let Some(want) = default_text(setting) {
+                assert!(
+                    default.contains(&want),
+                    "README.md gives {name} the default {default:?}, config.rs {want:?}"
+                );
+            }
+        }
+    }
+    let declared: Vec<String> = SETTINGS.iter().flat_map(|s| names(s)).collect();
+    for (names, _) in &rows {
+        for name in names {
+            assert!(
+                declared.contains(name),
+                "README.md's configuration table names {name}, which config.rs does not declare"
+            );
+        }
+    }
+}
+
+/// The Nix module's options (modules/serverSettings.nix) repeat some
+/// defaults, for their documentation; they must be the launcher's.
+#[test]
+fn the_nix_module_declares_the_same_defaults() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../modules/serverSettings.nix");
+    let nix = std::fs::read_to_string(path).expect("modules/serverSettings.nix");
+    for (option, setting) in [
+        ("maxSessions", &MAX_SESSIONS),
+        ("sessionIdleTimeout", &SESSION_IDLE_TIMEOUT),
+        ("sessionMaxLifetime", &SESSION_MAX_LIFETIME),
+        ("projectMount", &PROJECT_MOUNT),
+    ] {
+        let want = match setting.default {
+            Some(Default::Number(n)) => n.to_string(),
+            Some(Default::Text(t)) => format!("{t:?}"),
+            None => unreachable!("{option}: a setting with a default"),
+        };
+        assert_eq!(
+            nix_default(&nix, option).as_deref(),
+            Some(want.as_str()),
+            "{path}: {option}'s default is not {}'s",
+            setting.var_name()
+        );
+    }
+}
+
+/// The text of `default = ...;` in the declaration of `option` (from
+/// `option = ...` up to the next line that closes a declaration).
+fn nix_default(nix: &str, option: &str) -> Option<String> {
+    let start = nix
+        .lines()
+        .position(|l| l.trim_start().starts_with(&format!("{option} = ")))?;
+    nix.lines()
+        .skip(start)
+        .take_while(|l| l.trim() != "};")
+        .find_map(|l| l.trim().strip_prefix("default = "))
+        .map(|v| v.trim_end_matches(';').to_owned())
+}

@@ -5,6 +5,11 @@
 //! them (config_tests.rs).
 //!
 //! A flag overrides its variable. An empty variable counts as unset.
+//!
+//! The file is longer than the launcher's others on purpose: the
+//! declarations are one table, which the parser, `--help` and the tests
+//! read whole; split from them, a flag's name and its meaning would be in
+//! two places again.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -349,7 +354,8 @@ pub fn parse(
         opts.manifests
             .extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
     }
-    let (mut stdio, mut session_flags) = (false, [None; 3]);
+    let mut stdio = false;
+    let (mut max_sessions, mut idle, mut lifetime) = (None, None, None);
     let mut parser = lexopt::Parser::from_args(args);
     let fail = |e: lexopt::Error| e.to_string();
     while let Some(arg) = parser.next().map_err(fail)? {
@@ -383,22 +389,21 @@ pub fn parse(
                     .parse()
                     .map_err(|e| format!("invalid value for {flag}: {e}"))?;
             }
-            Key::MaxSessions | Key::SessionIdleTimeout | Key::SessionMaxLifetime => {
-                let n = positive(&text()?).map_err(|e| format!("invalid value for {flag}: {e}"))?;
-                let i = match setting.key {
-                    Key::MaxSessions => 0,
-                    Key::SessionIdleTimeout => 1,
-                    _ => 2,
-                };
-                session_flags[i] = Some(n);
-            }
+            Key::MaxSessions => max_sessions = Some(positive_flag(&flag, &text()?)?),
+            Key::SessionIdleTimeout => idle = Some(positive_flag(&flag, &text()?)?),
+            Key::SessionMaxLifetime => lifetime = Some(positive_flag(&flag, &text()?)?),
             Key::AllowOutsideStore => opts.allow_outside_store = true,
-            Key::Help | Key::Version => {
-                let mode = match setting.key {
-                    Key::Help => Mode::Help,
-                    _ => Mode::Version,
-                };
-                return Ok(Options { mode, ..opts });
+            Key::Help => {
+                return Ok(Options {
+                    mode: Mode::Help,
+                    ..opts
+                });
+            }
+            Key::Version => {
+                return Ok(Options {
+                    mode: Mode::Version,
+                    ..opts
+                });
             }
             // Only variables have no key, and they have no flag.
             Key::Other => return Err(format!("{flag} is not a flag")),
@@ -425,7 +430,6 @@ pub fn parse(
         };
         Ok(flag.or(from_var).unwrap_or(setting.number()))
     };
-    let [max_sessions, idle, lifetime] = session_flags;
     opts.sessions = session::Settings {
         max_sessions: usize::try_from(number(&MAX_SESSIONS, max_sessions)?).unwrap_or(usize::MAX),
         idle_timeout: Duration::from_secs(number(&SESSION_IDLE_TIMEOUT, idle)?),
@@ -446,6 +450,10 @@ fn positive(text: &str) -> Result<u64, String> {
         Ok(0) | Err(_) => Err("expected a positive integer".into()),
         Ok(n) => Ok(n),
     }
+}
+
+fn positive_flag(flag: &str, text: &str) -> Result<u64, String> {
+    positive(text).map_err(|e| format!("invalid value for {flag}: {e}"))
 }
 
 fn string(value: OsString, flag: &str) -> Result<String, String> {

@@ -3,7 +3,7 @@
 //!
 //! - Every request must carry `Authorization: Bearer TOKEN` (the token file
 //!   of `--token-file` or `NIX_SANDBOX_TOKEN_FILE`, compared in constant
-//!   time); without it: 401, whose body and `WWW-Authenticate` say that a
+//!   time, token.rs); without it: 401, whose body and `WWW-Authenticate` say that a
 //!   static bearer token is expected and that there is no OAuth (clients
 //!   that see a bare 401 start an OAuth discovery and then report only
 //!   "failed to connect"); OAuth discovery paths get a 404 that says the
@@ -20,11 +20,11 @@
 //! - A client that goes away in the middle of a call (its response stream
 //!   dropped before the answer) cancels the call, as `notifications/cancelled`
 //!   would: the run's jail is killed at once.
-//! - SIGTERM or SIGINT stops the server; every running job is killed.
+//! - SIGTERM or SIGINT stops the server; every running call is killed.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -45,14 +45,11 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::token::{CHALLENGE, NO_OAUTH, authorized, read_token, token_file};
 use super::{Config, Server};
-use crate::config;
 
 /// The one path the server answers on.
 pub const ENDPOINT: &str = "/mcp";
-
-/// Tokens shorter than this work, with a warning.
-const SHORT_TOKEN: usize = 16;
 
 /// Origins a browser on this machine has, allowed by default.
 const LOOPBACK_ORIGINS: [&str; 6] = [
@@ -97,34 +94,6 @@ pub fn parse_addr(addr: &str) -> Result<SocketAddr, String> {
     }
     addr.parse()
         .map_err(|e| format!("--http {addr}: not HOST:PORT ({e})"))
-}
-
-/// Reads the bearer token: the file's content without surrounding
-/// whitespace, which must not be empty.
-pub fn read_token(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(format!("the token file {} is empty", path.display()));
-    }
-    if token.len() < SHORT_TOKEN {
-        tracing::warn!(
-            file = %path.display(),
-            "the bearer token is shorter than {SHORT_TOKEN} characters; anyone who can reach the port may guess it"
-        );
-    }
-    Ok(token.to_owned())
-}
-
-/// The token file: `--token-file`, else `NIX_SANDBOX_TOKEN_FILE`.
-pub fn token_file(options: &Options) -> Result<PathBuf, String> {
-    options.token_file.clone().ok_or_else(|| {
-        format!(
-            "--http needs a bearer token: give --token-file PATH or set {}",
-            config::TOKEN_FILE.var_name()
-        )
-    })
 }
 
 /// Serves MCP on `options.addr` until a signal; each MCP session gets a
@@ -325,16 +294,6 @@ impl Front {
     }
 }
 
-/// What a client without the token is told, in a 401's body and on OAuth
-/// discovery paths.
-const NO_OAUTH: &str = "this server takes a static bearer token, not OAuth: send the header \
-     `Authorization: Bearer TOKEN`, TOKEN being the content of the server's token file \
-     (--token-file or NIX_SANDBOX_TOKEN_FILE); in an MCP client, set it as a header";
-
-/// The `WWW-Authenticate` of a 401 (RFC 6750), the same in short.
-const CHALLENGE: &str = "Bearer realm=\"nix-sandbox-mcp\", error=\"invalid_token\", \
-     error_description=\"a static bearer token is expected (the server's token file); no OAuth\"";
-
 impl Front {
     /// `DELETE /mcp`: 204 when the MCP session was ended, 404 when the
     /// server has no such session (rmcp answers 202 for both).
@@ -365,28 +324,6 @@ impl Front {
         }
         response
     }
-}
-
-/// True when `headers` carry `Authorization: Bearer TOKEN` with this token.
-fn authorized(headers: &::http::HeaderMap, token: &str) -> bool {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return false;
-    };
-    let value = value.as_bytes();
-    let scheme = b"bearer ";
-    value.len() > scheme.len()
-        && value[..scheme.len()].eq_ignore_ascii_case(scheme)
-        && constant_time_eq(value[scheme.len()..].trim_ascii(), token.as_bytes())
-}
-
-/// Compares in time that depends on the lengths only, not on where the
-/// first difference is.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 /// The MCP session and JSON-RPC id of a request sent in an MCP session
@@ -473,83 +410,5 @@ impl Body for WatchedBody {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> ::http::HeaderMap {
-        let mut map = ::http::HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, value.parse().unwrap());
-        }
-        map
-    }
-
-    #[test]
-    fn only_the_right_bearer_token_passes() {
-        let token = "s3cret-token-0123456789";
-        assert!(authorized(
-            &headers(&[("authorization", "Bearer s3cret-token-0123456789")]),
-            token
-        ));
-        assert!(authorized(
-            &headers(&[("authorization", "bearer s3cret-token-0123456789 ")]),
-            token
-        ));
-        for bad in [
-            "Bearer s3cret-token-012345678",
-            "Bearer s3cret-token-01234567890",
-            "Basic s3cret-token-0123456789",
-            "Bearer ",
-            "s3cret-token-0123456789",
-        ] {
-            assert!(
-                !authorized(&headers(&[("authorization", bad)]), token),
-                "{bad}"
-            );
-        }
-        assert!(!authorized(&headers(&[]), token));
-    }
-
-    #[test]
-    fn constant_time_eq_compares_whole_slices() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-        assert!(constant_time_eq(b"", b""));
-    }
-
-    #[test]
-    fn addresses() {
-        assert_eq!(
-            parse_addr("localhost:8765").unwrap(),
-            "127.0.0.1:8765".parse().unwrap()
-        );
-        assert_eq!(parse_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
-        for bad in ["localhost", "8765", "example.org:80", "127.0.0.1:x"] {
-            assert!(parse_addr(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn the_token_file_is_trimmed_and_not_empty() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("token");
-        std::fs::write(&path, "  abc\n").unwrap();
-        assert_eq!(read_token(&path).unwrap(), "abc");
-        std::fs::write(&path, "\n \n").unwrap();
-        assert!(read_token(&path).unwrap_err().contains("empty"));
-        assert!(read_token(&dir.path().join("nope")).is_err());
-    }
-
-    #[test]
-    fn only_requests_in_a_session_can_be_cancelled() {
-        let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}"#;
-        let in_session = headers(&[("mcp-session-id", "abc")]);
-        let (session, id) = call_in_session(&in_session, call).unwrap();
-        assert_eq!((session.as_ref(), id), ("abc", json!(7)));
-        assert!(call_in_session(&headers(&[]), call).is_none());
-        let notification = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        assert!(call_in_session(&in_session, notification).is_none());
-        assert!(call_in_session(&in_session, b"not json").is_none());
-    }
-}
+#[path = "http_tests.rs"]
+mod tests;

@@ -20,6 +20,7 @@ pub mod http;
 pub mod refusal;
 mod resources;
 pub mod stdio;
+mod token;
 mod tool;
 
 use std::sync::Arc;

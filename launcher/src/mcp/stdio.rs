@@ -61,11 +61,11 @@ impl<R: AsyncRead + Unpin> AsyncRead for EofCancels<R> {
         let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
         match &poll {
             Poll::Ready(Ok(())) if asked && buf.filled().len() == before => {
-                tracing::info!("stdin closed: the client is gone, killing running jobs");
+                tracing::info!("stdin closed: the client is gone, killing running calls");
                 self.token.cancel();
             }
             Poll::Ready(Err(e)) => {
-                tracing::warn!(error = %e, "stdin failed: killing running jobs");
+                tracing::warn!(error = %e, "stdin failed: killing running calls");
                 self.token.cancel();
             }
             _ => {}

@@ -9,7 +9,7 @@
 //!   call's environment.
 //! - One call at a time per session: a second one is refused
 //!   (`session_busy`), except right after the running call was cancelled:
-//!   then it waits, at most [`table::WAIT_AFTER_CANCEL`], for the interrupt
+//!   then it waits, at most [`lease::WAIT_AFTER_CANCEL`], for the interrupt
 //!   to land, so that a client that cancels and calls again at once is not
 //!   told "busy" (MCP clients do exactly that). At most
 //!   [`Settings::max_sessions`] sessions.
@@ -31,6 +31,7 @@
 
 pub mod call;
 pub mod jail;
+mod lease;
 mod names;
 mod table;
 pub mod throwaway;

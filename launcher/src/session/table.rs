@@ -1,7 +1,7 @@
-//! The session table's state and rules: which sessions are open, which
-//! call holds which jail (a [`Lease`]), when sessions end (idle, lifetime,
-//! shutdown) and what is remembered of the ended ones. The calls themselves
-//! are session/mod.rs's.
+//! The session table's state: which sessions are open, when they end
+//! (idle, lifetime, shutdown) and what is remembered of the ended ones. How
+//! one call holds a session is lease.rs's; the calls themselves are
+//! session/mod.rs's.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::call::{INTERRUPT_GRACE, WRITE_GRACE};
+use super::Error;
 use super::jail::Jail;
-use super::names::{SessionName, server_name};
-use super::{Error, OutputUnreadable};
+use super::lease::Running;
 use crate::catalog::Env;
 use crate::config;
 use crate::wrapper::host::Host;
@@ -21,13 +20,6 @@ use crate::wrapper::{NotStarted, WrapperEnv};
 /// How many ended sessions are remembered, to tell the next call why its
 /// session is new.
 const REMEMBER_ENDED: usize = 64;
-
-/// How long a call waits for a session whose running call was cancelled:
-/// the interrupt, its grace, and a reset's fresh jail.
-pub const WAIT_AFTER_CANCEL: Duration =
-    Duration::from_secs(INTERRUPT_GRACE.as_secs() + WRITE_GRACE.as_secs() + 2);
-/// How often a waiting call looks whether the session was released.
-const WAIT_POLL: Duration = Duration::from_millis(5);
 
 /// The limits of the session table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,10 +50,10 @@ impl Settings {
 
 /// The table and what it needs to start jails.
 pub struct Inner {
-    settings: Settings,
+    pub settings: Settings,
     /// New sessions get a name made by the server
     /// ([`super::Sessions::server_named`]).
-    server_named: bool,
+    pub server_named: bool,
     wrapper_env: WrapperEnv,
     host: Arc<Host>,
     /// The server is stopping: calls end, jails are killed.
@@ -73,38 +65,20 @@ pub struct Inner {
 pub struct Table {
     pub open: HashMap<String, Entry>,
     /// Recently ended sessions and why, newest last.
-    ended: VecDeque<(String, String)>,
+    pub ended: VecDeque<(String, String)>,
     /// Set at shutdown: no new session starts.
-    closed: bool,
+    pub closed: bool,
     reaper_started: bool,
 }
 
 pub struct Entry {
-    env: Arc<Env>,
-    created: Instant,
-    last_used: Instant,
+    pub env: Arc<Env>,
+    pub created: Instant,
+    pub last_used: Instant,
     /// `None` while a call holds the jail.
-    slot: Option<Slot>,
+    pub slot: Option<Slot>,
     /// The call holding the jail, if one does.
-    running: Option<Running>,
-}
-
-/// The call holding a session.
-#[derive(Clone)]
-struct Running {
-    cancel: CancellationToken,
-    /// When it ends at the latest: its timeout, then the interrupt's grace.
-    ends_by: Instant,
-}
-
-impl Running {
-    fn new(cancel: &CancellationToken, env: &Env, now: Instant) -> Self {
-        let timeout = Duration::from_secs(env.limits.timeout_s.get());
-        Self {
-            cancel: cancel.clone(),
-            ends_by: now + timeout + INTERRUPT_GRACE + WRITE_GRACE,
-        }
-    }
+    pub running: Option<Running>,
 }
 
 /// An idle session's jail; `Empty` when its restart failed (the next call
@@ -112,19 +86,6 @@ impl Running {
 pub enum Slot {
     Jail(Jail),
     Empty,
-}
-
-/// Why a session cannot be had now.
-enum Unavailable {
-    Refused(Error),
-    /// A call holds it (a call of this server's, or a read of an output).
-    Busy(Option<Running>),
-}
-
-impl From<Error> for Unavailable {
-    fn from(e: Error) -> Self {
-        Self::Refused(e)
-    }
 }
 
 impl Inner {
@@ -145,139 +106,6 @@ impl Inner {
         }
     }
 
-    /// [`Inner::acquire`], waiting up to [`WAIT_AFTER_CANCEL`] while the call
-    /// holding the session has been cancelled and is being interrupted.
-    pub async fn acquire_waiting(
-        &self,
-        name: &SessionName,
-        env: &Arc<Env>,
-        cancel: &CancellationToken,
-    ) -> Result<Lease<'_>, Error> {
-        let give_up = Instant::now() + WAIT_AFTER_CANCEL;
-        loop {
-            match self.acquire(name, env, cancel) {
-                Ok(lease) => return Ok(lease),
-                Err(Unavailable::Refused(e)) => return Err(e),
-                Err(Unavailable::Busy(running)) => {
-                    let now = Instant::now();
-                    let settling = running.as_ref().is_some_and(|r| r.cancel.is_cancelled());
-                    if !settling || now >= give_up || cancel.is_cancelled() {
-                        let within = running.map(|r| {
-                            r.ends_by
-                                .saturating_duration_since(now)
-                                .as_secs_f64()
-                                .ceil() as u64
-                        });
-                        return Err(Error::Busy {
-                            session: name.to_string(),
-                            within_s: within,
-                        });
-                    }
-                    tokio::time::sleep(WAIT_POLL).await;
-                }
-            }
-        }
-    }
-
-    /// Reserves session `name` for one call: its jail (if it has one) moves
-    /// into the lease until the lease is released. In a table whose server
-    /// names sessions, a name that is not open makes a new session with a
-    /// name of the server's.
-    fn acquire(
-        &self,
-        asked: &SessionName,
-        env: &Arc<Env>,
-        cancel: &CancellationToken,
-    ) -> Result<Lease<'_>, Unavailable> {
-        let name = asked.as_str();
-        let now = Instant::now();
-        let (lease, expired) = {
-            let mut table = self.lock();
-            let expired = self.expire(&mut table, now);
-            if table.closed {
-                return Err(Error::Stopping {
-                    env: env.name.clone(),
-                }
-                .into());
-            }
-            let lease = match table.open.get_mut(name) {
-                Some(entry) if entry.env.name != env.name => {
-                    return Err(Error::EnvMismatch {
-                        session: name.to_owned(),
-                        bound: entry.env.name.clone(),
-                        requested: env.name.clone(),
-                    }
-                    .into());
-                }
-                Some(entry) => match entry.slot.take() {
-                    None => return Err(Unavailable::Busy(entry.running.clone())),
-                    slot => {
-                        entry.running = Some(Running::new(cancel, env, now));
-                        Lease::new(self, name, slot, None)
-                    }
-                },
-                None => {
-                    if table.open.len() >= self.settings.max_sessions {
-                        let mut names: Vec<String> = table.open.keys().cloned().collect();
-                        names.sort();
-                        return Err(Error::TooMany {
-                            max: self.settings.max_sessions,
-                            open: names,
-                            idle_s: self.settings.idle_timeout.as_secs(),
-                        }
-                        .into());
-                    }
-                    let ended_before = table
-                        .ended
-                        .iter()
-                        .rposition(|(n, _)| n == name)
-                        .and_then(|i| table.ended.remove(i))
-                        .map(|(_, why)| why);
-                    let name = if self.server_named {
-                        server_name(asked, |n| table.open.contains_key(n)).to_string()
-                    } else {
-                        name.to_owned()
-                    };
-                    table.open.insert(
-                        name.clone(),
-                        Entry {
-                            env: Arc::clone(env),
-                            created: now,
-                            last_used: now,
-                            slot: None,
-                            running: Some(Running::new(cancel, env, now)),
-                        },
-                    );
-                    tracing::info!(session = %name, env = %env.name, open = table.open.len(), "session created");
-                    let mut lease = Lease::new(self, &name, Some(Slot::Empty), ended_before);
-                    lease.named_by_server = self.server_named;
-                    lease
-                }
-            };
-            (lease, expired)
-        };
-        drop(expired);
-        Ok(lease)
-    }
-
-    /// Reserves the open session `name`, without creating one.
-    pub fn acquire_open(&self, name: &str) -> Result<Lease<'_>, OutputUnreadable> {
-        let expired;
-        let lease = {
-            let mut table = self.lock();
-            expired = self.expire(&mut table, Instant::now());
-            match table.open.get_mut(name) {
-                None => return Err(OutputUnreadable::NotOpen),
-                Some(entry) => match entry.slot.take() {
-                    None => return Err(OutputUnreadable::Busy),
-                    slot => Lease::new(self, name, slot, None),
-                },
-            }
-        };
-        drop(expired);
-        Ok(lease)
-    }
-
     /// Starts a jail for session `name`.
     pub fn spawn(&self, name: &str, env: &Env) -> Result<Jail, Error> {
         Jail::spawn(&env.session, &self.wrapper_env, &self.host, name).map_err(|cause| {
@@ -292,7 +120,7 @@ impl Inner {
 
     /// Removes the idle sessions that are due; their jails are returned, to
     /// be dropped (killed) once the table is unlocked.
-    fn expire(&self, table: &mut Table, now: Instant) -> Vec<Slot> {
+    pub fn expire(&self, table: &mut Table, now: Instant) -> Vec<Slot> {
         let s = &self.settings;
         let due: Vec<(String, String)> = table
             .open
@@ -383,90 +211,11 @@ impl Inner {
 }
 
 /// Remembers why session `name` ended.
-fn remember(table: &mut Table, name: String, why: String) {
+pub fn remember(table: &mut Table, name: String, why: String) {
     if table.ended.len() >= REMEMBER_ENDED {
         table.ended.pop_front();
     }
     table.ended.push_back((name, why));
-}
-
-/// One call's hold on a session. Released, it puts the jail back; dropped
-/// without being released (the call was abandoned), it ends the session.
-pub struct Lease<'a> {
-    inner: &'a Inner,
-    pub name: String,
-    pub slot: Option<Slot>,
-    pub ended_before: Option<String>,
-    released: bool,
-    /// The server named the session (a new one, in a table that does).
-    pub named_by_server: bool,
-}
-
-impl<'a> Lease<'a> {
-    fn new(inner: &'a Inner, name: &str, slot: Option<Slot>, ended_before: Option<String>) -> Self {
-        Self {
-            inner,
-            name: name.to_owned(),
-            slot,
-            ended_before,
-            released: false,
-            named_by_server: false,
-        }
-    }
-
-    /// Puts the jail back; true when the session ended instead, because it
-    /// reached its maximum lifetime (or the server is stopping, or the jail
-    /// is gone).
-    pub fn release(&mut self) -> bool {
-        self.released = true;
-        let slot = self.slot.take();
-        let mut table = self.inner.lock();
-        let lifetime = self.inner.settings.max_lifetime;
-        let closed = table.closed;
-        let Some(entry) = table.open.get_mut(&self.name) else {
-            return true;
-        };
-        let now = Instant::now();
-        if closed || slot.is_none() || now.duration_since(entry.created) >= lifetime {
-            table.open.remove(&self.name);
-            if !closed && slot.is_some() {
-                let why = format!(
-                    "it reached the maximum lifetime of {} s",
-                    lifetime.as_secs()
-                );
-                tracing::info!(session = %self.name, "session ended: {why}");
-                remember(&mut table, self.name.clone(), why);
-            }
-            drop(table);
-            drop(slot);
-            return true;
-        }
-        entry.slot = slot;
-        entry.running = None;
-        entry.last_used = now;
-        false
-    }
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        if !self.released {
-            let removed = {
-                let mut table = self.inner.lock();
-                let removed = table.open.remove(&self.name);
-                // A call was running in the jail (not a start that failed,
-                // which its caller was told about).
-                let ran = matches!(self.slot, Some(Slot::Jail(_)));
-                if removed.is_some() && ran && !table.closed {
-                    let why = "its last call did not finish".to_owned();
-                    remember(&mut table, self.name.clone(), why);
-                }
-                removed
-            };
-            tracing::info!(session = %self.name, "session ended: its call did not finish");
-            drop(removed);
-        }
-    }
 }
 
 #[cfg(test)]

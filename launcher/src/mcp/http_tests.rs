@@ -1,0 +1,36 @@
+//! Tests of the HTTP transport's own rules: addresses, and which requests
+//! can be cancelled when their client goes away.
+
+use super::*;
+
+fn headers(pairs: &[(&'static str, &str)]) -> ::http::HeaderMap {
+    let mut map = ::http::HeaderMap::new();
+    for (name, value) in pairs {
+        map.insert(*name, value.parse().unwrap());
+    }
+    map
+}
+
+#[test]
+fn addresses() {
+    assert_eq!(
+        parse_addr("localhost:8765").unwrap(),
+        "127.0.0.1:8765".parse().unwrap()
+    );
+    assert_eq!(parse_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
+    for bad in ["localhost", "8765", "example.org:80", "127.0.0.1:x"] {
+        assert!(parse_addr(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn only_requests_in_a_session_can_be_cancelled() {
+    let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}"#;
+    let in_session = headers(&[("mcp-session-id", "abc")]);
+    let (session, id) = call_in_session(&in_session, call).unwrap();
+    assert_eq!((session.as_ref(), id), ("abc", json!(7)));
+    assert!(call_in_session(&headers(&[]), call).is_none());
+    let notification = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert!(call_in_session(&in_session, notification).is_none());
+    assert!(call_in_session(&in_session, b"not json").is_none());
+}

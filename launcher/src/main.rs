@@ -139,16 +139,29 @@ fn main() -> ExitCode {
     }
 }
 
-/// Serves until the client closes stdin. EOF kills every running job at
-/// once (the shutdown token), before rmcp drains the last responses. A
-/// client that closes before `initialize` (a health check, a probe) is no
-/// error: the server exits 0, and it started no jail (the sandbox probes
-/// start with the first handshake).
+/// Serves until the client closes stdin, or SIGTERM or SIGINT (clients
+/// such as Gemini CLI stop their servers with SIGTERM, not by closing
+/// stdin). Either kills every running job at once (the shutdown token; the
+/// jobs' guards kill what is left when the runtime drops their tasks), and
+/// the server exits 0. A client that closes before `initialize` (a health
+/// check, a probe) is no error either, and it started no jail: the sandbox
+/// probes start with the first handshake.
 async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
     let shutdown = config.shutdown.clone();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let stdin = stdin_eof::EofCancels::new(stdin, shutdown.clone());
-    let service = match mcp::Server::new(config).serve((stdin, stdout)).await {
+    // Signals only: end of input cancels `shutdown` too, and then rmcp
+    // still writes the answers of the calls that ended.
+    let stop = http::stop_signal(CancellationToken::new());
+    tokio::pin!(stop);
+    let served = tokio::select! {
+        served = mcp::Server::new(config).serve((stdin, stdout)) => served,
+        () = &mut stop => {
+            tracing::info!("stopped before initialize; server stopping");
+            return Ok(());
+        }
+    };
+    let service = match served {
         Ok(service) => service,
         Err(ServerInitializeError::ConnectionClosed(_)) => {
             tracing::info!("client closed the connection before initialize; server stopping");
@@ -157,7 +170,14 @@ async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
         Err(e) => return Err(format!("MCP initialisation failed: {e}")),
     };
     service.service().start_probes();
-    let quit = service.waiting().await;
+    let quit = tokio::select! {
+        quit = service.waiting() => quit,
+        () = &mut stop => {
+            shutdown.cancel();
+            tracing::info!("server stopping");
+            return Ok(());
+        }
+    };
     shutdown.cancel();
     let quit = quit.map_err(|e| format!("the MCP service task failed: {e}"))?;
     tracing::info!(reason = ?quit, "client gone, server stopping");

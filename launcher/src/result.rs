@@ -162,10 +162,18 @@ pub fn cut_notes(stdout_dropped: u64, stderr_dropped: u64) -> impl Iterator<Item
 }
 
 /// `text` with one note a line after it, or `(no output)` when there is
-/// neither.
-pub fn with_notes(mut text: String, notes: Vec<String>) -> String {
+/// neither. A run without notes succeeded; when its whole output is one
+/// JSON value (`42`, `[1, 2]`, `null`), it gets the note `exit code 0`:
+/// Gemini CLI parses the first text block of a result without
+/// `structuredContent` as JSON and, when that gives anything but an object,
+/// fails the whole call ("expected record"), so the model would see an
+/// error instead of `42`.
+pub fn with_notes(mut text: String, mut notes: Vec<String>) -> String {
     if text.is_empty() && notes.is_empty() {
         return "(no output)".into();
+    }
+    if notes.is_empty() && serde_json::from_str::<Value>(&text).is_ok() {
+        notes.push("exit code 0".into());
     }
     for note in notes {
         end_line(&mut text);
@@ -224,8 +232,8 @@ mod tests {
 
     #[test]
     fn success_is_stdout_and_not_an_error() {
-        let r = ran_(&outcome(Exit::Code(0), b"1\n", b""));
-        assert_eq!(text(&r), "1\n");
+        let r = ran_(&outcome(Exit::Code(0), b"one\n", b""));
+        assert_eq!(text(&r), "one\n");
         assert_eq!(r.is_error, Some(false));
         // Clients show structuredContent in place of the text: none.
         assert!(r.structured_content.is_none());
@@ -234,6 +242,21 @@ mod tests {
         assert_eq!(s["signal"], serde_json::Value::Null);
         assert_eq!(s["duration_ms"], 12);
         assert_eq!(s["store_path"], "/nix/store/x-a");
+    }
+
+    #[test]
+    fn output_that_is_one_json_value_is_followed_by_its_exit_code() {
+        for out in [&b"42\n"[..], b"[1, 2]", b"null", b"\"a\"\n", b"{\"a\": 1}"] {
+            let r = ran_(&outcome(Exit::Code(0), out, b""));
+            let want = format!("{}\nexit code 0", String::from_utf8_lossy(out).trim_end());
+            assert_eq!(text(&r), want);
+            assert_eq!(r.is_error, Some(false));
+        }
+        // Anything else is left as it is.
+        for out in [&b"42 43\n"[..], b"4\n2\n", b"hello"] {
+            let r = ran_(&outcome(Exit::Code(0), out, b""));
+            assert_eq!(text(&r).as_bytes(), out);
+        }
     }
 
     #[test]

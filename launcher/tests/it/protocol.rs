@@ -121,3 +121,42 @@ async fn resource_links_only_for_revisions_that_have_them() {
         assert!(raw.child.wait().await.unwrap().success());
     }
 }
+
+/// Sends `signal` to the server `raw` (a child of this test, pid > 1).
+fn signal_server(raw: &RawServer, signal: nix::sys::signal::Signal) {
+    let pid = i32::try_from(raw.child.id().unwrap()).unwrap();
+    assert!(pid > 1);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+}
+
+/// Clients such as Gemini CLI stop a stdio server with SIGTERM (`gemini mcp
+/// list` does so right after the handshake, while the sandbox probes run):
+/// the server stops as on end of input, exit 0, and no jail is left, also
+/// one in the middle of a run, and also for SIGINT.
+#[tokio::test]
+async fn sigterm_or_sigint_stops_a_stdio_server_and_every_jail() {
+    use nix::sys::signal::Signal;
+    let mark = marker("stdio-term");
+    let manifest = marked("python", &mark, 600);
+    for (round, signal) in [Signal::SIGTERM, Signal::SIGINT]
+        .into_iter()
+        .cycle()
+        .take(8)
+        .enumerate()
+    {
+        let mut raw = RawServer::spawn(&manifest, "info");
+        raw.initialize().await;
+        if round % 4 == 0 {
+            raw.call_run(1, "python", "import time\ntime.sleep(1000)")
+                .await;
+            wait_running(&mark).await;
+        }
+        signal_server(&raw, signal);
+        let status = tokio::time::timeout(GUARD, raw.child.wait())
+            .await
+            .expect("the server exits")
+            .unwrap();
+        assert!(status.success(), "{signal}: {status:?}: {}", raw.stderr());
+        assert_no_process_left(&mark).await;
+    }
+}

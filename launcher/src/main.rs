@@ -142,14 +142,15 @@ fn main() -> ExitCode {
 /// Serves until the client closes stdin, or SIGTERM or SIGINT (clients
 /// such as Gemini CLI stop their servers with SIGTERM, not by closing
 /// stdin). Either kills every running job at once (the shutdown token; the
-/// jobs' guards kill what is left when the runtime drops their tasks), and
-/// the server exits 0. A client that closes before `initialize` (a health
+/// jobs' guards kill what is left when the runtime drops their tasks),
+/// nothing more is written, and the server exits 0. A client that closes before `initialize` (a health
 /// check, a probe) is no error either, and it started no jail: the sandbox
 /// probes start with the first handshake.
 async fn serve_stdio(config: mcp::Config) -> Result<(), String> {
     let shutdown = config.shutdown.clone();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let stdin = stdin_eof::EofCancels::new(stdin, shutdown.clone());
+    let stdout = stdin_eof::SilentAfter::new(stdout, shutdown.clone());
     // Signals only: end of input cancels `shutdown` too, and then rmcp
     // still writes the answers of the calls that ended.
     let stop = http::stop_signal(CancellationToken::new());

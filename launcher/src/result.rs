@@ -163,16 +163,17 @@ pub fn cut_notes(stdout_dropped: u64, stderr_dropped: u64) -> impl Iterator<Item
 
 /// `text` with one note a line after it, or `(no output)` when there is
 /// neither. A run without notes succeeded; when its whole output is one
-/// JSON value (`42`, `[1, 2]`, `null`), it gets the note `exit code 0`:
-/// Gemini CLI parses the first text block of a result without
-/// `structuredContent` as JSON and, when that gives anything but an object,
-/// fails the whole call ("expected record"), so the model would see an
-/// error instead of `42`.
+/// JSON value other than an object (`42`, `[1, 2]`, `"a"`, `null`), it gets
+/// the note `exit code 0`: Gemini CLI parses the first text block of a
+/// result without `structuredContent` as JSON and, when that gives anything
+/// but an object, fails the whole call ("expected record"), so the model
+/// would see an error instead of `42`. An object passes there (as the same
+/// data), so JSON that programs print for programs stays as it is.
 pub fn with_notes(mut text: String, mut notes: Vec<String>) -> String {
     if text.is_empty() && notes.is_empty() {
         return "(no output)".into();
     }
-    if notes.is_empty() && serde_json::from_str::<Value>(&text).is_ok() {
+    if notes.is_empty() && serde_json::from_str::<Value>(&text).is_ok_and(|v| !v.is_object()) {
         notes.push("exit code 0".into());
     }
     for note in notes {
@@ -246,14 +247,14 @@ mod tests {
 
     #[test]
     fn output_that_is_one_json_value_is_followed_by_its_exit_code() {
-        for out in [&b"42\n"[..], b"[1, 2]", b"null", b"\"a\"\n", b"{\"a\": 1}"] {
+        for out in [&b"42\n"[..], b"[1, 2]", b"null", b"\"a\"\n", b"true"] {
             let r = ran_(&outcome(Exit::Code(0), out, b""));
             let want = format!("{}\nexit code 0", String::from_utf8_lossy(out).trim_end());
             assert_eq!(text(&r), want);
             assert_eq!(r.is_error, Some(false));
         }
         // Anything else is left as it is.
-        for out in [&b"42 43\n"[..], b"4\n2\n", b"hello"] {
+        for out in [&b"42 43\n"[..], b"4\n2\n", b"hello", b"{\"a\":1}"] {
             let r = ran_(&outcome(Exit::Code(0), out, b""));
             assert_eq!(text(&r).as_bytes(), out);
         }

@@ -6,10 +6,10 @@
 //!   call's environment, and runs in a jail of its own ([`Jail`]) that keeps
 //!   the interpreter's state and the files in `/workspace`.
 //! - One call at a time per session: a second one is refused
-//!   (`session_busy`), except right after the running call was cancelled:
-//!   then it waits, at most [`SETTLE`], for the interrupt to land, so that a
-//!   client that cancels and calls again at once is not told "busy" (MCP
-//!   clients do exactly that). At most [`Settings::max_sessions`] sessions.
+//!   (`session_busy`) after [`BUSY_GRACE`], except when the running call
+//!   was cancelled: then it waits, at most [`SETTLE`], for the interrupt to
+//!   land, so that a client that cancels and calls again at once is not
+//!   told "busy" (MCP clients do exactly that). At most [`Settings::max_sessions`] sessions.
 //! - Requests over HTTP without an MCP session (the stateless 2026-07-28
 //!   revision) share one table ([`Sessions::server_named`]) in which the
 //!   server names every new session: the model's name with an unguessable
@@ -49,6 +49,11 @@ const REMEMBER_ENDED: usize = 64;
 /// the interrupt, its grace, and a reset's fresh jail.
 pub const SETTLE: Duration =
     Duration::from_secs(INTERRUPT_GRACE.as_secs() + WRITE_GRACE.as_secs() + 2);
+/// How long a call to a busy session waits for a cancellation of the
+/// running call that may be on its way: over HTTP the cancel and the next
+/// call are separate requests, and the TypeScript SDK sends both at once,
+/// so the call can come first.
+const BUSY_GRACE: Duration = Duration::from_millis(250);
 /// How often a waiting call looks whether the session was released.
 const SETTLE_POLL: Duration = Duration::from_millis(5);
 
@@ -489,7 +494,7 @@ impl Inner {
         env: &Arc<Env>,
         cancel: &CancellationToken,
     ) -> Result<Lease<'_>, RunError> {
-        let give_up = Instant::now() + SETTLE;
+        let started = Instant::now();
         loop {
             match self.acquire(name, env, cancel) {
                 Ok(lease) => return Ok(lease),
@@ -497,7 +502,8 @@ impl Inner {
                 Err(Unavailable::Busy(running)) => {
                     let now = Instant::now();
                     let settling = running.as_ref().is_some_and(|r| r.cancel.is_cancelled());
-                    if !settling || now >= give_up || cancel.is_cancelled() {
+                    let wait = if settling { SETTLE } else { BUSY_GRACE };
+                    if now >= started + wait || cancel.is_cancelled() {
                         let within = running.map(|r| {
                             r.ends_by
                                 .saturating_duration_since(now)

@@ -1,11 +1,12 @@
 //! Notices the client going away: a reader that cancels a token when the
-//! stream it wraps ends (EOF or error), so running jobs are killed at once.
+//! stream it wraps ends (EOF or error), so running jobs are killed at once;
+//! and a writer that says nothing more once it has.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
 /// Wraps the MCP input; cancels `token` at its end.
@@ -44,6 +45,44 @@ impl<R: AsyncRead + Unpin> AsyncRead for EofCancels<R> {
     }
 }
 
+/// Wraps the MCP output; once `token` is cancelled (the client closed its
+/// side, or the server is stopping) it discards what is written. A client
+/// that closed stdin waits for the server to exit and reads nothing more:
+/// the Python SDK 1.x (under LangChain's adapters, pydantic-ai 1) even
+/// fails on a message that comes after it closed, such as the answer to a
+/// call the closing killed.
+pub struct SilentAfter<W> {
+    inner: W,
+    token: CancellationToken,
+}
+
+impl<W> SilentAfter<W> {
+    pub fn new(inner: W, token: CancellationToken) -> Self {
+        Self { inner, token }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for SilentAfter<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.token.is_cancelled() {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +98,16 @@ mod tests {
         assert!(!token.is_cancelled());
         assert_eq!(r.read(&mut buf).await.unwrap(), 0);
         assert!(token.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn nothing_is_written_after_the_token_is_cancelled() {
+        use tokio::io::AsyncWriteExt;
+        let token = CancellationToken::new();
+        let mut w = SilentAfter::new(Vec::new(), token.clone());
+        w.write_all(b"a").await.unwrap();
+        token.cancel();
+        w.write_all(b"b").await.unwrap();
+        assert_eq!(w.inner, b"a");
     }
 }

@@ -1,4 +1,4 @@
-# Takes pkgs, a checked environment (validateEnvironment.nix), its profile
+# Takes pkgs, an evaluated environment (evalEnvironment.nix), its profile
 # (one tree of its packages) and its workspace permission (workspace.nix);
 # returns the jail's permissions, a function of jail.nix's combinators
 # (DESIGN.md section 4). The run and session wrappers share it.

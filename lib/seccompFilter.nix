@@ -1,13 +1,13 @@
-# Takes pkgs and a checked environment's `seccomp` (true, false, or
+# Takes pkgs and an evaluated environment's `seccomp` (true, false, or
 # { allow = [ CALL ]; }); returns the jail's seccomp filter, a store file
 # holding the cBPF program for jail.nix's add-seccomp, written at build time
 # by nix-sandbox-seccomp (seccomp/, built with the rest of the workspace by
 # package.nix, which every sandbox needs for its session agent anyway) from
-# seccompPolicy.nix minus the allowed calls; or null when `seccomp` is false.
+# seccompRules.nix minus the allowed calls; or null when `seccomp` is false.
 { pkgs, seccomp }:
 let
   inherit (pkgs) lib;
-  policy = import ./seccompPolicy.nix;
+  policy = import ./seccompRules.nix;
   allowed = if builtins.isAttrs seccomp then seccomp.allow else [ ];
   keep = name: !lib.elem name allowed;
   generator = "${pkgs.callPackage ../package.nix { }}/bin/nix-sandbox-seccomp";

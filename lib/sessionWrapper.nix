@@ -1,4 +1,4 @@
-# Takes pkgs, jail.nix's `jail`, a checked environment (validateEnvironment.nix),
+# Takes pkgs, jail.nix's `jail`, an evaluated environment (evalEnvironment.nix),
 # its profile (one tree of its packages) and its jail's permissions (what
 # jailPolicy.nix returns, the workspace included); returns the session
 # wrapper, bin/sandbox-NAME-session (CONTRIBUTING.md, contract 3): the same

@@ -29,25 +29,15 @@ lib.setFunctionArgs (
       name = "sandbox-${name}-profile";
       paths = environment.packages;
     };
-    policy =
-      workspace:
-      import ./jailPolicy.nix {
-        inherit
-          pkgs
-          environment
-          profile
-          workspace
-          ;
-      };
-    permissions = policy (import ./workspace.nix environment.limits);
-    run = jail "sandbox-${name}" "${profile}/bin/${program}" permissions;
+    policy = import ./jail { inherit pkgs environment profile; };
+    run = jail "sandbox-${name}" "${profile}/bin/${program}" (c: [ (policy c) ]);
     session = import ./sessionWrapper.nix {
       inherit
         pkgs
         jail
         environment
         profile
-        permissions
+        policy
         ;
     };
     manifest = import ./manifestEntry.nix {

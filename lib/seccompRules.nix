@@ -3,7 +3,7 @@
 # function:
 #   { deny = { CALL = ERRNO; }; denyNamespaces = [ CALL ];
 #     allowOnly = { CALL = [ FIRST-ARGUMENT ]; }; }
-# which seccompFilter.nix hands to nix-sandbox-seccomp (seccomp/). Every
+# which jail/seccomp.nix hands to nix-sandbox-seccomp (seccomp/). Every
 # name here is one an environment's `seccomp.allow` may let through
 # (evalEnvironment.nix refuses any other).
 {

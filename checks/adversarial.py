@@ -610,9 +610,9 @@ def c_leftovers(s, runs, expected, scratch):
 
 # One call of each session: (environment, code, what it prints). Python
 # mostly, some bash and node; each batch opens 16 + 2 + 2 sessions at once.
-SESSION_CALLS = [("tight-python", "x = sum(range(10))\nprint(x)", "45\n")] * 16 + [
-    ("tight-shell", "x=$((6 * 7)); echo $x", "42\n"),
-    ("node", "let x = 6 * 7; console.log(x)", "42\n"),
+SESSION_CALLS = [("tight-python", "x = sum(range(10))\nprint(x)", "45\nexit code 0")] * 16 + [
+    ("tight-shell", "x=$((6 * 7)); echo $x", "42\nexit code 0"),
+    ("node", "let x = 6 * 7; console.log(x)", "42\nexit code 0"),
 ] * 2
 SESSION_IDLE_S = 1
 SESSION_RSS_BOUND_KIB = 8 * 1024

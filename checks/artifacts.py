@@ -108,7 +108,7 @@ def t_files_in(args, scratch):
             check(text == "3 4 héllo\n", f"session {session}: {text!r}")
             check(st.get("session") == session, f"session {session}: {st}")
         result, text, _ = s.call(env="shell", code="wc -l < data.csv", files=files)
-        check(text == "3\n", f"shell: {text!r}")
+        check(text == "3\nexit code 0", f"shell: {text!r}")
 
 
 def t_escapes(args, scratch):

@@ -475,7 +475,7 @@ def t_server(server, custom, scratch, nix_envs_ref, suite):
         ]:
             def ran(env_name=env_name, code=code):
                 result, text = call_run(client, env_name, code)
-                check(not result.get("isError") and text.strip() == "42", f"{result}")
+                check(not result.get("isError") and text == "42\nexit code 0", f"{result}")
 
             where = "NIX_SANDBOX_DIR" if env_name == "custom" else "the bundled preset"
             suite.test(f"server runs code in {env_name} ({where})", ran)
@@ -498,7 +498,7 @@ def t_server(server, custom, scratch, nix_envs_ref, suite):
         if nix_envs_ref:
             def from_ref():
                 result, text = call_run(client, "online", "print(6*7)")
-                check(not result.get("isError") and text.strip() == "42", f"{result}")
+                check(not result.get("isError") and text == "42\nexit code 0", f"{result}")
 
             suite.test("server builds and serves a NIX_SANDBOX_ENVS flake ref", from_ref)
         else:

@@ -96,7 +96,7 @@ def home(args, suite, scratch):
             check("- node:" not in instructions, f"the disabled node is served: {instructions!r}")
 
         suite.test("the server serves data-science, python and shell, not the disabled node", environments)
-        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42")
+        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42\nexit code 0")
         suite.test("the project directory is read-only at /project", expect, client, "shell",
                    "cat /project/notes.txt; touch /project/x 2>/dev/null || echo read-only",
                    "from the project\nread-only")
@@ -112,7 +112,7 @@ def nixos(args, suite, scratch):
                 check(f"- {name}:" in instructions, f"instructions lack {name}: {instructions!r}")
 
         suite.test("the server serves data-science and the presets", environments)
-        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42")
+        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42\nexit code 0")
     finally:
         client.close()
     service(args, suite, scratch)
@@ -242,7 +242,7 @@ def service(args, suite, scratch):
         def runs():
             client.initialize()
             result, text = client.run("data-science", DATA_SCIENCE)
-            check(not result.get("isError") and text.strip() == "42", f"{result}")
+            check(not result.get("isError") and text == "42\nexit code 0", f"{result}")
 
         suite.test("the service runs code in data-science over HTTP", runs)
 
@@ -252,7 +252,7 @@ def service(args, suite, scratch):
             for who, code, want in [
                 (client, "x = 41\nprint('set')", "set"),
                 (other, "print('x' in globals())", "False"),
-                (client, "print(x + 1)", "42"),
+                (client, "print(x + 1)", "42\nexit code 0"),
             ]:
                 result, text = who.run("data-science", code, session="s")
                 check(not result.get("isError") and text.strip() == want, f"{code!r}: {result}")
@@ -275,7 +275,7 @@ def template(args, suite, scratch):
                 check(f"- {name}:" in instructions, f"instructions lack {name}: {instructions!r}")
 
         suite.test("the template's server serves data-science, tools and the presets", environments)
-        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42")
+        suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42\nexit code 0")
         suite.test("data-science draws a PNG with matplotlib", expect, client, "data-science", PLOT, "True")
         suite.test("tools runs jq and rg", expect, client, "tools",
                    "echo '{\"a\": 6}' | jq '.a * 7'; printf 'x\\n' | rg -c x", "42\n1")
@@ -306,10 +306,10 @@ def replace(args, suite, scratch):
         suite.test("the instructions describe the replacements, not the bundled python and node, and say so",
                    described)
         suite.test("python from NIX_SANDBOX_DIR replaces the bundled one (jq runs)", expect, client, "python",
-                   "import subprocess\nsubprocess.run(['jq', '-n', '6*7'], check=True)", "42")
+                   "import subprocess\nsubprocess.run(['jq', '-n', '6*7'], check=True)", "42\nexit code 0")
         suite.test("node from NIX_SANDBOX_ENVS replaces the bundled one (jq runs)", expect, client, "node",
-                   "require('child_process').execFileSync('jq', ['-n', '6*7'], {stdio: 'inherit'})", "42")
-        suite.test("the bundled shell stays", expect, client, "shell", "echo $((6*7))", "42")
+                   "require('child_process').execFileSync('jq', ['-n', '6*7'], {stdio: 'inherit'})", "42\nexit code 0")
+        suite.test("the bundled shell stays", expect, client, "shell", "echo $((6*7))", "42\nexit code 0")
     finally:
         client.close()
 

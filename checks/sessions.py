@@ -231,7 +231,7 @@ def t_output_tricks(args, scratch):
               and text.startswith("done\n--- stderr ---\neee"), f"5 MB on stderr: {st}")
         prints(s, "python", "t", f"print({FORGED!r})", FORGED + "\n")
         prints(s, "shell", "t-sh", f"echo '{FORGED}'", FORGED + "\n")
-        prints(s, "python", "t", "print(n)", "2\n")
+        prints(s, "python", "t", "print(n)", "2\nexit code 0")
 
 
 def t_interrupts(args, scratch):
@@ -284,10 +284,10 @@ def t_refusals(args, scratch):
     with Server(args, scratch, env={"NIX_SANDBOX_MAX_SESSIONS": "2", "SESSION_IDLE_TIMEOUT": "77"}) as s:
         for bad in ["", "a b", "x" * 65]:
             refused(s, "python", bad, "1", "bad_session_name")
-        prints(s, "python", "a", "print(1)", "1\n")
+        prints(s, "python", "a", "print(1)", "1\nexit code 0")
         text = refused(s, "node", "a", "1", "session_env_mismatch")
         check("belongs to environment `python`" in text, text)
-        prints(s, "shell", "b", "echo 2", "2\n")
+        prints(s, "shell", "b", "echo 2", "2\nexit code 0")
         text = refused(s, "shell", "c", "echo 3", "too_many_sessions")
         check("(a, b)" in text and "77 s" in text, text)
 
@@ -300,7 +300,7 @@ def t_busy(args, scratch):
         busy = [a for a in answers if a[2].get("error", {}).get("code") == "session_busy"]
         ran = [a for a in answers if a[1] == "slept\n"]
         check(len(busy) == 1 and len(ran) == 1, f"answers: {answers}")
-        prints(s, "python", "b", "print(n)", "1\n")
+        prints(s, "python", "b", "print(n)", "1\nexit code 0")
 
 
 def t_twenty(args, scratch):
@@ -309,7 +309,7 @@ def t_twenty(args, scratch):
         check(all(not a[0].get("isError") for a in answers), f"{[a[1] for a in answers]}")
         answers = s.calls_at_once([("python", f"s{i}", "x += 100\nprint(x)") for i in range(20)])
         got = [a[1] for a in answers]
-        check(got == [f"{i + 100}\n" for i in range(20)], f"{got}")
+        check(got == [f"{i + 100}\nexit code 0" for i in range(20)], f"{got}")
     assert_gone(s.home, "20 sessions after the server exited")
 
 

@@ -1,4 +1,4 @@
-# Takes a checked environment (validateEnvironment.nix), the sandbox's store
+# Takes an evaluated environment (evalEnvironment.nix), the sandbox's store
 # path (a placeholder while it builds) and the nixpkgs revision (or null);
 # returns the sandbox's manifest, version 1 with this one environment
 # (CONTRIBUTING.md contract 1), as an attribute set.

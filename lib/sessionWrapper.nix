@@ -1,7 +1,7 @@
-# Takes pkgs, jail.nix's `jail`, a checked environment (validateEnvironment.nix),
-# its profile (one tree of its packages) and its jail's permissions (what
-# jailPolicy.nix returns, the workspace included); returns the session
-# wrapper, bin/sandbox-NAME-session (CONTRIBUTING.md, contract 3): the same
+# Takes pkgs, jail.nix's `jail`, an evaluated environment
+# (evalEnvironment.nix), its profile (one tree of its packages) and its
+# jail's policy (what jail/default.nix returns, one permission); returns
+# the session wrapper, bin/sandbox-NAME-session (CONTRIBUTING.md, contract 3): the same
 # jail as the run wrapper, with the session agent (package.nix) as its entry.
 # The agent drives the environment's own interpreter from the profile (so
 # the environment's packages import in a session too) through its driver
@@ -12,7 +12,7 @@
   jail,
   environment,
   profile,
-  permissions,
+  policy,
 }:
 let
   interpreter = (import ./interpreters.nix).${environment.interpreter};
@@ -22,17 +22,14 @@ let
     name = "nix-sandbox-mcp-${interpreter.driver}";
   };
 in
-jail "sandbox-${environment.name}-session" "${agent}/bin/agent" (
-  c:
-  permissions c
-  ++ [
-    (c.set-argv [
-      "--interpreter"
-      environment.interpreter
-      "--program"
-      "${profile}/bin/${interpreter.program}"
-      "--driver"
-      "${driver}"
-    ])
-  ]
-)
+jail "sandbox-${environment.name}-session" "${agent}/bin/agent" (c: [
+  (policy c)
+  (c.set-argv [
+    "--interpreter"
+    environment.interpreter
+    "--program"
+    "${profile}/bin/${interpreter.program}"
+    "--driver"
+    "${driver}"
+  ])
+])

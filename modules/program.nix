@@ -16,22 +16,8 @@ let
   inherit (lib) mkOption types literalExpression;
   cfg = config.programs.nix-sandbox-mcp;
   enabled = lib.filterAttrs (_: environment: environment.enable) cfg.environments;
-  # One environment's options as lib.mkSandbox arguments.
-  toArguments =
-    environment:
-    {
-      inherit (environment)
-        name
-        interpreter
-        packages
-        network
-        env
-        ;
-      # The option's merged value is a functor; mkSandbox takes a function.
-      extraCombinators = c: environment.extraCombinators c;
-      limits = lib.filterAttrs (_: value: value != null) environment.limits;
-    }
-    // lib.optionalAttrs (environment.description != null) { inherit (environment) description; };
+  # One environment's options are lib.mkSandbox's arguments, and `enable`.
+  toArguments = environment: removeAttrs environment [ "enable" ];
 in
 {
   _file = ./program.nix;
@@ -50,10 +36,10 @@ in
       type = types.attrsOf (import ./environmentType.nix lib);
       default = { };
       description = ''
-        The environments the server offers, by name: `lib.mkSandbox`
-        arguments. The bundled presets `python`, `shell` and `node` are
-        defined already; setting a field of one replaces the preset's value,
-        and `enable = false` drops it.
+        The environments the server offers, by name, each with
+        `lib.mkSandbox`'s arguments as its options. The bundled presets
+        `python`, `shell` and `node` are defined already; setting a field of
+        one replaces the preset's value, and `enable = false` drops it.
       '';
       example = literalExpression ''
         {

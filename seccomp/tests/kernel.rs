@@ -6,7 +6,7 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-/// The flags lib/seccompPolicy.nix gives the generator, in short.
+/// The flags lib/seccompRules.nix gives the generator, in short.
 const RULES: &[&str] = &[
     "--deny=keyctl",
     "--deny=add_key",

@@ -80,7 +80,7 @@ async def main(binary, manifest):
                 r = wire(await session.call_tool("run", {"env": "python", "code": "print(6 * 7)"}))
                 check(
                     "python run prints and succeeds",
-                    text_of(r) == "42\n" and r.get("isError") is False,
+                    text_of(r) == "42\nexit code 0" and r.get("isError") is False,
                     r,
                 )
                 check(
@@ -103,7 +103,7 @@ async def main(binary, manifest):
                 )
 
                 r = wire(await session.call_tool("run", {"env": "node", "code": "console.log([1, 2].length)"}))
-                check("node run prints", text_of(r) == "2\n", r)
+                check("node run prints", text_of(r) == "2\nexit code 0", r)
 
                 r = wire(await session.call_tool("run", {"env": "cobol", "code": "x"}))
                 check(

@@ -170,7 +170,7 @@ async fn serve_until_stopped(
 }
 
 /// Completes when `shutdown` is cancelled, or on SIGTERM or SIGINT.
-async fn stop_signal(shutdown: CancellationToken) {
+pub async fn stop_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -209,7 +209,13 @@ impl Front {
             .iter()
             .map(|o| o.to_string())
             .chain(options.allowed_origins.iter().cloned());
+        // No SSE priming events (an event with an empty `data:` first, for
+        // clients to resume a stream), here and in the session manager's
+        // config below: this server keeps no event store, so there is
+        // nothing to resume, and Gemini CLI's SDK parses every event's data
+        // as JSON and drops the connection on the empty one.
         let mut config = StreamableHttpServerConfig::default()
+            .with_sse_retry(None)
             .with_allowed_origins(origins)
             .enforce_origin_validation()
             .with_cancellation_token(shutdown)
@@ -218,7 +224,9 @@ impl Front {
             // Reached by its network name: any Host; the token guards it.
             config = config.disable_allowed_hosts();
         }
-        let sessions = Arc::new(LocalSessionManager::default());
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.sse_retry = None;
+        let sessions = Arc::new(sessions);
         let rmcp = StreamableHttpService::new(
             move || Ok(prototype.for_another_client()),
             Arc::clone(&sessions),

@@ -1,5 +1,5 @@
 //! MCP over stdio: stdout is the protocol (logs go to stderr), and stdin's
-//! end is the client going away.
+//! end, or SIGTERM or SIGINT, is the client going away.
 
 use std::io;
 use std::pin::Pin;
@@ -7,21 +7,36 @@ use std::task::{Context, Poll};
 
 use rmcp::ServiceExt;
 use rmcp::service::ServerInitializeError;
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
+use super::http::stop_signal;
 use super::{Config, Server};
 
-/// Serves until the client closes stdin. EOF kills every running call at
-/// once (the shutdown token), before rmcp drains the last responses. A
-/// client that closes before `initialize` (a health check, a probe) is no
-/// error: the server exits 0, and it started no jail (the sandbox probes
-/// start with the first handshake).
+/// Serves until the client closes stdin, or SIGTERM or SIGINT (clients
+/// such as Gemini CLI stop their servers with SIGTERM, not by closing
+/// stdin). Either kills every running call at once (the shutdown token; the
+/// calls' guards kill what is left when the runtime drops their tasks),
+/// nothing more is written, and the server exits 0. A client that closes
+/// before `initialize` (a health check, a probe) is no error either, and it
+/// started no jail: the sandbox probes start with the first handshake.
 pub async fn serve(config: Config) -> Result<(), String> {
     let shutdown = config.shutdown.clone();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let stdin = EofCancels::new(stdin, shutdown.clone());
-    let service = match Server::new(config).serve((stdin, stdout)).await {
+    let stdout = SilentAfter::new(stdout, shutdown.clone());
+    // Signals only: end of input cancels `shutdown` too, and then rmcp
+    // still writes the answers of the calls that ended.
+    let stop = stop_signal(CancellationToken::new());
+    tokio::pin!(stop);
+    let served = tokio::select! {
+        served = Server::new(config).serve((stdin, stdout)) => served,
+        () = &mut stop => {
+            tracing::info!("stopped before initialize; server stopping");
+            return Ok(());
+        }
+    };
+    let service = match served {
         Ok(service) => service,
         Err(ServerInitializeError::ConnectionClosed(_)) => {
             tracing::info!("client closed the connection before initialize; server stopping");
@@ -30,7 +45,14 @@ pub async fn serve(config: Config) -> Result<(), String> {
         Err(e) => return Err(format!("MCP initialisation failed: {e}")),
     };
     service.service().start_probes();
-    let quit = service.waiting().await;
+    let quit = tokio::select! {
+        quit = service.waiting() => quit,
+        () = &mut stop => {
+            shutdown.cancel();
+            tracing::info!("server stopping");
+            return Ok(());
+        }
+    };
     shutdown.cancel();
     let quit = quit.map_err(|e| format!("the MCP service task failed: {e}"))?;
     tracing::info!(reason = ?quit, "client gone, server stopping");
@@ -74,6 +96,44 @@ impl<R: AsyncRead + Unpin> AsyncRead for EofCancels<R> {
     }
 }
 
+/// The MCP output: once `token` is cancelled (the client closed its
+/// side, or the server is stopping) it discards what is written. A client
+/// that closed stdin waits for the server to exit and reads nothing more:
+/// the Python SDK 1.x (under LangChain's adapters, pydantic-ai 1) even
+/// fails on a message that comes after it closed, such as the answer to a
+/// call the closing killed.
+struct SilentAfter<W> {
+    inner: W,
+    token: CancellationToken,
+}
+
+impl<W> SilentAfter<W> {
+    fn new(inner: W, token: CancellationToken) -> Self {
+        Self { inner, token }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for SilentAfter<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.token.is_cancelled() {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +149,16 @@ mod tests {
         assert!(!token.is_cancelled());
         assert_eq!(r.read(&mut buf).await.unwrap(), 0);
         assert!(token.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn nothing_is_written_after_the_token_is_cancelled() {
+        use tokio::io::AsyncWriteExt;
+        let token = CancellationToken::new();
+        let mut w = SilentAfter::new(Vec::new(), token.clone());
+        w.write_all(b"a").await.unwrap();
+        token.cancel();
+        w.write_all(b"b").await.unwrap();
+        assert_eq!(w.inner, b"a");
     }
 }

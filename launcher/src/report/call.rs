@@ -256,8 +256,8 @@ mod tests {
 
     #[test]
     fn a_plain_call_is_its_output() {
-        let r = called(&env(), &outcome(Some(reply(0, "1\n", ""))), true);
-        assert_eq!(text(&r), "1\n");
+        let r = called(&env(), &outcome(Some(reply(0, "one\n", ""))), true);
+        assert_eq!(text(&r), "one\n");
         assert_eq!(r.is_error, Some(false));
         let s = crate::report::facts(&r);
         assert_eq!(s["session"], "s1");

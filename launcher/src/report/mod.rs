@@ -31,6 +31,7 @@ pub mod run;
 
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::mcp::refusal::Refusal;
 
@@ -51,7 +52,7 @@ fn with_facts(mut result: CallToolResult, facts: &impl Serialize) -> CallToolRes
 
 /// The facts of a result (tests).
 #[cfg(test)]
-pub fn facts(result: &CallToolResult) -> &serde_json::Value {
+pub fn facts(result: &CallToolResult) -> &Value {
     &result.meta.as_ref().expect("_meta").0[FACTS_KEY]
 }
 
@@ -110,10 +111,19 @@ fn cut_notes(stdout_dropped: u64, stderr_dropped: u64) -> impl Iterator<Item = S
 }
 
 /// `text` with one note a line after it, or `(no output)` when there is
-/// neither.
-fn with_notes(mut text: String, notes: Vec<String>) -> String {
+/// neither. A run without notes succeeded; when its whole output is one
+/// JSON value other than an object (`42`, `[1, 2]`, `"a"`, `null`), it gets
+/// the note `exit code 0`: Gemini CLI parses the first text block of a
+/// result without `structuredContent` as JSON and, when that gives anything
+/// but an object, fails the whole call ("expected record"), so the model
+/// would see an error instead of `42`. An object passes there (as the same
+/// data), so JSON that programs print for programs stays as it is.
+fn with_notes(mut text: String, mut notes: Vec<String>) -> String {
     if text.is_empty() && notes.is_empty() {
         return "(no output)".into();
+    }
+    if notes.is_empty() && serde_json::from_str::<Value>(&text).is_ok_and(|v| !v.is_object()) {
+        notes.push("exit code 0".into());
     }
     for note in notes {
         end_line(&mut text);

@@ -166,8 +166,8 @@ mod tests {
 
     #[test]
     fn success_is_stdout_and_not_an_error() {
-        let r = ran_(&outcome(Exit::Code(0), b"1\n", b""));
-        assert_eq!(text(&r), "1\n");
+        let r = ran_(&outcome(Exit::Code(0), b"one\n", b""));
+        assert_eq!(text(&r), "one\n");
         assert_eq!(r.is_error, Some(false));
         // Clients show structuredContent in place of the text: none.
         assert!(r.structured_content.is_none());
@@ -176,6 +176,21 @@ mod tests {
         assert_eq!(s["signal"], serde_json::Value::Null);
         assert_eq!(s["duration_ms"], 12);
         assert_eq!(s["store_path"], "/nix/store/x-a");
+    }
+
+    #[test]
+    fn output_that_is_one_json_value_is_followed_by_its_exit_code() {
+        for out in [&b"42\n"[..], b"[1, 2]", b"null", b"\"a\"\n", b"true"] {
+            let r = ran_(&outcome(Exit::Code(0), out, b""));
+            let want = format!("{}\nexit code 0", String::from_utf8_lossy(out).trim_end());
+            assert_eq!(text(&r), want);
+            assert_eq!(r.is_error, Some(false));
+        }
+        // Anything else is left as it is.
+        for out in [&b"42 43\n"[..], b"4\n2\n", b"hello", b"{\"a\":1}"] {
+            let r = ran_(&outcome(Exit::Code(0), out, b""));
+            assert_eq!(text(&r).as_bytes(), out);
+        }
     }
 
     /// The keys are the format programs read: renaming a field is a change

@@ -17,6 +17,11 @@ use crate::catalog::Env;
 /// the interrupt, its grace, and a reset's fresh jail.
 pub const WAIT_AFTER_CANCEL: Duration =
     Duration::from_secs(INTERRUPT_GRACE.as_secs() + WRITE_GRACE.as_secs() + 2);
+/// How long a call to a busy session waits for a cancellation of the
+/// running call that may be on its way: over HTTP the cancel and the next
+/// call are separate requests, and the TypeScript SDK sends both at once,
+/// so the call can come first.
+pub const BUSY_GRACE: Duration = Duration::from_millis(250);
 /// How often a waiting call looks whether the session was released.
 const WAIT_POLL: Duration = Duration::from_millis(5);
 
@@ -53,14 +58,15 @@ impl From<Error> for Unavailable {
 
 impl Inner {
     /// [`Inner::acquire`], waiting up to [`WAIT_AFTER_CANCEL`] while the call
-    /// holding the session has been cancelled and is being interrupted.
+    /// holding the session has been cancelled and is being interrupted, and
+    /// up to [`BUSY_GRACE`] for a cancellation on its way.
     pub async fn acquire_waiting(
         &self,
         name: &SessionName,
         env: &Arc<Env>,
         cancel: &CancellationToken,
     ) -> Result<Lease<'_>, Error> {
-        let give_up = Instant::now() + WAIT_AFTER_CANCEL;
+        let started = Instant::now();
         loop {
             match self.acquire(name, env, cancel) {
                 Ok(lease) => return Ok(lease),
@@ -68,7 +74,12 @@ impl Inner {
                 Err(Unavailable::Busy(running)) => {
                     let now = Instant::now();
                     let settling = running.as_ref().is_some_and(|r| r.cancel.is_cancelled());
-                    if !settling || now >= give_up || cancel.is_cancelled() {
+                    let wait = if settling {
+                        WAIT_AFTER_CANCEL
+                    } else {
+                        BUSY_GRACE
+                    };
+                    if now >= started + wait || cancel.is_cancelled() {
                         let within = running.map(|r| {
                             r.ends_by
                                 .saturating_duration_since(now)

@@ -8,11 +8,11 @@
 //! - A session is created by the first call that names it, bound to that
 //!   call's environment.
 //! - One call at a time per session: a second one is refused
-//!   (`session_busy`), except right after the running call was cancelled:
-//!   then it waits, at most [`lease::WAIT_AFTER_CANCEL`], for the interrupt
-//!   to land, so that a client that cancels and calls again at once is not
-//!   told "busy" (MCP clients do exactly that). At most
-//!   [`Settings::max_sessions`] sessions.
+//!   (`session_busy`) after [`lease::BUSY_GRACE`], except when the running
+//!   call was cancelled: then it waits, at most
+//!   [`lease::WAIT_AFTER_CANCEL`], for the interrupt to land, so that a
+//!   client that cancels and calls again at once is not told "busy" (MCP
+//!   clients do exactly that). At most [`Settings::max_sessions`] sessions.
 //! - Requests over HTTP without an MCP session (the stateless 2026-07-28
 //!   revision) share one table ([`Sessions::server_named`]) in which the
 //!   server names every new session: the model's name with an unguessable

@@ -23,7 +23,7 @@ async fn a_busy_loop_ends_at_the_deadline_and_leaves_no_process() {
     assert!(st["duration_ms"].as_u64().unwrap() >= 2000);
     assert_no_process_left(&mark).await;
     // The server still answers.
-    assert_eq!(text(&s.run("python", "print(2)").await), "2\n");
+    assert_eq!(text(&s.run("python", "print(2)").await), "2\nexit code 0");
 }
 
 #[tokio::test]

@@ -87,7 +87,10 @@ async fn a_missing_or_non_executable_wrapper_is_named() {
     assert!(msg.contains("/nonexistent/bin/sandbox-run"), "{msg}");
     let msg = assert_refused(&s.run("noexec", "print(1)").await, "wrapper_missing");
     assert!(msg.contains("not-executable"), "{msg}");
-    assert_eq!(text(&s.run("node", "console.log(1)").await), "1\n");
+    assert_eq!(
+        text(&s.run("node", "console.log(1)").await),
+        "1\nexit code 0"
+    );
 }
 
 #[tokio::test]

@@ -348,7 +348,10 @@ async fn run_needs_the_bearer_token() {
         init["result"]["serverInfo"]["name"], "nix-sandbox-mcp",
         "{init}"
     );
-    assert_eq!(client.run("python", "print(6 * 7)").await, "42\n");
+    assert_eq!(
+        client.run("python", "print(6 * 7)").await,
+        "42\nexit code 0"
+    );
 
     // A call in a valid MCP session still needs the token.
     client.token = None;
@@ -357,6 +360,23 @@ async fn run_needs_the_bearer_token() {
         json!({"name": "run", "arguments": {"code": "print(1)"}}),
     );
     assert_eq!(client.post(&body).await.status, 401);
+}
+
+/// No SSE event with empty data (a "priming" event, for resuming streams,
+/// which this server cannot do): Gemini CLI's SDK parses every event's data
+/// as JSON and drops the connection on an empty one.
+#[tokio::test]
+async fn sse_events_all_carry_data() {
+    let server = HttpServer::start(vec![Manifest::new(&template())], &[]).await;
+    let mut client = server.client();
+    client.initialize().await;
+    let (_, body) = client.request("tools/list", json!({}));
+    let events = client.post(&body).await.text().await;
+    let (_, run) = client.start_run("python", "print(1)").await;
+    let events = events + &run.text().await;
+    let data: Vec<&str> = events.lines().filter(|l| l.starts_with("data:")).collect();
+    assert_eq!(data.len(), 2, "{events}");
+    assert!(data.iter().all(|l| !l[5..].trim().is_empty()), "{events}");
 }
 
 #[tokio::test]
@@ -443,7 +463,7 @@ async fn a_client_gone_mid_call_leaves_no_process() {
         server.stderr()
     );
     // The server and the MCP session go on.
-    assert_eq!(client.run("python", "print(3)").await, "3\n");
+    assert_eq!(client.run("python", "print(3)").await, "3\nexit code 0");
 }
 
 #[tokio::test]
@@ -464,8 +484,14 @@ async fn two_clients_do_not_see_each_others_sessions() {
         seen.contains("NameError"),
         "client b saw client a's x: {seen}"
     );
-    assert_eq!(b.session_run("python", "s", "x = 5\nprint(x)").await, "5\n");
-    assert_eq!(a.session_run("python", "s", "print(x + 1)").await, "42\n");
+    assert_eq!(
+        b.session_run("python", "s", "x = 5\nprint(x)").await,
+        "5\nexit code 0"
+    );
+    assert_eq!(
+        a.session_run("python", "s", "print(x + 1)").await,
+        "42\nexit code 0"
+    );
 
     // Ending one client's MCP session ends its sandbox sessions only.
     for (client, who) in [(&mut a, "a"), (&mut b, "b")] {
@@ -486,7 +512,10 @@ async fn two_clients_do_not_see_each_others_sessions() {
     assert_eq!(a.delete(&ended).await, 404);
     assert_eq!(a.delete("no-such-session").await, 404);
     assert!(!pids_with(&format!("{mark}-b")).is_empty());
-    assert_eq!(b.session_run("python", "s", "print(x)").await, "5\n");
+    assert_eq!(
+        b.session_run("python", "s", "print(x)").await,
+        "5\nexit code 0"
+    );
     assert_eq!(b.end_session().await, 204);
     assert_no_process_left(&mark).await;
 }
@@ -521,7 +550,7 @@ async fn a_client_gone_mid_session_call_interrupts_it_and_keeps_the_session() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         after = client.session_run("python", "s", "print(x)").await;
     }
-    assert_eq!(after, "42\n");
+    assert_eq!(after, "42\nexit code 0");
 }
 
 /// A `run` call of the 2026-07-28 revision: no `initialize`, no MCP
@@ -558,7 +587,10 @@ async fn a_stateless_request_runs_keeps_sessions_by_server_names_and_is_cancelle
         .await;
     assert_eq!(reply.status, 200);
     let message = reply.message(1).await;
-    assert_eq!(message["result"]["content"][0]["text"], "42\n", "{message}");
+    assert_eq!(
+        message["result"]["content"][0]["text"], "42\nexit code 0",
+        "{message}"
+    );
 
     // Without an MCP session, the server names the session and says so;
     // that name reaches it again, and only that name.
@@ -587,7 +619,7 @@ async fn a_stateless_request_runs_keeps_sessions_by_server_names_and_is_cancelle
     let reply = client
         .post_with(&session_call(4, &first, "print(x + 1)"), &STATELESS_HEADERS)
         .await;
-    assert_eq!(result_text(&reply.message(4).await), "42\n");
+    assert_eq!(result_text(&reply.message(4).await), "42\nexit code 0");
     // Another client naming its session `s` too gets a session of its own.
     let reply = client
         .post_with(

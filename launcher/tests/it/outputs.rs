@@ -83,7 +83,7 @@ async fn files_passed_in_are_read_by_the_code() {
         .call(json!({"env": "shell", "code": "cat data.csv | wc -l", "files": files}))
         .await;
     assert_succeeded(&r);
-    assert_eq!(text(&r), "3\n");
+    assert_eq!(text(&r), "3\nexit code 0");
     // The session keeps the file; passing it again replaces it.
     let r = s
         .call(

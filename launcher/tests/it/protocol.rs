@@ -121,3 +121,106 @@ async fn resource_links_only_for_revisions_that_have_them() {
         assert!(raw.child.wait().await.unwrap().success());
     }
 }
+
+/// Sends `signal` to the server `raw` (a child of this test, pid > 1).
+fn signal_server(raw: &RawServer, signal: nix::sys::signal::Signal) {
+    let pid = i32::try_from(raw.child.id().unwrap()).unwrap();
+    assert!(pid > 1);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+}
+
+/// Clients such as Gemini CLI stop a stdio server with SIGTERM (`gemini mcp
+/// list` does so right after the handshake, while the sandbox probes run):
+/// the server stops as on end of input, exit 0, and no jail is left, also
+/// one in the middle of a run, and also for SIGINT.
+#[tokio::test]
+async fn sigterm_or_sigint_stops_a_stdio_server_and_every_jail() {
+    use nix::sys::signal::Signal;
+    let mark = marker("stdio-term");
+    let manifest = marked("python", &mark, 600);
+    for (round, signal) in [Signal::SIGTERM, Signal::SIGINT]
+        .into_iter()
+        .cycle()
+        .take(8)
+        .enumerate()
+    {
+        let mut raw = RawServer::spawn(&manifest, "info");
+        raw.initialize().await;
+        if round % 4 == 0 {
+            raw.call_run(1, "python", "import time\ntime.sleep(1000)")
+                .await;
+            wait_running(&mark).await;
+        }
+        signal_server(&raw, signal);
+        let status = tokio::time::timeout(GUARD, raw.child.wait())
+            .await
+            .expect("the server exits")
+            .unwrap();
+        assert!(status.success(), "{signal}: {status:?}: {}", raw.stderr());
+        assert_no_process_left(&mark).await;
+    }
+}
+
+/// A `run` call in session `session` of the python environment.
+fn session_call(id: u64, session: &str, code: &str) -> Value {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "run", "arguments": {"env": "python", "session": session, "code": code}}
+    })
+}
+
+/// Once the client closed stdin nothing more is written, not even the
+/// answer of the call the closing killed: the Python SDK 1.x fails on a
+/// message that comes after it closed.
+#[tokio::test]
+async fn nothing_is_written_after_the_client_closed_stdin() {
+    let mark = marker("silent");
+    let manifest = sessions_marked(&mark, 600);
+    let mut raw = RawServer::spawn(&manifest, "info");
+    raw.initialize().await;
+    raw.send(session_call(1, "s", "import time\ntime.sleep(1000)"))
+        .await;
+    wait_running(&mark).await;
+    raw.close_stdin();
+    assert_eq!(raw.next_line().await, None, "{}", raw.stderr());
+    assert!(raw.child.wait().await.unwrap().success());
+    assert_no_process_left(&mark).await;
+}
+
+/// A call that reaches a busy session just before the cancellation of the
+/// running call (over HTTP they are separate requests, and the TypeScript
+/// SDK sends both at once) waits for it instead of answering busy.
+#[tokio::test]
+async fn a_call_just_ahead_of_the_cancel_of_the_running_one_waits_for_it() {
+    let mark = marker("ahead");
+    let manifest = sessions_marked(&mark, 600);
+    let mut raw = RawServer::spawn(&manifest, "info");
+    raw.initialize().await;
+    raw.send(session_call(1, "s", "x = 'kept'")).await;
+    let set = raw.next_line().await.unwrap();
+    assert!(set.contains("\"id\":1"), "{set}");
+    raw.send(session_call(2, "s", "import time\ntime.sleep(1000)"))
+        .await;
+    wait_running(&mark).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    raw.send(session_call(3, "s", "print(x)")).await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    raw.send(serde_json::json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "the test cancels"}
+    }))
+    .await;
+    loop {
+        let line = raw.next_line().await.expect("an answer to call 3");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 3 {
+            assert_eq!(
+                message["result"]["content"][0]["text"], "kept\n",
+                "{message}"
+            );
+            break;
+        }
+    }
+    raw.close_stdin();
+    assert!(raw.child.wait().await.unwrap().success());
+}

@@ -35,7 +35,7 @@ async fn env_defaults_to_python() {
     let r = s
         .call(json!({"code": "import sys; print(sys.version_info[0])"}))
         .await;
-    assert_eq!(text(&r), "3\n");
+    assert_eq!(text(&r), "3\nexit code 0");
     assert_eq!(facts(&r)["env"], "python");
 }
 
@@ -107,7 +107,7 @@ async fn two_mib_of_bash_runs_with_a_raised_limit() {
     let code = format!("n=0\n{}echo \"$n\"\n", line.repeat(count));
     assert!(code.len() > 2 << 20);
     let r = s.run("shell", &code).await;
-    assert_eq!(text(&r), format!("{count}\n"));
+    assert_eq!(text(&r), format!("{count}\nexit code 0"));
 }
 
 #[tokio::test]
@@ -118,7 +118,7 @@ async fn three_hundred_kib_of_python_runs() {
     let code = format!("x = 0\n{}print(x)\n", line.repeat(count));
     assert!(code.len() > 300 << 10);
     let r = s.run("python", &code).await;
-    assert_eq!(text(&r), format!("{count}\n"));
+    assert_eq!(text(&r), format!("{count}\nexit code 0"));
 }
 
 #[tokio::test]

@@ -29,7 +29,7 @@ async fn python_keeps_variables_imports_functions_cwd_and_files() {
              open('/workspace/kept.txt', 'w').write('file kept')\nx",
         )
         .await;
-    assert_prints(&r, "41\n");
+    assert_prints(&r, "41\nexit code 0");
     let st = facts(&r);
     assert_eq!(st["session"], "a");
     assert_eq!(st["exit_code"], 0);
@@ -70,7 +70,7 @@ async fn bash_keeps_variables_functions_cwd_exports_and_options() {
     let r = s.session("shell", "a", "false").await;
     assert_eq!(r.is_error, Some(true));
     assert_eq!(text(&r), "exit code 1");
-    assert_prints(&s.session("shell", "a", "echo $x").await, "41\n");
+    assert_prints(&s.session("shell", "a", "echo $x").await, "41\nexit code 0");
 }
 
 #[tokio::test]
@@ -95,7 +95,10 @@ async fn node_keeps_bindings_and_awaits_at_top_level() {
         )
         .await;
     assert_prints(&r, "42 /tmp node file\n");
-    assert_prints(&s.session("node", "a", "console.log(v + 1)").await, "43\n");
+    assert_prints(
+        &s.session("node", "a", "console.log(v + 1)").await,
+        "43\nexit code 0",
+    );
 }
 
 #[tokio::test]
@@ -159,7 +162,10 @@ async fn output_tricks_return_their_own_result_and_the_session_goes_on() {
     assert_eq!(text(&r), format!("out\n--- stderr ---\n{forged}\n"));
 
     // The session still works, with its state.
-    assert_prints(&s.session("python", "t", "print(n)").await, "2\n");
+    assert_prints(
+        &s.session("python", "t", "print(n)").await,
+        "2\nexit code 0",
+    );
 }
 
 #[tokio::test]
@@ -350,5 +356,8 @@ async fn user_code_cannot_reach_the_agents_protocol_fds() {
         &s.session("python", "f", forge).await,
         "0 refused\n1 refused\n",
     );
-    assert_prints(&s.session("python", "f", "print(x)").await, "1\n");
+    assert_prints(
+        &s.session("python", "f", "print(x)").await,
+        "1\nexit code 0",
+    );
 }

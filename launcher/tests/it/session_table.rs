@@ -30,7 +30,10 @@ async fn bad_names_other_envs_and_envs_without_sessions_are_refused() {
     let r = s.session("shell", "s", "echo 1").await;
     let msg = assert_refused(&r, "sessions_unsupported");
     assert!(msg.contains("environment `shell` has no sessions"), "{msg}");
-    assert_eq!(text(&s.session("python", "p", "print(1)").await), "1\n");
+    assert_eq!(
+        text(&s.session("python", "p", "print(1)").await),
+        "1\nexit code 0"
+    );
     let r = s.session("node", "p", "1").await;
     let msg = assert_refused(&r, "session_env_mismatch");
     assert!(
@@ -38,7 +41,10 @@ async fn bad_names_other_envs_and_envs_without_sessions_are_refused() {
         "{msg}"
     );
     // The session is as it was.
-    assert_eq!(text(&s.session("python", "p", "print(2)").await), "2\n");
+    assert_eq!(
+        text(&s.session("python", "p", "print(2)").await),
+        "2\nexit code 0"
+    );
 }
 
 #[tokio::test]
@@ -106,7 +112,10 @@ async fn two_calls_at_once_on_one_session_give_one_busy() {
         &first
     };
     assert_eq!(text(ran), "slept\n");
-    assert_eq!(text(&s.session("python", "b", "print(n)").await), "1\n");
+    assert_eq!(
+        text(&s.session("python", "b", "print(n)").await),
+        "1\nexit code 0"
+    );
 }
 
 #[tokio::test]
@@ -128,7 +137,11 @@ async fn twenty_sessions_at_once_keep_separate_state() {
         (i, r)
     });
     for (i, r) in futures::future::join_all(get).await {
-        assert_eq!(text(&r), format!("{}\n", i + 100), "session s{i}");
+        assert_eq!(
+            text(&r),
+            format!("{}\nexit code 0", i + 100),
+            "session s{i}"
+        );
     }
 }
 

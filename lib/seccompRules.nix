@@ -1,9 +1,11 @@
-# The jail's seccomp policy: the system calls a code runner never needs,
-# and how each fails (DESIGN.md section 4). Takes nothing; returns
+# The rules of the jail's seccomp filter: the system calls a code runner
+# never needs, and how each fails (DESIGN.md section 4). A table, not a
+# function:
 #   { deny = { CALL = ERRNO; }; denyNamespaces = [ CALL ];
 #     allowOnly = { CALL = [ FIRST-ARGUMENT ]; }; }
-# which seccompFilter.nix hands to nix-sandbox-seccomp (seccomp/). Every
-# name here is one an environment's `seccomp.allow` may let through.
+# which jail/seccomp.nix hands to nix-sandbox-seccomp (seccomp/). Every
+# name here is one an environment's `seccomp.allow` may let through
+# (evalEnvironment.nix refuses any other).
 {
   deny = {
     # Kernel keyrings are not isolated per jail.

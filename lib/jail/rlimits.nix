@@ -1,11 +1,16 @@
-# Takes the environment's limits; returns the wrapper's run-time shell code
-# (for add-runtime, after cgroupLimits.nix) that lowers the jail's resource
-# limits before bubblewrap starts: CPU time (cpu_s: SIGXCPU then, a second
-# later, SIGKILL), file size (file_mb: SIGXFSZ or EFBIG), open files
-# (nofile), no core dumps, and address space (memory_mb) unless a cgroup
-# holds the memory limit. A hard limit that is already lower stays.
+# Takes { environment, ... } and jail.nix's combinators; returns the
+# permission whose run-time code (add-runtime, after cgroupLimits.nix's)
+# lowers the jail's resource limits before bubblewrap starts: CPU time
+# (cpu_s: SIGXCPU then, a second later, SIGKILL), file size (file_mb:
+# SIGXFSZ or EFBIG), open files (nofile), no core dumps, and address space
+# (memory_mb) unless a cgroup holds the memory limit. A hard limit that is already lower stays.
 # RLIMIT_NPROC is set inside the jail instead (processLimit.nix).
-limits: ''
+{ environment, ... }:
+c:
+let
+  inherit (environment) limits;
+in
+c.add-runtime ''
   # sandbox_rlimit FLAG SOFT [HARD]: sets one limit; a lower hard limit stays.
   sandbox_rlimit() {
     local hard soft=$2 want_hard=''${3:-$2}

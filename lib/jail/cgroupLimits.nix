@@ -1,20 +1,22 @@
-# Takes the environment's name and limits; returns the wrapper's run-time
-# shell code (for add-runtime, before rlimits.nix) that applies the memory
-# and process limits through the cgroups the launcher made for this run:
-# NIX_SANDBOX_CGROUP, a colon-separated list of cgroup directories (one of
-# cgroup v2, or one per cgroup v1 hierarchy, pids and memory), each empty
-# and writable by the caller. In each it writes pids.max, memory.max (v2,
+# Takes { environment, ... } and jail.nix's combinators; returns the
+# permission whose run-time code (add-runtime, before rlimits.nix's) applies
+# the memory and process limits through the cgroups the launcher made for
+# this run: NIX_SANDBOX_CGROUP, a colon-separated list of cgroup
+# directories (one of cgroup v2, or one per cgroup v1 hierarchy, pids and
+# memory), each empty and writable by the caller. In each it writes pids.max, memory.max (v2,
 # with memory.swap.max 0) or memory.limit_in_bytes (v1, with the
 # memory+swap limit when the kernel accounts swap), then moves the wrapper,
 # and so the whole jail, into it. It sets sandbox_memory_cgroup=1 when a
 # cgroup holds the memory limit (rlimits.nix then skips RLIMIT_AS). A
 # directory it cannot use stops the wrapper with status 2 and a message.
 # Unset: nothing happens (rlimits.nix and processLimit.nix apply).
-name: limits:
+{ environment, ... }:
+c:
 let
+  inherit (environment) name limits;
   bytes = toString (limits.memory_mb * 1024 * 1024);
 in
-''
+c.add-runtime ''
   sandbox_memory_cgroup=
   sandbox_cgroup_write() {
     if ! { printf '%s\n' "$2" >"$1"; } 2>/dev/null; then

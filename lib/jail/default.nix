@@ -1,0 +1,31 @@
+# The jail's policy (DESIGN.md section 4): what a jail may see and do, and
+# its limits. Every file of this folder is one function of the same
+# signature, like jail.nix's combinators:
+#   { pkgs, environment, profile }: c: PERMISSION
+# It takes pkgs, the evaluated environment (evalEnvironment.nix) and its
+# profile (one tree of its packages), then jail.nix's combinators, and
+# returns one jail.nix permission, each file using what it needs. This one
+# composes the others, in this order; the run and session wrappers share it.
+#
+# jail.nix adds the rest itself, once: its base permissions (--proc, --dev,
+# a tmpfs /tmp and home, /bin/sh, --clearenv), the store's runtime closure
+# only, a fake /etc/passwd, every namespace unshared unless a permission
+# shares it, --new-session and --die-with-parent.
+arguments: c:
+c.compose (
+  map (file: import file arguments c) [
+    ./network.nix
+    ./hardening.nix
+    ./filesystem.nix
+    ./workspace.nix
+    ./projectMount.nix
+    # Limits: memory and processes through the run's cgroup when the
+    # launcher gives one, then rlimits; RLIMIT_NPROC inside the jail.
+    ./cgroupLimits.nix
+    ./rlimits.nix
+    ./processLimit.nix
+    ./seccomp.nix
+    ./variables.nix
+    ./extraCombinators.nix
+  ]
+)

@@ -1,0 +1,20 @@
+# Takes { pkgs, ... } and jail.nix's combinators; returns the permission
+# that closes what jail.nix's base leaves open: bubblewrap started with an
+# empty environment, no nested user namespaces, no capabilities, no view of
+# the kernel keyring.
+{ pkgs, ... }:
+c:
+c.compose [
+  # bwrap stays in the jail as its pid 1, and a process there can read pid
+  # 1's environment (/proc/1/environ): start bwrap with an empty one, so no
+  # variable of the wrapper's (HOME, PROJECT_DIR, the cgroup path) is seen.
+  (s: s // { cmd = "${pkgs.coreutils}/bin/env -i ${s.cmd}"; })
+  # jail.nix always passes --unshare-user, which --disable-userns needs.
+  (c.unsafe-add-raw-args "--disable-userns")
+  # bwrap keeps every capability (inside the jail's user namespace) when its
+  # caller is root; code must hold none whoever starts it: a capability like
+  # CAP_SYS_PTRACE there would open the session agent's fds through /proc.
+  (c.unsafe-add-raw-args "--cap-drop ALL")
+  # The caller's key descriptions (keyctl itself is denied by seccomp).
+  (c.unsafe-add-raw-args "--ro-bind /dev/null /proc/keys --ro-bind /dev/null /proc/key-users")
+]

@@ -1,7 +1,7 @@
-"""Per-run cgroups like the launcher's (launcher/src/cgroup.rs, cgroup v1),
-for one diagnostic baseline: the wrapper run directly *with* a run cgroup, so
-the report can tell the cgroup's share of the launcher's overhead from the
-rest. Only cgroup v1 hierarchies writable by this user (root here); None
+"""Per-run cgroups like the launcher's (launcher/src/wrapper/cgroup.rs,
+cgroup v1), for one diagnostic baseline: the wrapper run directly *with* a
+run cgroup, so the report can tell the cgroup's share of the launcher's
+overhead from the rest. Only cgroup v1 hierarchies writable by this user (root here); None
 elsewhere, and the benchmark says so.
 """
 

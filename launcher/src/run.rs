@@ -119,14 +119,8 @@ pub async fn run(
 ) -> Result<RunOutcome, StartError> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + spec.timeout;
-    let wrapper::Spawned {
-        group,
-        reaped,
-        stdin,
-        stdout,
-        stderr,
-        cgroup,
-    } = wrapper::spawn(spec.argv, spec.env, host)?;
+    let wrapper = wrapper::spawn(spec.argv, spec.env, host)?;
+    let group = wrapper.group;
 
     let mut out = Cap::new(spec.output_bytes);
     let mut err = Cap::new(spec.output_bytes);
@@ -134,7 +128,7 @@ pub async fn run(
     let exit = {
         let work = async {
             let write = async {
-                let mut stdin = stdin;
+                let mut stdin = wrapper.stdin;
                 if let Err(e) = stdin.write_all(spec.code).await {
                     tracing::debug!(error = %e, "the wrapper stopped reading its code");
                 }
@@ -142,9 +136,9 @@ pub async fn run(
             };
             let (_, _, _, exit) = tokio::join!(
                 write,
-                pump(stdout, &mut out),
-                pump(stderr, &mut err),
-                reaped
+                pump(wrapper.stdout, &mut out),
+                pump(wrapper.stderr, &mut err),
+                wrapper.reaped
             );
             exit.ok().flatten()
         };
@@ -162,7 +156,7 @@ pub async fn run(
         }
     };
     group.kill();
-    let usage = match cgroup {
+    let usage = match wrapper.cgroup {
         Some(cgroup) => {
             let stats = cgroup.stats();
             if tokio::task::spawn_blocking(move || cgroup.remove())

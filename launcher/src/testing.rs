@@ -1,6 +1,6 @@
-//! The environment the unit tests share, written once: as a manifest holds
-//! it ([`env_json`], contract 1's example limits) and as the launcher holds
-//! it ([`env`], a builder over the same JSON).
+//! What the unit tests share, written once: their environment, as a
+//! manifest holds it ([`env_json`], contract 1's example limits) and as the
+//! launcher holds it ([`env`], a builder over the same JSON); HTTP headers.
 
 use std::sync::Arc;
 
@@ -67,4 +67,13 @@ impl EnvBuilder {
         env.name = self.name;
         env
     }
+}
+
+/// HTTP headers of `pairs`.
+pub fn headers(pairs: &[(&'static str, &str)]) -> ::http::HeaderMap {
+    let mut map = ::http::HeaderMap::new();
+    for (name, value) in pairs {
+        map.insert(*name, value.parse().unwrap());
+    }
+    map
 }

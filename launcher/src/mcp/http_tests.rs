@@ -2,14 +2,7 @@
 //! can be cancelled when their client goes away.
 
 use super::*;
-
-fn headers(pairs: &[(&'static str, &str)]) -> ::http::HeaderMap {
-    let mut map = ::http::HeaderMap::new();
-    for (name, value) in pairs {
-        map.insert(*name, value.parse().unwrap());
-    }
-    map
-}
+use crate::testing::headers;
 
 #[test]
 fn addresses() {

@@ -75,14 +75,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> ::http::HeaderMap {
-        let mut map = ::http::HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, value.parse().unwrap());
-        }
-        map
-    }
+    use crate::testing::headers;
 
     #[test]
     fn only_the_right_bearer_token_passes() {

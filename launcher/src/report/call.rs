@@ -30,6 +30,7 @@ use serde::Serialize;
 
 use super::limit::{SIGKILL, SIGXCPU, SIGXFSZ};
 use super::outputs::{self, OutputFact};
+use super::{Cuts, Receipt};
 use crate::catalog::Env;
 use crate::session::call::CallOutcome as Outcome;
 
@@ -37,8 +38,8 @@ use crate::session::call::CallOutcome as Outcome;
 /// says why).
 #[derive(Debug, Serialize)]
 pub struct CallFacts<'a> {
-    /// The environment's name.
-    pub env: &'a str,
+    #[serde(flatten)]
+    pub receipt: Receipt<'a>,
     /// The session's name (the server's, when it named it); null for a run
     /// with `files` and no session.
     pub session: Option<&'a str>,
@@ -67,18 +68,10 @@ pub struct CallFacts<'a> {
     pub session_closed: bool,
     /// The server named this new session (`session`).
     pub session_named_by_server: bool,
-    /// Bytes cut from the middle of stdout by the output cap.
-    pub stdout_dropped_bytes: u64,
-    /// Bytes cut from the middle of stderr by the output cap.
-    pub stderr_dropped_bytes: u64,
+    #[serde(flatten)]
+    pub cuts: Cuts,
     /// Wall time of the call, the outputs' collection included.
     pub duration_ms: u64,
-    /// The receipt, with `nixpkgs_rev`: `nix run` of the store path replays
-    /// the call in the same environment.
-    pub store_path: &'a str,
-    /// The nixpkgs revision the environment was built from; null when
-    /// unknown.
-    pub nixpkgs_rev: Option<&'a str>,
     /// The files the call wrote under /workspace/outputs.
     pub outputs: Vec<OutputFact<'a>>,
 }
@@ -88,7 +81,7 @@ pub struct CallFacts<'a> {
 pub fn called(env: &Env, o: &Outcome, resource_links: bool) -> CallToolResult {
     let reply = o.reply.as_ref();
     let facts = CallFacts {
-        env: &env.name,
+        receipt: Receipt::of(env),
         session: (!o.throwaway).then_some(o.session.as_str()),
         exit_code: reply.map(|r| r.status),
         interpreter_exit: reply.and_then(|r| r.exit),
@@ -100,11 +93,11 @@ pub fn called(env: &Env, o: &Outcome, resource_links: bool) -> CallToolResult {
         session_replaced: o.ended_before.is_some(),
         session_closed: o.ended_after || o.shutdown,
         session_named_by_server: o.named_by_server,
-        stdout_dropped_bytes: reply.map_or(0, |r| r.stdout_dropped),
-        stderr_dropped_bytes: reply.map_or(0, |r| r.stderr_dropped),
+        cuts: Cuts {
+            stdout_dropped_bytes: reply.map_or(0, |r| r.stdout_dropped),
+            stderr_dropped_bytes: reply.map_or(0, |r| r.stderr_dropped),
+        },
         duration_ms: super::millis(o.duration),
-        store_path: &env.store_path,
-        nixpkgs_rev: env.nixpkgs_rev.as_deref(),
         outputs: outputs::facts(&o.outputs),
     };
     let succeeded = reply.is_some_and(|r| r.status == 0 && !r.interrupted)
@@ -267,19 +260,11 @@ mod tests {
         assert_eq!(text(&r), "(no output)");
     }
 
-    /// The keys are the format programs read: renaming a field is a change
-    /// of the format, never a refactor.
     #[test]
     fn the_facts_keep_their_keys() {
         let r = called(&env(), &outcome(Some(reply(0, "", ""))), true);
-        let keys: Vec<&str> = crate::report::facts(&r)
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
         assert_eq!(
-            keys,
+            crate::report::fact_keys(&r),
             [
                 "cancelled",
                 "duration_ms",

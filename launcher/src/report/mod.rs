@@ -17,7 +17,8 @@
 //! `structuredContent` instead of the content blocks when it is present,
 //! which would hide the output; no client shows `_meta` to the model. The
 //! facts are typed, each field documented where it is declared:
-//! [`run::RunFacts`], [`call::CallFacts`], [`RefusalFacts`]. No
+//! [`run::RunFacts`], [`call::CallFacts`] (both with a [`Receipt`] and
+//! [`Cuts`]), [`RefusalFacts`]. No
 //! `outputSchema` is declared, to keep `tools/list` small.
 //!
 //! `isError` is true when the code did not succeed (non-zero exit, killed by
@@ -33,6 +34,7 @@ use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::catalog::Env;
 use crate::mcp::refusal::Refusal;
 
 /// The `_meta` key of a result's machine-readable facts.
@@ -54,6 +56,49 @@ fn with_facts(mut result: CallToolResult, facts: &impl Serialize) -> CallToolRes
 #[cfg(test)]
 pub fn facts(result: &CallToolResult) -> &Value {
     &result.meta.as_ref().expect("_meta").0[FACTS_KEY]
+}
+
+/// The keys of a result's facts, sorted (tests: the keys are the format
+/// programs read, so renaming a field is a change of the format, never a
+/// refactor).
+#[cfg(test)]
+pub fn fact_keys(result: &CallToolResult) -> Vec<&str> {
+    let facts = facts(result).as_object().expect("the facts are an object");
+    facts.keys().map(String::as_str).collect()
+}
+
+/// Which environment ran the code: the receipt, at the top level of a
+/// run's facts and a call's.
+#[derive(Debug, Serialize)]
+pub struct Receipt<'a> {
+    /// The environment's name.
+    pub env: &'a str,
+    /// With `nixpkgs_rev`: `nix run` of the store path runs the code again in
+    /// the same environment.
+    pub store_path: &'a str,
+    /// The nixpkgs revision the environment was built from; null when
+    /// unknown.
+    pub nixpkgs_rev: Option<&'a str>,
+}
+
+impl<'a> Receipt<'a> {
+    fn of(env: &'a Env) -> Self {
+        Self {
+            env: &env.name,
+            store_path: &env.store_path,
+            nixpkgs_rev: env.nixpkgs_rev.as_deref(),
+        }
+    }
+}
+
+/// What the output cap cut, at the top level of a run's facts and a
+/// call's.
+#[derive(Debug, Serialize)]
+pub struct Cuts {
+    /// Bytes cut from the middle of stdout.
+    pub stdout_dropped_bytes: u64,
+    /// Bytes cut from the middle of stderr.
+    pub stderr_dropped_bytes: u64,
 }
 
 /// The facts of a call refused before anything ran.

@@ -18,14 +18,15 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Serialize;
 
 use super::limit::{self, Hit, Used};
+use super::{Cuts, Receipt};
 use crate::catalog::Env;
 use crate::run::RunOutcome;
 
 /// The facts of a run, in the result's `_meta` (report/mod.rs says why).
 #[derive(Debug, Serialize)]
 pub struct RunFacts<'a> {
-    /// The environment's name.
-    pub env: &'a str,
+    #[serde(flatten)]
+    pub receipt: Receipt<'a>,
     /// The wrapper's exit code; null when it was killed by a signal (or
     /// ended without a status).
     pub exit_code: Option<i32>,
@@ -36,18 +37,10 @@ pub struct RunFacts<'a> {
     pub timed_out: bool,
     /// The client cancelled the call, or went away, and it was killed.
     pub cancelled: bool,
-    /// Bytes cut from the middle of stdout by the output cap.
-    pub stdout_dropped_bytes: u64,
-    /// Bytes cut from the middle of stderr by the output cap.
-    pub stderr_dropped_bytes: u64,
+    #[serde(flatten)]
+    pub cuts: Cuts,
     /// Wall time, from the wrapper's start to its end.
     pub duration_ms: u64,
-    /// The receipt, with `nixpkgs_rev`: `nix run` of the store path replays
-    /// the run in the same environment.
-    pub store_path: &'a str,
-    /// The nixpkgs revision the environment was built from; null when
-    /// unknown.
-    pub nixpkgs_rev: Option<&'a str>,
     /// CPU time, from the run's cgroup; null without one.
     pub cpu_ms: Option<u64>,
     /// Peak memory, from the run's cgroup; null without one.
@@ -70,7 +63,7 @@ pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
     let used = Used::of(outcome.usage.as_ref());
     let hit = limit::diagnose(env, outcome, &used);
     let facts = RunFacts {
-        env: &env.name,
+        receipt: Receipt::of(env),
         exit_code: match outcome.exit {
             Some(Exit::Code(code)) => Some(code),
             _ => None,
@@ -78,11 +71,11 @@ pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
         signal,
         timed_out: outcome.timed_out,
         cancelled: outcome.cancelled,
-        stdout_dropped_bytes: outcome.stdout.dropped(),
-        stderr_dropped_bytes: outcome.stderr.dropped(),
+        cuts: Cuts {
+            stdout_dropped_bytes: outcome.stdout.dropped(),
+            stderr_dropped_bytes: outcome.stderr.dropped(),
+        },
         duration_ms: super::millis(outcome.duration),
-        store_path: &env.store_path,
-        nixpkgs_rev: env.nixpkgs_rev.as_deref(),
         cpu_ms: used.cpu.map(super::millis),
         peak_memory_bytes: used.peak_memory,
         limit: hit.as_ref().map(|h| LimitFact {
@@ -193,19 +186,11 @@ mod tests {
         }
     }
 
-    /// The keys are the format programs read: renaming a field is a change
-    /// of the format, never a refactor.
     #[test]
     fn the_facts_keep_their_keys() {
         let r = ran_(&outcome(Exit::Code(0), b"", b""));
-        let keys: Vec<&str> = facts(&r)
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
         assert_eq!(
-            keys,
+            crate::report::fact_keys(&r),
             [
                 "cancelled",
                 "cpu_ms",

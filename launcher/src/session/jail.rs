@@ -80,14 +80,8 @@ impl Jail {
         host: &Host,
         label: &str,
     ) -> Result<Self, StartError> {
-        let wrapper::Spawned {
-            group,
-            reaped,
-            stdin,
-            stdout,
-            stderr,
-            cgroup,
-        } = wrapper::spawn(argv, env, host)?;
+        let wrapper = wrapper::spawn(argv, env, host)?;
+        let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let exited = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&exited);
         tokio::task::spawn_blocking(move || {
@@ -100,14 +94,18 @@ impl Jail {
             }
         });
         let log_tail = Arc::new(Mutex::new(String::new()));
-        tokio::spawn(forward_log(stderr, label.to_owned(), Arc::clone(&log_tail)));
-        let pid = group.id();
+        tokio::spawn(forward_log(
+            wrapper.stderr,
+            label.to_owned(),
+            Arc::clone(&log_tail),
+        ));
+        let pid = wrapper.group.id();
         tracing::debug!(session = label, pid, "session jail started");
         Ok(Self {
-            group,
+            group: wrapper.group,
             exited,
-            stdin,
-            stdout,
+            stdin: wrapper.stdin,
+            stdout: wrapper.stdout,
             frames: Splitter::new(),
             buf: vec![0; READ_CHUNK],
             // Ids nobody can guess, so a frame forged inside the jail is

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The benchmark of DESIGN.md section 9: every target measured in one run,
+"""The benchmark of the project's targets: every target measured in one run,
 side by side with its baseline (standard library only; bench/run starts it).
 
   bench.py --server OUT --launcher OUT --fixtures DIR --tokens bench/tokens.mjs
@@ -49,7 +49,7 @@ BWRAP_FLOOR = [
 CGROUP_KIND = "wrapper direct + run cgroups"
 MIGRATIONS = 40
 
-# DESIGN.md section 9. Never loosen one here to make a figure pass.
+# The targets. Never loosen one here to make a figure pass.
 TARGET_RATIO = 1.25
 TARGET_SESSION_P50_MS = 3.0
 TARGET_IDLE_RSS_KIB = 15 * 1024

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The adversarial suite (issue 5): attacks on the Nix-built server and jails.
+"""The adversarial suite: attacks on the Nix-built server and jails.
 
 Run by checks/run after e2e.py, once as root and once as an unprivileged
 user, against the server package and the `tight-python` / `tight-shell`

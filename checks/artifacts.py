@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Files in, artifacts out and the receipt (issue 7), end to end: the
+"""Files in, artifacts out and the receipt, end to end: the
 Nix-built server and session wrappers over MCP (standard library only).
 
 Run by checks/run (as root, then as an unprivileged user) next to e2e.py,

@@ -1,6 +1,5 @@
 # The rules of the jail's seccomp filter: the system calls a code runner
-# never needs, and how each fails (DESIGN.md section 4). A table, not a
-# function:
+# never needs, and how each fails. A table, not a function:
 #   { deny = { CALL = ERRNO; }; denyNamespaces = [ CALL ];
 #     allowOnly = { CALL = [ FIRST-ARGUMENT ]; }; }
 # which jail/seccomp.nix hands to nix-sandbox-seccomp (seccomp/). Every

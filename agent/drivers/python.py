@@ -12,7 +12,7 @@
 # and starts a fresh interpreter for the next call. SIGINT raises
 # KeyboardInterrupt only while call code runs; between calls it is ignored.
 #
-# Matplotlib (issue 7): MPLBACKEND defaults to Agg (headless), and
+# Matplotlib: MPLBACKEND defaults to Agg (headless), and
 # `plt.show()` saves every open figure to outputs/figure-N.png (N the next
 # free number) in the working directory the driver started in (the
 # session's /workspace), then closes them; the agent lists new files in

@@ -59,7 +59,7 @@ pub struct Config {
     pub interpreter: Interpreter,
     pub program: PathBuf,
     pub driver: PathBuf,
-    /// Files in and `outputs/` (issue 7).
+    /// Files in and `outputs/`.
     pub workspace: PathBuf,
 }
 

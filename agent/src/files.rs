@@ -1,4 +1,4 @@
-//! Files in and out of the workspace (issue 7; `proto::frame` documents the
+//! Files in and out of the workspace (`proto::frame` documents the
 //! operations): the files an exec passes in, the outputs a call created or
 //! changed, and `read` of one output.
 //!

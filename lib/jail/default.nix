@@ -1,4 +1,4 @@
-# The jail's policy (DESIGN.md section 4): what a jail may see and do, and
+# The jail's policy: what a jail may see and do, and
 # its limits. Every file of this folder is one function of the same
 # signature, like jail.nix's combinators:
 #   { pkgs, environment, profile }: c: PERMISSION

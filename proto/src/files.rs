@@ -1,4 +1,4 @@
-//! Files in and out of a session jail (issue 7), shared by the launcher and
+//! Files in and out of a session jail, shared by the launcher and
 //! the agent: the path rules of `/workspace` files, the caps, and the MIME
 //! type of an output file.
 //!

@@ -37,7 +37,7 @@
 //!   lost; files are kept). A death between calls shows only as `restarted`.
 //! - User code never sees the agent's stdin or stdout, so nothing it prints
 //!   can forge or break a frame.
-//! - Files in (`exec`'s `files`, issue 7): written under the workspace
+//! - Files in (`exec`'s `files`): written under the workspace
 //!   (`/workspace`) before the code runs, each at a path `files::check_path`
 //!   accepts, creating directories, replacing files, never following a
 //!   symbolic link (one planted by earlier code is refused). A file that

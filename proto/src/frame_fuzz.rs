@@ -1,5 +1,5 @@
-//! A property test of the launcher <-> agent frame decoder (issue 5's fuzz
-//! target for the agent protocol), bounded random loops in the manner of the
+//! A property test of the launcher <-> agent frame decoder (the fuzz
+//! target of the agent protocol), bounded random loops in the manner of the
 //! launcher's manifest test:
 //!
 //! - random valid requests and replies round-trip through [`encode`] and

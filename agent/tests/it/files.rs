@@ -1,4 +1,4 @@
-//! Files in and outputs out (issue 7): files an exec passes in, symbolic
+//! Files in and outputs out: files an exec passes in, symbolic
 //! links planted by code refused, outputs listed and read, and matplotlib's
 //! `plt.show()` saving to outputs/.
 

@@ -1,5 +1,5 @@
-//! The agent fed random and mutated frames on stdin (issue 5's fuzz target,
-//! the agent's side), a bounded random loop with a fixed seed: valid
+//! The agent fed random and mutated frames on stdin (the agent's side of
+//! the protocol's fuzz target), a bounded random loop with a fixed seed: valid
 //! requests with fields dropped, renamed, repeated or given other JSON,
 //! bytes flipped, cut or inserted (newlines too), and noise, sent in
 //! batches. For every line the agent must answer exactly once, with what

@@ -1,6 +1,6 @@
 //! What a client sees before any call: the `run` tool's schema and the
 //! server's instructions. Both are paid in every conversation's tokens, so
-//! they stay small (DESIGN.md section 9: at most 350 tokens with three
+//! they stay small (the target: at most 350 tokens with three
 //! environments).
 
 use rmcp::model::Tool;

@@ -39,6 +39,10 @@ DEADLINE = 120  # seconds; a guard against hangs of a direct run
 # The floors: the interpreter alone, and bubblewrap alone (every namespace
 # unshared, the host's /usr, as the jails are here) running `true`.
 PYTHON_FLOOR = ["/usr/bin/python3", "-c", "print(1)"]
+# What the launcher adds after a successful output that is one JSON value
+# other than an object (Gemini CLI would take such a text for structured
+# content): `print(1)` through MCP reads "1\nexit code 0".
+JSON_NOTE = "\nexit code 0"
 BWRAP_FLOOR = [
     "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
     "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
@@ -122,7 +126,7 @@ class Bench:
     @staticmethod
     def mcp_print(client, env_name):
         result, text = client.run("print(1)", env=env_name)
-        if result.get("isError") or text != "1\n":
+        if result.get("isError") or text != "1" + JSON_NOTE:
             raise McpError(f"print(1) through MCP gave {result}")
 
     def direct(self, argv, code=None):
@@ -363,7 +367,7 @@ class Bench:
                 if i >= WARMUP * 4:
                     calls.append(time.perf_counter() - t0)
             _, text = self.session_call(client, "bench", "print(x)")
-            if text.strip() != str(WARMUP * 4 + n):
+            if text != f"{WARMUP * 4 + n}{JSON_NOTE}":
                 raise Unmeasured(f"the session lost its state: x is {text!r}, not {WARMUP * 4 + n}")
         finally:
             client.close()
@@ -410,7 +414,7 @@ class Bench:
                 if call("x += 1", "call") is not None:
                     mine.append(time.perf_counter() - t0)
             text = call("print(x)", "final read")
-            if text is not None and text.strip() != str(calls):
+            if text is not None and text != f"{calls}{JSON_NOTE}":
                 with lock:
                     errors.append(f"{name}: x is {text.strip()!r} after {calls} calls")
             with lock:
@@ -550,6 +554,8 @@ def main():
     parser.add_argument("--sessions", type=int, default=32, help="sessions at once")
     parser.add_argument("--calls", type=int, default=100, help="calls per session at once")
     args = parser.parse_args()
+    # The unprivileged pass gets a fresh --work under its own home.
+    Path(args.work).mkdir(parents=True, exist_ok=True)
 
     started = time.monotonic()
     print(f"nix-sandbox-mcp benchmark, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")

@@ -208,7 +208,17 @@ impl Server {
         ct: CancellationToken,
     ) -> Result<CallToolResult, Refusal> {
         let shared = &*self.shared;
-        let env = self.resolve_env(args.env.as_deref())?;
+        // A call that names an open session and no environment runs in the
+        // session's own (not the default one, which would be refused as a
+        // mismatch).
+        let open = match (&args.env, &args.session) {
+            (None, Some(name)) => client.sessions.env_of(name),
+            _ => None,
+        };
+        let env = match open {
+            Some(env) => env,
+            None => self.resolve_env(args.env.as_deref())?,
+        };
         let (code, files) = (&args.code, &args.files);
         match self.precheck(&env, &args).await? {
             Target::Run => {

@@ -206,6 +206,11 @@ impl Sessions {
         self.inner.lock().open.contains_key(name)
     }
 
+    /// The environment of session `name`, when it is open.
+    pub fn env_of(&self, name: &str) -> Option<Arc<Env>> {
+        self.inner.lock().open.get(name).map(|e| Arc::clone(&e.env))
+    }
+
     /// Reads output `path` of session `name` (for `resources/read`), at most
     /// `max` bytes: the session must be open and not running a call.
     pub async fn read_output(

@@ -242,6 +242,22 @@ async fn an_agent_killed_from_inside_the_jail_is_detected_and_replaced() {
     assert_eq!(text(&r), "False False\n");
 }
 
+/// A call that names an open session and no `env` runs in the session's
+/// environment, not the default one (which would be a mismatch); a call
+/// that names a new session and no `env` gets the default.
+#[tokio::test]
+async fn a_session_call_without_env_runs_in_the_sessions_environment() {
+    let mark = marker("own-env");
+    let s = server_with(&mark, 30, &[], &[]).await;
+    s.session("shell", "sh", "x=kept").await;
+    let r = s.call(json!({"session": "sh", "code": "echo $x"})).await;
+    assert_eq!(text(&r), "kept\n", "{r:?}");
+    let r = s
+        .call(json!({"session": "new", "code": "import sys; print(sys.version_info[0])"}))
+        .await;
+    assert_eq!(text(&r), "3\nexit code 0", "{r:?}");
+}
+
 #[tokio::test]
 async fn cancelling_a_session_call_interrupts_it_and_keeps_state() {
     let mark = marker("cancel");

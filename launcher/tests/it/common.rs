@@ -218,6 +218,14 @@ pub fn marker(tag: &str) -> String {
     )
 }
 
+/// Sends `signal` to `pid`, a server this test started (never a pid of 1
+/// or less: that would reach init or a whole process group).
+pub fn signal_pid(pid: u32, signal: nix::sys::signal::Signal) {
+    let pid = i32::try_from(pid).unwrap();
+    assert!(pid > 1, "not a server's pid: {pid}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+}
+
 /// Pids whose command line contains `marker`.
 pub fn pids_with(marker: &str) -> Vec<u32> {
     let mut pids = Vec::new();

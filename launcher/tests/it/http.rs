@@ -657,10 +657,10 @@ async fn sigterm_stops_the_server_and_its_runs() {
     client.initialize().await;
     let (_, _reply) = client.start_run("shell", "sleep 1000").await;
     wait_running(&mark).await;
-    let pid = i32::try_from(server.child.id().unwrap()).unwrap();
-    assert!(pid > 1);
-    let pid = nix::unistd::Pid::from_raw(pid);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    signal_pid(
+        server.child.id().unwrap(),
+        nix::sys::signal::Signal::SIGTERM,
+    );
     let status = tokio::time::timeout(GUARD, server.child.wait())
         .await
         .expect("the server exits")

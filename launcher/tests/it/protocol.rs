@@ -122,13 +122,6 @@ async fn resource_links_only_for_revisions_that_have_them() {
     }
 }
 
-/// Sends `signal` to the server `raw` (a child of this test, pid > 1).
-fn signal_server(raw: &RawServer, signal: nix::sys::signal::Signal) {
-    let pid = i32::try_from(raw.child.id().unwrap()).unwrap();
-    assert!(pid > 1);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
-}
-
 /// Clients such as Gemini CLI stop a stdio server with SIGTERM (`gemini mcp
 /// list` does so right after the handshake, while the sandbox probes run):
 /// the server stops as on end of input, exit 0, and no jail is left, also
@@ -151,7 +144,7 @@ async fn sigterm_or_sigint_stops_a_stdio_server_and_every_jail() {
                 .await;
             wait_running(&mark).await;
         }
-        signal_server(&raw, signal);
+        signal_pid(raw.child.id().unwrap(), signal);
         let status = tokio::time::timeout(GUARD, raw.child.wait())
             .await
             .expect("the server exits")

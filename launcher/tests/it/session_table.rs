@@ -354,13 +354,7 @@ async fn no_session_process_survives_a_killed_server() {
     s.session("python", "p", "1").await;
     wait_running(&child).await;
     // SIGKILL to the server's own pid (a positive pid this test started).
-    let pid = i32::try_from(s.pid).unwrap();
-    assert!(pid > 1);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    signal_pid(s.pid, nix::sys::signal::Signal::SIGKILL);
     assert_no_process_left(&mark).await;
     assert_no_process_left(&child).await;
 }

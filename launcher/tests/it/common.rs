@@ -74,9 +74,53 @@ impl Manifest {
 
     pub fn raw(text: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        // Readable by user 65534 too (servers run as that user, [`User`]).
+        readable_by_all(dir.path());
         let path = dir.path().join("manifest.json");
         std::fs::write(&path, text).unwrap();
         Self { _dir: dir, path }
+    }
+}
+
+/// Makes the directory `dir` readable by every user.
+pub fn readable_by_all(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Who a server under test runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum User {
+    /// The test's own user.
+    Own,
+    /// User and group 65534 with no supplementary groups (`setpriv`), when
+    /// the test runs as root: the unprivileged path.
+    Nobody,
+}
+
+impl User {
+    /// The test's own user, and user 65534 as well when the test is root (a
+    /// test run as another user already tests the unprivileged path).
+    pub fn all() -> Vec<User> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { nix::libc::geteuid() } == 0 {
+            vec![User::Own, User::Nobody]
+        } else {
+            vec![User::Own]
+        }
+    }
+
+    /// The server's command, run as this user (`setpriv` execs it, so the
+    /// child's pid is the server's).
+    pub fn command(self) -> tokio::process::Command {
+        match self {
+            User::Own => tokio::process::Command::new(BIN),
+            User::Nobody => {
+                let mut cmd = tokio::process::Command::new("setpriv");
+                cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN]);
+                cmd
+            }
+        }
     }
 }
 
@@ -209,10 +253,12 @@ pub fn assert_refused(r: &CallToolResult, code: &str) -> String {
 }
 
 /// A string unique to this test run, to find a run's processes in /proc.
+/// It ends in `x`, so that no marker is the start of another (`...-1x` is
+/// not in `...-12x`, nor in `...-1x-job`'s neighbour `...-12x-job`).
 pub fn marker(tag: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     format!(
-        "nsm-mark-{tag}-{}-{}",
+        "nsm-mark-{tag}-{}-{}x",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
@@ -256,11 +302,11 @@ pub async fn eventually(mut pred: impl FnMut() -> bool) -> bool {
 
 /// Asserts that no process of the run marked `marker` is left.
 pub async fn assert_no_process_left(marker: &str) {
-    assert!(
-        eventually(|| pids_with(marker).is_empty()).await,
-        "processes of the run are left: {:?}",
-        pids_with(marker)
-    );
+    if !eventually(|| pids_with(marker).is_empty()).await {
+        let left = pids_with(marker);
+        kill_all(&left);
+        panic!("processes of the run are left: {left:?}");
+    }
 }
 
 /// Waits until the run marked `marker` has processes.
@@ -269,6 +315,76 @@ pub async fn wait_running(marker: &str) {
         eventually(|| !pids_with(marker).is_empty()).await,
         "the run marked {marker} never started"
     );
+}
+
+/// The fixture manifest with every environment's run wrapper passing
+/// `marker` to its program (so the start-up probes' jails carry it too);
+/// with `stall`, also an environment `stall` whose jail never finishes
+/// bubblewrap's setup (fixtures/wrappers/stall-run), marked `marker` too.
+pub fn all_marked(marker: &str, stall: bool) -> Manifest {
+    let mut m = template();
+    let envs = m["environments"].as_object_mut().unwrap();
+    for env in envs.values_mut() {
+        env["run"].as_array_mut().unwrap().push(json!(marker));
+    }
+    if stall {
+        let mut env = envs["shell"].clone();
+        let wrapper = wrappers().join("stall-run");
+        env["run"] = json!([wrapper.to_str().unwrap(), format!("{marker}-stall")]);
+        envs.insert("stall".into(), env);
+    }
+    Manifest::new(&m)
+}
+
+/// Sandbox children of bubblewrap marked `marker` that exist: bwrap
+/// processes that are pid 1 of their own pid namespace (the monitor that
+/// started one is not). A jail of stall-run has one from the moment it is
+/// in bubblewrap's setup, for good.
+pub fn sandbox_children(marker: &str) -> Vec<u32> {
+    pids_with(marker)
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let innermost = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|ids| ids.split_whitespace().last().map(str::to_owned));
+            cmdline.starts_with(b"bwrap\0") && innermost.as_deref() == Some("1")
+        })
+        .collect()
+}
+
+/// Asserts that no process marked `marker` exists right now (no waiting):
+/// a server that stopped has killed and reaped every jail before it exited.
+pub fn assert_no_process_now(marker: &str, context: &str) {
+    let left = pids_with(marker);
+    let described: Vec<String> = left
+        .iter()
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            format!("{pid}: {}", cmdline.chars().take(120).collect::<String>())
+        })
+        .collect();
+    if !left.is_empty() {
+        kill_all(&left);
+        panic!("{context}: processes left after the server exited: {described:?}");
+    }
+}
+
+/// SIGKILL to each of `pids`: processes of this test's own jails (found by
+/// its marker) that a failed assertion leaves, so that they do not outlive
+/// the test. Never an id of 1 or less.
+pub fn kill_all(pids: &[u32]) {
+    for &pid in pids {
+        let pid = i32::try_from(pid).unwrap();
+        assert!(pid > 1, "not a jail's pid: {pid}");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
 
 /// A fixture manifest whose `env` passes `marker` to its program, with
@@ -341,7 +457,12 @@ pub struct RawServer {
 impl RawServer {
     /// The server command for `manifest`, logging at `rust_log`.
     pub fn command(manifest: &Manifest, rust_log: &str) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(BIN);
+        Self::command_as(User::Own, manifest, rust_log)
+    }
+
+    /// [`RawServer::command`], run as `user`.
+    pub fn command_as(user: User, manifest: &Manifest, rust_log: &str) -> tokio::process::Command {
+        let mut cmd = user.command();
         cmd.arg("--manifest")
             .arg(&manifest.path)
             .arg("--allow-wrappers-outside-store")

@@ -28,10 +28,16 @@ struct HttpServer {
 
 impl HttpServer {
     async fn start(manifests: Vec<Manifest>, extra: &[&str]) -> Self {
+        Self::start_as(User::Own, manifests, extra).await
+    }
+
+    /// [`HttpServer::start`], run as `user`.
+    async fn start_as(user: User, manifests: Vec<Manifest>, extra: &[&str]) -> Self {
         let token_dir = tempfile::tempdir().unwrap();
+        readable_by_all(token_dir.path());
         let token_file = token_dir.path().join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-        let mut cmd = tokio::process::Command::new(BIN);
+        let mut cmd = user.command();
         cmd.args(["--http", "127.0.0.1:0", "--allow-wrappers-outside-store"])
             .arg("--token-file")
             .arg(&token_file)
@@ -667,6 +673,55 @@ async fn sigterm_stops_the_server_and_its_runs() {
         .unwrap();
     assert!(status.success(), "{status:?}: {}", server.stderr());
     assert_no_process_left(&mark).await;
+}
+
+/// No jail outlives an HTTP server either: SIGTERM (it has killed and
+/// reaped every jail when it exits) or SIGKILL (the kernel ends them), with
+/// a run going and a jail inside bubblewrap's setup, and right after start,
+/// while the start-up probes' jails are being built; as the test's user and
+/// as user 65534.
+#[tokio::test]
+async fn a_stopped_or_killed_http_server_leaves_no_jail() {
+    use nix::sys::signal::Signal;
+    for user in User::all() {
+        for signal in [Signal::SIGTERM, Signal::SIGKILL] {
+            for mid_setup in [true, false] {
+                let mark = marker("http-end");
+                let manifest = all_marked(&mark, mid_setup);
+                let mut server = HttpServer::start_as(user, vec![manifest], &[]).await;
+                let context = format!("as {user:?}, {signal} (jail in setup: {mid_setup})");
+                if mid_setup {
+                    let job = format!("{mark}-job");
+                    let mut client = server.client();
+                    client.initialize().await;
+                    let (_, _reply) = client
+                        .start_run("shell", &format!("exec -a {job} sleep 1000"))
+                        .await;
+                    wait_running(&job).await;
+                    let stalled = format!("{mark}-stall");
+                    assert!(
+                        eventually(|| sandbox_children(&stalled).len() == 1).await,
+                        "{context}: the stall jail never reached bubblewrap's setup"
+                    );
+                }
+                signal_pid(server.child.id().unwrap(), signal);
+                let status = tokio::time::timeout(GUARD, server.child.wait())
+                    .await
+                    .expect("the server exits")
+                    .unwrap();
+                if signal == Signal::SIGKILL {
+                    assert_no_process_left(&mark).await;
+                } else {
+                    assert!(
+                        status.success(),
+                        "{context}: {status:?}: {}",
+                        server.stderr()
+                    );
+                    assert_no_process_now(&mark, &context);
+                }
+            }
+        }
+    }
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ mod common;
 mod deadline;
 mod errors;
 mod http;
+mod lifetime;
 mod outputs;
 mod protocol;
 mod run;

@@ -2,8 +2,9 @@
 //! code through the jailed wrappers they name; it builds no jail itself.
 //!
 //! This file only wires the parts together: the configuration (config.rs),
-//! the environments (catalog.rs), the host's facts (wrapper/host.rs), then
-//! `--check` (wrapper/probe.rs) or MCP over stdio or HTTP (mcp/).
+//! the environments (catalog.rs), the host's facts (wrapper/host.rs), the
+//! jails' pid namespace (lifetime.rs), then `--check` (wrapper/probe.rs) or
+//! MCP over stdio or HTTP (mcp/).
 //!
 //! stdout is the MCP channel: only the protocol goes there (the `--help`,
 //! `--version` and `--check` modes, which serve no MCP, print there too).
@@ -13,6 +14,7 @@ mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
 mod config;
+mod lifetime;
 mod mcp;
 mod outputs;
 mod report;
@@ -31,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Catalog;
 use crate::config::Mode;
+use crate::lifetime::Jails;
 use crate::outputs::mirror::Mirror;
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::{Host, Teardown};
@@ -53,16 +56,6 @@ fn main() -> ExitCode {
         Mode::Stdio | Mode::Http | Mode::Check => {}
     }
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
     let catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
     for error in &catalog.errors {
         tracing::error!(%error, "manifest refused; its environments are not served");
@@ -74,17 +67,59 @@ fn main() -> ExitCode {
         tracing::info!("self-test: {line}");
     }
     let _teardown = Teardown(Arc::clone(&host));
-    if opts.mode == Mode::Check {
+    // Before the runtime: a process makes a user namespace only while it
+    // has one thread.
+    let mut jails = Jails::contain(host.root, host.userns_problem.as_deref());
+    match &jails {
+        Jails::Contained(_) => tracing::info!("self-test: {}", jails.report()),
+        Jails::Loose(_) => tracing::warn!("self-test: {}", jails.report()),
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = if opts.mode == Mode::Check {
         let mut out = std::io::stdout().lock();
-        return match runtime.block_on(probe::run_check(&catalog, &wrapper_env, &host, &mut out)) {
+        let checked = writeln!(out, "{}", jails.report()).and_then(|()| {
+            runtime.block_on(probe::run_check(&catalog, &wrapper_env, &host, &mut out))
+        });
+        match checked {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(e) => {
                 tracing::error!(error = %e, "cannot write the report");
                 ExitCode::FAILURE
             }
-        };
+        }
+    } else {
+        serve(&runtime, opts, catalog, wrapper_env, host)
+    };
+    // Every jail dies with the namespace's init; dropping the tasks kills
+    // what is left of the calls (their guards), and the wrappers' reapers
+    // reap them. A reaper thread stuck on an unkillable process must not
+    // hold the exit.
+    jails.kill();
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    if !jails.reap(SHUTDOWN_GRACE) {
+        tracing::warn!("jails still ending at exit; the kernel ends them");
     }
+    code
+}
+
+/// MCP over stdio or HTTP until the client goes or a signal comes.
+fn serve(
+    runtime: &tokio::runtime::Runtime,
+    opts: config::Options,
+    catalog: Catalog,
+    wrapper_env: WrapperEnv,
+    host: Arc<Host>,
+) -> ExitCode {
     tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
     if let Some(dir) = &opts.project_dir {
         tracing::debug!(project_dir = ?dir, "project mounted read-only");
@@ -110,10 +145,6 @@ fn main() -> ExitCode {
         }
         None => runtime.block_on(mcp::stdio::serve(config)),
     };
-    // Dropping the tasks kills every run and session still going (their
-    // guards); a reaper thread stuck on an unkillable process must not hold
-    // the exit.
-    runtime.shutdown_timeout(SHUTDOWN_GRACE);
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -5,8 +5,8 @@
 //! - A wrapper starts in a new process group of its own, with a cleared
 //!   environment plus the few variables contract 2 names ([`WrapperEnv`]),
 //!   in a cgroup of its own when the host gives the launcher cgroups
-//!   (cgroup.rs; the wrapper writes its limits there), and gets SIGKILL if
-//!   the launcher dies.
+//!   (cgroup.rs; the wrapper writes its limits there), in the jails' pid
+//!   namespace (lifetime.rs), and gets SIGKILL if the launcher dies.
 //! - A reaper thread waits for the wrapper without reaping it, kills what is
 //!   left of its group while the group id is still certainly ours, then
 //!   reaps it. A [`Group`] guard kills the group on every other path, drop
@@ -148,7 +148,8 @@ pub fn spawn(argv: &[String], env: &WrapperEnv, host: &Host) -> Result<Spawned, 
         None => None,
     };
     let cgroup_var = cgroup.as_ref().map(RunCgroup::env_value);
-    let mut child = match command(program, args, env, cgroup_var.as_deref()).spawn() {
+    let command = command(program, args, env, cgroup_var.as_deref());
+    let mut child = match crate::lifetime::spawn(command) {
         Ok(child) => child,
         Err(e) => {
             if let Some(cgroup) = cgroup {
@@ -198,12 +199,14 @@ fn command(
     if let Some(cgroup) = cgroup {
         cmd.env("NIX_SANDBOX_CGROUP", cgroup);
     }
-    // The wrapper gets SIGKILL when the thread that spawned it dies: that is
-    // the current-thread runtime's, which lives as long as the launcher, so
-    // even a crashed launcher leaves no run behind. A launcher that died
-    // between fork and the prctl sent no signal: the child then has another
-    // parent already, and must not start the jail.
-    let launcher = nix::unistd::getpid();
+    // The wrapper gets SIGKILL when the thread that spawned it dies: the
+    // jails' spawner thread (lifetime.rs), else the current-thread
+    // runtime's; either lives as long as the launcher, so even a crashed
+    // launcher leaves no run behind. A launcher that died between fork and
+    // the prctl sent no signal: the child then has another parent already,
+    // and must not start the jail. (In the jails' pid namespace its parent
+    // has no id, and the namespace's end kills such a child.)
+    let launcher = crate::lifetime::launcher_as_seen_by_children();
     // SAFETY: prctl and getppid are async-signal-safe and touch no memory of
     // the parent.
     unsafe {

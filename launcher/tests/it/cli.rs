@@ -50,14 +50,20 @@ fn help_and_version() {
     );
 }
 
-/// `--check`'s lines after the host's (user namespaces, cgroups, limits).
+/// `--check`'s lines after the host's (jail lifetime, user namespaces,
+/// cgroups, limits).
 fn env_lines(o: &std::process::Output) -> String {
     let out = stdout(o);
-    let host = ["user namespaces: ", "cgroups: ", "limits: "];
+    let host = [
+        "jail lifetime: ",
+        "user namespaces: ",
+        "cgroups: ",
+        "limits: ",
+    ];
     let (facts, envs): (Vec<&str>, Vec<&str>) = out
         .lines()
         .partition(|l| host.iter().any(|h| l.starts_with(h)));
-    assert_eq!(facts.len(), 3, "{out}");
+    assert_eq!(facts.len(), 4, "{out}");
     envs.iter().map(|l| format!("{l}\n")).collect()
 }
 
@@ -75,6 +81,12 @@ fn check_passes_on_this_machine() {
         stderr(&o)
     );
     assert!(o.status.success());
+    // This host can give the jails a pid namespace that dies with the
+    // server (tests/it/lifetime.rs shows that it does).
+    assert_eq!(
+        stdout(&o).lines().next(),
+        Some("jail lifetime: every jail dies with the server (a pid namespace of their own)")
+    );
 }
 
 #[test]

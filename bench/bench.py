@@ -155,10 +155,10 @@ class Bench:
 
     @staticmethod
     def wait_idle(pid, settle=1.0):
-        """Waits until `pid` has no child process (the start-up probes are
-        done), at most 30 s, then `settle` seconds."""
+        """Waits until `pid` has no jail (the start-up probes are done), at
+        most 30 s, then `settle` seconds."""
         deadline = time.monotonic() + 30
-        while procs.descendants(pid) and time.monotonic() < deadline:
+        while procs.jails(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(settle)
 

@@ -23,9 +23,9 @@ def cmdline(pid):
         return []
 
 
-def _parents():
-    """pid -> parent pid of every process visible in /proc."""
-    parents = {}
+def _stats():
+    """pid -> (parent pid, command name) of every process visible in /proc."""
+    stats = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -36,14 +36,14 @@ def _parents():
             continue
         # The command name (field 2) is in parentheses and may hold spaces.
         fields = stat[stat.rindex(")") + 2:].split()
-        parents[int(entry)] = int(fields[1])
-    return parents
+        stats[int(entry)] = (int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")])
+    return stats
 
 
 def descendants(pid):
     """Every process under `pid` (not itself), parents before children."""
     children = {}
-    for child, parent in _parents().items():
+    for child, (parent, _) in _stats().items():
         children.setdefault(parent, []).append(child)
     found, todo = [], list(children.get(pid, []))
     while todo:
@@ -51,4 +51,12 @@ def descendants(pid):
         found.append(p)
         todo.extend(children.get(p, []))
     return found
+
+
+def jails(pid):
+    """The processes under server `pid` but its jails' init (pid 1 of the
+    pid namespace its jails live in, a child that lives as long as the
+    server): its wrappers and jails."""
+    stats = _stats()
+    return [p for p in descendants(pid) if not (stats.get(p) == (pid, "jails-init"))]
 

@@ -6,8 +6,8 @@ user, against the server package and the `tight-python` / `tight-shell`
 environments of checks/environments.nix (small limits, served through
 NIX_SANDBOX_DIR). Each case states what must happen and checks it; after
 each, the server must still answer and no process of the run may remain
-(nothing in the safety-net cgroup but this script and the server, no run
-cgroup left). Prints `ok - LABEL: adversarial: ...`, `FAIL - ...` lines like
+(nothing in the safety-net cgroup but this script, the server and its
+jails' init, no run cgroup left). Prints `ok - LABEL: adversarial: ...`, `FAIL - ...` lines like
 e2e.py and exits 1 when one failed.
 
 SAFETY: bombs run only inside a safety net: this process must be in a
@@ -191,6 +191,11 @@ class Server:
                 results[ids[message["id"]]] = message.get("result") or message
         return results
 
+    def own_pids(self):
+        """The server and its jails' init (pid 1 of the pid namespace its
+        jails live in, which lives as long as the server)."""
+        return {self.pid} | jails_init(self.pid)
+
     def rss_kib(self):
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -205,6 +210,46 @@ class Server:
 
 
 # --- what every case must leave behind ----------------------------------------
+
+
+def jails_init(server_pid):
+    """The server's child named jails-init, as a set (empty when the server
+    could not give its jails a pid namespace)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        if parent == server_pid and comm == "jails-init":
+            found.add(int(entry))
+    return found
+
+
+def described(pids):
+    """pid -> the start of its command line, for a failure message."""
+    out = {}
+    for p in pids:
+        try:
+            out[p] = Path(f"/proc/{p}/cmdline").read_bytes()[:80]
+        except OSError:
+            pass
+    return out
+
+
+def kill_left(pids):
+    """SIGKILL to processes a failed case left in this script's safety net
+    (its own descendants), so that the next cases start clean."""
+    for p in pids:
+        if p > 1:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def run_cgroups(server_pid):
@@ -230,8 +275,7 @@ def after_each(server, expected):
         if not left and not cgroups:
             return
         if time.monotonic() > deadline:
-            described = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in left if Path(f"/proc/{p}").exists()}
-            raise Failed(f"left behind: processes {described}, cgroups {cgroups}")
+            raise Failed(f"left behind: processes {described(left)}, cgroups {cgroups}")
         time.sleep(0.1)
 
 
@@ -657,15 +701,13 @@ def c_session_leftovers(args, sandboxes, project, scratch, sessions, expected):
         # Idle expiry: the reaper looks every 250 ms; 15 s is a guard.
         deadline = time.monotonic() + 15
         while True:
-            left = net_pids() - expected - {s.pid}
+            left = net_pids() - expected - s.own_pids()
             cgroups = run_cgroups(s.pid)
             if not left and not cgroups:
                 return
             if time.monotonic() > deadline:
-                described = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:80]
-                             for p in left if Path(f"/proc/{p}").exists()}
                 raise Failed(f"sessions idle for {SESSION_IDLE_S} s still there 15 s later: "
-                             f"processes {described}, cgroups {cgroups}")
+                             f"processes {described(left)}, cgroups {cgroups}")
             time.sleep(0.1)
 
     try:
@@ -685,6 +727,41 @@ def c_session_leftovers(args, sandboxes, project, scratch, sessions, expected):
               flush=True)
     finally:
         s.close()
+
+
+EARLY_EXIT_TRIES = 10
+
+
+def c_early_exit(args, sandboxes, project, scratch, expected):
+    """Servers that end within milliseconds of their start, while their
+    start-up probes are building jails: EARLY_EXIT_TRIES each closing stdin,
+    sending SIGTERM and sending SIGKILL 0 to 9 ms after `initialize`. A
+    server that stops has ended every jail when it exits (nothing new in the
+    safety net then); after SIGKILL none is left within 10 s."""
+    problems = []
+    for how in ("eof", "sigterm", "sigkill"):
+        for delay_ms in range(EARLY_EXIT_TRIES):
+            s = Server(args.server, sandboxes, project, scratch)
+            time.sleep(delay_ms / 1000)
+            if how == "eof":
+                s.client.proc.stdin.close()
+            else:
+                check(s.pid > 1, f"not a server's pid: {s.pid}")
+                os.kill(s.pid, signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+            code = s.client.proc.wait(timeout=DEADLINE)
+            if how != "sigkill":
+                left = net_pids() - expected
+                if code != 0 or left:
+                    problems.append(f"{how} {delay_ms} ms after initialize: exit {code}, "
+                                    f"left at exit: {described(left)}")
+            else:
+                deadline = time.monotonic() + 10
+                while (left := net_pids() - expected) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if left:
+                    problems.append(f"{how} {delay_ms} ms after initialize: left 10 s later: {described(left)}")
+            kill_left(left)
+    check(not problems, f"{len(problems)} of {3 * EARLY_EXIT_TRIES} servers left jails: {problems[:3]}")
 
 
 def add_host_key():
@@ -733,7 +810,8 @@ def main():
         try:
             listeners = Listeners(args.label)
             server = Server(args.server, sandboxes, project, server_tmp)
-            expected = {os.getpid(), server.pid} | ({listeners.netns_server.pid} if listeners.netns else set())
+            expected = {os.getpid()} | server.own_pids() | (
+                {listeners.netns_server.pid} if listeners.netns else set())
             key = add_host_key()
 
             def case(name, fn, *fargs):
@@ -767,6 +845,9 @@ def main():
                      c_network, server, listeners)
             case("no user namespace, mount, ptrace, unshare, hostname, extra devices or keyring",
                  c_escapes, server, key or "no-key-added")
+            case(f"{3 * EARLY_EXIT_TRIES} servers ended (end of input, SIGTERM, SIGKILL) within "
+                 "milliseconds of their start leave no jail", c_early_exit, args, sandboxes, project,
+                 server_tmp, expected)
             case(f"after {args.runs} runs nothing is left and the server did not grow",
                  c_leftovers, server, args.runs, expected, server_tmp)
             case(f"after {args.sessions} sessions expire nothing is left and the server did not grow",

@@ -17,6 +17,7 @@ mod config;
 mod lifetime;
 mod mcp;
 mod outputs;
+mod preflight;
 mod report;
 mod run;
 mod session;
@@ -67,6 +68,21 @@ fn main() -> ExitCode {
         tracing::info!("self-test: {line}");
     }
     let _teardown = Teardown(Arc::clone(&host));
+    let problems = preflight::check(&opts, std::env::var_os("HOME").as_deref(), &host);
+    // A problem that would fail every call stops the server here, in one
+    // line each (an MCP client shows the server's stderr); the others are
+    // logged and the server goes on.
+    if opts.mode != Mode::Check {
+        for problem in problems.iter().filter(|p| !p.fatal) {
+            tracing::error!("{problem}");
+        }
+        if problems.iter().any(|p| p.fatal) {
+            for problem in problems.iter().filter(|p| p.fatal) {
+                eprintln!("nix-sandbox-mcp: {problem}");
+            }
+            return ExitCode::from(2);
+        }
+    }
     // Before the runtime: a process makes a user namespace only while it
     // has one thread.
     let mut jails = Jails::contain(host.root, host.userns_problem.as_deref());
@@ -87,7 +103,8 @@ fn main() -> ExitCode {
     let code = if opts.mode == Mode::Check {
         let mut out = std::io::stdout().lock();
         let checked = writeln!(out, "{}", jails.report()).and_then(|()| {
-            runtime.block_on(probe::run_check(&catalog, &wrapper_env, &host, &mut out))
+            let check = probe::run_check(&catalog, &problems, &wrapper_env, &host, &mut out);
+            runtime.block_on(check)
         });
         match checked {
             Ok(true) => ExitCode::SUCCESS,

@@ -25,7 +25,8 @@ pub struct Host {
     pub no_cgroup: Option<String>,
     /// The launcher runs as host root: RLIMIT_NPROC does not bind it.
     pub root: bool,
-    /// Why user namespaces look unusable, when they do (the probes tell for sure).
+    /// Why the jails cannot have user namespaces and how to fix it, when
+    /// they cannot.
     pub userns_problem: Option<String>,
 }
 
@@ -69,12 +70,14 @@ impl Host {
         self.pids_by_cgroup() || !self.root
     }
 
-    /// The self-test's lines about the host (for `--check` and the log).
+    /// The self-test's lines about the host (for `--check` and the log);
+    /// user namespaces only when they work (when they do not, that is a
+    /// configuration problem: preflight.rs).
     pub fn report(&self) -> Vec<String> {
-        let mut lines = vec![match &self.userns_problem {
-            None => "user namespaces: available".to_owned(),
-            Some(p) => format!("user namespaces: FAIL: {p}"),
-        }];
+        let mut lines = Vec::new();
+        if self.userns_problem.is_none() {
+            lines.push("user namespaces: available".to_owned());
+        }
         lines.push(match (&self.cgroups, &self.no_cgroup) {
             (Some(c), _) => format!("cgroups: {}", c.describe()),
             (None, Some(why)) => format!("cgroups: none usable: {why}"),
@@ -112,22 +115,135 @@ impl Drop for Teardown {
     }
 }
 
-/// Why unprivileged user namespaces look unusable (sysctls), if they do.
+/// Why the jails cannot have user namespaces, with the fix, if they
+/// cannot: one line. A child process tries what bubblewrap does first
+/// (a new user and mount namespace, then a mount in it); the sysctls say
+/// why it failed, and which one to change.
 fn userns_problem(root: bool) -> Option<String> {
+    let failed = try_userns().err()?;
     let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
-    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        return Some("user.max_user_namespaces is 0".into());
+    let (cause, fix) = if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        (
+            "user.max_user_namespaces is 0",
+            "`sysctl -w user.max_user_namespaces=65536` (and in /etc/sysctl.d/ to keep it)",
+        )
+    } else if !root && read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        (
+            "kernel.unprivileged_userns_clone is 0",
+            "`sysctl -w kernel.unprivileged_userns_clone=1` (and in /etc/sysctl.d/ to keep it)",
+        )
+    } else if !root
+        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+    {
+        (
+            "kernel.apparmor_restrict_unprivileged_userns is 1 (AppArmor, as on Ubuntu 23.10 and later)",
+            "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile \
+             with `userns,` for this server",
+        )
+    } else {
+        (
+            "no sysctl says why (a container or a seccomp policy may forbid them)",
+            "allow user namespaces where this server runs (a container needs them allowed, e.g. \
+             Docker's --security-opt seccomp=unconfined --security-opt apparmor=unconfined)",
+        )
+    };
+    Some(format!(
+        "bubblewrap cannot make a jail without them: {failed}; {cause}. Fix: {fix}"
+    ))
+}
+
+/// Tries, in a child process, what bubblewrap does first: a new user and
+/// mount namespace (`unshare`), then a mount in it. The error names the
+/// step that failed and its errno.
+fn try_userns() -> Result<(), String> {
+    use nix::libc;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!(
+            "cannot test them: pipe: {}",
+            std::io::Error::last_os_error()
+        ));
     }
-    if !root {
-        if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-            return Some("kernel.unprivileged_userns_clone is 0".into());
-        }
-        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-            return Some(
-                "kernel.apparmor_restrict_unprivileged_userns is 1 (AppArmor blocks bwrap unless it has a profile)"
-                    .into(),
+    let [read_end, write_end] = fds;
+    // SAFETY: the launcher is still single-threaded here (the runtime has
+    // no worker threads), and the child calls only async-signal-safe
+    // functions (unshare, mount, write, _exit) before it exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // The child: report (step, errno) on the pipe, exit.
+        let step: i32 = unsafe {
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+                1
+            } else if libc::mount(
+                c"none".as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
+                2
+            } else {
+                0
+            }
+        };
+        let errno = if step == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        };
+        let report = [step, errno];
+        // SAFETY: writes the 8 bytes of `report`; then the child ends.
+        unsafe {
+            libc::write(
+                write_end,
+                report.as_ptr().cast(),
+                std::mem::size_of_val(&report),
             );
+            libc::_exit(0);
         }
     }
-    None
+    // SAFETY: closes the parent's copy of the write end, which it owns.
+    unsafe { libc::close(write_end) };
+    let mut report = [0i32; 2];
+    let got = if pid > 0 {
+        // SAFETY: reads at most the 8 bytes of `report`.
+        let n = unsafe {
+            libc::read(
+                read_end,
+                report.as_mut_ptr().cast(),
+                std::mem::size_of_val(&report),
+            )
+        };
+        let mut status = 0;
+        // SAFETY: reaps the child forked above (pid > 0).
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        usize::try_from(n).ok()
+    } else {
+        None
+    };
+    // SAFETY: closes the read end, which this function owns.
+    unsafe { libc::close(read_end) };
+    if pid < 0 {
+        return Err(format!(
+            "cannot test them: fork: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    match (got, report) {
+        (Some(8), [0, _]) => Ok(()),
+        (Some(8), [step, errno]) => {
+            let what = if step == 1 {
+                "creating a user namespace"
+            } else {
+                "mounting inside a new user namespace"
+            };
+            Err(format!(
+                "{what} failed ({})",
+                std::io::Error::from_raw_os_error(errno)
+            ))
+        }
+        _ => Err("the user namespace test ended without an answer".into()),
+    }
 }

@@ -28,6 +28,7 @@ use super::WrapperEnv;
 use super::cgroup::Stats;
 use super::host::Host;
 use crate::catalog::{Catalog, Env, Interpreter};
+use crate::preflight::Problem;
 use crate::run::{self, Spec};
 
 /// How long the probe's empty program may take.
@@ -287,11 +288,13 @@ impl Probes {
 }
 
 /// `--check`: the host's facts (user namespaces, cgroups, how each limit is
-/// enforced), then one line per manifest problem and per environment; false
-/// when anything failed or no environment is usable. A process limit that
-/// this host cannot enforce is reported, not failed: the jail still holds.
+/// enforced), then one line per configuration problem (preflight.rs), per
+/// manifest problem and per environment; false when anything failed or no
+/// environment is usable. A process limit that this host cannot enforce is
+/// reported, not failed: the jail still holds.
 pub async fn run_check(
     catalog: &Catalog,
+    problems: &[Problem],
     wrapper_env: &WrapperEnv,
     host: &Host,
     out: &mut impl Write,
@@ -299,6 +302,10 @@ pub async fn run_check(
     let mut ok = true;
     for line in host.report() {
         writeln!(out, "{line}")?;
+    }
+    for problem in problems {
+        writeln!(out, "{}: FAIL: {}", problem.setting, problem.message)?;
+        ok = false;
     }
     for error in &catalog.errors {
         writeln!(out, "manifest: FAIL: {error}")?;

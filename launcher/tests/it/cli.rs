@@ -161,3 +161,250 @@ fn check_fails_on_a_malformed_manifest_or_none() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).contains("environments: FAIL: none usable"));
 }
+
+/// The launcher with only `vars` set (and PATH), quiet logs: what it says
+/// on stderr is only its own lines.
+fn quiet(args: &[&str], vars: &[(&str, &str)]) -> Command {
+    let mut cmd = launcher(args);
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("RUST_LOG", "off");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// The one line a server that refused to start printed: exit 2, nothing on
+/// stdout, one line on stderr.
+fn refused_start(o: &Output) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty(), "{}", stdout(o));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err.trim_end().to_owned()
+}
+
+#[test]
+fn a_project_that_would_fail_every_call_stops_the_server_with_its_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().to_str().unwrap();
+    let file = tmp.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let missing = tmp.path().join("missing");
+    for (vars, want) in [
+        (
+            vec![("PROJECT_DIR", missing.to_str().unwrap())],
+            format!(
+                "nix-sandbox-mcp: PROJECT_DIR: {} cannot be used (No such file or directory \
+                 (os error 2)); it must be an existing directory: create it, fix the path, \
+                 or unset PROJECT_DIR",
+                missing.display()
+            ),
+        ),
+        (
+            vec![("PROJECT_DIR", file.to_str().unwrap())],
+            format!(
+                "nix-sandbox-mcp: PROJECT_DIR: {} is not a directory; set it to the \
+                 project's directory or unset it",
+                file.display()
+            ),
+        ),
+        (
+            vec![("PROJECT_DIR", home), ("PROJECT_MOUNT", "/workspace")],
+            "nix-sandbox-mcp: PROJECT_MOUNT: /workspace would cover or hide /workspace, which \
+             the jail itself uses (it uses /nix, /workspace, /tmp, /home/sandbox, /proc, /dev, \
+             /etc, /bin, /usr/bin); set it to a new absolute path such as /project (or unset it)"
+                .to_owned(),
+        ),
+    ] {
+        let mut all = vec![("HOME", home)];
+        all.extend(vars);
+        let o = quiet(&["--stdio"], &all).output().unwrap();
+        assert_eq!(refused_start(&o), want);
+    }
+    let all = [
+        ("HOME", home),
+        ("PROJECT_DIR", home),
+        ("PROJECT_MOUNT", "/nix/store"),
+    ];
+    let line = refused_start(&quiet(&["--stdio"], &all).output().unwrap());
+    assert!(
+        line.starts_with("nix-sandbox-mcp: PROJECT_MOUNT: /nix/store would cover or hide /nix,"),
+        "{line}"
+    );
+    // --check names it too, among its other lines, and fails.
+    let all = [("HOME", home), ("PROJECT_DIR", missing.to_str().unwrap())];
+    let m = Manifest::new(&template());
+    let o = quiet(
+        &["--check", "--allow-wrappers-outside-store", "--manifest"],
+        &all,
+    )
+    .arg(&m.path)
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains(&format!(
+            "\nPROJECT_DIR: FAIL: {} cannot be used",
+            missing.display()
+        )),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn help_and_version_do_no_work_whatever_the_configuration() {
+    let vars = [("PROJECT_DIR", "/nonexistent"), ("HOME", "/nonexistent")];
+    for (flag, want) in [
+        ("--version", "nix-sandbox-mcp "),
+        ("--help", "nix-sandbox-mcp: "),
+    ] {
+        let o = quiet(&[flag], &vars)
+            .env("RUST_LOG", "trace")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{flag}: {}", stderr(&o));
+        assert!(stdout(&o).starts_with(want), "{flag}: {}", stdout(&o));
+        assert_eq!(stderr(&o), "", "{flag}");
+    }
+}
+
+/// `BIN ARGS` in a user namespace of its own whose
+/// `user.max_user_namespaces` is 0: a host with user namespaces off, as far
+/// as the server can tell.
+fn without_user_namespaces(args: &[&str], home: &str) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--", "sh", "-c"])
+        .arg("echo 0 >/proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"")
+        .arg(BIN)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home)
+        .env("RUST_LOG", "off");
+    cmd
+}
+
+#[test]
+fn user_namespaces_off_stop_the_server_with_the_sysctl_to_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().to_str().unwrap();
+    let m = Manifest::new(&template());
+    let o = without_user_namespaces(&["--stdio", "--allow-wrappers-outside-store"], home)
+        .arg("--manifest")
+        .arg(&m.path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused_start(&o),
+        "nix-sandbox-mcp: user namespaces: bubblewrap cannot make a jail without them: \
+         creating a user namespace failed (No space left on device (os error 28)); \
+         user.max_user_namespaces is 0. Fix: `sysctl -w user.max_user_namespaces=65536` (and \
+         in /etc/sysctl.d/ to keep it)"
+    );
+    let o = without_user_namespaces(&["--check", "--allow-wrappers-outside-store"], home)
+        .arg("--manifest")
+        .arg(&m.path)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(
+        out.lines().any(|l| l.starts_with(
+            "user namespaces: FAIL: bubblewrap cannot make a jail without them: creating a user \
+             namespace failed"
+        ) && l.contains("sysctl -w user.max_user_namespaces")),
+        "{out}"
+    );
+    assert!(!out.contains("user namespaces: available"), "{out}");
+}
+
+/// `cmd` as an unprivileged user when the tests run as root (root reads
+/// and writes everything), with `home` made theirs.
+fn unprivileged(cmd: Command, home: &std::path::Path) -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { nix::libc::geteuid() } != 0 {
+        return cmd;
+    }
+    std::os::unix::fs::chown(home, Some(65534), Some(65534)).unwrap();
+    let mut wrapped = Command::new("setpriv");
+    wrapped
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .env_clear();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            wrapped.env(k, v);
+        }
+    }
+    wrapped
+}
+
+#[test]
+fn an_unreadable_project_and_an_unwritable_output_dir_are_named_and_the_server_serves() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let closed = tmp.path().join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    std::fs::set_permissions(&closed, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let output = closed.join("outputs");
+    let vars = [
+        ("HOME", home.to_str().unwrap()),
+        ("PROJECT_DIR", closed.to_str().unwrap()),
+        ("NIX_SANDBOX_OUTPUT_DIR", output.to_str().unwrap()),
+    ];
+    let m = Manifest::new(&template());
+    let mut check = quiet(
+        &["--check", "--allow-wrappers-outside-store", "--manifest"],
+        &vars,
+    );
+    check.arg(&m.path);
+    let o = unprivileged(check, &home).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    let problems: Vec<&str> = out.lines().filter(|l| l.contains(": FAIL: ")).collect();
+    assert_eq!(problems.len(), 2, "{out}");
+    assert!(
+        problems[0].starts_with(&format!(
+            "PROJECT_DIR: FAIL: {} is not readable by this server's user",
+            closed.display()
+        )) && problems[0].contains("chmod a+rX"),
+        "{out}"
+    );
+    assert!(
+        problems[1].starts_with(&format!(
+            "NIX_SANDBOX_OUTPUT_DIR: FAIL: {} cannot be made: {} is not writable",
+            output.display(),
+            closed.display()
+        )),
+        "{out}"
+    );
+
+    // Serving: both logged as errors at start-up, and code still runs.
+    let mut serve = quiet(
+        &["--stdio", "--allow-wrappers-outside-store", "--manifest"],
+        &vars,
+    );
+    serve.arg(&m.path).env("RUST_LOG", "error");
+    let mut serve = unprivileged(serve, &home);
+    serve
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    let o = serve.output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("PROJECT_DIR: ") && err.contains("is not readable"),
+        "{err}"
+    );
+    assert!(err.contains("NIX_SANDBOX_OUTPUT_DIR: "), "{err}");
+}

@@ -1,9 +1,16 @@
 //! The catalog: the environments the server offers, read from the manifests
-//! Nix wrote (CONTRIBUTING.md, contract 1). The reader is strict: a problem
-//! names the file and the field (`environments.python.limits.timeout_s`).
+//! Nix wrote (CONTRIBUTING.md, contract 1). A problem names the file and the
+//! field (`environments.python.limits.timeout_s`).
 //!
 //! A bad file does not stop the server: its problems are collected, its
-//! environments are left out, and the other files are served.
+//! environments are left out, and the other files are served; a bad
+//! environment is left out alone. Manifests and servers of different ages
+//! meet: a field this server does not know is a note naming it and the
+//! environment is served (it is a feature this server does not use),
+//! except in `limits`, where it is a limit this server cannot enforce, so
+//! that environment is refused ("upgrade the server"); and the fields a
+//! newer server added may be absent from an older sandbox's manifest
+//! ([`Limits`], [`Env`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,10 +34,17 @@ pub enum Interpreter {
 /// output cap; the wrapper enforces the rest, which the launcher checks at
 /// start (wrapper/probe.rs) and names when a run hits one
 /// (report/limit.rs).
+///
+/// The two the launcher enforces itself may be absent (an older sandbox):
+/// they take mkSandbox's defaults (lib/environment.nix). The others are the
+/// wrapper's to enforce, so only the manifest can say that it does: each
+/// must be there. A limit this server does not know is in `unknown`, and
+/// refuses the environment: it cannot be enforced here.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Limits {
+    #[serde(default = "default_timeout_s")]
     pub timeout_s: NonZeroU64,
+    #[serde(default = "default_output_bytes")]
     pub output_bytes: NonZeroU64,
     pub memory_mb: NonZeroU64,
     pub pids: NonZeroU64,
@@ -39,11 +53,25 @@ pub struct Limits {
     pub cpu_s: NonZeroU64,
     pub file_mb: NonZeroU64,
     pub nofile: NonZeroU64,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, Value>,
 }
 
-/// One environment as the manifest declares it.
+/// mkSandbox's default `timeout_s` (lib/environment.nix).
+fn default_timeout_s() -> NonZeroU64 {
+    NonZeroU64::new(30).unwrap_or(NonZeroU64::MIN)
+}
+
+/// mkSandbox's default `output_bytes` (lib/environment.nix).
+fn default_output_bytes() -> NonZeroU64 {
+    NonZeroU64::new(65536).unwrap_or(NonZeroU64::MIN)
+}
+
+/// One environment as the manifest declares it. Besides `nixpkgs_rev`,
+/// the fields that may be absent (a sandbox older than them) are
+/// `session` (no sessions), `packages` (none listed) and the limits
+/// [`Limits`] says. Fields this server does not know are in `unknown`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Env {
     /// The key under `environments`; filled in after parsing.
     #[serde(skip)]
@@ -54,21 +82,28 @@ pub struct Env {
     pub description: String,
     pub interpreter: Interpreter,
     pub run: Vec<String>,
+    #[serde(default)]
     pub session: Vec<String>,
     pub limits: Limits,
     pub network: bool,
+    #[serde(default)]
     pub packages: Vec<String>,
     pub store_path: String,
     #[serde(default)]
     pub nixpkgs_rev: Option<String>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, Value>,
 }
 
+/// A file's top level: each environment is read on its own, so that one
+/// bad environment leaves out only itself.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct File {
     #[serde(rename = "version")]
     _version: u64,
-    environments: BTreeMap<String, Env>,
+    environments: BTreeMap<String, Value>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
 }
 
 /// A problem with one manifest file.
@@ -89,12 +124,14 @@ impl fmt::Display for ManifestError {
     }
 }
 
-/// Every environment that loaded, by name, and the problems of the files
-/// that did not.
+/// Every environment that loaded, by name, the problems of the files and
+/// environments that did not, and notes on what was served all the same.
 #[derive(Debug, Default, Clone)]
 pub struct Catalog {
     pub envs: BTreeMap<String, Arc<Env>>,
     pub errors: Vec<ManifestError>,
+    /// Fields this server does not know, in environments it serves.
+    pub notes: Vec<ManifestError>,
     /// Names a later file took over from an earlier one (sorted, once each):
     /// in the server package, a NIX_SANDBOX_ENVS or NIX_SANDBOX_DIR sandbox
     /// named like one of the server's own.
@@ -107,22 +144,20 @@ impl Catalog {
     pub fn load(paths: &[PathBuf], allow_outside_store: bool) -> Self {
         let mut catalog = Catalog::default();
         for path in paths {
-            match read_file(path, allow_outside_store) {
-                Ok(envs) => {
-                    for env in envs {
-                        let name = env.name.clone();
-                        if let Some(earlier) = catalog.envs.insert(name.clone(), Arc::new(env)) {
-                            tracing::info!(
-                                env = %name,
-                                from = %path.display(),
-                                replaces = %earlier.manifest.display(),
-                                "environment replaced by a later manifest"
-                            );
-                            catalog.replaced.push(name);
-                        }
-                    }
+            let read = read_file(path, allow_outside_store);
+            catalog.errors.extend(read.errors);
+            catalog.notes.extend(read.notes);
+            for env in read.envs {
+                let name = env.name.clone();
+                if let Some(earlier) = catalog.envs.insert(name.clone(), Arc::new(env)) {
+                    tracing::info!(
+                        env = %name,
+                        from = %path.display(),
+                        replaces = %earlier.manifest.display(),
+                        "environment replaced by a later manifest"
+                    );
+                    catalog.replaced.push(name);
                 }
-                Err(errors) => catalog.errors.extend(errors),
             }
         }
         catalog.replaced.sort();
@@ -148,38 +183,78 @@ impl Catalog {
     }
 }
 
-/// Parses and validates one file: all its environments, or its problems.
-pub fn read_file(path: &Path, allow_outside_store: bool) -> Result<Vec<Env>, Vec<ManifestError>> {
+/// What one file gave: the environments that loaded, the problems of the
+/// file or of the environments left out, and notes on fields this server
+/// does not know in those it serves.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub envs: Vec<Env>,
+    pub errors: Vec<ManifestError>,
+    pub notes: Vec<ManifestError>,
+}
+
+/// Parses and validates one file, each environment on its own.
+pub fn read_file(path: &Path, allow_outside_store: bool) -> Read {
     let err = |field: Option<&str>, message: String| ManifestError {
         file: path.to_owned(),
         field: field.map(str::to_owned),
         message,
     };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| vec![err(None, format!("cannot read the manifest: {e}"))])?;
-    let value: Value =
-        serde_json::from_str(&text).map_err(|e| vec![err(None, format!("invalid JSON: {e}"))])?;
-    check_version(&value).map_err(|(field, msg)| vec![err(Some(field), msg)])?;
-    let file: File = serde_path_to_error::deserialize(value).map_err(|e| {
-        let (field, message) = describe(&e);
-        vec![err(Some(&field), message)]
-    })?;
-    let mut envs = Vec::new();
-    let mut errors = Vec::new();
-    for (name, mut env) in file.environments {
-        for (field, message) in validate(&name, &env, allow_outside_store) {
-            errors.push(err(Some(&field), message));
+    let mut read = Read::default();
+    let file = std::fs::read_to_string(path)
+        .map_err(|e| err(None, format!("cannot read the manifest: {e}")))
+        .and_then(|text| {
+            serde_json::from_str::<Value>(&text)
+                .map_err(|e| err(None, format!("invalid JSON: {e}")))
+        })
+        .and_then(|value| {
+            check_version(&value).map_err(|(field, msg)| err(Some(field), msg))?;
+            serde_path_to_error::deserialize::<_, File>(value).map_err(|e| {
+                let (field, message) = describe(&e, "");
+                err(Some(&field), message)
+            })
+        });
+    let file = match file {
+        Ok(file) => file,
+        Err(e) => {
+            read.errors.push(e);
+            return read;
+        }
+    };
+    for field in file.unknown.keys() {
+        read.notes.push(err(Some(field), UNKNOWN_FIELD.into()));
+    }
+    for (name, value) in file.environments {
+        let at = format!("environments.{name}");
+        let mut env: Env = match serde_path_to_error::deserialize(value) {
+            Ok(env) => env,
+            Err(e) => {
+                let (field, message) = describe(&e, &at);
+                read.errors.push(err(Some(&field), message));
+                continue;
+            }
+        };
+        let problems = validate(&name, &env, allow_outside_store);
+        if !problems.is_empty() {
+            for (field, message) in problems {
+                read.errors.push(err(Some(&field), message));
+            }
+            continue;
+        }
+        for field in env.unknown.keys() {
+            read.notes
+                .push(err(Some(&format!("{at}.{field}")), UNKNOWN_FIELD.into()));
         }
         env.name = name;
         env.manifest = path.to_owned();
-        envs.push(env);
+        read.envs.push(env);
     }
-    if errors.is_empty() {
-        Ok(envs)
-    } else {
-        Err(errors)
-    }
+    read
 }
+
+/// The note on a field this server does not know, outside `limits`.
+const UNKNOWN_FIELD: &str = "a field this server does not know, left unused (the sandbox is \
+                             newer than the server: upgrade the server to use it)";
 
 /// The version is checked first: a newer file gets "unknown version", not a
 /// list of fields this reader does not know.
@@ -197,20 +272,20 @@ fn check_version(value: &Value) -> Result<(), (&'static str, String)> {
     }
 }
 
-/// Turns a serde error into (field path, problem), putting a missing field's
-/// own name at the end of the path.
-fn describe(e: &serde_path_to_error::Error<serde_json::Error>) -> (String, String) {
-    let path = e.path().to_string();
+/// Turns a serde error into (field path, problem), the path under
+/// `prefix`, with a missing field's own name at the end of the path.
+fn describe(e: &serde_path_to_error::Error<serde_json::Error>, prefix: &str) -> (String, String) {
+    let join = |a: &str, b: &str| match (a, b) {
+        ("" | ".", b) => b.to_owned(),
+        (a, "" | ".") => a.to_owned(),
+        (a, b) => format!("{a}.{b}"),
+    };
+    let path = join(prefix, &e.path().to_string());
     let message = e.inner().to_string();
     if let Some(rest) = message.strip_prefix("missing field `")
         && let Some(name) = rest.strip_suffix('`')
     {
-        let field = if path == "." {
-            name.to_owned()
-        } else {
-            format!("{path}.{name}")
-        };
-        return (field, "missing field".into());
+        return (join(&path, name), "missing field".into());
     }
     (path, message)
 }
@@ -227,6 +302,14 @@ fn validate(name: &str, env: &Env, allow_outside_store: bool) -> Vec<(String, St
     }
     if env.run.is_empty() {
         problems.push((at("run"), "must be a non-empty argv".into()));
+    }
+    for limit in env.limits.unknown.keys() {
+        problems.push((
+            at(&format!("limits.{limit}")),
+            "a limit this server does not know, so it cannot enforce it: the environment is \
+             not served; upgrade the server"
+                .into(),
+        ));
     }
     for (field, argv) in [("run", &env.run), ("session", &env.session)] {
         if let Some(program) = argv.first()

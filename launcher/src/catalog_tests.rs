@@ -14,14 +14,31 @@ fn read(value: &Value, allow: bool) -> Result<Vec<Env>, Vec<ManifestError>> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.json");
     std::fs::write(&path, value.to_string()).unwrap();
-    read_file(&path, allow).map_err(|errs| {
-        errs.into_iter()
-            .map(|e| ManifestError {
-                file: PathBuf::from("m.json"),
-                ..e
-            })
-            .collect()
-    })
+    let read = read_file(&path, allow);
+    if read.errors.is_empty() {
+        return Ok(read.envs);
+    }
+    Err(read
+        .errors
+        .into_iter()
+        .map(|e| ManifestError {
+            file: PathBuf::from("m.json"),
+            ..e
+        })
+        .collect())
+}
+
+/// The notes on a manifest that loads, as the log shows them.
+fn notes(value: &Value) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    std::fs::write(&path, value.to_string()).unwrap();
+    let read = read_file(&path, false);
+    assert!(read.errors.is_empty(), "{:?}", read.errors);
+    read.notes
+        .iter()
+        .map(|n| n.to_string().replace(&path.display().to_string(), "m.json"))
+        .collect()
 }
 
 fn only_error(value: &Value, allow: bool) -> String {
@@ -55,10 +72,10 @@ fn missing_field_names_its_path() {
     v["environments"]["python"]["limits"]
         .as_object_mut()
         .unwrap()
-        .remove("timeout_s");
+        .remove("memory_mb");
     assert_eq!(
         only_error(&v, false),
-        "m.json: environments.python.limits.timeout_s: missing field"
+        "m.json: environments.python.limits.memory_mb: missing field"
     );
 }
 
@@ -84,15 +101,94 @@ fn zero_limit_is_refused() {
     );
 }
 
+/// A newer server, an older sandbox: the fields added since may be absent.
 #[test]
-fn unknown_field_is_refused() {
+fn an_older_manifest_without_the_newer_optional_fields_loads_with_defaults() {
     let mut v = good();
-    v["environments"]["python"]["netwrok"] = json!(true);
-    let e = only_error(&v, false);
-    assert!(
-        e.contains("environments.python") && e.contains("unknown field `netwrok`"),
-        "{e}"
+    let env = v["environments"]["python"].as_object_mut().unwrap();
+    for field in ["session", "packages", "nixpkgs_rev"] {
+        env.remove(field);
+    }
+    let limits = env["limits"].as_object_mut().unwrap();
+    limits.remove("timeout_s");
+    limits.remove("output_bytes");
+    let envs = read(&v, false).unwrap();
+    let env = &envs[0];
+    assert_eq!(env.limits.timeout_s.get(), 30);
+    assert_eq!(env.limits.output_bytes.get(), 65536);
+    assert!(env.session.is_empty() && env.packages.is_empty() && env.nixpkgs_rev.is_none());
+    assert!(notes(&v).is_empty());
+}
+
+/// Only the manifest can say that the wrapper enforces a limit: one the
+/// wrapper enforces may not be absent, and without it the environment
+/// alone is left out.
+#[test]
+fn a_missing_limit_of_the_wrapper_leaves_out_only_its_environment() {
+    let mut v = testing::manifest_json([
+        ("python", testing::env_json()),
+        ("old", testing::env_json()),
+    ]);
+    v["environments"]["old"]["limits"]
+        .as_object_mut()
+        .unwrap()
+        .remove("memory_mb");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let read = read_file(&path, false);
+    assert_eq!(read.envs.len(), 1);
+    assert_eq!(read.envs[0].name, "python");
+    assert_eq!(read.errors.len(), 1);
+    assert_eq!(
+        read.errors[0].to_string(),
+        format!(
+            "{}: environments.old.limits.memory_mb: missing field",
+            path.display()
+        )
     );
+}
+
+/// An older server, a newer sandbox: a field it does not know is a note
+/// naming it, and the environment is served.
+#[test]
+fn an_unknown_field_is_a_note_naming_it_and_the_environment_is_served() {
+    let mut v = good();
+    v["environments"]["python"]["gpu"] = json!(true);
+    v["generator"] = json!("mkServer 2");
+    assert_eq!(read(&v, false).unwrap()[0].name, "python");
+    assert_eq!(
+        notes(&v),
+        [
+            "m.json: generator: a field this server does not know, left unused (the sandbox \
+             is newer than the server: upgrade the server to use it)",
+            "m.json: environments.python.gpu: a field this server does not know, left unused \
+             (the sandbox is newer than the server: upgrade the server to use it)",
+        ]
+    );
+}
+
+/// ... but a limit it does not know is one it cannot enforce: never
+/// dropped silently, the environment is refused, naming the limit.
+#[test]
+fn an_unknown_limit_refuses_its_environment_naming_it() {
+    let mut v = testing::manifest_json([
+        ("python", testing::env_json()),
+        ("gpu", testing::env_json()),
+    ]);
+    v["environments"]["gpu"]["limits"]["gpu_mb"] = json!(512);
+    let errs = read(&v, false).unwrap_err();
+    assert_eq!(errs.len(), 1);
+    assert_eq!(
+        errs[0].to_string(),
+        "m.json: environments.gpu.limits.gpu_mb: a limit this server does not know, so it \
+         cannot enforce it: the environment is not served; upgrade the server"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let catalog = Catalog::load(&[path], false);
+    assert_eq!(catalog.names(), ["python"]);
 }
 
 #[test]
@@ -153,7 +249,7 @@ fn empty_run_and_bad_name_are_refused() {
 fn unreadable_and_invalid_json_files_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.json");
-    let errs = read_file(&missing, false).unwrap_err();
+    let errs = read_file(&missing, false).errors;
     assert!(
         errs[0]
             .to_string()
@@ -161,7 +257,7 @@ fn unreadable_and_invalid_json_files_are_named() {
     );
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{").unwrap();
-    let errs = read_file(&bad, false).unwrap_err();
+    let errs = read_file(&bad, false).errors;
     assert!(errs[0].to_string().contains("bad.json: invalid JSON"));
 }
 

@@ -61,6 +61,9 @@ fn main() -> ExitCode {
     for error in &catalog.errors {
         tracing::error!(%error, "manifest refused; its environments are not served");
     }
+    for note in &catalog.notes {
+        tracing::warn!(%note, "manifest field unknown to this server; the environment is served");
+    }
     let wrapper_env = WrapperEnv::from_process();
     // The self-test's host facts: cgroups (made ready here), root or not.
     let host = Arc::new(Host::detect());

@@ -311,6 +311,9 @@ pub async fn run_check(
         writeln!(out, "manifest: FAIL: {error}")?;
         ok = false;
     }
+    for note in &catalog.notes {
+        writeln!(out, "manifest: note: {note}")?;
+    }
     if catalog.envs.is_empty() {
         writeln!(
             out,

@@ -39,7 +39,7 @@ async fn a_malformed_manifest_is_logged_and_named_while_good_ones_are_served() {
     bad["environments"]["data"]["limits"]
         .as_object_mut()
         .unwrap()
-        .remove("timeout_s");
+        .remove("memory_mb");
     let bad = Manifest::new(&bad);
     let bad_path = bad.path.display().to_string();
     let junk = Manifest::raw("{ not json");
@@ -51,13 +51,13 @@ async fn a_malformed_manifest_is_logged_and_named_while_good_ones_are_served() {
     assert!(msg.contains("use one of: node, python, shell."), "{msg}");
     assert!(
         msg.contains(&format!(
-            "{bad_path}: environments.data.limits.timeout_s: missing field"
+            "{bad_path}: environments.data.limits.memory_mb: missing field"
         )),
         "{msg}"
     );
     assert!(msg.contains(&format!("{junk_path}: invalid JSON")), "{msg}");
     let log = s.stderr();
-    assert!(log.contains("environments.data.limits.timeout_s"), "{log}");
+    assert!(log.contains("environments.data.limits.memory_mb"), "{log}");
     assert_eq!(
         text(&s.run("python", "print('still served')").await),
         "still served\n"

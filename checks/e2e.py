@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -435,12 +436,16 @@ def t_server(server, custom, scratch, nix_envs_ref, suite):
     sandbox_dir = scratch / "sandboxes"
     sandbox_dir.mkdir()
     (sandbox_dir / "custom").symlink_to(custom)
+    # A missing flake, and (where nix can build) a typo in an output's name.
+    bad_refs = [str(scratch / "no-such-flake")]
+    if nix_envs_ref:
+        bad_refs.append(nix_envs_ref + "-typo")
     env = {
         "HOME": os.environ["HOME"],
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "NIX_SANDBOX_DIR": str(sandbox_dir),
-        # A ref that cannot build: reported, and the rest still served.
-        "NIX_SANDBOX_ENVS": ",".join(filter(None, [str(scratch / "no-such-flake"), nix_envs_ref])),
+        # Refs that cannot build: reported, and the rest still served.
+        "NIX_SANDBOX_ENVS": ",".join(bad_refs + ([nix_envs_ref] if nix_envs_ref else [])),
         SECRET_VAR: SECRET,
     }
     for var in ("NIX_CONFIG", "NIX_REMOTE"):
@@ -488,12 +493,15 @@ def t_server(server, custom, scratch, nix_envs_ref, suite):
         suite.test("server's environment variables are invisible in the jail", env_hidden)
 
         def bad_ref_reported():
-            check(
-                any("NIX_SANDBOX_ENVS" in line and "no-such-flake" in line for line in client.stderr),
-                f"no report of the failed ref on stderr: {''.join(client.stderr)[-800:]}",
-            )
+            for ref in bad_refs:
+                lines = [line for line in client.stderr if line.startswith(f"nix-sandbox-mcp: NIX_SANDBOX_ENVS: {ref} did not build (error: ")]
+                check(
+                    len(lines) == 1 and "fix the ref" in lines[0] and lines[0].count("\n") == 1,
+                    f"no one-line report of the failed ref {ref} on stderr: {''.join(client.stderr)[-1200:]}",
+                )
 
-        suite.test("server reports a NIX_SANDBOX_ENVS ref that fails and serves the rest", bad_ref_reported)
+        suite.test("server reports each NIX_SANDBOX_ENVS ref that fails (a typo too) in one line with the fix, and serves the rest",
+                   bad_ref_reported)
 
         if nix_envs_ref:
             def from_ref():
@@ -512,6 +520,35 @@ def t_server(server, custom, scratch, nix_envs_ref, suite):
         check(proc.returncode == 0, f"--check: {show(proc)}")
 
     suite.test("server --check passes in every bundled environment", check_mode)
+
+    def check_names_problems():
+        junk = scratch / "junk-sandboxes"
+        junk.mkdir()
+        (junk / "notes.txt").write_text("not a sandbox")
+        bad_env = {**env, "NIX_SANDBOX_DIR": str(junk)}
+        del bad_env[SECRET_VAR]
+        proc = run([server + "/bin/nix-sandbox-mcp", "--check"], env=bad_env)
+        out = proc.stdout.decode()
+        check(proc.returncode == 1, f"--check passed with bad refs: {show(proc)}")
+        for ref in bad_refs:
+            check(f"\nNIX_SANDBOX_ENVS: FAIL: {ref} did not build (error: " in out, f"--check does not name {ref}: {out}")
+        check(f"\nNIX_SANDBOX_DIR: FAIL: {junk}/notes.txt is not a sandbox" in out, f"--check does not name the junk: {out}")
+        missing = {**bad_env, "NIX_SANDBOX_DIR": str(scratch / "no-such-dir")}
+        del missing["NIX_SANDBOX_ENVS"]
+        proc = run([server + "/bin/nix-sandbox-mcp", "--check"], env=missing)
+        check(proc.returncode == 1 and f"NIX_SANDBOX_DIR: FAIL: {scratch}/no-such-dir does not exist" in proc.stdout.decode(),
+              f"--check with a missing NIX_SANDBOX_DIR: {show(proc)}")
+
+    suite.test("server --check fails naming each bad NIX_SANDBOX_ENVS ref and NIX_SANDBOX_DIR problem", check_names_problems)
+
+    def version_does_no_work():
+        start = time.monotonic()
+        proc = run([server + "/bin/nix-sandbox-mcp", "--version"], env={**env, "NIX_SANDBOX_DIR": str(scratch / "no-such-dir")})
+        check(proc.returncode == 0 and proc.stdout.startswith(b"nix-sandbox-mcp "), f"--version: {show(proc)}")
+        check(proc.stderr == b"", f"--version built or checked something: {show(proc)}")
+        check(time.monotonic() - start < 2, "--version took over 2 s")
+
+    suite.test("server --version builds nothing and checks nothing (NIX_SANDBOX_ENVS set)", version_does_no_work)
 
 
 def main():

@@ -63,6 +63,7 @@ let
     name = "nix-sandbox-mcp";
     runtimeInputs = [
       pkgs.coreutils
+      pkgs.gnugrep
       pkgs.jq
     ];
     text = import ./serverScript.nix { inherit manifest launcher; };

@@ -275,6 +275,17 @@ def template(args, suite, scratch):
                 check(f"- {name}:" in instructions, f"instructions lack {name}: {instructions!r}")
 
         suite.test("the template's server serves data-science, tools and the presets", environments)
+
+        def modules_named():
+            line = next((l for l in instructions.splitlines() if l.startswith("- data-science:")), "")
+            packages = line.partition("; packages: ")[2]
+            for module in ["numpy", "pandas", "matplotlib"]:
+                check(f"-{module}" in packages or f" {module}" in packages,
+                      f"the packages of data-science do not name {module}: {line!r}")
+            check("-env" not in packages, f"data-science is listed as a python3.withPackages env: {line!r}")
+
+        suite.test("the instructions name the Python modules inside data-science's python3.withPackages",
+                   modules_named)
         suite.test("data-science runs numpy and pandas", expect, client, "data-science", DATA_SCIENCE, "42\nexit code 0")
         suite.test("data-science draws a PNG with matplotlib", expect, client, "data-science", PLOT, "True")
         suite.test("tools runs jq and rg", expect, client, "tools",

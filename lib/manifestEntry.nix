@@ -2,6 +2,12 @@
 # path (a placeholder while it builds) and the nixpkgs revision (or null);
 # returns the sandbox's manifest, version 1 with this one environment
 # (CONTRIBUTING.md contract 1), as an attribute set.
+#
+# `packages` names what the model can use: a Python made by
+# python3.withPackages (a buildEnv whose passthru has `python` and
+# `paths`) is listed as that Python and the Python modules in it (those
+# with `pythonModule`: the chosen ones first, then what they need), not as
+# one `python3-3.12.8-env` that tells the model nothing.
 {
   environment,
   storePath,
@@ -9,6 +15,15 @@
 }:
 let
   inherit (environment) name interpreter;
+  names =
+    package:
+    if package ? python && package ? paths then
+      [ package.python.name ]
+      ++ map (module: module.name) (builtins.filter (path: path ? pythonModule) package.paths)
+    else
+      [ package.name ];
+  # The first of each name, in order.
+  unique = builtins.foldl' (seen: name: if builtins.elem name seen then seen else seen ++ [ name ]) [ ];
 in
 {
   version = 1;
@@ -21,7 +36,7 @@ in
       ;
     run = [ "${storePath}/bin/sandbox-${name}" ] ++ (import ./interpreters.nix).${interpreter}.runArgs;
     session = [ "${storePath}/bin/sandbox-${name}-session" ];
-    packages = map (package: package.name) environment.packages;
+    packages = unique (builtins.concatMap names environment.packages);
     store_path = storePath;
     nixpkgs_rev = nixpkgsRev;
   };

@@ -1,7 +1,8 @@
 # Takes lib and runCommand; returns nixpkgs' buildEnv ({ name, paths,
 # pathsToLink, ignoreCollisions, postBuild, meta, passthru } -> derivation):
 # one tree of symlinks into every path, directories merged, two different
-# files at one place an error unless collisions are ignored.
+# files at one place an error unless collisions are ignored; like nixpkgs',
+# its passthru has `paths`.
 { lib, runCommand }:
 {
   name,
@@ -20,8 +21,11 @@ runCommand name
       ignoreCollisions
       postBuild
       meta
-      passthru
       ;
+    passthru = {
+      inherit paths;
+    }
+    // passthru;
   }
   ''
     mkdir -p "$out"

@@ -16,12 +16,17 @@ lib.fix (
   lib.mapAttrs (pname: tool: hostTool (tool // { inherit pname; })) (import ./tools.nix)
   // {
     inherit lib system;
-    # The host's Python modules, named like nixpkgs' (python3.11-numpy-1.24.2).
+    # The host's Python modules, named like nixpkgs' (python3.11-numpy-1.24.2),
+    # each with nixpkgs' `pythonModule` (the Python it is for).
     python3Packages = lib.mapAttrs (
       name: module:
       hostTool (module // { pname = "python${lib.versions.majorMinor self.python3.version}-${name}"; })
+      // {
+        pythonModule = self.python3;
+      }
     ) (import ./pythonPackages.nix);
-    # withPackages: one tree of the host's python3 and the chosen modules.
+    # withPackages: one tree of the host's python3 and the chosen modules,
+    # with nixpkgs' passthru `python` (and buildEnv's `paths`).
     python3 =
       hostTool ((import ./tools.nix).python3 // { pname = "python3"; })
       // {
@@ -31,6 +36,7 @@ lib.fix (
             name = "python3-${self.python3.version}-env";
             paths = [ self.python3 ] ++ select self.python3Packages;
             meta.mainProgram = "python3";
+            passthru.python = self.python3;
           };
       };
     callPackage = lib.callPackageWith self;

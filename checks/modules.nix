@@ -220,6 +220,25 @@ in
       got = lib.getAttrs (lib.attrNames (import ./nixosHardening.nix)) unit.serviceConfig;
       want = import ./nixosHardening.nix;
     };
+    "nixos: the service has nix on its PATH when NIX_SANDBOX_ENVS is set (it builds those flakes), not otherwise" =
+      {
+        got =
+          let
+            withEnvs =
+              (nixos [
+                ./snippets/nixos.nix
+                { systemd.services.nix-sandbox-mcp.environment.NIX_SANDBOX_ENVS = "/srv/envs#data"; }
+              ]);
+          in
+          {
+            withEnvs = map toString withEnvs.systemd.services.nix-sandbox-mcp.path;
+            without = unit.path;
+          };
+        want = {
+          withEnvs = [ "${nixosSnippet.nix.package}" ];
+          without = [ ];
+        };
+      };
     "nixos: outputDir reaches the service, writable when outside its state directory" = {
       got =
         let

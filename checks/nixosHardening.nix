@@ -17,4 +17,6 @@
   RestrictNamespaces = false;
   PrivateUsers = false;
   Delegate = true;
+  # bwrap --hostname (network = true jails) needs sethostname.
+  ProtectHostname = false;
 }

@@ -1,8 +1,8 @@
 # A module: the NixOS options that modules/nixos.nix sets or reads,
 # declared as small as they can be (the real ones live in nixpkgs, which the
 # offline harness cannot fetch): assertions, environment.systemPackages,
-# security.allowUserNamespaces and systemd.services.
-{ lib, ... }:
+# nix.package, security.allowUserNamespaces and systemd.services.
+{ lib, pkgs, ... }:
 let
   inherit (lib) mkOption types;
 in
@@ -17,6 +17,11 @@ in
       type = types.listOf types.package;
       default = [ ];
       description = "Packages in the system profile.";
+    };
+    nix.package = mkOption {
+      type = types.package;
+      default = pkgs.writeText "nix-stub" "";
+      description = "The Nix package of the system (a stand-in here).";
     };
     security.allowUserNamespaces = mkOption {
       type = types.bool;
@@ -39,6 +44,10 @@ in
             environment = mkOption {
               type = types.attrsOf types.str;
               default = { };
+            };
+            path = mkOption {
+              type = types.listOf types.package;
+              default = [ ];
             };
             serviceConfig = mkOption {
               type = types.attrsOf (

@@ -9,7 +9,10 @@
 # jail's loopback), and a /proc with nothing mounted over it (bwrap mounts a
 # fresh proc in the jail's pid namespace, which the kernel refuses when parts
 # of the outer /proc are hidden: so no ProtectKernelTunables,
-# ProtectKernelLogs, ProtectProc or ProcSubset). HOME is a StateDirectory:
+# ProtectKernelLogs, ProtectProc or ProcSubset), and sethostname (jail.nix's
+# network combinator gives a `network = true` jail its hostname with
+# bwrap's --hostname, which ProtectHostname's seccomp filter refuses in
+# every child: no ProtectHostname). HOME is a StateDirectory:
 # jail.nix writes its fake passwd under ~/.local/share/jail.nix. Delegate
 # gives the launcher the cgroup it enforces memory and process limits with
 # (so no ProtectControlGroups either).
@@ -19,6 +22,7 @@ let
   inherit (lib) mkOption types;
   program = config.programs.nix-sandbox-mcp;
   cfg = config.services.nix-sandbox-mcp;
+  unit = config.systemd.services.nix-sandbox-mcp;
   stateDirectory = "nix-sandbox-mcp";
   userNamespacesAssertion = option: {
     assertion = config.security.allowUserNamespaces;
@@ -102,6 +106,9 @@ in
         environment = import ./serverEnvironment.nix lib cfg // {
           HOME = "/var/lib/${stateDirectory}";
         };
+        # The server builds the flakes of NIX_SANDBOX_ENVS (set in
+        # `environment` above) with nix at start-up.
+        path = lib.mkIf (unit.environment ? NIX_SANDBOX_ENVS) [ config.nix.package ];
         serviceConfig = {
           ExecStart = lib.concatStringsSep " " (
             [
@@ -150,7 +157,12 @@ in
           RestrictSUIDSGID = true;
           SystemCallArchitectures = "native";
           ProtectKernelModules = true;
-          ProtectHostname = true;
+          # Not ProtectHostname: its seccomp filter makes sethostname fail
+          # in every child, and bwrap calls it (--hostname) for every jail
+          # of a `network = true` environment, which would then never
+          # start. The jails have UTS namespaces of their own, and the jail's
+          # seccomp filter refuses sethostname to the code in them.
+          ProtectHostname = false;
         };
       };
     })

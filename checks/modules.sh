@@ -14,8 +14,10 @@
 #    file says and runs code in it.
 # 3. A sandbox named like a bundled preset, in NIX_SANDBOX_DIR or built
 #    from NIX_SANDBOX_ENVS, replaces the preset in the flake's server.
-# 4. `nix flake init -t` of each template into a scratch directory, built
-#    with its inputs pointed at this checkout and the host package set, then
+# 4. `nix flake init -t` of each template into a scratch directory, the way
+#    README.md says: this checkout registered as `nix-sandbox-mcp` in a
+#    user flake registry (a scratch HOME's), the template's input taken
+#    from there; built with nixpkgs pointed at the host package set, then
 #    checks/served.py runs code in its environments.
 
 # served LABEL ARGS...: runs checks/served.py, shows and counts its lines; a
@@ -123,18 +125,34 @@ if [ -n "${built[python-replacement]:-}" ] && [ -n "${built[default]:-}" ]; then
     --python-replacement "${built[python-replacement]}" --node-ref "path:$modules_flake#node-replacement"
 fi
 
+# A newcomer's HOME: the user registry README.md's "Get it" writes; no
+# global registry (there is no network here).
+newcomer=$work/newcomer-home
+mkdir -p "$newcomer"
+echo '{"flakes": [], "version": 2}' >"$work/no-global-registry.json"
+as_newcomer() {
+  HOME=$newcomer NIX_CONFIG="$NIX_CONFIG
+flake-registry = $work/no-global-registry.json" "$@"
+}
+if (cd "$root" && as_newcomer nix --extra-experimental-features 'nix-command flakes' \
+  registry add nix-sandbox-mcp "git+file://$PWD") >"$work/registry-add.log" 2>&1; then
+  ok "README's registry add names this checkout nix-sandbox-mcp"
+else
+  fail "README's registry add names this checkout nix-sandbox-mcp" "see ${work#"$root"/}/registry-add.log"
+fi
 for template in default custom-env; do
   dir=$work/template-$template
   mkdir -p "$dir"
-  if (cd "$dir" && nix flake init -t "git+file://$root#$template") >"$work/template-$template-init.log" 2>&1 &&
+  if (cd "$dir" && as_newcomer nix flake init -t "nix-sandbox-mcp#$template") >"$work/template-$template-init.log" 2>&1 &&
     [ -f "$dir/flake.nix" ] && [ -f "$dir/README.md" ]; then
-    ok "nix flake init -t #$template writes flake.nix and README.md"
+    ok "nix flake init -t nix-sandbox-mcp#$template (the registry's) writes flake.nix and README.md"
   else
-    fail "nix flake init -t #$template writes flake.nix and README.md" "see ${work#"$root"/}/template-$template-init.log"
+    fail "nix flake init -t nix-sandbox-mcp#$template (the registry's) writes flake.nix and README.md" \
+      "see ${work#"$root"/}/template-$template-init.log"
     continue
   fi
-  build "template-$template" "path:$dir#default" "${override[@]}" \
-    --override-input nix-sandbox-mcp "git+file://$root" --option build-users-group ''
+  # Its nix-sandbox-mcp input comes from the registry, unedited.
+  as_newcomer build "template-$template" "path:$dir#default" "${override[@]}" --option build-users-group ''
   if [ -n "${built[template-$template]:-}" ]; then
     served "template $template" template --server "${built[template-$template]}"
   fi

@@ -4,7 +4,11 @@
   inputs = {
     nixpkgs.url = "github:NixOS/nixpkgs/nixpkgs-unstable";
     nix-sandbox-mcp = {
-      url = "github:OWNER/nix-sandbox-mcp";
+      # Your flake registry's nix-sandbox-mcp: the checkout you registered
+      # with `nix registry add nix-sandbox-mcp git+file:///path/of/checkout`
+      # (see its README, "Get it"). To pin a fork instead, this is the one
+      # line to edit: url = "github:YOU/nix-sandbox-mcp"; then `nix flake lock`.
+      url = "flake:nix-sandbox-mcp";
       inputs.nixpkgs.follows = "nixpkgs";
     };
   };

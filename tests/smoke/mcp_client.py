@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Smoke test with a real third-party MCP client (the Python `mcp` package).
 
-Usage: python3 tests/smoke/mcp_client.py PATH/TO/nix-sandbox-mcp
+Usage: tests/smoke/run PATH/TO/nix-sandbox-mcp
 
 Serves the fixture environments (launcher/tests/fixtures: the host's bwrap around
 python3, bash and node), then lists the tools and calls `run` the way an MCP
 client does. Prints one line per check and a closing line
 "smoke: N passed, N failed"; exits non-zero on any mismatch.
-Needs: pip install mcp; bubblewrap, python3 and node on the host.
+Needs the `mcp` package (tests/smoke/run makes a virtual environment with it);
+bubblewrap, python3 and node on the host.
 """
 
 import json

@@ -136,9 +136,11 @@ fn check_fails_with_the_reason_when_a_wrapper_cannot_start() {
 
 #[test]
 fn check_fails_on_a_malformed_manifest_or_none() {
-    let mut bad = template();
-    bad["environments"]["python"]["interpreter"] = json!("ruby");
-    let bad = Manifest::new(&bad);
+    // A file whose one environment is bad (a bad environment leaves out
+    // only itself), and one with none.
+    let mut python = template()["environments"]["python"].clone();
+    python["interpreter"] = json!("ruby");
+    let bad = Manifest::new(&json!({"version": 1, "environments": {"python": python}}));
     let good = Manifest::new(&json!({"version": 1, "environments": {}}));
     let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
         .arg(&bad.path)

@@ -229,7 +229,8 @@ pub const VERSION: Setting = Setting {
 pub const PROJECT_DIR: Setting = variable(
     "PROJECT_DIR",
     VarRole::Fallback,
-    "a host directory shown read-only in every jail (a missing one is an error)",
+    "a host directory shown read-only in every jail (one that is not an existing directory \
+     stops the server)",
 );
 pub const PROJECT_MOUNT: Setting = Setting {
     default: Some(Default::Text("/project")),

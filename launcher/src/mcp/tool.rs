@@ -82,11 +82,11 @@ pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host)
                 .take(MAX_PACKAGES_LISTED)
                 .enumerate()
                 .map(|(i, p)| {
-                    if i < PACKAGES_WITH_VERSIONS {
+                    module_name(if i < PACKAGES_WITH_VERSIONS {
                         p.as_str()
                     } else {
                         package_name(p)
-                    }
+                    })
                 })
                 .collect();
             text.push_str(&format!("; packages: {}", shown.join(", ")));
@@ -202,10 +202,65 @@ fn package_name(name: &str) -> &str {
         .map_or(name, |(i, _)| &name[..i])
 }
 
+/// A Python module's name without nixpkgs' `pythonX.Y-` prefix, which says
+/// nothing the environment's Python does not (`python3.12-numpy-2.2.1` is
+/// shown `numpy-2.2.1`): a python3.withPackages environment lists many.
+fn module_name(name: &str) -> &str {
+    let Some(rest) = name.strip_prefix("python") else {
+        return name;
+    };
+    let Some((version, module)) = rest.split_once('-') else {
+        return name;
+    };
+    let is_version = version.split_once('.').is_some_and(|(major, minor)| {
+        [major, minor]
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if is_version && module.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        module
+    } else {
+        name
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing;
+
+    /// The template's data-science environment as its manifest lists it
+    /// (a python3.withPackages: the Python, then its modules).
+    #[test]
+    fn a_python_with_packages_shows_its_modules_by_their_own_names() {
+        let c = testing::catalog([testing::env("data-science")
+            .with(
+                "description",
+                json!("Python with numpy, pandas and matplotlib"),
+            )
+            .with(
+                "packages",
+                json!([
+                    "python3-3.11.2",
+                    "python3.11-numpy-1.24.2",
+                    "python3.11-pandas-1.5.3",
+                    "python3.11-matplotlib-3.6.3",
+                    "python3.11-python-dateutil-2.8.2"
+                ]),
+            )
+            .build()]);
+        let text = instructions(&c, None, &Host::plain(false));
+        assert_eq!(
+            text.lines().nth(1),
+            Some(
+                "- data-science: Python with numpy, pandas and matplotlib; packages: \
+                 python3-3.11.2, numpy-1.24.2, pandas-1.5.3, matplotlib, python-dateutil"
+            )
+        );
+        assert_eq!(module_name("python3-3.11.2"), "python3-3.11.2");
+        assert_eq!(module_name("pythonx-1"), "pythonx-1");
+        assert_eq!(module_name("python3.11-2"), "python3.11-2");
+    }
 
     fn catalog(envs: &[(&str, bool, usize)]) -> Catalog {
         testing::catalog(envs.iter().map(|&(name, network, packages)| {

@@ -3,8 +3,9 @@
 //!
 //! This file only wires the parts together: the configuration (config.rs),
 //! the environments (catalog.rs), the host's facts (wrapper/host.rs), the
-//! jails' pid namespace (lifetime.rs), then `--check` (wrapper/probe.rs) or
-//! MCP over stdio or HTTP (mcp/).
+//! configuration checked against them (preflight.rs), the jails' pid
+//! namespace (lifetime.rs), then `--check` (wrapper/probe.rs) or MCP over
+//! stdio or HTTP (mcp/).
 //!
 //! stdout is the MCP channel: only the protocol goes there (the `--help`,
 //! `--version` and `--check` modes, which serve no MCP, print there too).

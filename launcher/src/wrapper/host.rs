@@ -1,6 +1,7 @@
 //! What the host gives the jails, found once at start: cgroups (made ready
-//! here), whether the launcher runs as root, whether user namespaces look
-//! usable. It decides how each limit holds here:
+//! here), whether the launcher runs as root, whether the jails can have
+//! user namespaces (tried in a child process). It decides how each limit
+//! holds here:
 //!
 //! | limit | how |
 //! | --- | --- |

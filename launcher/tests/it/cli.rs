@@ -257,6 +257,26 @@ fn a_project_that_would_fail_every_call_stops_the_server_with_its_fix() {
 }
 
 #[test]
+fn a_home_the_jails_cannot_keep_their_passwd_in_stops_the_server() {
+    // Wrappers in the store are jail.nix's, which keep the jail's
+    // /etc/passwd under HOME; a file there is no home for it.
+    let mut m = template();
+    m["environments"] =
+        json!({"python": env_with_wrapper("/nix/store/0000-none/bin/sandbox-python")});
+    let m = Manifest::new(&m);
+    let o = quiet(&["--stdio", "--manifest"], &[("HOME", "/etc/passwd")])
+        .arg(&m.path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused_start(&o),
+        "nix-sandbox-mcp: HOME: /etc/passwd cannot hold the jails' passwd file \
+         (/etc/passwd/.local/share/jail.nix cannot be made: /etc/passwd is not a directory); \
+         set HOME to a directory this server's user can write"
+    );
+}
+
+#[test]
 fn help_and_version_do_no_work_whatever_the_configuration() {
     let vars = [("PROJECT_DIR", "/nonexistent"), ("HOME", "/nonexistent")];
     for (flag, want) in [

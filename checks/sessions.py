@@ -12,8 +12,8 @@ exits 1 when a test failed.
 --custom is a Python-with-jq environment made by lib.mkSandbox, --science a
 Python with numpy (python3.withPackages). Each server gets a HOME of its
 own: jail.nix puts that path in bubblewrap's arguments, so the processes of
-its jails are found by it in /proc (and when bubblewrap, the jail's pid 1,
-is gone, so is everything in its pid namespace).
+its jails are found by it in /proc (and when bubblewrap is gone, so is the
+jail's pid 1, and with it everything in its pid namespace).
 """
 
 import argparse
@@ -91,6 +91,10 @@ class Server:
 
     def calls_at_once(self, calls):
         """Sends every (env, session, code) before reading any answer."""
+        return self.answers(self.send_calls(calls))
+
+    def send_calls(self, calls):
+        """Sends every (env, session, code); their request ids."""
         ids = []
         for env, session, code in calls:
             self.next_id += 1
@@ -99,6 +103,10 @@ class Server:
                 "jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
                 "params": {"name": "run", "arguments": {"env": env, "session": session, "code": code}},
             })
+        return ids
+
+    def answers(self, ids):
+        """The answers to the calls sent as `ids`, in that order."""
         answers = {}
         end = time.monotonic() + DEADLINE
         while len(answers) < len(ids):
@@ -332,25 +340,53 @@ def t_expiry(args, scratch):
                "its state and /workspace files are gone")
 
 
-KILL_AGENT = """import os, signal, time
-for pid in os.listdir('/proc'):
-    if pid.isdigit():
-        try:
-            argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')
-        except OSError:
-            continue
-        if b'--interpreter' in argv:
-            os.kill(int(pid), signal.SIGKILL)
-time.sleep(30)
+SIGNAL_PID_1 = """import os, signal, time
+for s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):
+    os.kill(1, s)
+time.sleep(0.2)
+print('alive', x)
 """
 
 
+def agents_of(home):
+    """The session agents of the server whose HOME is `home`: the processes
+    named `agent` whose parent is one of its bubblewrap processes."""
+    bwraps = set(pids_with(home))
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        ppid = int(next(l.split()[1] for l in status.splitlines() if l.startswith("PPid:")))
+        if comm == "agent" and ppid in bwraps:
+            found.append(int(entry))
+    return found
+
+
 def t_agent_killed(args, scratch):
+    child = f"nsm-sessions-agent-{os.getpid()}"
     with Server(args, scratch) as s:
         prints(s, "python", "k", "x = 1\n_ = open('/workspace/f', 'w').write('f')", "(no output)")
-        result, text, st = s.call("python", "k", KILL_AGENT)
+        # The agent is the jail's pid 1: the kernel drops user code's signals.
+        prints(s, "python", "k", SIGNAL_PID_1, "alive 1\n")
+        # An agent that dies all the same (killed by this test from outside
+        # the jail, during a call) is detected, and the session reset.
+        [call] = s.send_calls([("python", "k", "import subprocess, sys, time\n"
+                                f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1000)', '{child}'])\n"
+                                "time.sleep(30)")])
+        check(eventually(lambda: pids_with(child)), "the call's child did not start")
+        agents = agents_of(s.home)
+        check(len(agents) == 1 and agents[0] > 1, f"the session's agent: {agents}")
+        os.kill(agents[0], signal.SIGKILL)
+        [(result, text, st)] = s.answers([call])
         check(result.get("isError") and text.startswith("the session's sandbox failed (")
               and text.endswith(RESET) and st.get("session_reset") is True, f"{result}")
+        # Every process of the jail went with its pid 1.
+        assert_gone(child, "the dead agent's jail")
         prints(s, "python", "k", "import os\nprint('x' in dir(), os.path.exists('/workspace/f'))", "False False\n")
 
 
@@ -410,8 +446,8 @@ def main():
         suite.test("two calls at once on one session: exactly one session_busy", t_busy, args, scratch)
         suite.test("20 sessions at once keep separate state", t_twenty, args, scratch)
         suite.test("idle expiry and maximum lifetime end sessions and leave no process", t_expiry, args, scratch)
-        suite.test("an agent killed with SIGKILL from inside the jail is detected and replaced",
-                   t_agent_killed, args, scratch)
+        suite.test("user code cannot signal the agent (the jail's pid 1); an agent killed from outside "
+                   "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)
         suite.test("no session process survives the client going away (stdin closed)",
                    t_server_exit, args, scratch, "eof")
         suite.test("no session process survives a killed server", t_server_exit, args, scratch, "kill")

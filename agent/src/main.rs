@@ -6,6 +6,7 @@
 mod cli;
 mod driver;
 mod files;
+mod init;
 mod interpreter;
 mod pipe;
 mod session;
@@ -40,6 +41,10 @@ fn main() -> ExitCode {
     // process's fds need CAP_SYS_PTRACE, which nothing in the jail has.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         tracing::error!("cannot make the agent non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = init::become_init() {
+        tracing::error!("cannot take up the jail's pid 1 duties: {e}");
         return ExitCode::FAILURE;
     }
     match session::run(config) {

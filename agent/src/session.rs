@@ -8,7 +8,8 @@
 //! them for the next call. A call ends when the driver says `done` (what was
 //! written before is then drained from the pipes) or when the interpreter
 //! dies. A dead interpreter's process group is killed and a fresh interpreter
-//! is started on the next exec.
+//! is started on the next exec. After every wake-up the loop collects the
+//! orphans of user code that exited (the agent is the jail's pid 1: init.rs).
 
 use std::io::{self, Write};
 use std::os::fd::AsFd;
@@ -26,6 +27,7 @@ use proto::frame::{
 use crate::cli::Config;
 use crate::driver::{self, Message};
 use crate::files::{Snapshot, Workspace};
+use crate::init;
 use crate::interpreter::{self, Interpreter};
 use crate::pipe::{self, Read, pump};
 
@@ -202,6 +204,7 @@ impl Session {
                 return Ok(());
             }
             self.deliver_interrupt();
+            init::reap_orphans(self.interpreter.as_ref().map(Interpreter::pid));
         }
     }
 

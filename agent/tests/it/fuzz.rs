@@ -24,8 +24,9 @@ use crate::harness::{Agent, DEADLINE, Lang, Mode, assert_prints};
 
 const LINES: usize = 3000;
 const BUDGET: Duration = Duration::from_secs(40);
-/// The jail's processes: bwrap, its pid 1, the agent, the interpreter.
-const JAIL_PROCESSES: usize = 4;
+/// The jail's processes: bwrap, the agent (the jail's pid 1), the
+/// interpreter.
+const JAIL_PROCESSES: usize = 3;
 
 /// What a request's code does: short, straight-line (a mutation cannot make
 /// a loop of it), some of it ending the interpreter or leaving a process.

@@ -26,7 +26,8 @@ pub enum Mode {
     /// A plain child process of the test.
     Host,
     /// In a bubblewrap jail like the session wrappers' (all namespaces
-    /// unshared, the host's /usr read-only, a cleared environment).
+    /// unshared, the agent the jail's pid 1, the host's /usr read-only, a
+    /// cleared environment).
     Jail,
 }
 
@@ -121,6 +122,7 @@ impl Agent {
                 let mut bwrap = Command::new("bwrap");
                 bwrap
                     .args(["--unshare-all", "--die-with-parent", "--new-session"])
+                    .arg("--as-pid-1")
                     .args(["--ro-bind", "/usr", "/usr"])
                     .args(["--symlink", "usr/lib", "/lib"])
                     .args(["--symlink", "usr/lib64", "/lib64"])

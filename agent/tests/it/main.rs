@@ -7,6 +7,7 @@ mod harness;
 mod bash;
 mod files;
 mod fuzz;
+mod init;
 mod node;
 mod protocol;
 mod python;

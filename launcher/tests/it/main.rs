@@ -12,3 +12,4 @@ mod protocol;
 mod run;
 mod session;
 mod session_table;
+mod takeover;

@@ -1,6 +1,7 @@
 //! The session table through MCP: refusals, one call at a time, many
-//! sessions at once, idle expiry and maximum lifetime, a killed agent, and
-//! no session process left after the server goes.
+//! sessions at once, idle expiry and maximum lifetime, the agent out of
+//! user code's reach, a dead agent, and no session process left after the
+//! server goes.
 
 use std::time::Duration;
 
@@ -206,24 +207,44 @@ async fn sessions_end_at_their_maximum_lifetime() {
     );
 }
 
+/// User code cannot kill the agent (the jail's pid 1: the kernel drops
+/// its signals); an agent that dies all the same (here killed from outside
+/// the jail, by the test, in the middle of a call) is detected, and the
+/// session reset.
 #[tokio::test]
-async fn an_agent_killed_from_inside_the_jail_is_detected_and_replaced() {
+async fn the_agent_outlives_user_codes_signals_and_its_death_resets_the_session() {
     let mark = marker("agent-kill");
     let s = server_with(&mark, 30, &[], &[]).await;
     s.session("python", "k", "x = 1\nopen('/workspace/f', 'w').write('f')")
         .await;
-    // The agent is the process whose command line has --interpreter.
-    let kill = "import os, signal\n\
-        for pid in os.listdir('/proc'):\n\
-        \x20   if pid.isdigit():\n\
-        \x20       try:\n\
-        \x20           argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n\
-        \x20       except OSError:\n\
-        \x20           continue\n\
-        \x20       if b'--interpreter' in argv:\n\
-        \x20           os.kill(int(pid), signal.SIGKILL)\n\
-        import time\ntime.sleep(30)";
-    let r = s.session("python", "k", kill).await;
+    let signals = "import os, signal, time\n\
+        for s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n\
+        \x20   os.kill(1, s)\n\
+        time.sleep(0.2)\n\
+        print('alive', x)";
+    let r = s.session("python", "k", signals).await;
+    assert_eq!(text(&r), "alive 1\n", "{r:?}");
+
+    let child = format!("{mark}-child");
+    let code = format!(
+        "import subprocess, time\n\
+         subprocess.Popen(['bash', '-c', 'exec -a {child} sleep 1000'])\ntime.sleep(30)"
+    );
+    let call = s.call(json!({"env": "python", "session": "k", "code": code}));
+    let kill = async {
+        wait_running(&child).await;
+        // The agent: the session jail's process named `agent`.
+        let agents: Vec<u32> = pids_with(&mark)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim_end() == "agent")
+            })
+            .collect();
+        assert_eq!(agents.len(), 1, "{agents:?}");
+        signal_pid(agents[0], nix::sys::signal::Signal::SIGKILL);
+    };
+    let (r, ()) = tokio::join!(call, kill);
     assert_eq!(r.is_error, Some(true));
     let t = text(&r);
     assert!(
@@ -232,6 +253,8 @@ async fn an_agent_killed_from_inside_the_jail_is_detected_and_replaced() {
         "{t}"
     );
     assert_eq!(facts(&r)["session_reset"], true);
+    // Every process of the jail went with its pid 1.
+    assert_no_process_left(&child).await;
     let r = s
         .session(
             "python",

@@ -8,6 +8,19 @@
 
 use std::collections::VecDeque;
 
+/// The most characters the cut marker adds to a rendering: a newline ending
+/// the head, then `[... N bytes dropped ...]` and a newline, N at most
+/// `u64::MAX`.
+pub const MARKER_MAX_CHARS: usize = 46;
+
+/// The most characters [`Cap::render`] returns for a cap of `limit` bytes:
+/// every kept byte becomes at most one character (a UTF-8 sequence fewer, an
+/// invalid byte one U+FFFD), plus the marker. The launcher holds the agent's
+/// replies to it.
+pub fn rendered_max_chars(limit: usize) -> usize {
+    limit.saturating_add(MARKER_MAX_CHARS)
+}
+
 /// Head and tail of a stream, capped at `limit` bytes in all.
 #[derive(Debug, Clone)]
 pub struct Cap {
@@ -156,6 +169,24 @@ mod tests {
         let mut cap = Cap::new(64);
         cap.push(&[b'a', 0xff, b'b']);
         assert_eq!(cap.render(), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn a_rendering_stays_within_its_bound() {
+        let marker = format!("\n[... {} bytes dropped ...]\n", u64::MAX);
+        assert_eq!(marker.chars().count(), super::MARKER_MAX_CHARS);
+        // Invalid bytes (one U+FFFD each), a cut inside UTF-8 sequences.
+        let mut cap = Cap::new(9);
+        for _ in 0..1000 {
+            cap.push(&[0xff, b'a', 0xc3]);
+            cap.push("é€".as_bytes());
+        }
+        let text = cap.render();
+        assert!(
+            text.chars().count() <= super::rendered_max_chars(9),
+            "{text}"
+        );
+        assert!(text.contains("bytes dropped"));
     }
 
     #[test]

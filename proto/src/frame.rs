@@ -36,7 +36,13 @@
 //!   the next exec comes; that exec's reply has `restarted: true` (state was
 //!   lost; files are kept). A death between calls shows only as `restarted`.
 //! - User code never sees the agent's stdin or stdout, so nothing it prints
-//!   can forge or break a frame.
+//!   can forge or break a frame: the agent is the jail's pid 1 (bubblewrap's
+//!   `--as-pid-1`), the only process of the jail holding them, and not
+//!   dumpable. The launcher still holds every reply to this description
+//!   (its `session/verify.rs`): output within `output_bytes`, `status` and
+//!   `exit` in range and agreeing, at most [`MAX_OUTPUTS_LISTED`] outputs, a
+//!   `read` answered with what it asked for. A reply that is not, or a line
+//!   that is not a reply to a request of the launcher's, ends the session.
 //! - Files in (`exec`'s `files`): written under the workspace
 //!   (`/workspace`) before the code runs, each at a path `files::check_path`
 //!   accepts, creating directories, replacing files, never following a
@@ -148,7 +154,8 @@ impl Reply {
 #[serde(deny_unknown_fields)]
 pub struct ExecReply {
     pub id: u64,
-    /// The call's status: 0 on success; see the module documentation.
+    /// The call's status, 0 to 255: 0 on success; see the module
+    /// documentation.
     pub status: i32,
     pub stdout: String,
     pub stderr: String,

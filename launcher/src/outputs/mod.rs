@@ -15,8 +15,10 @@
 //!   host, up to [`MAX_MIRROR_BYTES`] per call.
 //!
 //! The bytes come from the agent (`read` frames), never from the jail's
-//! files directly (CONTRIBUTING.md, contract 3). Reading is bounded in time;
-//! an agent that fails to answer gets the caller's jail killed.
+//! files directly (CONTRIBUTING.md, contract 3). Reading is bounded in time,
+//! and each answer to what was asked (session/verify.rs); an agent that
+//! fails to answer, or answers with more or elsewhere, gets the caller's
+//! jail killed.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,7 +29,8 @@ use tokio::time::Instant;
 
 pub mod mirror;
 
-use crate::session::jail::Jail;
+use crate::session::jail::{Broken, Jail};
+use crate::session::verify;
 use mirror::Mirror;
 
 /// Most images (SVG included) shown per call.
@@ -253,25 +256,26 @@ pub async fn read_each(
             jail.request(&request)
                 .await
                 .map_err(|e| ReadFailed::Broken(e.to_string()))?;
+            let broken = |b: Broken| ReadFailed::Broken(b.to_string());
             match jail.next_reply().await {
-                Ok(Reply::File(file)) if file.id == id => Ok(file),
+                Ok(Reply::File(file)) if file.id == id => verify::file(&file, path, offset, want)
+                    .map(|chunk| (file, chunk))
+                    .map_err(|v| broken(Broken::Invalid(v))),
                 Ok(Reply::Error {
                     id: Some(err),
                     code: ErrorCode::NotFound,
                     message,
-                }) if err == id => Err(ReadFailed::Gone(message)),
-                Ok(other) => Err(ReadFailed::Broken(format!(
-                    "the agent sent an unexpected reply: {other:?}"
-                ))),
-                Err(e) => Err(ReadFailed::Broken(e.to_string())),
+                }) if err == id => match verify::message(&message) {
+                    Ok(()) => Err(ReadFailed::Gone(message)),
+                    Err(v) => Err(broken(Broken::Invalid(v))),
+                },
+                Ok(other) => Err(broken(Broken::Unexpected(verify::describe(&other)))),
+                Err(e) => Err(broken(e)),
             }
         };
-        let file = tokio::time::timeout_at(deadline, exchange)
+        let (file, chunk) = tokio::time::timeout_at(deadline, exchange)
             .await
             .map_err(|_| ReadFailed::Broken("the agent did not answer a read in time".into()))??;
-        let chunk = file
-            .bytes()
-            .map_err(|e| ReadFailed::Broken(e.to_string()))?;
         each(&chunk);
         offset += chunk.len() as u64;
         if file.eof || chunk.is_empty() || offset >= max {

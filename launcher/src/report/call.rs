@@ -93,15 +93,28 @@ pub fn called(env: &Env, o: &Outcome, resource_links: bool) -> CallToolResult {
         session_replaced: o.ended_before.is_some(),
         session_closed: o.ended_after || o.shutdown,
         session_named_by_server: o.named_by_server,
-        cuts: Cuts {
-            stdout_dropped_bytes: reply.map_or(0, |r| r.stdout_dropped),
-            stderr_dropped_bytes: reply.map_or(0, |r| r.stderr_dropped),
+        cuts: match (reply, &o.received) {
+            (Some(r), _) => Cuts {
+                stdout_dropped_bytes: r.stdout_dropped,
+                stderr_dropped_bytes: r.stderr_dropped,
+            },
+            (None, Some(got)) => Cuts {
+                stdout_dropped_bytes: got.stdout_dropped,
+                stderr_dropped_bytes: got.stderr_dropped,
+            },
+            (None, None) => Cuts {
+                stdout_dropped_bytes: 0,
+                stderr_dropped_bytes: 0,
+            },
         },
         duration_ms: super::millis(o.duration),
         outputs: outputs::facts(&o.outputs),
     };
+    // The reply's status is the agent's word (verified in range,
+    // session/verify.rs); the rest is the launcher's own knowledge.
     let succeeded = reply.is_some_and(|r| r.status == 0 && !r.interrupted)
         && o.reset.is_none()
+        && o.outputs.broken.is_none()
         && !o.shutdown
         && !o.timed_out
         && !o.cancelled;
@@ -163,6 +176,9 @@ fn render(env: &Env, o: &Outcome) -> String {
             }
             None => {}
         }
+    } else if let Some(got) = &o.received {
+        text = super::streams(got.stdout.clone(), &got.stderr);
+        notes.extend(super::cut_notes(got.stdout_dropped, got.stderr_dropped));
     }
     if let Some(why) = &o.reset {
         notes.push(if o.throwaway {
@@ -336,6 +352,53 @@ mod tests {
         assert_eq!(
             (s["session_reset"].as_bool(), s["exit_code"].is_null()),
             (Some(true), true)
+        );
+    }
+
+    #[test]
+    fn a_reply_that_broke_the_protocol_shows_its_cut_output_and_no_claim() {
+        let mut o = outcome(None);
+        o.received = Some(crate::session::verify::Streams {
+            stdout: "HEAD\n[... 9 bytes dropped ...]\nTAIL".into(),
+            stderr: String::new(),
+            stdout_dropped: 9,
+            stderr_dropped: 0,
+        });
+        o.reset =
+            Some("the session's sandbox failed (the agent's reply broke the protocol)".into());
+        let r = called(&env(), &o, true);
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(
+            text(&r),
+            "HEAD\n[... 9 bytes dropped ...]\nTAIL\nstdout cut: 9 bytes dropped from the middle\n\
+             the session's sandbox failed (the agent's reply broke the protocol): session reset: \
+             interpreter state and /workspace files lost"
+        );
+        let s = crate::report::facts(&r);
+        assert_eq!(s["stdout_dropped_bytes"], 9);
+        assert!(s["exit_code"].is_null() && s["interpreter_exit"].is_null());
+    }
+
+    #[test]
+    fn outputs_that_could_not_be_read_fail_the_call() {
+        let mut o = outcome(Some(reply(0, "", "")));
+        o.outputs.items.push(crate::outputs::Item {
+            output: proto::frame::Output {
+                path: "a.png".into(),
+                size: 3,
+                mime: "image/png".into(),
+            },
+            shown: None,
+            note: None,
+            uri: None,
+        });
+        o.outputs.broken = Some("the agent did not answer a read in time".into());
+        let r = called(&env(), &o, true);
+        assert_eq!(r.is_error, Some(true));
+        assert!(
+            text(&r).contains("reading the outputs failed ("),
+            "{}",
+            text(&r)
         );
     }
 

@@ -8,8 +8,10 @@
 //!   ignores interrupts: the call ends with [`Ended::Reset`] and the caller
 //!   kills the jail.
 //! - Anything else unexpected from the agent (its output closed, a bad frame,
-//!   a reply to no request, a write that does not go through in time) also
-//!   ends with [`Ended::Reset`].
+//!   a reply to no request, a reply an honest agent cannot send (verify.rs),
+//!   a write that does not go through in time) also ends with
+//!   [`Ended::Reset`]; of an exec reply that broke the protocol only the
+//!   output is kept, cut to the cap by the launcher.
 //! - Server shutdown ends the call at once.
 //! - A call that ended with a reply has its outputs collected (outputs/);
 //!   one whose jail had to be killed says why the session was reset.
@@ -25,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::jail::{Broken, Jail};
+use super::verify::{self, Streams};
 use crate::catalog::Env;
 use crate::outputs::{self, Collected, Destination};
 
@@ -53,6 +56,8 @@ pub enum Ended {
         why: ResetReason,
         timed_out: bool,
         cancelled: bool,
+        /// The output of an exec reply that broke the protocol, bounded.
+        output: Option<Streams>,
     },
     /// The server is stopping.
     Shutdown,
@@ -109,8 +114,12 @@ impl<'a> Call<'a> {
 #[derive(Debug)]
 pub struct CallOutcome {
     pub session: String,
-    /// The agent's answer (none when the session was reset before one came).
+    /// The agent's answer (none when the session was reset before one came,
+    /// or the answer broke the protocol: verify.rs).
     pub reply: Option<ExecReply>,
+    /// The output of an answer that broke the protocol, cut to the cap by
+    /// the launcher (its claims are not reported).
+    pub received: Option<Streams>,
     pub timed_out: bool,
     pub cancelled: bool,
     /// Why the session was reset during the call.
@@ -138,6 +147,7 @@ impl CallOutcome {
         CallOutcome {
             session,
             reply: None,
+            received: None,
             timed_out: false,
             cancelled: false,
             reset: None,
@@ -167,6 +177,7 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
         why,
         timed_out,
         cancelled,
+        output: None,
     };
     tokio::select! {
         biased;
@@ -190,16 +201,27 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
             () = call.shutdown.cancelled() => return Ended::Shutdown,
             reply = jail.next_reply() => match reply {
                 Ok(Reply::Exec(reply)) if reply.id == id => {
-                    return Ended::Answered { reply, timed_out, cancelled };
+                    return match verify::exec(&reply, call.output_bytes) {
+                        Ok(()) => Ended::Answered { reply, timed_out, cancelled },
+                        Err(violation) => Ended::Reset {
+                            why: ResetReason::Broken(Broken::Invalid(violation)),
+                            timed_out,
+                            cancelled,
+                            output: Some(verify::bounded(&reply, call.output_bytes)),
+                        },
+                    };
                 }
                 Ok(Reply::Ack { id: ack, .. }) if interrupt.is_some_and(|(i, _)| i == ack) => continue,
-                Ok(Reply::Error { id: Some(err), code: ErrorCode::SpawnFailed, message }) if err == id => {
-                    return Ended::Refused { message };
+                Ok(Reply::Error { id: Some(err), code, message })
+                    if err == id && matches!(code, ErrorCode::SpawnFailed | ErrorCode::BadFile) =>
+                {
+                    match verify::message(&message) {
+                        Ok(()) if code == ErrorCode::SpawnFailed => return Ended::Refused { message },
+                        Ok(()) => return Ended::FilesRefused { message },
+                        Err(violation) => ResetReason::Broken(Broken::Invalid(violation)),
+                    }
                 }
-                Ok(Reply::Error { id: Some(err), code: ErrorCode::BadFile, message }) if err == id => {
-                    return Ended::FilesRefused { message };
-                }
-                Ok(other) => ResetReason::Broken(Broken::Unexpected(format!("{other:?}"))),
+                Ok(other) => ResetReason::Broken(Broken::Unexpected(verify::describe(&other))),
                 Err(e) => ResetReason::Broken(e),
             },
             () = tokio::time::sleep_until(wake) => {
@@ -297,11 +319,13 @@ pub async fn settle(
             why,
             timed_out,
             cancelled,
+            output,
         } => {
             let log = jail.log_tail();
             jail.kill();
             tracing::warn!(session = label, env = %env.name, ?why, %log, "session reset");
             outcome.reset = Some(reset_sentence(&why, env, timed_out, cancelled));
+            outcome.received = output;
             outcome.timed_out = timed_out;
             outcome.cancelled = cancelled;
             Ok(JailAfter::Reset)

@@ -22,6 +22,7 @@ use proto::frame::{self, Reply, Request, Split, Splitter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
+use super::verify::Violation;
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, StartError, WrapperEnv};
 
@@ -42,8 +43,10 @@ pub enum Broken {
     BadFrame(String),
     /// A line longer than `frame::MAX_FRAME_BYTES`.
     TooLarge,
-    /// A reply nobody asked for (a wrong id).
+    /// A reply nobody asked for (a wrong id), in a few words.
     Unexpected(String),
+    /// A reply an honest agent cannot send (verify.rs).
+    Invalid(Violation),
 }
 
 impl std::fmt::Display for Broken {
@@ -54,6 +57,7 @@ impl std::fmt::Display for Broken {
             Broken::BadFrame(e) => write!(f, "the agent sent a bad frame: {e}"),
             Broken::TooLarge => f.write_str("the agent sent an oversized frame"),
             Broken::Unexpected(what) => write!(f, "the agent sent an unexpected reply: {what}"),
+            Broken::Invalid(why) => write!(f, "the agent's reply broke the protocol: {why}"),
         }
     }
 }

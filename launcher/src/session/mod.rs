@@ -25,8 +25,9 @@
 //!   them; a call also ends any that are due before it looks. The next call
 //!   with an ended session's name starts a fresh one and is told why.
 //! - A call (call.rs) that the code does not let end at its deadline, or
-//!   an agent that died or broke the protocol, resets the session: the
-//!   jail is killed and a fresh one started.
+//!   an agent that died or broke the protocol (verify.rs: the agent is as
+//!   untrusted as the code beside it), resets the session: the jail is
+//!   killed and a fresh one started.
 //! - Server shutdown (the token) and dropping the table kill every jail.
 
 pub mod call;
@@ -35,6 +36,7 @@ mod lease;
 mod names;
 mod table;
 pub mod throwaway;
+pub mod verify;
 
 use std::sync::Arc;
 use std::time::Instant;

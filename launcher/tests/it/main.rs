@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod deadline;
 mod errors;
+mod hostile;
 mod http;
 mod lifetime;
 mod outputs;

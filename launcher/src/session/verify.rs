@@ -1,0 +1,338 @@
+//! What the launcher takes from a session's agent. Nothing in a jail is
+//! trusted, the agent included: user code runs beside it as the same user,
+//! and an agent it got hold of could answer anything. So each reply is held
+//! to what an honest agent can send (`proto::frame`), and what the result
+//! states as fact is bounded by the launcher itself:
+//!
+//! - each output stream at most the call's `output_bytes` as the agent's
+//!   cap renders it (`proto::cap::rendered_max_chars`);
+//! - `status` from 0 to 255 (an exit code, 128 + a signal, 130 when
+//!   interrupted); an interpreter's exit code from 0 to 255 or signal from 1
+//!   to 64, and then `status` is that exit's;
+//! - at most `MAX_OUTPUTS_LISTED` outputs, error messages of at most
+//!   [`MAX_MESSAGE_BYTES`];
+//! - a read's answer: the path and offset asked for, at most the bytes
+//!   asked for, base64.
+//!
+//! A reply that breaks any of these ends the session (the jail is killed,
+//! the result says so and is an error); of such an exec reply only the
+//! output is shown, cut by the launcher to the cap ([`bounded`]), and none
+//! of its claims. A reply within them is still the agent's word for what
+//! the launcher cannot see (the code's status, whether the interpreter
+//! restarted): it decides `isError` only together with what the launcher
+//! knows itself (its deadline, a cancel, a reset).
+
+use std::fmt;
+
+use proto::cap::{Cap, rendered_max_chars};
+use proto::frame::{ExecReply, Exit, FileReply, MAX_OUTPUTS_LISTED, Reply};
+
+/// The longest error message an agent may send (a path and why).
+pub const MAX_MESSAGE_BYTES: usize = 16 << 10;
+
+/// How a reply broke the protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// A stream longer than the cap lets the agent render it.
+    OverCap {
+        stream: &'static str,
+        chars: usize,
+        cap: usize,
+    },
+    Status(i32),
+    Exit(Exit),
+    /// An exit whose status is not the reply's.
+    ExitStatus {
+        status: i32,
+        exit: Exit,
+    },
+    Outputs(usize),
+    Message(usize),
+    /// A read answered for another path or offset.
+    ReadPlace {
+        path: String,
+        offset: u64,
+        want: u64,
+    },
+    /// A read answered with more than it asked for.
+    ReadSize {
+        got: usize,
+        max: u64,
+    },
+    ReadData(String),
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::OverCap { stream, chars, cap } => {
+                write!(
+                    f,
+                    "{stream} over its cap of {cap} bytes ({chars} characters)"
+                )
+            }
+            Violation::Status(status) => write!(f, "status {status}, not 0 to 255"),
+            Violation::Exit(exit) => {
+                write!(f, "the interpreter's exit {} is out of range", shown(*exit))
+            }
+            Violation::ExitStatus { status, exit } => write!(
+                f,
+                "status {status} with the interpreter's exit {}",
+                shown(*exit)
+            ),
+            Violation::Outputs(n) => {
+                write!(f, "{n} outputs listed, more than {MAX_OUTPUTS_LISTED}")
+            }
+            Violation::Message(n) => write!(
+                f,
+                "an error message of {n} bytes, more than {MAX_MESSAGE_BYTES}"
+            ),
+            Violation::ReadPlace { path, offset, want } => {
+                let path: String = path.chars().take(80).collect();
+                write!(
+                    f,
+                    "a read answered for {path:?} at offset {offset} for a read at {want}"
+                )
+            }
+            Violation::ReadSize { got, max } => {
+                write!(f, "{got} bytes for a read of at most {max}")
+            }
+            Violation::ReadData(why) => write!(f, "a read's data: {why}"),
+        }
+    }
+}
+
+fn shown(exit: Exit) -> String {
+    match exit {
+        Exit::Code(code) => format!("code {code}"),
+        Exit::Signal(signal) => format!("signal {signal}"),
+    }
+}
+
+/// Checks an exec reply of a call capped at `output_bytes`.
+pub fn exec(reply: &ExecReply, output_bytes: usize) -> Result<(), Violation> {
+    for (stream, text) in [("stdout", &reply.stdout), ("stderr", &reply.stderr)] {
+        let cap = rendered_max_chars(output_bytes);
+        // Bytes bound characters: only a long text is counted.
+        if text.len() > cap && text.chars().count() > cap {
+            return Err(Violation::OverCap {
+                stream,
+                chars: text.chars().count(),
+                cap: output_bytes,
+            });
+        }
+    }
+    if !(0..=255).contains(&reply.status) {
+        return Err(Violation::Status(reply.status));
+    }
+    if let Some(exit) = reply.exit {
+        let in_range = match exit {
+            Exit::Code(code) => (0..=255).contains(&code),
+            Exit::Signal(signal) => (1..=64).contains(&signal),
+        };
+        if !in_range {
+            return Err(Violation::Exit(exit));
+        }
+        if exit.status() != reply.status {
+            return Err(Violation::ExitStatus {
+                status: reply.status,
+                exit,
+            });
+        }
+    }
+    if reply.outputs.len() > MAX_OUTPUTS_LISTED {
+        return Err(Violation::Outputs(reply.outputs.len()));
+    }
+    Ok(())
+}
+
+/// Checks an error message.
+pub fn message(message: &str) -> Result<(), Violation> {
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Err(Violation::Message(message.len()));
+    }
+    Ok(())
+}
+
+/// The bytes of `file`, the answer to a read of `path` at `offset` of at
+/// most `max` bytes.
+pub fn file(file: &FileReply, path: &str, offset: u64, max: u64) -> Result<Vec<u8>, Violation> {
+    if file.path != path || file.offset != offset {
+        return Err(Violation::ReadPlace {
+            path: file.path.clone(),
+            offset: file.offset,
+            want: offset,
+        });
+    }
+    let bytes = file
+        .bytes()
+        .map_err(|e| Violation::ReadData(e.to_string()))?;
+    if bytes.len() as u64 > max {
+        return Err(Violation::ReadSize {
+            got: bytes.len(),
+            max,
+        });
+    }
+    Ok(bytes)
+}
+
+/// An exec reply's output, bounded by the launcher: each stream as it came
+/// when within the cap, else cut to `output_bytes` (head and tail, as the
+/// agent's cap does); the dropped counts are the launcher's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Streams {
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_dropped: u64,
+    pub stderr_dropped: u64,
+}
+
+/// The output of `reply`, a reply that broke the protocol, bounded.
+pub fn bounded(reply: &ExecReply, output_bytes: usize) -> Streams {
+    let cut = |text: &str| {
+        if text.chars().count() <= rendered_max_chars(output_bytes) {
+            return (text.to_owned(), 0);
+        }
+        let mut cap = Cap::new(output_bytes);
+        cap.push(text.as_bytes());
+        (cap.render(), cap.dropped())
+    };
+    let (stdout, stdout_dropped) = cut(&reply.stdout);
+    let (stderr, stderr_dropped) = cut(&reply.stderr);
+    Streams {
+        stdout,
+        stderr,
+        stdout_dropped,
+        stderr_dropped,
+    }
+}
+
+/// A reply nobody asked for, in a few words (never its content: it could be
+/// megabytes, and it is not the code's output).
+pub fn describe(reply: &Reply) -> String {
+    match reply {
+        Reply::Exec(_) => "an exec reply to no request of this call".into(),
+        Reply::File(_) => "a file reply to no request of this call".into(),
+        Reply::Ack { .. } => "an ack to no request of this call".into(),
+        Reply::Error { code, .. } => format!("an error ({code:?}) to no request of this call"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: i32, exit: Option<Exit>, stdout: &str) -> ExecReply {
+        ExecReply {
+            id: 1,
+            status,
+            stdout: stdout.into(),
+            stderr: String::new(),
+            stdout_dropped: 0,
+            stderr_dropped: 0,
+            exit,
+            restarted: false,
+            interrupted: false,
+            duration_ms: 1,
+            outputs: Vec::new(),
+            outputs_more: 0,
+        }
+    }
+
+    #[test]
+    fn what_an_honest_agent_sends_passes() {
+        assert_eq!(exec(&reply(0, None, "hi\n"), 8), Ok(()));
+        assert_eq!(exec(&reply(3, Some(Exit::Code(3)), ""), 8), Ok(()));
+        assert_eq!(exec(&reply(137, Some(Exit::Signal(9)), ""), 8), Ok(()));
+        assert_eq!(exec(&reply(130, None, ""), 8), Ok(()));
+        // The agent's own rendering of a cut stream, invalid bytes included.
+        let mut cap = Cap::new(8);
+        cap.push(&[0xff; 100]);
+        assert_eq!(exec(&reply(0, None, &cap.render()), 8), Ok(()));
+    }
+
+    #[test]
+    fn what_it_cannot_send_is_named() {
+        let over = "y".repeat(100);
+        assert_eq!(
+            exec(&reply(0, None, &over), 8),
+            Err(Violation::OverCap {
+                stream: "stdout",
+                chars: 100,
+                cap: 8
+            })
+        );
+        // Multi-byte characters count once.
+        assert_eq!(exec(&reply(0, None, &"€".repeat(54)), 8), Ok(()));
+        assert_eq!(exec(&reply(256, None, ""), 8), Err(Violation::Status(256)));
+        assert_eq!(exec(&reply(-1, None, ""), 8), Err(Violation::Status(-1)));
+        assert_eq!(
+            exec(&reply(0, Some(Exit::Code(3)), ""), 8),
+            Err(Violation::ExitStatus {
+                status: 0,
+                exit: Exit::Code(3)
+            })
+        );
+        assert_eq!(
+            exec(&reply(193, Some(Exit::Signal(65)), ""), 8),
+            Err(Violation::Exit(Exit::Signal(65)))
+        );
+        let mut many = reply(0, None, "");
+        many.outputs = vec![
+            proto::frame::Output {
+                path: "a".into(),
+                size: 1,
+                mime: "text/plain".into()
+            };
+            MAX_OUTPUTS_LISTED + 1
+        ];
+        assert_eq!(exec(&many, 8), Err(Violation::Outputs(65)));
+        assert!(message(&"m".repeat(MAX_MESSAGE_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn an_over_long_stream_is_cut_head_and_tail() {
+        let mut r = reply(0, None, &format!("HEAD{}TAIL", "x".repeat(1000)));
+        r.stdout_dropped = 7;
+        let streams = bounded(&r, 16);
+        assert_eq!(
+            streams.stdout,
+            "HEADxxxx\n[... 992 bytes dropped ...]\nxxxxTAIL"
+        );
+        assert_eq!(streams.stdout_dropped, 992);
+        assert_eq!((streams.stderr.as_str(), streams.stderr_dropped), ("", 0));
+    }
+
+    #[test]
+    fn a_read_gets_what_it_asked_for_or_nothing() {
+        let file = |path: &str, offset: u64, bytes: &[u8]| FileReply {
+            id: 1,
+            path: path.into(),
+            size: 100,
+            offset,
+            data: proto::frame::encode_data(bytes),
+            eof: false,
+        };
+        assert_eq!(file_ok(&file("a", 4, b"abc"), 3), Ok(b"abc".to_vec()));
+        assert!(matches!(
+            super::file(&file("b", 4, b"abc"), "a", 4, 3),
+            Err(Violation::ReadPlace { .. })
+        ));
+        assert!(matches!(
+            super::file(&file("a", 5, b"abc"), "a", 4, 3),
+            Err(Violation::ReadPlace { .. })
+        ));
+        assert_eq!(
+            file_ok(&file("a", 4, b"abcd"), 3),
+            Err(Violation::ReadSize { got: 4, max: 3 })
+        );
+        assert_eq!(
+            file_ok(&file("a", 4, &[0; 100]), 3),
+            Err(Violation::ReadSize { got: 100, max: 3 })
+        );
+    }
+
+    fn file_ok(file: &FileReply, max: u64) -> Result<Vec<u8>, Violation> {
+        super::file(file, "a", 4, max)
+    }
+}

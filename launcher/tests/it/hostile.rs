@@ -1,0 +1,167 @@
+//! A hostile agent (the fixture `hostile-agent`, standing for an agent that
+//! user code took over): the launcher trusts no size, status or flag it
+//! states. Output beyond the cap is cut by the launcher itself; a reply an
+//! honest agent cannot send (a status out of range, an exit that disagrees
+//! with it, a reply to another request, a line that is no frame, too many
+//! outputs, a read answered with more than was asked) resets the session,
+//! said plainly, and never passes as success. The server stays up.
+
+use rmcp::model::CallToolResult;
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The launcher's own cap in the fixture manifest.
+const OUTPUT_BYTES: usize = 65536;
+const RESET: &str = "session reset: interpreter state and /workspace files lost";
+
+async fn server() -> Server {
+    let mut m = template();
+    m["environments"]["python"]["session"] =
+        serde_json::json!([wrappers().join("hostile-agent").to_str().unwrap()]);
+    Server::start(vec![Manifest::new(&m)]).await
+}
+
+/// Runs `mode` in a session of its own.
+async fn call(s: &Server, mode: &str) -> CallToolResult {
+    s.session("python", mode, mode).await
+}
+
+/// The call failed, the session was reset saying the sandbox broke the
+/// protocol, and no claim of the agent's passed as a fact.
+#[track_caller]
+fn assert_reset(r: &CallToolResult, mode: &str, why: &str) {
+    let t = text(r);
+    assert_eq!(r.is_error, Some(true), "{mode}: {t}");
+    assert!(
+        t.contains(&format!("the session's sandbox failed ({why}")) && t.ends_with(RESET),
+        "{mode}: {t}"
+    );
+    let facts = facts(r);
+    assert_eq!(facts["session_reset"], true, "{mode}: {facts}");
+    assert_eq!(facts["exit_code"], Value::Null, "{mode}: {facts}");
+    assert_eq!(facts["interpreter_exit"], Value::Null, "{mode}: {facts}");
+    assert!(t.len() < 2 * OUTPUT_BYTES, "{mode}: {} bytes", t.len());
+}
+
+#[tokio::test]
+async fn output_beyond_the_cap_is_cut_by_the_launcher_and_fails_the_call() {
+    let s = server().await;
+    for (mode, stream) in [("flood", "stdout"), ("flood-stderr", "stderr")] {
+        let r = call(&s, mode).await;
+        let t = text(&r);
+        assert_reset(&r, mode, "the agent's reply broke the protocol");
+        assert!(
+            t.contains(&format!("{stream} over its cap")),
+            "{mode}: {}",
+            &t[t.len().saturating_sub(600)..]
+        );
+        // Head and tail kept, the middle dropped and counted, as the cap
+        // does while output streams.
+        let kept = t.matches('x').count();
+        assert!(
+            kept <= OUTPUT_BYTES && kept > OUTPUT_BYTES - 16,
+            "{mode}: {kept}"
+        );
+        assert!(t.contains("HEAD") && t.contains("TAIL"), "{mode}");
+        let dropped = facts(&r)[format!("{stream}_dropped_bytes")]
+            .as_u64()
+            .unwrap();
+        assert_eq!(
+            dropped as usize,
+            12 * 1024 * 1024 + 8 - OUTPUT_BYTES,
+            "{mode}"
+        );
+        assert!(t.contains(&format!(
+            "{stream} cut: {dropped} bytes dropped from the middle"
+        )));
+    }
+}
+
+#[tokio::test]
+async fn claims_an_honest_agent_cannot_make_reset_the_session() {
+    let s = server().await;
+    for (mode, why) in [
+        (
+            "status-300",
+            "the agent's reply broke the protocol: status 300",
+        ),
+        (
+            "status-minus",
+            "the agent's reply broke the protocol: status -1",
+        ),
+        (
+            "exit-mismatch",
+            "the agent's reply broke the protocol: status 0 with",
+        ),
+        (
+            "bad-signal",
+            "the agent's reply broke the protocol: the interpreter's exit",
+        ),
+        (
+            "many-outputs",
+            "the agent's reply broke the protocol: 200 outputs",
+        ),
+    ] {
+        let r = call(&s, mode).await;
+        assert_reset(&r, mode, why);
+    }
+}
+
+#[tokio::test]
+async fn a_reply_to_another_request_or_no_frame_resets_the_session() {
+    let s = server().await;
+    for (mode, why) in [
+        (
+            "wrong-id",
+            "the agent sent an unexpected reply: an exec reply",
+        ),
+        ("garbage", "the agent sent a bad frame"),
+        ("oversized", "the agent sent an oversized frame"),
+        (
+            "long-refusal",
+            "the agent's reply broke the protocol: an error message",
+        ),
+    ] {
+        let r = call(&s, mode).await;
+        assert_reset(&r, mode, why);
+        assert!(!text(&r).contains("forged"), "{mode}: {}", text(&r));
+    }
+}
+
+#[tokio::test]
+async fn a_read_answered_with_more_or_elsewhere_resets_the_session() {
+    let s = server().await;
+    for (mode, why) in [
+        ("big-read", "bytes for a read of at most"),
+        ("read-offset", "at offset 7 for a read at 0"),
+    ] {
+        let r = call(&s, mode).await;
+        let t = text(&r);
+        assert_eq!(r.is_error, Some(true), "{mode}: {t}");
+        assert!(
+            t.contains("reading the outputs failed (") && t.contains(why),
+            "{mode}: {t}"
+        );
+        assert!(
+            r.content.iter().all(|c| c.as_image().is_none()),
+            "{mode}: an image was shown"
+        );
+    }
+}
+
+#[tokio::test]
+async fn honest_replies_pass_and_the_server_stays_up() {
+    let s = server().await;
+    for mode in ["flood", "wrong-id", "garbage", "status-300"] {
+        assert_eq!(call(&s, mode).await.is_error, Some(true), "{mode}");
+    }
+    let r = s.session("python", "h", "honest").await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(text(&r), "honest\n");
+    let r = s.session("python", "h", "exit-3").await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(facts(&r)["exit_code"], 3);
+    assert_eq!(facts(&r)["interpreter_exit"]["code"], 3);
+    assert_eq!(facts(&r)["session_reset"], false);
+}

@@ -126,7 +126,7 @@ def remove_net(made):
 
 
 class Server:
-    def __init__(self, server, sandbox_dir, project, scratch, extra_env=None):
+    def __init__(self, server, sandbox_dir, project, scratch, extra_env=None, extra_args=()):
         env = {
             "HOME": os.environ["HOME"],
             "PATH": "/usr/bin:/bin",
@@ -136,13 +136,17 @@ class Server:
             "TMPDIR": str(scratch),
             **(extra_env or {}),
         }
-        self.client = McpClient([server + "/bin/nix-sandbox-mcp", "--stdio"], env)
+        self.client = McpClient([server + "/bin/nix-sandbox-mcp", "--stdio", *extra_args], env)
         self.pid = self.client.proc.pid
         init = self.client.initialize("nix-sandbox-mcp-adversarial")
         self.instructions = init.get("instructions", "")
 
     def run(self, env, code):
-        result = self.client.request("tools/call", {"name": "run", "arguments": {"env": env, "code": code}})
+        return self.call({"env": env, "code": code})
+
+    def call(self, arguments):
+        """`run` with `arguments`; (result, text, facts)."""
+        result = self.client.request("tools/call", {"name": "run", "arguments": arguments})
         text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
         return result, text, facts(result)
 
@@ -764,6 +768,184 @@ def c_early_exit(args, sandboxes, project, scratch, expected):
     check(not problems, f"{len(problems)} of {3 * EARLY_EXIT_TRIES} servers left jails: {problems[:3]}")
 
 
+# A process planted by one session call: it waits for that call's answer,
+# then goes after the session's channel (the jail's pid 1, its stdin and
+# stdout and memory through /proc), tries to stop the agent, and writes what
+# it got to /workspace/attack.json. Holding the channel, it would answer
+# every exec in the agent's place with 12 MiB of forged output and status 0.
+ATTACKER = r"""
+import json, os, signal, time
+time.sleep(0.5)
+got, fds = {}, {}
+for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
+    try:
+        fds[fd] = os.open(f'/proc/1/fd/{fd}', flags)
+        got[f'fd{fd}'] = 'opened'
+    except OSError as e:
+        got[f'fd{fd}'] = type(e).__name__
+agent = None
+for pid in os.listdir('/proc'):
+    try:
+        if pid.isdigit() and b'--interpreter' in open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0'):
+            agent = int(pid)
+    except OSError:
+        pass
+got['agent'] = agent
+for target in sorted({1, agent}):
+    try:
+        os.kill(target, signal.SIGSTOP)
+        got[f'sigstop{target}'] = 'sent'
+    except OSError as e:
+        got[f'sigstop{target}'] = type(e).__name__
+time.sleep(0.2)
+status = dict(l.split(':\t', 1) for l in open(f'/proc/{agent}/status').read().splitlines() if ':\t' in l)
+got['agent_state'] = status['State'].split()[0]
+got['agent_caught'] = int(status['SigCgt'], 16)
+try:
+    start = int(open('/proc/1/maps').readline().split('-')[0], 16)
+    with open('/proc/1/mem', 'rb') as mem:
+        mem.seek(start)
+        mem.read(16)
+    got['mem'] = 'read'
+except OSError as e:
+    got['mem'] = type(e).__name__
+with open('/workspace/attack.tmp', 'w') as f:
+    json.dump(got, f)
+os.rename('/workspace/attack.tmp', '/workspace/attack.json')
+if len(fds) == 2:
+    pending = b''
+    while True:
+        chunk = os.read(fds[0], 1 << 16)
+        if not chunk:
+            break
+        pending += chunk
+        while b'\n' in pending:
+            line, pending = pending.split(b'\n', 1)
+            request = json.loads(line)
+            reply = {'type': 'ack', 'id': request['id'], 'busy': False}
+            if request['op'] == 'exec':
+                reply = {'type': 'exec', 'id': request['id'], 'status': 0,
+                         'stdout': 'FORGED' + 'x' * (12 * 2**20), 'stderr': '',
+                         'stdout_dropped': 0, 'stderr_dropped': 0, 'exit': None,
+                         'restarted': False, 'interrupted': False, 'duration_ms': 1}
+            os.write(fds[1], json.dumps(reply).encode() + b'\n')
+os._exit(0)
+"""
+
+PLANT = f"""import os
+child = os.fork()
+if child == 0:
+    os.setsid()
+    if os.fork() == 0:
+        exec({ATTACKER!r})
+    os._exit(0)
+os.waitpid(child, 0)
+print('planted')
+"""
+
+REPORT = """import os, time
+for _ in range(200):
+    if os.path.exists('/workspace/attack.json'):
+        break
+    time.sleep(0.05)
+print(open('/workspace/attack.json').read())
+"""
+
+
+def c_session_takeover(s):
+    """A process planted by one session call cannot take the session over:
+    the next call's result is its own (exit 3, an error, nothing forged)."""
+    session = f"takeover-{os.getpid()}"
+    call = lambda code: s.call({"env": "tight-python", "session": session, "code": code})  # noqa: E731
+    result, text, _ = call(PLANT)
+    check(text == "planted\n", f"planting: {result}")
+    time.sleep(1.5)
+    result, text, st = call("raise SystemExit(3)")
+    check("FORGED" not in text, f"a forged reply passed: {text[:200]!r}, isError {result.get('isError')}")
+    check(result.get("isError") and st.get("exit_code") == 3 and (st.get("interpreter_exit") or {}).get("code") == 3,
+          f"the call's own result did not come back: {text[:300]!r} {st}")
+    result, text, _ = call(REPORT)
+    check("FORGED" not in text, f"a forged reply passed: {text[:200]!r}")
+    try:
+        got = json.loads(text.splitlines()[0])
+    except (IndexError, ValueError):
+        raise Failed(f"no report from the planted process: {text[:300]!r}") from None
+    check(got.get("agent") == 1, f"the agent is not the jail's pid 1: {got}")
+    check(got.get("fd0") == got.get("fd1") == got.get("mem") == "PermissionError",
+          f"the planted process reached pid 1's fds or memory: {got}")
+    check(got.get("agent_state") != "T" and got.get("agent_caught") == 0,
+          f"the agent was stopped, or catches signals: {got}")
+    result, text, _ = call("print('still mine')")
+    check(text == "still mine\n", f"the session did not go on: {result}")
+
+
+# The session "agent" of the `forged` environment (forged_manifest): it
+# stands for an agent taken over, and answers each exec as its code says:
+# `flood` with 12 MiB of stdout and status 0, `wrong-id` for another
+# request, `garbage` with a line that is no frame, `status-300` with an
+# impossible status.
+FORGING_AGENT = """import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    rid, code = request['id'], request.get('code')
+    reply = {'type': 'ack', 'id': rid, 'busy': False}
+    if request['op'] == 'exec':
+        reply = {'type': 'exec', 'id': rid, 'status': 0, 'stdout': 'forged\\n', 'stderr': '',
+                 'stdout_dropped': 0, 'stderr_dropped': 0, 'exit': None, 'restarted': False,
+                 'interrupted': False, 'duration_ms': 1}
+        if code == 'flood':
+            reply['stdout'] = 'HEAD' + 'x' * (12 * 2**20) + 'TAIL'
+        elif code == 'wrong-id':
+            reply['id'] = rid + 1
+        elif code == 'status-300':
+            reply['status'] = 300
+        elif code == 'garbage':
+            sys.stdout.write('not a frame\\n')
+            sys.stdout.flush()
+            continue
+    sys.stdout.write(json.dumps(reply) + '\\n')
+    sys.stdout.flush()
+"""
+
+
+def c_forged_reply(args, sandboxes, project, scratch, tight):
+    """Replies of a taken-over agent (a 12 MiB flood with exit 0, a reply to
+    another request, a line that is no frame, status 300) never pass: each
+    call is an error, its output cut to output_bytes, the session reset and
+    said so; the server stays up."""
+    agent = scratch / "forging-agent.py"
+    agent.write_text(FORGING_AGENT)
+    agent.chmod(0o755)
+    manifest = json.loads((Path(args.tight_python) / "share/nix-sandbox-mcp/manifest.json").read_text())
+    entry = manifest["environments"]["tight-python"]
+    entry["session"] = ["/usr/bin/python3", str(agent)]
+    path = scratch / "forged.json"
+    path.write_text(json.dumps({"version": 1, "environments": {"forged": entry}}))
+    path.chmod(0o644)
+    server_tmp = scratch / "forged-server-tmp"
+    server_tmp.mkdir()
+    s = Server(args.server, sandboxes, project, server_tmp,
+               extra_args=("--allow-wrappers-outside-store", "--manifest", str(path)))
+    try:
+        cap = tight["output_bytes"]
+        for code, why in [
+            ("flood", "stdout over its cap"),
+            ("wrong-id", "unexpected reply"),
+            ("garbage", "bad frame"),
+            ("status-300", "status 300"),
+        ]:
+            result, text, st = s.call({"env": "forged", "session": f"forged-{code}", "code": code})
+            check(result.get("isError") and st.get("session_reset") is True and st.get("exit_code") is None,
+                  f"{code}: passed as {text[:300]!r} {st}")
+            check(why in text and text.endswith("session reset: interpreter state and /workspace files lost"),
+                  f"{code}: not said: {text[-300:]!r}")
+            check(len(text) < 2 * cap + 1024, f"{code}: {len(text)} characters, over output_bytes {cap}")
+        result, text, _ = s.run("tight-python", "print('alive')")
+        check(text == "alive\n", f"the server stopped serving: {result}")
+    finally:
+        s.close()
+
+
 def add_host_key():
     """A key in this user's keyring (add_key), whose description the jail must not see."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -848,6 +1030,11 @@ def main():
             case(f"{3 * EARLY_EXIT_TRIES} servers ended (end of input, SIGTERM, SIGKILL) within "
                  "milliseconds of their start leave no jail", c_early_exit, args, sandboxes, project,
                  server_tmp, expected)
+            case("a process planted in a session cannot reach the agent's channel, stop it, or answer "
+                 "in its place", c_session_takeover, server)
+            case("forged agent replies (a 12 MiB flood with exit 0, another request's id, no frame, "
+                 "status 300) fail, cut to output_bytes, and reset the session", c_forged_reply,
+                 args, sandboxes, project, scratch, tight)
             case(f"after {args.runs} runs nothing is left and the server did not grow",
                  c_leftovers, server, args.runs, expected, server_tmp)
             case(f"after {args.sessions} sessions expire nothing is left and the server did not grow",

@@ -9,7 +9,8 @@
 //!   its last lines are kept to explain a jail that died before answering.
 //! - Killing it (dropping it included) kills the wrapper's process group:
 //!   bubblewrap's outer process dies, its `--die-with-parent` ends the jail's
-//!   pid 1, and with it every process of the pid namespace. The cgroup is
+//!   pid 1 (the agent itself), and with it every process of the pid
+//!   namespace. The cgroup is
 //!   removed once the wrapper is gone, by a blocking task started with the
 //!   jail (the runtime's shutdown waits for those).
 

@@ -852,11 +852,25 @@ print(open('/workspace/attack.json').read())
 """
 
 
-def c_session_takeover(s):
+def side_server(args, sandboxes, project, scratch, name, extra_args=()):
+    """A server of a case's own (its sessions end when the case closes it)."""
+    server_tmp = scratch / f"{name}-server-tmp"
+    server_tmp.mkdir()
+    return Server(args.server, sandboxes, project, server_tmp, extra_args=extra_args)
+
+
+def c_session_takeover(args, sandboxes, project, scratch):
     """A process planted by one session call cannot take the session over:
     the next call's result is its own (exit 3, an error, nothing forged)."""
-    session = f"takeover-{os.getpid()}"
-    call = lambda code: s.call({"env": "tight-python", "session": session, "code": code})  # noqa: E731
+    s = side_server(args, sandboxes, project, scratch, "takeover")
+    try:
+        takeover(s)
+    finally:
+        s.close()
+
+
+def takeover(s):
+    call = lambda code: s.call({"env": "tight-python", "session": "takeover", "code": code})  # noqa: E731
     result, text, _ = call(PLANT)
     check(text == "planted\n", f"planting: {result}")
     time.sleep(1.5)
@@ -922,10 +936,8 @@ def c_forged_reply(args, sandboxes, project, scratch, tight):
     path = scratch / "forged.json"
     path.write_text(json.dumps({"version": 1, "environments": {"forged": entry}}))
     path.chmod(0o644)
-    server_tmp = scratch / "forged-server-tmp"
-    server_tmp.mkdir()
-    s = Server(args.server, sandboxes, project, server_tmp,
-               extra_args=("--allow-wrappers-outside-store", "--manifest", str(path)))
+    s = side_server(args, sandboxes, project, scratch, "forged",
+                    ("--allow-wrappers-outside-store", "--manifest", str(path)))
     try:
         cap = tight["output_bytes"]
         for code, why in [
@@ -1031,7 +1043,7 @@ def main():
                  "milliseconds of their start leave no jail", c_early_exit, args, sandboxes, project,
                  server_tmp, expected)
             case("a process planted in a session cannot reach the agent's channel, stop it, or answer "
-                 "in its place", c_session_takeover, server)
+                 "in its place", c_session_takeover, args, sandboxes, project, scratch)
             case("forged agent replies (a 12 MiB flood with exit 0, another request's id, no frame, "
                  "status 300) fail, cut to output_bytes, and reset the session", c_forged_reply,
                  args, sandboxes, project, scratch, tight)

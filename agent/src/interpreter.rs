@@ -35,6 +35,28 @@ pub struct Interpreter {
     pub stderr: Option<OwnedFd>,
 }
 
+/// Gives the interpreter the default action for the signals the agent and
+/// user code rely on. A server started as a background job of a shell
+/// without job control (or by `nohup`) has SIGINT and SIGQUIT (or SIGHUP)
+/// ignored, and exec keeps an ignored signal: bash can then not trap SIGINT
+/// and no interrupt would ever end a bash call.
+fn default_signals() -> io::Result<()> {
+    use nix::sys::signal::{SigHandler, signal};
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGHUP,
+        Signal::SIGTERM,
+        Signal::SIGALRM,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ] {
+        // SAFETY: sets the default action; no handler is installed.
+        unsafe { signal(sig, SigHandler::SigDfl) }?;
+    }
+    Ok(())
+}
+
 impl Interpreter {
     /// Starts `config.program config.driver`.
     pub fn spawn(config: &Config) -> io::Result<Self> {
@@ -50,10 +72,12 @@ impl Interpreter {
             .stderr(Stdio::piped())
             .process_group(0);
         // SAFETY: the closure runs in the forked child before exec and calls
-        // only async-signal-safe functions (fcntl, dup2, prctl, getppid).
+        // only async-signal-safe functions (fcntl, dup2, prctl, getppid,
+        // sigaction).
         unsafe {
             command.pre_exec(move || {
                 give_control_fds(in_fd, out_fd)?;
+                default_signals()?;
                 die_with_parent(agent)
             });
         }

@@ -160,6 +160,19 @@ impl Agent {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        // Started as a shell starts a background job without job control:
+        // SIGINT and SIGQUIT ignored, which exec keeps. The agent must not
+        // pass that on to the interpreter (bash cannot trap a signal it was
+        // started with ignored, and interrupts would never land).
+        // SAFETY: only sigaction, async-signal-safe, between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                for signal in [Signal::SIGINT, Signal::SIGQUIT] {
+                    nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigIgn)?;
+                }
+                Ok(())
+            });
+        }
         let mut child = command.spawn().expect("spawn the agent");
         let stdout = child.stdout.take().expect("stdout");
         let (send, replies) = mpsc::channel();

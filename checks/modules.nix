@@ -6,7 +6,10 @@
 #                 and run: home-server, home-mcp-json (~/.config/mcp/mcp.json),
 #                 nixos-server; and two sandboxes named like bundled presets,
 #                 python-replacement and node-replacement, each with jq, for
-#                 NIX_SANDBOX_DIR and NIX_SANDBOX_ENVS to replace the presets.
+#                 NIX_SANDBOX_DIR and NIX_SANDBOX_ENVS to replace the presets;
+#                 what the VM test (checks/vm/run) boots: vm-service, the
+#                 NixOS service's unit file, and vm-mcp-json
+#                 (vm/configurations.nix).
 #   service:      how systemd would start the snippet's service, on port 0:
 #                 { ExecStart, environment }, for checks/served.py to run.
 #   expectations: name -> { got, want }: got must equal want (as JSON).
@@ -58,6 +61,7 @@ let
   nixosSnippet = nixos [ ./snippets/nixos.nix ];
   nixosServer = nixosSnippet.programs.nix-sandbox-mcp.finalPackage;
   unit = nixosSnippet.systemd.services.nix-sandbox-mcp;
+  vmTest = import ./vm/configurations.nix { inherit pkgs nixos home; };
 
   # The environments a server package serves, by name: { description, packages }.
   served =
@@ -81,6 +85,8 @@ let
 in
 {
   packages = {
+    vm-service = vmTest.service;
+    vm-mcp-json = vmTest.mcp-json;
     home-server = homeServer;
     home-mcp-json = homeSnippet.xdg.configFile."mcp/mcp.json".source;
     nixos-server = nixosServer;

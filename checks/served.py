@@ -163,6 +163,7 @@ class HttpMcp:
         return self.post({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}, **kwargs)
 
     def initialize(self):
+        """The MCP handshake; the server's answer (its instructions)."""
         status, headers, answer = self.request("initialize", {
             "protocolVersion": "2025-06-18",
             "capabilities": {},
@@ -173,6 +174,7 @@ class HttpMcp:
         check(self.session, f"no Mcp-Session-Id in {headers}")
         status, _, _ = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
         check(status == 202, f"notifications/initialized: HTTP {status}")
+        return answer["result"]
 
     def run(self, env, code, session=None):
         arguments = {"env": env, "code": code, **({"session": session} if session else {})}

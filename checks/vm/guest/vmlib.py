@@ -1,0 +1,107 @@
+"""What the VM tests (checks/vm/tests/*.py) share, inside the guest: the
+harness's MCP clients (e2e.py's McpClient over stdio, served.py's HttpMcp
+over streamable HTTP, copied beside this file by checks/vm/run), `check`
+and `Failed`, and `Vm`: the run's config and small helpers for systemd."""
+
+import subprocess
+import time
+from pathlib import Path
+
+from e2e import DEADLINE, Failed, McpClient, call_run, check  # noqa: F401
+from served import HttpMcp  # noqa: F401
+
+
+class Skipped(Exception):
+    """Raised by a test that cannot run here, with the reason."""
+
+
+def info(text):
+    """A fact the test found (not a pass or a failure), on the results channel."""
+    for line in str(text).splitlines() or [""]:
+        print(f"info - vm: {line}", flush=True)
+
+
+class Vm:
+    def __init__(self, config):
+        # config.json (checks/vm/run): store paths of what was built for the guest.
+        self.config = config
+        self.state = {}  # what one test file's setup leaves for its tests
+
+    @staticmethod
+    def sh(argv, check_ok=True, timeout=DEADLINE, **kwargs):
+        """Runs argv, output captured as text; a non-zero exit is Failed
+        (with its output) unless check_ok is False."""
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
+        if check_ok and proc.returncode != 0:
+            raise Failed(f"{' '.join(argv)} exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-800:]}")
+        return proc
+
+    def journal(self, unit, lines=30):
+        """The last lines of this boot's journal about a system unit: what
+        systemd said of it and what it logged."""
+        argv = ["journalctl", "-b", "--no-pager", "-o", "cat", "-n", str(lines),
+                f"UNIT={unit}", "+", f"_SYSTEMD_UNIT={unit}"]
+        return self.sh(argv, check_ok=False).stdout.strip()
+
+    @staticmethod
+    def wait_until(what, predicate, timeout=60, pause=0.1):
+        """Polls predicate until it returns something true; returns that.
+        Failed, naming `what`, after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = predicate()
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                raise Failed(f"{what}: not within {timeout} s")
+            time.sleep(pause)
+
+    @staticmethod
+    def cgroup_of(pid):
+        """A process's cgroup v2 path (/proc/PID/cgroup's `0::` line)."""
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return line[3:]
+        raise Failed(f"process {pid} has no cgroup v2 line: {Path(f'/proc/{pid}/cgroup').read_text()!r}")
+
+    @staticmethod
+    def descendants(pid):
+        """The pids below pid in the process tree (children first)."""
+        children = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+        found, queue = [], [pid]
+        while queue:
+            for child in sorted(children.get(queue.pop(0), [])):
+                found.append(child)
+                queue.append(child)
+        return found
+
+    @staticmethod
+    def cgroup_files(path, names=("cgroup.controllers", "cgroup.subtree_control")):
+        """name -> content of a cgroup's files (missing ones left out)."""
+        directory = Path("/sys/fs/cgroup") / path.lstrip("/")
+        got = {}
+        for name in names:
+            try:
+                got[name] = (directory / name).read_text().strip()
+            except OSError:
+                pass
+        return got
+
+    @staticmethod
+    def command_line(pid):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+
+    @staticmethod
+    def as_user(uid, argv, env):
+        """argv run as uid (its groups too) with exactly env."""
+        return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--init-groups", "env", "-i",
+                *[f"{k}={v}" for k, v in env.items()], *argv]

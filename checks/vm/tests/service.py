@@ -1,0 +1,214 @@
+"""services.nix-sandbox-mcp under systemd: the NixOS module's unit, rendered
+from its evaluated systemd.services entry (checks/vm/unit.nix) for the
+README's NixOS snippet plus an `online` environment (network = true),
+installed, enabled and started by the guest's systemd with all its
+hardening, then used over streamable HTTP."""
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+from vmlib import Failed, HttpMcp, check, info
+
+UNIT = "nix-sandbox-mcp.service"
+TOKEN = "vm-test-token-0123456789abcdef"
+URL = "http://127.0.0.1:8765/mcp"
+STATE = {}
+
+
+def client():
+    if "client" not in STATE:
+        raise Failed("no MCP session (initialize failed)")
+    return STATE["client"]
+
+
+def main_pid(vm):
+    pid = int(vm.sh(["systemctl", "show", "-P", "MainPID", UNIT]).stdout.strip() or 0)
+    check(pid > 0, f"{UNIT} has no main process; journal: {why(vm)}")
+    return pid
+
+
+def ran(env, code, want, session=None):
+    result, text = client().run(env, code, session=session)
+    check(not result.get("isError") and text.strip() == want, f"{env}: wanted {want!r}, got {result}")
+    return result
+
+
+def setup(vm):
+    """the rendered unit is installed and its token file is in /run/secrets"""
+    secrets = Path("/run/secrets")
+    secrets.mkdir(mode=0o700, exist_ok=True)
+    token = secrets / "nix-sandbox-mcp-token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    Path("/etc/systemd/system", UNIT).write_text(Path(vm.config["service"]).read_text())
+    vm.sh(["systemctl", "daemon-reload"])
+
+
+def why(vm):
+    """The journal about the unit, on one line, for a failure."""
+    return vm.journal(UNIT).replace("\n", " | ")[-2000:]
+
+
+def test_verify(vm):
+    """systemd accepts every line of the rendered unit (systemd-analyze verify)"""
+    proc = vm.sh(["systemd-analyze", "verify", f"/etc/systemd/system/{UNIT}"], check_ok=False)
+    complaints = [line for line in (proc.stdout + proc.stderr).splitlines() if UNIT in line]
+    check(proc.returncode == 0 and not complaints, f"exit {proc.returncode}: {complaints or proc.stderr[-800:]}")
+
+
+def test_starts(vm):
+    """systemctl enable --now starts it, and it listens on 127.0.0.1:8765"""
+    proc = vm.sh(["systemctl", "enable", "--now", UNIT], check_ok=False)
+    check(proc.returncode == 0, f"systemctl enable --now exited {proc.returncode}: {proc.stderr.strip()[-300:]}; "
+          f"journal: {why(vm)}")
+
+    def listening():
+        state = vm.sh(["systemctl", "show", "-P", "ActiveState", UNIT]).stdout.strip()
+        if state in ("failed", "inactive"):
+            raise Failed(f"{UNIT} is {state}; journal: {why(vm)}")
+        try:
+            socket.create_connection(("127.0.0.1", 8765), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    vm.wait_until(f"{UNIT} listening on 127.0.0.1:8765", listening, timeout=90)
+
+
+def test_hardening(vm):
+    """it runs as a dynamic user, with no new privileges, / read-only, its own delegated cgroup"""
+    pid = main_pid(vm)
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    uid = int(status["Uid"].split()[0])
+    check(uid != 0, f"the service runs as uid {uid}")
+    check(status["NoNewPrivs"].strip() == "1", f"NoNewPrivs {status['NoNewPrivs']!r}")
+    mounts = [line.split() for line in Path(f"/proc/{pid}/mounts").read_text().splitlines()]
+    root = [m for m in mounts if m[1] == "/"]
+    check(root and "ro" in root[-1][3].split(","), f"/ as the service sees it: {root}")
+    shown = vm.sh(["systemctl", "show", "-p", "DynamicUser,Delegate,ProtectSystem,ProtectHome,PrivateTmp,"
+                   "RestrictNamespaces,ProtectHostname,ControlGroup", UNIT]).stdout.split()
+    props = dict(p.split("=", 1) for p in shown)
+    check(props["DynamicUser"] == "yes" and props["Delegate"] == "yes", f"{props}")
+    cgroup = vm.cgroup_of(pid)
+    check(cgroup.startswith(props["ControlGroup"]), f"main process in {cgroup}, unit's cgroup {props['ControlGroup']}")
+    info(f"service: uid {uid}, process cgroup {cgroup}, unit {props}")
+    info(f"service: its cgroup's files {vm.cgroup_files(props['ControlGroup'])}")
+
+
+def test_unauthorized(vm):
+    """a request without the bearer token gets 401"""
+    status, _, _ = HttpMcp(URL, None).request("initialize", {})
+    check(status == 401, f"HTTP {status} without a token")
+
+
+def test_initialize(vm):
+    """initialize and tools/list: the tool `run` with the snippet's environments and online"""
+    mcp = HttpMcp(URL, TOKEN)
+    init = mcp.initialize()
+    STATE["client"] = mcp
+    status, _, answer = mcp.request("tools/list", {})
+    check(status == 200 and answer and "result" in answer, f"tools/list: HTTP {status}, {answer}")
+    tools = answer["result"]["tools"]
+    check([t["name"] for t in tools] == ["run"], f"tools {[t['name'] for t in tools]}")
+    envs = tools[0]["inputSchema"]["properties"]["env"].get("enum")
+    check(envs == ["data-science", "node", "online", "python", "shell"], f"env enum {envs}")
+    check("Environments:" in init.get("instructions", ""), f"instructions {init.get('instructions')!r}")
+    for line in vm.journal(UNIT, lines=200).splitlines():
+        if "self-test:" in line:
+            info("service: " + line.split("self-test:", 1)[1].strip())
+
+
+def test_python(vm):
+    """python runs code"""
+    ran("python", "print('answer', 6 * 7)", "answer 42")
+
+
+def test_presets(vm):
+    """shell runs jq and node runs JavaScript, under the unit's hardening"""
+    ran("shell", "echo jq says $(echo '{\"a\": 6}' | jq '.a * 7')", "jq says 42")
+    ran("node", "console.log('node says', 6 * 7)", "node says 42")
+
+
+def test_data_science(vm):
+    """data-science, the snippet's Python with numpy and pandas, runs"""
+    ran("data-science", "import numpy, pandas\nprint('sum', int(pandas.Series(numpy.arange(7)).sum() * 2))", "sum 42")
+
+
+def test_session(vm):
+    """a session keeps its state between calls"""
+    ran("python", "x = 41\nprint('set')", "set", session="vm")
+    ran("python", "print('x + 1 =', x + 1)", "x + 1 = 42", session="vm")
+
+
+class Listener:
+    """A TCP listener on the guest's loopback that greets whoever connects."""
+
+    def __init__(self):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen()
+        self.port = self.socket.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            connection.sendall(b"hello from the guest\n")
+            connection.close()
+
+
+REACH = """
+import socket
+try:
+    with socket.create_connection(("127.0.0.1", {port}), timeout=5) as s:
+        print(s.recv(100).decode().strip())
+except OSError as e:
+    print("unreachable:", type(e).__name__)
+"""
+
+
+def test_online(vm):
+    """online (network = true) reaches a listener on the guest's loopback"""
+    listener = STATE.setdefault("listener", Listener())
+    ran("online", REACH.format(port=listener.port), "hello from the guest")
+
+
+def test_offline(vm):
+    """python (no network) cannot reach that listener"""
+    listener = STATE.setdefault("listener", Listener())
+    result, text = client().run("python", REACH.format(port=listener.port))
+    check(text.strip().startswith("unreachable:"), f"{result}")
+
+
+def test_jail_cgroup(vm):
+    """a session's jail lives in a cgroup of the launcher's own inside the unit's"""
+    ran("python", "print('alive')", "alive", session="cgroup")
+    pid = main_pid(vm)
+    unit_cgroup = vm.sh(["systemctl", "show", "-P", "ControlGroup", UNIT]).stdout.strip()
+    jail = {p: vm.cgroup_of(p) for p in vm.descendants(pid)}
+    check(jail, "the server has no child processes with a session open")
+    for p, cgroup in jail.items():
+        check(cgroup.startswith(unit_cgroup + "/"), f"process {p} ({vm.command_line(p)[:120]}) is in {cgroup}")
+    info(f"service: launcher in {vm.cgroup_of(pid)}; jail processes in {sorted(set(jail.values()))}")
+    for cgroup in sorted(set(jail.values())):
+        files = vm.cgroup_files(cgroup, ("cgroup.controllers", "memory.max", "pids.max"))
+        info(f"service: {cgroup}: {files}")
+
+
+def test_stop(vm):
+    """stopping the unit ends every jail: its cgroup is empty and gone"""
+    pid = main_pid(vm)
+    jail = vm.descendants(pid)
+    check(jail, "no jail to see ended (the session of the previous test is gone)")
+    unit_cgroup = vm.sh(["systemctl", "show", "-P", "ControlGroup", UNIT]).stdout.strip()
+    started = time.monotonic()
+    vm.sh(["systemctl", "stop", UNIT])
+    left = [p for p in jail if Path(f"/proc/{p}").exists()]
+    check(not left, f"processes left after stop: {[vm.command_line(p) for p in left]}")
+    check(not Path("/sys/fs/cgroup", unit_cgroup.lstrip("/")).exists(), f"{unit_cgroup} is still there")
+    info(f"service: stopped in {time.monotonic() - started:.1f} s")

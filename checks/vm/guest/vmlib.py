@@ -21,6 +21,21 @@ def info(text):
         print(f"info - vm: {line}", flush=True)
 
 
+def reprobed(call, label):
+    """call() -> (result, text) of a `run`, made once more when its
+    environment's start-up probe timed out. The server probes every
+    environment at once when it starts; on the guest's emulated CPUs a slow
+    starter (node) can miss the probe's 10 s, and the server then answers
+    that environment's next call `sandbox_unavailable` once and probes it
+    again at the call after (launcher/src/wrapper/probe.rs). The retry is
+    said in an info line, never silent."""
+    result, text = call()
+    if result.get("isError") and "sandbox_unavailable" in text and "did not finish within" in text:
+        info(f"{label}: the start-up probe timed out; called again: {text.strip()}")
+        result, text = call()
+    return result, text
+
+
 class Vm:
     def __init__(self, config):
         # config.json (checks/vm/run): store paths of what was built for the guest.

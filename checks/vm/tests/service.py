@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from vmlib import Failed, HttpMcp, check, info
+from vmlib import Failed, HttpMcp, check, info, reprobed
 
 UNIT = "nix-sandbox-mcp.service"
 TOKEN = "vm-test-token-0123456789abcdef"
@@ -30,7 +30,7 @@ def main_pid(vm):
 
 
 def ran(env, code, want, session=None):
-    result, text = client().run(env, code, session=session)
+    result, text = reprobed(lambda: client().run(env, code, session=session), f"service, {env}")
     check(not result.get("isError") and text.strip() == want, f"{env}: wanted {want!r}, got {result}")
     return result
 
@@ -181,7 +181,7 @@ def test_online(vm):
 def test_offline(vm):
     """python (no network) cannot reach that listener"""
     listener = STATE.setdefault("listener", Listener())
-    result, text = client().run("python", REACH.format(port=listener.port))
+    result, text = reprobed(lambda: client().run("python", REACH.format(port=listener.port)), "service, python")
     check(text.strip().startswith("unreachable:"), f"{result}")
 
 

@@ -10,7 +10,7 @@ import os
 import pwd
 from pathlib import Path
 
-from vmlib import Failed, McpClient, call_run, check, info
+from vmlib import Failed, McpClient, call_run, check, info, reprobed
 
 USER = "alice"
 PROJECT = Path("/home/alice/src/project")  # the snippet's projectDir
@@ -97,8 +97,8 @@ def test_runs(vm):
     STATE["client"] = client
     init = client.initialize("nix-sandbox-mcp-vm")
     check("- data-science:" in init.get("instructions", ""), f"instructions {init.get('instructions')!r}")
-    result, text = call_run(client, "data-science",
-                            "import numpy, pandas, os\nprint(int(pandas.Series(numpy.arange(7)).sum() * 2), os.getuid())")
+    code = "import numpy, pandas, os\nprint(int(pandas.Series(numpy.arange(7)).sum() * 2), os.getuid())"
+    result, text = reprobed(lambda: call_run(client, "data-science", code), "user, data-science")
     check(not result.get("isError") and text.strip() == "42 1000", f"{result}")
     for line in client.stderr:
         if "self-test:" in line:
@@ -113,8 +113,8 @@ def running():
 
 def test_project(vm):
     """the project directory is read-only at /project"""
-    result, text = call_run(running(), "shell",
-                            "cat /project/notes.txt; touch /project/x 2>/dev/null || echo read-only")
+    code = "cat /project/notes.txt; touch /project/x 2>/dev/null || echo read-only"
+    result, text = reprobed(lambda: call_run(running(), "shell", code), "user, shell")
     check(text.strip() == "from the project\nread-only", f"{result}")
 
 

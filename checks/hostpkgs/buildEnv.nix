@@ -1,8 +1,9 @@
 # Takes lib and runCommand; returns nixpkgs' buildEnv ({ name, paths,
 # pathsToLink, ignoreCollisions, postBuild, meta, passthru } -> derivation):
-# one tree of symlinks into every path, directories merged, two different
-# files at one place an error unless collisions are ignored; like nixpkgs',
-# its passthru has `paths`.
+# one tree of symlinks into every path. As nixpkgs' does, it links a whole
+# directory when one path alone has it, and makes a directory of links
+# where two have one; two different files at one place are an error unless
+# collisions are ignored. Like nixpkgs', its passthru has `paths`.
 { lib, runCommand }:
 {
   name,
@@ -28,25 +29,36 @@ runCommand name
     // passthru;
   }
   ''
+    # merge FROM TO: links every entry of the directory FROM into TO.
+    merge() {
+      local from=$1 to=$2 entry target
+      for entry in "$from"/* "$from"/.[!.]* "$from"/..?*; do
+        [ -e "$entry" ] || [ -L "$entry" ] || continue
+        target=$to/''${entry##*/}
+        if [ ! -e "$target" ] && [ ! -L "$target" ]; then
+          ln -s "$entry" "$target"
+        elif [ -d "$entry" ] && [ -d "$target" ]; then
+          if [ -L "$target" ]; then
+            local linked
+            linked=$(readlink "$target")
+            rm "$target"
+            mkdir "$target"
+            merge "$linked" "$target"
+          fi
+          merge "$entry" "$target"
+        elif [ "$(readlink -f "$target")" != "$(readlink -f "$entry")" ] && [ -z "$ignoreCollisions" ]; then
+          echo "buildEnv $name: collision between $entry and $(readlink -f "$target")" >&2
+          exit 1
+        fi
+      done
+    }
     mkdir -p "$out"
     for path in $paths; do
       for link in $pathsToLink; do
         from=''${path%/}''${link%/}
-        to=$out''${link%/}
         [ -d "$from" ] || continue
-        while read -r -d "" dir; do
-          mkdir -p "$to/$dir"
-        done < <(cd "$from" && find -L . -type d -print0)
-        while read -r -d "" file; do
-          if [ -e "$to/$file" ] || [ -L "$to/$file" ]; then
-            if [ "$(readlink -f "$to/$file")" != "$(readlink -f "$from/$file")" ] && [ -z "$ignoreCollisions" ]; then
-              echo "buildEnv $name: collision between $from/$file and $(readlink "$to/$file")" >&2
-              exit 1
-            fi
-            continue
-          fi
-          ln -s "$from/$file" "$to/$file"
-        done < <(cd "$from" && find -L . ! -type d -print0)
+        mkdir -p "$out''${link%/}"
+        merge "$from" "$out''${link%/}"
       done
     done
     eval "$postBuild"

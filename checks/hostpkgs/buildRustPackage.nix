@@ -1,15 +1,18 @@
-# Takes lib, runCommand, jq and the host facts; returns nixpkgs'
+# Takes lib, runCommand, jq, glibc and the host facts; returns nixpkgs'
 # rustPlatform.buildRustPackage ({ pname, version, src, cargoLock, doCheck,
 # meta, passthru, ... } -> derivation with every binary of the workspace in
 # bin/). It builds with the host's Rust toolchain, offline and --locked,
 # crates from the host's cargo registry cache (`cargo fetch` fills it), and
 # keeps its target directory outside the store (host.json's rust.targetDir)
 # so a rebuild compiles only what changed. It needs to read the host's
-# CARGO_HOME: build as root (`--option build-users-group ''`).
+# CARGO_HOME: build as root (`--option build-users-group ''`). The binaries,
+# linked against the host's C library, are patched to load glibc's and
+# their other libraries from the store (closure.py), as hostpkgs' tools are.
 {
   lib,
   runCommand,
   jq,
+  glibc,
   host,
 }:
 {
@@ -38,6 +41,8 @@ runCommand "${pname}-${version}"
       passthru
       ;
     nativeBuildInputs = [ jq ];
+    inherit glibc;
+    closure = ./closure.py;
     lockFile = cargoLock.lockFile;
     buildFlags = cargoBuildFlags;
     toolchain = rust.toolchain;
@@ -72,4 +77,5 @@ runCommand "${pname}-${version}"
       echo "buildRustPackage: $pname built no binary" >&2
       exit 1
     fi
+    /usr/bin/python3 "$closure" fixup "$out" "$glibc" --libdir "lib/$pname"
   ''

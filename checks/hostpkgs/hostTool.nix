@@ -1,18 +1,28 @@
-# Takes lib, the system and the host facts (host.json); returns a function
-# from one entry of tools.nix (plus its `pname`) to a package named and
-# versioned like nixpkgs' (version: the host's, from its first Debian
-# package) whose bin/ links to the host's programs.
+# Takes lib, the system, the host facts (host.json), glibc and the shell
+# (hostpkgs' own, or null while building those two); returns a function
+# from one entry of tools.nix or pythonPackages.nix (plus its `pname`,
+# `inputs`: packages by the name postInstall reads them, $NAME, and
+# `programs`: packages whose bin/ its #! lines may name) to a package
+# named and versioned like nixpkgs' (version: the host's, from its first
+# Debian package) that holds its Debian packages' files and every shared
+# library they need but glibc's, patched to load from the store
+# (closure.py): its runtime closure is what a jail of it needs.
 {
   lib,
   system,
   host,
+  glibc,
+  shell,
 }:
 {
   pname,
   debs,
   mainProgram ? null,
   aliases ? { },
-  shims ? { },
+  postInstall ? "",
+  inputs ? { },
+  programs ? [ ],
+  ...
 }:
 let
   deb = lib.head debs;
@@ -33,18 +43,22 @@ let
       inherit system pname version;
       builder = "/bin/bash";
       args = [ ./host-tool.sh ];
+      closure = ./closure.py;
       debs = lib.concatStringsSep " " debs;
       aliases = lib.concatStringsSep " " (lib.mapAttrsToList (name: target: "${name}=${target}") aliases);
-      shims = lib.concatStringsSep " " (lib.attrNames shims);
+      inherit postInstall;
+      glibc = if glibc == null then "" else glibc;
+      shell = if shell == null then "" else shell;
+      programs = lib.optional (shell != null) shell ++ programs;
       mainProgram = if mainProgram == null then "" else mainProgram;
     }
-    // lib.mapAttrs' (name: text: lib.nameValuePair "shim_${name}" text) shims
+    // inputs
   );
 in
 drv
 // {
   meta = {
-    description = "The host's ${lib.concatStringsSep ", " debs} (Debian ${debianVersion})";
+    description = "The host's ${lib.concatStringsSep ", " debs} (Debian ${debianVersion}) as a store closure";
     platforms = [ system ];
   }
   // lib.optionalAttrs (mainProgram != null) { inherit mainProgram; };

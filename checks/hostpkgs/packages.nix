@@ -1,8 +1,10 @@
 # Takes nixpkgs' lib, the host facts (host.json, written by checks/run) and
 # the system; returns the package set standing in for nixpkgs' legacyPackages:
-# the host's tools (tools.nix) under nixpkgs' names, its Python modules
-# (pythonPackages.nix, with python3.withPackages), and the few builders the
-# flake and jail.nix call, as plain derivations built by the host's /bin/bash.
+# the host's tools (tools.nix) under nixpkgs' names and its Python modules
+# (pythonPackages.nix, with python3.withPackages), each a store closure of
+# the host's files patched to load from the store (hostTool.nix), and the
+# few builders the flake and jail.nix call, as plain derivations built by
+# the host's /bin/bash.
 {
   lib,
   host,
@@ -11,34 +13,64 @@
 lib.fix (
   self:
   let
-    hostTool = import ./hostTool.nix { inherit lib system host; };
+    tools = import ./tools.nix;
+    # A hostTool.nix of the given glibc and shell; entries name their inputs.
+    hostToolWith =
+      closure: entry:
+      import ./hostTool.nix ({ inherit lib system host; } // closure) (
+        entry // { inputs = lib.genAttrs (entry.inputs or [ ]) (name: self.${name}); }
+      );
+    hostTool = hostToolWith { inherit (self) glibc; shell = self.bash; };
+    pythonVersion = lib.versions.majorMinor self.python3.version;
   in
-  lib.mapAttrs (pname: tool: hostTool (tool // { inherit pname; })) (import ./tools.nix)
+  lib.mapAttrs (pname: tool: hostTool (tool // { inherit pname; })) (
+    removeAttrs tools [
+      "glibc"
+      "bash"
+    ]
+  )
   // {
     inherit lib system;
+    # glibc is its own loader; bash is the others' #! shell.
+    glibc = hostToolWith {
+      glibc = null;
+      shell = null;
+    } (tools.glibc // { pname = "glibc"; });
+    bash = hostToolWith {
+      inherit (self) glibc;
+      shell = null;
+    } (tools.bash // { pname = "bash"; });
     # The host's Python modules, named like nixpkgs' (python3.11-numpy-1.24.2),
-    # each with nixpkgs' `pythonModule` (the Python it is for).
+    # compiled as python3's standard library is, each with nixpkgs'
+    # `pythonModule` (the Python it is for).
     python3Packages = lib.mapAttrs (
       name: module:
-      hostTool (module // { pname = "python${lib.versions.majorMinor self.python3.version}-${name}"; })
+      hostTool (
+        module
+        // {
+          pname = "python${pythonVersion}-${name}";
+          inputs = [ "python3" ] ++ module.inputs or [ ];
+          programs = [ self.python3 ];
+          postInstall = (module.postInstall or "") + ''
+            "$python3/bin/python3" -m compileall -q -j 0 --invalidation-mode unchecked-hash \
+              "$out/lib/python3/dist-packages"
+          '';
+        }
+      )
       // {
         pythonModule = self.python3;
+        propagatedPythonPackages = map (name: self.python3Packages.${name}) (module.propagated or [ ]);
       }
     ) (import ./pythonPackages.nix);
-    # withPackages: one tree of the host's python3 and the chosen modules,
-    # with nixpkgs' passthru `python` (and buildEnv's `paths`).
-    python3 =
-      hostTool ((import ./tools.nix).python3 // { pname = "python3"; })
-      // {
-        withPackages =
-          select:
-          self.buildEnv {
-            name = "python3-${self.python3.version}-env";
-            paths = [ self.python3 ] ++ select self.python3Packages;
-            meta.mainProgram = "python3";
-            passthru.python = self.python3;
-          };
-      };
+    python3 = hostTool (tools.python3 // { pname = "python3"; }) // {
+      withPackages =
+        select:
+        import ./pythonEnv.nix {
+          inherit lib;
+          inherit (self) buildEnv;
+          python3 = removeAttrs self.python3 [ "withPackages" ];
+        } (select self.python3Packages);
+    };
     callPackage = lib.callPackageWith self;
     runtimeShell = "${self.bash}/bin/bash";
     runCommand = import ./runCommand.nix { inherit lib system; };
@@ -51,7 +83,7 @@ lib.fix (
     buildEnv = import ./buildEnv.nix { inherit lib; inherit (self) runCommand; };
     rustPlatform.buildRustPackage = import ./buildRustPackage.nix {
       inherit lib host;
-      inherit (self) runCommand jq;
+      inherit (self) runCommand jq glibc;
     };
   }
 )

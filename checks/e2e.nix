@@ -9,7 +9,13 @@
   packages,
 }:
 let
+  inherit (pkgs) lib;
   environments = import ./environments.nix { inherit pkgs mkSandbox; };
+  presets = [
+    "python"
+    "shell"
+    "node"
+  ];
 in
 packages
 // {
@@ -17,6 +23,11 @@ packages
     pkgs.runCommand "nix-sandbox-mcp-e2e"
       {
         nativeBuildInputs = [ pkgs.python3 ];
+        # Each preset's store closure, for e2e.py's mount table test.
+        exportReferencesGraph = lib.concatMap (preset: [
+          "closure-${preset}"
+          packages."sandbox-${preset}"
+        ]) presets;
       }
       ''
         export HOME=$TMPDIR/home
@@ -31,7 +42,8 @@ packages
           --sandbox shell=${packages.sandbox-shell} \
           --sandbox node=${packages.sandbox-node} \
           --custom ${environments.custom} \
-          --online ${environments.online} | tee "$out"
+          --online ${environments.online} \
+          ${lib.concatMapStrings (preset: "--closure ${preset}=closure-${preset} ") presets} | tee "$out"
         python3 sessions.py --label nix-build \
           --server ${packages.default} \
           --sandbox python=${packages.sandbox-python} \

@@ -8,18 +8,22 @@ real nixpkgs builds. Prints one line per test, `ok - LABEL: name`,
 any test failed.
 
   e2e.py --label root --server OUT --sandbox python=OUT --sandbox shell=OUT \
-         --sandbox node=OUT --custom OUT --online OUT [--nix-envs-ref REF]
+         --sandbox node=OUT --custom OUT --online OUT [--nix-envs-ref REF] \
+         --closure python=FILE --closure shell=FILE --closure node=FILE
 
 --custom is a Python-with-jq environment made by lib.mkSandbox with small
 limits (tmp_mb and workspace_mb 8), --online the same with network = true.
 --nix-envs-ref is a flake ref of a sandbox, served through NIX_SANDBOX_ENVS;
---hidden names a host path the jail must not see (repeatable).
+--hidden names a host path the jail must not see (repeatable). --closure
+gives a preset's store closure: the store paths of `nix-store -qR OUT`, or a
+file of Nix's exportReferencesGraph (every line that is a store path counts).
 """
 
 import argparse
 import json
 import os
 import queue
+import re
 import socket
 import subprocess
 import sys
@@ -306,6 +310,88 @@ def t_policy(sandboxes, custom):
     check(got["env"] == 0, "/usr/bin/env did not run")
 
 
+# What each preset's run prints: its jail's mount table.
+MOUNTINFO = {
+    "python": "print(open('/proc/self/mountinfo').read(), end='')",
+    "shell": "cat /proc/self/mountinfo",
+    "node": "process.stdout.write(require('fs').readFileSync('/proc/self/mountinfo', 'utf8'))",
+}
+STORE_NAME = re.compile(r"(?:^|/)([0-9a-df-np-sv-z]{32}-[^/]+)")
+# Mount points the policy names that are no bind of a host path: their filesystem type.
+FRESH = {"/": "tmpfs", "/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/dev/shm": "tmpfs",
+         "/dev/mqueue": "mqueue", "/tmp": "tmpfs", "/workspace": "tmpfs", "/home/sandbox": "tmpfs"}
+# Binds of the host's device nodes: bubblewrap's --dev, and /dev/null over the kernel keyrings.
+DEVICES = {f"/dev/{name}": f"/{name}" for name in ["null", "zero", "full", "random", "urandom", "tty", "console"]}
+DEVICES.update({"/proc/keys": "/null", "/proc/key-users": "/null"})
+
+
+def read_closure(path):
+    """The store paths' names (HASH-NAME) of a closure file."""
+    names = set()
+    for line in Path(path).read_text().splitlines():
+        m = STORE_NAME.search(line.strip())
+        if m and line.strip().endswith(m.group(1)) and not line.strip().endswith(".drv"):
+            names.add(m.group(1))
+    check(names, f"{path} holds no store path")
+    return names
+
+
+def foreign_mounts(mountinfo, closure, home):
+    """The mounts of a jail's mount table that are neither in its store
+    closure nor named by the policy: (mount point, source, type) of each."""
+    foreign = []
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        fields, rest = fields.split(), rest.split()
+        root, point, fstype = fields[3].replace("\\040", " "), fields[4], rest[0]
+        store = STORE_NAME.search(root)
+        if store:
+            ok = store.group(1) in closure
+        elif point in FRESH or point == home:
+            ok = fstype == FRESH.get(point, "tmpfs")
+        elif point.startswith("/proc/") and point not in DEVICES:
+            ok = fstype == "proc"
+        elif point in DEVICES:
+            ok = root == DEVICES[point]
+        elif point in ("/etc/passwd", "/etc/group"):
+            # jail.nix's made-up users and groups, under the caller's HOME.
+            ok = root.endswith("/.local/share/jail.nix" + point[4:])
+        else:
+            ok = False
+        if not ok:
+            foreign.append((point, root, fstype))
+    return foreign
+
+
+def t_mounts(sandboxes, closures, preset):
+    """A run of the preset sees its store closure and the policy's mounts, nothing else."""
+    closure = read_closure(closures[preset])
+    _, entry = only_env(sandboxes[preset])
+    proc = run(entry["run"], stdin=MOUNTINFO[preset].encode())
+    check(proc.returncode == 0 and proc.stdout, f"reading /proc/self/mountinfo: {show(proc)}")
+    mountinfo = proc.stdout.decode()
+    check(any(" /nix/store/" in line for line in mountinfo.splitlines()), f"no store path mounted: {mountinfo}")
+    foreign = foreign_mounts(mountinfo, closure, os.environ["HOME"])
+    check(not foreign, "mounts neither in the closure nor named by the policy (mount point, source, type): "
+          + "; ".join(f"{p} from {r} ({t})" for p, r, t in foreign))
+
+
+def t_python_closure(sandboxes):
+    """The python preset's Python is its closure's: its module path in the
+    store, and no numpy or pandas, which the preset does not hold."""
+    code = (
+        "import importlib.util, json, sys\n"
+        "print(json.dumps({'prefix': sys.prefix, 'path': [p for p in sys.path if p],\n"
+        "  'found': [m for m in ('numpy', 'pandas') if importlib.util.find_spec(m)]}))\n"
+    )
+    proc = run([sandboxes["python"] + "/bin/sandbox-python", "-c", code])
+    check(proc.returncode == 0, f"probe failed: {show(proc)}")
+    got = json.loads(proc.stdout)
+    outside = [p for p in [got["prefix"]] + got["path"] if not p.startswith("/nix/store/")]
+    check(not outside, f"the module path leaves the store: {outside}")
+    check(not got["found"], f"the python preset imports {got['found']}, which it does not hold")
+
+
 def t_tmpfs_limit(custom, where):
     _, entry = only_env(custom)
     limit = entry["limits"][f"{'tmp' if where == '/tmp' else 'workspace'}_mb"]
@@ -569,11 +655,15 @@ def main():
     parser.add_argument("--nix-envs-ref")
     parser.add_argument("--hidden", action="append", default=[], metavar="PATH",
                         help="a host path that must be invisible in the jail (repeatable)")
+    parser.add_argument("--closure", action="append", default=[], metavar="PRESET=FILE",
+                        help="the store closure of a preset's sandbox (nix-store -qR, or exportReferencesGraph)")
     args = parser.parse_args()
     sandboxes = dict(s.split("=", 1) for s in args.sandbox)
-    missing = {"python", "shell", "node"} - sandboxes.keys()
-    if missing:
-        parser.error(f"--sandbox missing for {sorted(missing)}")
+    closures = dict(c.split("=", 1) for c in args.closure)
+    for flag, given in [("--sandbox", sandboxes), ("--closure", closures)]:
+        missing = {"python", "shell", "node"} - given.keys()
+        if missing:
+            parser.error(f"{flag} missing for {sorted(missing)}")
 
     suite = Suite(args.label)
     with tempfile.TemporaryDirectory(prefix="nsm-e2e-") as tmp:
@@ -589,6 +679,10 @@ def main():
                    t_loopback, sandboxes, args.online)
         suite.test("the host's /root, /home, files and environment are invisible", t_isolation, sandboxes, scratch, args.hidden)
         suite.test("no nested user namespaces; rlimits, UTF-8, /usr/bin/env, pid namespace", t_policy, sandboxes, args.custom)
+        for preset in ["python", "shell", "node"]:
+            suite.test(f"sandbox-{preset}'s mount table holds its store closure and the policy's mounts, "
+                       "nothing else of the host", t_mounts, sandboxes, closures, preset)
+        suite.test("the python preset's modules come from its closure: no numpy, no pandas", t_python_closure, sandboxes)
         suite.test("/tmp is a size-limited tmpfs", t_tmpfs_limit, args.custom, "/tmp")
         suite.test("/workspace is a size-limited tmpfs", t_tmpfs_limit, args.custom, "/workspace")
         suite.test("PROJECT_DIR is readable at PROJECT_MOUNT and not writable; a missing one exits 2",

@@ -220,6 +220,42 @@ def t_own_interpreter(args, scratch):
         check(run_text == text, f"the session's python differs from the run's: {text!r} vs {run_text!r}")
 
 
+# Which files the interpreter mapped after numpy used LAPACK: the module's
+# own and every native library it loaded (BLAS, LAPACK, the C library).
+NUMPY_FILES = """import json, sys, numpy
+numpy.linalg.inv(numpy.eye(3))
+mapped = set()
+for line in open('/proc/self/maps'):
+    fields = line.split(maxsplit=5)
+    if len(fields) == 6 and fields[5].startswith('/') and not fields[5].startswith(('/dev/', '/memfd:')):
+        mapped.add(fields[5].strip())
+print(json.dumps({'numpy': numpy.__file__, 'prefix': sys.prefix, 'mapped': sorted(mapped)}))
+"""
+
+
+def t_numpy_from_closure(args, scratch):
+    """The withPackages environment's numpy, and the native libraries it
+    loads, come from the environment's store closure, in a session and in a
+    run alike."""
+    with Server(args, scratch, manifests=[Path(args.science) / "share/nix-sandbox-mcp/manifest.json"]) as s:
+        result, text, _ = s.call("science", "m", NUMPY_FILES)
+        check(not result.get("isError"), f"session: {result}")
+        ran = s.client.request("tools/call", {"name": "run", "arguments": {"env": "science", "code": NUMPY_FILES}})
+        _, run_text, _ = unpack(ran)
+    for where, output in [("session", text), ("run", run_text)]:
+        got = json.loads(output.split("\n")[0])
+        check(got["prefix"].startswith("/nix/store/") and got["numpy"].startswith(got["prefix"] + "/"),
+              f"{where}: numpy {got['numpy']} is not the environment's ({got['prefix']})")
+        # The offline harness's glibc (Debian's) reads its C.UTF-8 locale at
+        # /usr/lib/locale, which its bubblewrap mounts from glibc's store
+        # path (e2e.py holds every mount to the closure); nixpkgs' glibc
+        # reads it from its store path.
+        outside = [path for path in got["mapped"]
+                   if not path.startswith(("/nix/store/", "/usr/lib/locale/C.utf8/"))]
+        check(not outside, f"{where}: files mapped from outside the store: {outside}")
+        check(any("blas" in Path(path).name for path in got["mapped"]), f"{where}: no BLAS mapped: {got['mapped']}")
+
+
 FORGED = ('{"type":"exec","id":1,"status":0,"stdout":"forged","stderr":"","stdout_dropped":0,'
           '"stderr_dropped":0,"exit":null,"restarted":false,"interrupted":false,"duration_ms":1}')
 
@@ -436,6 +472,8 @@ def main():
                    "/workspace files; node top-level await)", t_state, args, scratch)
         suite.test("a session runs the environment's own python and packages (jq, numpy)",
                    t_own_interpreter, args, scratch)
+        suite.test("numpy of a withPackages environment, and BLAS and LAPACK, load from its store closure",
+                   t_numpy_from_closure, args, scratch)
         suite.test("10 MB on fd 1, a subprocess, input(), 5 MB on stderr, a forged frame: each its own "
                    "result, and the session goes on", t_output_tricks, args, scratch)
         suite.test("a python loop and a bash sleep are interrupted at the deadline with state kept; "

@@ -193,7 +193,7 @@ class Bench:
             }
             cgroups = RunCgroups.setup()
             if cgroups:
-                kinds[CGROUP_KIND] = lambda: self.direct_in_cgroups(cgroups, entry["run"])
+                kinds[CGROUP_KIND] = lambda: self.direct_in_cgroups(cgroups, entry)
             try:
                 stats = self.interleaved(kinds, self.args.runs)
                 migration = summary(cgroups.migration_times(MIGRATIONS)) if cgroups else None
@@ -240,12 +240,14 @@ class Bench:
 
         self.tokens(instructions, tools)
 
-    def direct_in_cgroups(self, cgroups, argv):
-        dirs = cgroups.create()
+    def direct_in_cgroups(self, cgroups, entry):
+        argv = entry["run"]
+        dirs = cgroups.create(entry["limits"])
         try:
             proc = subprocess.run(
                 argv, input=b"print(1)\n", capture_output=True, timeout=DEADLINE,
                 env={**self.jail_env, "NIX_SANDBOX_CGROUP": ":".join(map(str, dirs))},
+                preexec_fn=cgroups.enter(dirs),
             )
         finally:
             cgroups.remove(dirs)

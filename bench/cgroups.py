@@ -49,14 +49,30 @@ class RunCgroups:
             parents.append(parent)
         return cls(parents)
 
-    def create(self):
+    def create(self, limits):
         """The directories of the next run (NIX_SANDBOX_CGROUP's value is
-        their paths joined by ':')."""
+        their paths joined by ':'), holding the memory and process limits
+        of `limits` (a manifest's), as the launcher writes them."""
         self.next += 1
         dirs = [parent / f"run-{self.next}" for parent in self.parents]
+        memory = str(limits["memory_mb"] << 20)
         for d in dirs:
             d.mkdir()
+            for name, value in [("pids.max", str(limits["pids"])), ("memory.limit_in_bytes", memory),
+                                ("memory.memsw.limit_in_bytes", memory)]:
+                if (d / name).exists():
+                    (d / name).write_text(value)
         return dirs
+
+    @staticmethod
+    def enter(dirs):
+        """A preexec_fn that moves the child into `dirs` before it execs,
+        as the launcher moves a wrapper (the wrapper checks it is there)."""
+        def move():
+            for d in dirs:
+                with open(d / "cgroup.procs", "w") as procs:
+                    procs.write("0")
+        return move
 
     @staticmethod
     def remove(dirs):
@@ -86,13 +102,14 @@ class RunCgroups:
         """Seconds each of `n` writes of a fresh process' pid into a fresh
         run cgroup's cgroup.procs took (the first controller's hierarchy),
         `gap` seconds after the previous one: the kernel's cost of moving a
-        process, which every wrapper pays once per run when the launcher
-        gives it a cgroup. (Here a move costs an RCU grace period, about
-        13 ms, unless another came within about 20 ms: runs seconds apart,
-        as a model makes them, pay it every time.)"""
+        process, which every run pays once when the launcher gives it a
+        cgroup (it moves the wrapper in between fork and exec). (Here a
+        move costs an RCU grace period, about 13 ms, unless another came
+        within about 20 ms: runs seconds apart, as a model makes them, pay
+        it every time.)"""
         times = []
         for _ in range(n):
-            dirs = self.create()
+            dirs = self.create({"memory_mb": 1024, "pids": 256})
             child = subprocess.Popen(["sleep", "5"])
             try:
                 time.sleep(gap)

@@ -639,6 +639,91 @@ def c_escapes(s, key_description):
     check(key_description not in got["proc_keys"], "the host's keyring is visible in the jail")
 
 
+def jail_uid():
+    """The host uid every process of a jail must have: 65534 when the server
+    runs as root (never host root), else the server's own."""
+    return 65534 if os.geteuid() == 0 else os.geteuid()
+
+
+def while_running(s, expected, look):
+    """Calls look(pids), pids being the processes of a run of the server
+    (its wrapper, bubblewrap, the code) while it sleeps; look's result."""
+    done = []
+    runner = threading.Thread(target=lambda: done.append(s.run("tight-python", "import time; time.sleep(4)")))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            pids = net_pids() - expected
+            if len(pids) >= 3 or time.monotonic() > deadline:
+                return look(pids)
+            time.sleep(0.05)
+    finally:
+        runner.join()
+        check(done and not done[0][0].get("isError"), f"the sleeping run failed: {done}")
+
+
+def host_uids(pids):
+    """The real, effective, saved and file-system uids of each of pids
+    still there, as the host sees them."""
+    found = {}
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        line = next(l for l in status.splitlines() if l.startswith("Uid:"))
+        found[pid] = [int(v) for v in line.split()[1:]]
+    return found
+
+
+def c_jail_uid(s, expected):
+    """Every process of a run (wrapper, bubblewrap, code) has the jail's
+    uid on the host: never 0, even when root started the server."""
+    seen = while_running(s, expected, host_uids)
+    check(len(seen) >= 3, f"the run's processes: {seen}")
+    want = jail_uid()
+    check(all(ids == [want] * 4 for ids in seen.values()), f"uids of the run's processes (want {want}): {seen}")
+
+
+CGROUP_LIMITS = ["pids.max", "memory.max", "memory.swap.max", "memory.limit_in_bytes",
+                 "memory.memsw.limit_in_bytes"]
+
+
+def as_user(uid, argv):
+    """argv as uid:uid without groups; True when it succeeded."""
+    return subprocess.run(argv, user=uid, group=uid, extra_groups=[], capture_output=True).returncode == 0
+
+
+def c_cgroup_limits(s, expected):
+    """No process holding the jail's uid can raise the limits of its run's
+    cgroup or make a cgroup inside it."""
+    def attack(pids):
+        """While the run goes on: as its uid, against its cgroups."""
+        uids, dirs = host_uids(pids), run_cgroups(s.pid)
+        check(dirs and uids, f"no run cgroup or process while a run was going: {dirs} {uids}")
+        uid = next(iter(uids.values()))[0]
+        limits = 0
+        for d in dirs:
+            for name in CGROUP_LIMITS:
+                f = d / name
+                if not f.exists():
+                    continue
+                limits += 1
+                before = f.read_text()
+                for value in ("max", "9223372036854771712"):
+                    check(not as_user(uid, ["/bin/sh", "-c", f"printf '%s\\n' {value} > {f}"]),
+                          f"uid {uid} (the run's) raised {f} to {value}")
+                check(f.read_text() == before, f"{f} changed")
+            child = d / f"nsm-adversarial-{os.getpid()}"
+            made = as_user(uid, ["/bin/mkdir", str(child)])
+            if made:
+                child.rmdir()
+            check(not made, f"uid {uid} (the run's) made a cgroup in {d}")
+        check(limits >= 2, f"no memory and pids limits in {dirs}")
+    while_running(s, expected, attack)
+
+
 def c_leftovers(s, runs, expected, scratch):
     """After N runs: no process, run cgroup, temporary file or launcher fd
     left, and the server grew by less than 8 MiB."""
@@ -993,6 +1078,9 @@ def main():
         project = scratch / "project"
         project.mkdir()
         (project / "readme.txt").write_text("readme")
+        # Writable by the jail's user (65534 under a root server too): only
+        # the read-only mount may stop a write to it.
+        os.chmod(project / "readme.txt", 0o666)
         outside = scratch / "outside"
         outside.mkdir()
         secret_file = outside / "secret.txt"
@@ -1047,6 +1135,13 @@ def main():
             case("forged agent replies (a 12 MiB flood with exit 0, another request's id, no frame, "
                  "status 300) fail, cut to output_bytes, and reset the session", c_forged_reply,
                  args, sandboxes, project, scratch, tight)
+            case("no process of a run is host root", c_jail_uid, server, expected)
+            cgroup_case = "the jail's uid cannot raise its run cgroup's limits"
+            if os.geteuid() == 0:
+                case(cgroup_case, c_cgroup_limits, server, expected)
+            else:
+                suite.skip(cgroup_case, "an unprivileged server has no run cgroups here: its limits are "
+                           "rlimits, which no unprivileged process raises")
             case(f"after {args.runs} runs nothing is left and the server did not grow",
                  c_leftovers, server, args.runs, expected, server_tmp)
             case(f"after {args.sessions} sessions expire nothing is left and the server did not grow",

@@ -10,10 +10,13 @@ exits 1 when a test failed.
               --sandbox node=OUT --custom OUT --science OUT
 
 --custom is a Python-with-jq environment made by lib.mkSandbox, --science a
-Python with numpy (python3.withPackages). Each server gets a HOME of its
-own: jail.nix puts that path in bubblewrap's arguments, so the processes of
-its jails are found by it in /proc (and when bubblewrap is gone, so is the
-jail's pid 1, and with it everything in its pid namespace).
+Python with numpy (python3.withPackages). Each server gets a directory of
+its own as HOME and TMPDIR: jail.nix puts the wrapper's HOME in
+bubblewrap's arguments, and that is the server's HOME, or, as root, the
+home the server makes for its jails' user in its TMPDIR; so the processes
+of its jails are found by that directory in /proc (and when bubblewrap is
+gone, so is the jail's pid 1, and with it everything in its pid
+namespace).
 """
 
 import argparse
@@ -62,11 +65,13 @@ def assert_gone(needle, what):
 
 
 class Server:
-    """The Nix-built server over MCP stdio, with a HOME of its own."""
+    """The Nix-built server over MCP stdio, with a HOME and TMPDIR of its own."""
 
     def __init__(self, args, scratch, env=None, manifests=()):
         self.home = tempfile.mkdtemp(dir=scratch, prefix="home-")
-        base = {"HOME": self.home, "PATH": "/usr/bin:/bin", "RUST_LOG": "info"}
+        # The jails' user of a root server enters it to reach its home there.
+        os.chmod(self.home, 0o711)
+        base = {"HOME": self.home, "TMPDIR": self.home, "PATH": "/usr/bin:/bin", "RUST_LOG": "info"}
         argv = [args.server + "/bin/nix-sandbox-mcp", "--stdio"]
         for manifest in manifests:
             argv += ["--manifest", str(manifest)]
@@ -466,6 +471,7 @@ def main():
 
     suite = Suite(f"{args.label}: sessions")
     with tempfile.TemporaryDirectory(prefix="nsm-sessions-") as scratch:
+        os.chmod(scratch, 0o755)
         suite.test("each preset's session wrapper runs the agent in its jail (frames on stdin/stdout)",
                    t_wrapper_frames, args)
         suite.test("state persists in python, bash and node (variables, imports, functions, cwd, "

@@ -66,13 +66,23 @@ fn main() -> ExitCode {
         tracing::warn!(%note, "manifest field unknown to this server; the environment is served");
     }
     let wrapper_env = WrapperEnv::from_process();
-    // The self-test's host facts: cgroups (made ready here), root or not.
-    let host = Arc::new(Host::detect());
+    // The self-test's host facts: cgroups (made ready here), the jails' user.
+    let host = match Host::detect() {
+        Ok(host) => Arc::new(host),
+        Err(reason) => {
+            eprintln!("nix-sandbox-mcp: {reason}");
+            return ExitCode::from(2);
+        }
+    };
     for line in host.report() {
         tracing::info!("self-test: {line}");
     }
     let _teardown = Teardown(Arc::clone(&host));
-    let problems = preflight::check(&opts, std::env::var_os("HOME").as_deref(), &host);
+    let home = match &host.jail_user {
+        Some(user) => Some(user.home().as_os_str().to_owned()),
+        None => std::env::var_os("HOME"),
+    };
+    let problems = preflight::check(&opts, home.as_deref(), &host);
     // A problem that would fail every call stops the server here, in one
     // line each (an MCP client shows the server's stderr); the others are
     // logged and the server goes on.

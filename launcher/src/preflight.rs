@@ -13,6 +13,7 @@ use nix::unistd::{AccessFlags, access};
 
 use crate::config::{self, Options};
 use crate::wrapper::host::Host;
+use crate::wrapper::jailuser::JAIL_UID;
 
 /// One configuration problem, shown as `SETTING: VALUE what is wrong; the
 /// fix`.
@@ -62,7 +63,7 @@ pub fn check(opts: &Options, home: Option<&OsStr>, host: &Host) -> Vec<Problem> 
         problems.extend(home_problem(home));
     }
     if let Some(dir) = &opts.project_dir {
-        problems.extend(project_dir_problem(dir));
+        problems.extend(project_dir_problem(dir, host));
         let mount = opts
             .project_mount
             .as_deref()
@@ -86,9 +87,9 @@ pub fn check(opts: &Options, home: Option<&OsStr>, host: &Host) -> Vec<Problem> 
 }
 
 /// A `PROJECT_DIR` that is not an existing directory stops every wrapper
-/// (fatal); one this user cannot read would give every run an unreadable
-/// project.
-fn project_dir_problem(dir: &OsString) -> Option<Problem> {
+/// (fatal); one the jails' user (this server's, or uid 65534 when it runs
+/// as root) cannot read would give every run an unreadable project.
+fn project_dir_problem(dir: &OsString, host: &Host) -> Option<Problem> {
     let name = config::PROJECT_DIR.var_name();
     let shown = Path::new(dir).display();
     let problem = |message: String, fatal| Problem {
@@ -111,6 +112,21 @@ fn project_dir_problem(dir: &OsString) -> Option<Problem> {
             ),
             true,
         )),
+        Ok(_) if host.jail_user.is_some() => {
+            let user = host.jail_user.as_ref()?;
+            let e = user
+                .may_access(Path::new(dir), AccessFlags::R_OK | AccessFlags::X_OK)
+                .err()?;
+            Some(problem(
+                format!(
+                    "{shown} is not readable by uid {JAIL_UID}, which the jails run as when the \
+                     server runs as root ({e}), so code could not read the project; make it and \
+                     every directory above it readable and searchable for that user (chmod \
+                     o+rx, or an ACL), or run the server as a user who can read it"
+                ),
+                false,
+            ))
+        }
         Ok(_) => match access(Path::new(dir), AccessFlags::R_OK | AccessFlags::X_OK) {
             Ok(()) => None,
             Err(e) => Some(problem(

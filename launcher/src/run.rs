@@ -19,7 +19,7 @@ use proto::frame::Exit;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::Env;
+use crate::catalog::{Env, Limits};
 use crate::wrapper::cgroup::Stats;
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, NotStarted, StartError, WrapperEnv};
@@ -35,6 +35,8 @@ const READ_CHUNK: usize = 16 * 1024;
 pub struct Spec<'a> {
     /// The wrapper's argv: an environment's `run`.
     pub argv: &'a [String],
+    /// The environment's limits, which its cgroup holds.
+    pub limits: &'a Limits,
     pub code: &'a [u8],
     pub timeout: Duration,
     /// Cap for each of stdout and stderr.
@@ -78,6 +80,7 @@ pub struct Context<'a> {
 pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcome, NotStarted> {
     let spec = Spec {
         argv: &env.run,
+        limits: &env.limits,
         code: code.as_bytes(),
         timeout: Duration::from_secs(env.limits.timeout_s.get()),
         output_bytes: usize::try_from(env.limits.output_bytes.get()).unwrap_or(usize::MAX),
@@ -119,7 +122,7 @@ pub async fn run(
 ) -> Result<RunOutcome, StartError> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + spec.timeout;
-    let wrapper = wrapper::spawn(spec.argv, spec.env, host)?;
+    let wrapper = wrapper::spawn(spec.argv, spec.limits, spec.env, host)?;
     let group = wrapper.group;
 
     let mut out = Cap::new(spec.output_bytes);
@@ -214,9 +217,15 @@ async fn pump(mut r: impl AsyncRead + Unpin, cap: &mut Cap) {
 mod tests {
     use super::*;
 
-    fn spec<'a>(script: &'a [String], env: &'a WrapperEnv, timeout_ms: u64) -> Spec<'a> {
+    fn spec<'a>(
+        script: &'a [String],
+        limits: &'a Limits,
+        env: &'a WrapperEnv,
+        timeout_ms: u64,
+    ) -> Spec<'a> {
         Spec {
             argv: script,
+            limits,
             code: b"",
             timeout: Duration::from_millis(timeout_ms),
             output_bytes: 1024,
@@ -226,16 +235,24 @@ mod tests {
 
     /// A host without cgroups: the run itself, nothing counted.
     fn host() -> Host {
-        Host::plain(false)
+        Host::plain()
+    }
+
+    fn limits() -> Limits {
+        crate::testing::env("t").build().limits
     }
 
     #[tokio::test]
     async fn exit_code_and_streams_are_reported() {
         let argv = ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"].map(String::from);
-        let env = WrapperEnv::default();
-        let o = run(&host(), spec(&argv, &env, 10_000), std::future::pending())
-            .await
-            .unwrap();
+        let (env, limits) = (WrapperEnv::default(), limits());
+        let o = run(
+            &host(),
+            spec(&argv, &limits, &env, 10_000),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
         assert_eq!(o.exit, Some(Exit::Code(3)));
         assert_eq!(o.stdout.render(), "out\n");
         assert_eq!(o.stderr.render(), "err\n");
@@ -245,10 +262,14 @@ mod tests {
     #[tokio::test]
     async fn a_sleeper_with_closed_output_ends_at_the_deadline() {
         let argv = ["/bin/sh", "-c", "exec >&- 2>&-; sleep 1000"].map(String::from);
-        let env = WrapperEnv::default();
-        let o = run(&host(), spec(&argv, &env, 300), std::future::pending())
-            .await
-            .unwrap();
+        let (env, limits) = (WrapperEnv::default(), limits());
+        let o = run(
+            &host(),
+            spec(&argv, &limits, &env, 300),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
         assert!(o.timed_out);
         assert_eq!(o.exit, Some(Exit::Signal(9)));
     }
@@ -256,9 +277,9 @@ mod tests {
     #[tokio::test]
     async fn cancellation_kills_the_run() {
         let argv = ["/bin/sh", "-c", "sleep 1000"].map(String::from);
-        let env = WrapperEnv::default();
+        let (env, limits) = (WrapperEnv::default(), limits());
         let cancel = tokio::time::sleep(Duration::from_millis(200));
-        let o = run(&host(), spec(&argv, &env, 60_000), cancel)
+        let o = run(&host(), spec(&argv, &limits, &env, 60_000), cancel)
             .await
             .unwrap();
         assert!(o.cancelled && !o.timed_out);
@@ -268,10 +289,14 @@ mod tests {
     #[tokio::test]
     async fn a_missing_program_is_a_spawn_error() {
         let argv = ["/nonexistent/wrapper".to_string()];
-        let env = WrapperEnv::default();
-        let e = run(&host(), spec(&argv, &env, 1000), std::future::pending())
-            .await
-            .unwrap_err();
+        let (env, limits) = (WrapperEnv::default(), limits());
+        let e = run(
+            &host(),
+            spec(&argv, &limits, &env, 1000),
+            std::future::pending(),
+        )
+        .await
+        .unwrap_err();
         let StartError::Spawn(e) = e else {
             panic!("not a spawn error: {e}")
         };

@@ -3,9 +3,8 @@
 # inside the jail. There, after bubblewrap made the user namespace, the
 # kernel counts only the jail's own processes and threads (per user
 # namespace and uid); set before bubblewrap it would count every process of
-# the caller on the host. The kernel does not apply it to a
-# caller that is host root: the launcher's cgroup (cgroupLimits.nix) is
-# what limits processes then.
+# the caller on the host. It binds because the jail's uid is never host
+# root (a root launcher starts its wrappers as another user).
 { environment, ... }:
 c:
 let

@@ -2,14 +2,15 @@
 # permission whose run-time code (add-runtime, before bubblewrap starts)
 # shows $PROJECT_DIR read-only at $PROJECT_MOUNT (default /project) when
 # PROJECT_DIR is set and not empty. A PROJECT_DIR that is not an existing
-# directory, or a PROJECT_MOUNT that is not an absolute path, stops the
+# directory the wrapper's user may enter (a root server's jails run as uid
+# 65534), or a PROJECT_MOUNT that is not an absolute path, stops the
 # wrapper with status 2 and says why on stderr.
 { environment, ... }:
 c:
 c.add-runtime ''
   if [ -n "''${PROJECT_DIR:-}" ]; then
     if [ ! -d "$PROJECT_DIR" ]; then
-      echo "sandbox-${environment.name}: PROJECT_DIR=$PROJECT_DIR is not an existing directory" >&2
+      echo "sandbox-${environment.name}: PROJECT_DIR=$PROJECT_DIR is not an existing directory that uid $EUID may enter" >&2
       exit 2
     fi
     sandbox_project_mount=''${PROJECT_MOUNT:-/project}

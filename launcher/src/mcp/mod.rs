@@ -138,7 +138,7 @@ impl Server {
             links: Links::default(),
         };
         Self::for_client(Arc::new(Shared {
-            instructions: tool::instructions(&catalog, project_mount.as_deref(), &host),
+            instructions: tool::instructions(&catalog, project_mount.as_deref()),
             tool: tool::run_tool(&catalog, &settings),
             catalog,
             probes: Arc::new(probes),

@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 
 use crate::catalog::{Catalog, Env};
 use crate::session;
-use crate::wrapper::host::Host;
 
 /// Most packages listed per environment in the instructions.
 const MAX_PACKAGES_LISTED: usize = 16;
@@ -66,9 +65,9 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     Tool::new("run", description, schema)
 }
 
-/// One line per environment (sorted), the project mount, the limits this
-/// host enforces ([`limits_line`]), how to read results.
-pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
+/// One line per environment (sorted), the project mount, the limits every
+/// run holds ([`limits_line`]), how to read results.
+pub fn instructions(catalog: &Catalog, project_mount: Option<&str>) -> String {
     let mut text = String::from("Sandboxed code runner; no network unless noted. Environments:\n");
     if catalog.envs.is_empty() {
         text.push_str("(none usable: run answers why)\n");
@@ -111,7 +110,7 @@ pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host)
             "The project is read-only at {mount}. Read inputs there, not through `files`.\n"
         ));
     }
-    if let Some(line) = limits_line(host, catalog) {
+    if let Some(line) = limits_line(catalog) {
         text.push_str(&line);
         text.push('\n');
     }
@@ -119,23 +118,21 @@ pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host)
     text
 }
 
-/// The instructions' one line: the limits every environment enforces on
-/// this host (values that differ are given per environment).
-fn limits_line(host: &Host, catalog: &Catalog) -> Option<String> {
+/// The instructions' one line: the limits every environment enforces
+/// (values that differ are given per environment). Each holds on every
+/// host the probes pass: the jails never run as root, so RLIMIT_NPROC
+/// binds them even without a cgroup.
+fn limits_line(catalog: &Catalog) -> Option<String> {
     let envs: Vec<&Env> = catalog.envs.values().map(|e| e.as_ref()).collect();
     if envs.is_empty() {
         return None;
     }
     let secs = |v: u64| format!("{v} s");
     let count = |v: u64| v.to_string();
-    let mut parts = vec![
+    let parts = [
         ("time", common(&envs, |e| e.limits.timeout_s.get(), secs)),
         ("memory", common(&envs, |e| e.limits.memory_mb.get(), mib)),
-    ];
-    if host.pids_enforced() {
-        parts.push(("processes", common(&envs, |e| e.limits.pids.get(), count)));
-    }
-    parts.extend([
+        ("processes", common(&envs, |e| e.limits.pids.get(), count)),
         ("CPU", common(&envs, |e| e.limits.cpu_s.get(), secs)),
         ("files", common(&envs, |e| e.limits.file_mb.get(), mib)),
         ("/tmp", common(&envs, |e| e.limits.tmp_mb.get(), mib)),
@@ -143,7 +140,7 @@ fn limits_line(host: &Host, catalog: &Catalog) -> Option<String> {
             "/workspace",
             common(&envs, |e| e.limits.workspace_mb.get(), mib),
         ),
-    ]);
+    ];
     let parts: Vec<String> = parts
         .into_iter()
         .map(|(what, v)| format!("{what} {v}"))
@@ -249,7 +246,7 @@ mod tests {
                 ]),
             )
             .build()]);
-        let text = instructions(&c, None, &Host::plain(false));
+        let text = instructions(&c, None);
         assert_eq!(
             text.lines().nth(1),
             Some(
@@ -276,7 +273,7 @@ mod tests {
     #[test]
     fn instructions_are_sorted_and_capped() {
         let c = catalog(&[("shell", true, 2), ("python", false, 18)]);
-        let text = instructions(&c, Some("/project"), &Host::plain(false));
+        let text = instructions(&c, Some("/project"));
         let lines: Vec<&str> = text.lines().collect();
         // Versions for the first three packages, names for the others.
         assert_eq!(
@@ -295,12 +292,12 @@ mod tests {
         assert!(!text.contains("Custom"), "{text}");
         let mut replaced = c.clone();
         replaced.replaced = vec!["node".into(), "python".into()];
-        let text = instructions(&replaced, None, &Host::plain(false));
+        let text = instructions(&replaced, None);
         assert_eq!(
             text.lines().nth(3),
             Some("Custom, in place of the server's own: node, python.")
         );
-        assert!(!instructions(&c, None, &Host::plain(false)).contains("project"));
+        assert!(!instructions(&c, None).contains("project"));
     }
 
     #[test]
@@ -334,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn the_instructions_line_names_exceptions_and_omits_unenforced_limits() {
+    fn the_instructions_line_names_exceptions() {
         let catalog = testing::catalog([("python", 1024), ("shell", 1024), ("node", 2048)].map(
             |(name, mb)| {
                 testing::env(name)
@@ -342,14 +339,12 @@ mod tests {
                     .build()
             },
         ));
-        let user = limits_line(&Host::plain(false), &catalog).unwrap();
+        let line = limits_line(&catalog).unwrap();
         assert_eq!(
-            user,
+            line,
             "Limits per run: time 30 s, memory 1 GiB (node 2 GiB), processes 256, CPU 60 s, \
              files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
         );
-        let root = limits_line(&Host::plain(true), &catalog).unwrap();
-        assert!(!root.contains("processes"), "{root}");
-        assert_eq!(limits_line(&Host::plain(false), &Catalog::default()), None);
+        assert_eq!(limits_line(&Catalog::default()), None);
     }
 }

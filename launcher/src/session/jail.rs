@@ -24,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
 use super::verify::Violation;
+use crate::catalog::Limits;
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, StartError, WrapperEnv};
 
@@ -77,15 +78,16 @@ pub struct Jail {
 }
 
 impl Jail {
-    /// Starts `argv` (an environment's `session`); `label` names the session
-    /// in the log.
+    /// Starts `argv` (an environment's `session`, in a cgroup holding
+    /// `limits`); `label` names the session in the log.
     pub fn spawn(
         argv: &[String],
+        limits: &Limits,
         env: &WrapperEnv,
         host: &Host,
         label: &str,
     ) -> Result<Self, StartError> {
-        let wrapper = wrapper::spawn(argv, env, host)?;
+        let wrapper = wrapper::spawn(argv, limits, env, host)?;
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let exited = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&exited);

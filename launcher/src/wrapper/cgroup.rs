@@ -10,9 +10,14 @@
 //!   `nix-sandbox-mcp.PID` under the launcher's own cgroup in the pids and
 //!   memory hierarchies, one `run-N` in each per run.
 //!
-//! The launcher only makes and removes the directories and reads their
-//! counters; the wrapper writes the limit values (policy, from Nix) and
-//! moves itself in. A run's cgroup is removed once its processes are gone.
+//! The launcher makes a run's cgroup, writes the memory and process limits
+//! the environment's manifest states ([`RunLimits`]), moves the wrapper in
+//! between fork and exec ([`RunCgroup::procs`], before a root launcher's
+//! wrapper drops to the jails' user: jailuser.rs), reads the counters, and
+//! removes the cgroup once the run's processes are gone. The directories
+//! and files stay the launcher's: the jail's uid can write no limit. The
+//! wrapper checks that it is in each and that each limit is at most its
+//! own (lib/jail/cgroupLimits.nix).
 
 use std::ffi::OsString;
 use std::io;
@@ -42,6 +47,23 @@ pub struct Cgroups {
     pub memory: bool,
     pub pids: bool,
     next: AtomicU64,
+}
+
+/// The limits a run's cgroup holds: the environment's `memory_mb` (memory
+/// and swap together) and `pids`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    pub memory_bytes: u64,
+    pub pids: u64,
+}
+
+impl From<&crate::catalog::Limits> for RunLimits {
+    fn from(limits: &crate::catalog::Limits) -> Self {
+        Self {
+            memory_bytes: limits.memory_mb.get().saturating_mul(1024 * 1024),
+            pids: limits.pids.get(),
+        }
+    }
 }
 
 /// One run's cgroup (one directory, or one per v1 hierarchy).
@@ -114,21 +136,27 @@ impl Cgroups {
         }
     }
 
-    /// Makes the cgroup of the next run.
-    pub fn create_run(&self) -> io::Result<RunCgroup> {
+    /// Makes the cgroup of the next run, holding `limits`.
+    pub fn create_run(&self, limits: RunLimits) -> io::Result<RunCgroup> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let name = format!("run-{}-{n}", std::process::id());
         let mut run = RunCgroup {
             version: self.version,
             dirs: Vec::new(),
         };
-        for parent in &self.parents {
+        let made = self.parents.iter().try_for_each(|parent| {
             let dir = parent.join(&name);
-            std::fs::create_dir(&dir)
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
-            run.dirs.push(dir);
+            std::fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
+            run.dirs.push(dir.clone());
+            write_limits(&dir, limits)
+        });
+        match made {
+            Ok(()) => Ok(run),
+            Err(e) => {
+                run.remove();
+                Err(e)
+            }
         }
-        Ok(run)
     }
 
     /// Removes what `setup` made that can be removed (v1's directories);
@@ -148,6 +176,22 @@ impl RunCgroup {
     /// The value of `NIX_SANDBOX_CGROUP` for the wrapper.
     pub fn env_value(&self) -> OsString {
         std::env::join_paths(&self.dirs).unwrap_or_default()
+    }
+
+    /// Each directory's `cgroup.procs`, open for writing: writing `0` to
+    /// one moves the writing process in (the wrapper, between fork and
+    /// exec). Opened by the launcher, so the move is the launcher's to make.
+    pub fn procs(&self) -> io::Result<Vec<std::fs::File>> {
+        self.dirs
+            .iter()
+            .map(|dir| {
+                let file = dir.join("cgroup.procs");
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&file)
+                    .map_err(|e| at(&file, e))
+            })
+            .collect()
     }
 
     /// Reads the counters (call before [`RunCgroup::remove`]).
@@ -214,6 +258,37 @@ impl RunCgroup {
             }
         }
     }
+}
+
+/// Writes `limits` into the files of `dir` that hold them: pids.max;
+/// memory.max with memory.swap.max 0 (v2), or memory.limit_in_bytes then
+/// memory.memsw.limit_in_bytes when the kernel accounts swap (v1).
+fn write_limits(dir: &Path, limits: RunLimits) -> io::Result<()> {
+    let memory = limits.memory_bytes.to_string();
+    let files = [
+        ("pids.max", limits.pids.to_string()),
+        ("memory.max", memory.clone()),
+        ("memory.swap.max", "0".to_owned()),
+        ("memory.limit_in_bytes", memory.clone()),
+        ("memory.memsw.limit_in_bytes", memory),
+    ];
+    for (name, value) in files {
+        let file = dir.join(name);
+        if file.exists() {
+            std::fs::write(&file, &value).map_err(|e| {
+                at(
+                    &file,
+                    io::Error::new(e.kind(), format!("writing {value}: {e}")),
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// `e`, saying which path it is about.
+fn at(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 /// `max` or a number; `None` for no limit.

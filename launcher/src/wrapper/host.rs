@@ -1,22 +1,25 @@
 //! What the host gives the jails, found once at start: cgroups (made ready
-//! here), whether the launcher runs as root, whether the jails can have
-//! user namespaces (tried in a child process). It decides how each limit
-//! holds here:
+//! here), whether the launcher runs as root, the user the jails run as
+//! (jailuser.rs: never host root), whether the jails can have user
+//! namespaces (tried in a child process, as that user). It decides how
+//! each limit holds here:
 //!
 //! | limit | how |
 //! | --- | --- |
 //! | memory | cgroup memory limit, else RLIMIT_AS (address space) |
-//! | processes | cgroup pids.max, else RLIMIT_NPROC in the jail's user namespace, which does not bind host root |
+//! | processes | cgroup pids.max, else RLIMIT_NPROC in the jail's user namespace |
 //! | CPU time, file size, open files | RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE |
 //! | /tmp, /workspace | tmpfs size |
 //! | time, output | the launcher (deadline, capped streams) |
 //!
-//! The wrapper applies every limit but the deadline and the output cap
-//! (policy, from Nix); the launcher gives it a cgroup when it has one.
+//! The launcher writes the cgroup limits when it has a cgroup; the wrapper
+//! applies every other limit but the deadline and the output cap (policy,
+//! from Nix).
 
 use std::sync::Arc;
 
 use super::cgroup::Cgroups;
+use super::jailuser::{self, Ids, JAIL_GID, JAIL_UID, JailUser};
 
 /// What the host gives the jails.
 #[derive(Debug)]
@@ -24,37 +27,61 @@ pub struct Host {
     pub cgroups: Option<Cgroups>,
     /// Why there is no cgroup, when there is none.
     pub no_cgroup: Option<String>,
-    /// The launcher runs as host root: RLIMIT_NPROC does not bind it.
+    /// The launcher runs as host root (its jails do not: `jail_user`).
     pub root: bool,
+    /// The user the wrappers run as when the launcher runs as host root;
+    /// `None`: the launcher's own, not host root.
+    pub jail_user: Option<JailUser>,
     /// Why the jails cannot have user namespaces and how to fix it, when
     /// they cannot.
     pub userns_problem: Option<String>,
 }
 
 impl Host {
-    pub fn detect() -> Self {
+    /// Finds what the host gives. The error is one line: why the launcher,
+    /// running as root, cannot run its jails as another user (it then runs
+    /// none).
+    pub fn detect() -> Result<Self, String> {
+        let root = nix::unistd::geteuid().is_root();
+        let jail_user = if jailuser::is_host_root() {
+            Some(JailUser::for_root().map_err(|why| {
+                format!("refusing to run as root: the jails must not run as root, and {why}")
+            })?)
+        } else {
+            None
+        };
         let (cgroups, no_cgroup) = match Cgroups::setup() {
             Ok(c) => (Some(c), None),
             Err(reason) => (None, Some(reason)),
         };
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let root = unsafe { nix::libc::geteuid() } == 0;
-        Self {
+        let userns_problem = userns_problem(jail_user.as_ref().map(|u| u.ids));
+        Ok(Self {
             cgroups,
             no_cgroup,
             root,
-            userns_problem: userns_problem(root),
-        }
+            jail_user,
+            userns_problem,
+        })
     }
 
-    /// A host with no cgroup, for tests.
+    /// A host with no cgroup whose jails run as the launcher, not root,
+    /// for tests.
     #[cfg(test)]
-    pub fn plain(root: bool) -> Self {
+    pub fn plain() -> Self {
         Self {
             cgroups: None,
             no_cgroup: Some("none (test)".into()),
-            root,
+            root: false,
+            jail_user: None,
             userns_problem: None,
+        }
+    }
+
+    /// The host uid of every process of a jail.
+    pub fn jail_uid(&self) -> u32 {
+        match &self.jail_user {
+            Some(user) => user.ids.uid.as_raw(),
+            None => nix::unistd::geteuid().as_raw(),
         }
     }
 
@@ -66,11 +93,6 @@ impl Host {
         self.cgroups.as_ref().is_some_and(|c| c.pids)
     }
 
-    /// Whether the process limit holds at all.
-    pub fn pids_enforced(&self) -> bool {
-        self.pids_by_cgroup() || !self.root
-    }
-
     /// The self-test's lines about the host (for `--check` and the log);
     /// user namespaces only when they work (when they do not, that is a
     /// configuration problem: preflight.rs).
@@ -79,6 +101,14 @@ impl Host {
         if self.userns_problem.is_none() {
             lines.push("user namespaces: available".to_owned());
         }
+        lines.push(match &self.jail_user {
+            Some(user) => format!(
+                "jails: run as uid {JAIL_UID}, gid {JAIL_GID}, not as root (the server runs as \
+                 root; a jail of root's would be host root to procfs), home {}",
+                user.home().display()
+            ),
+            None => format!("jails: run as the server's uid {}", self.jail_uid()),
+        });
         lines.push(match (&self.cgroups, &self.no_cgroup) {
             (Some(c), _) => format!("cgroups: {}", c.describe()),
             (None, Some(why)) => format!("cgroups: none usable: {why}"),
@@ -91,8 +121,6 @@ impl Host {
         };
         let pids = if self.pids_by_cgroup() {
             "processes by cgroup pids.max"
-        } else if self.root {
-            "processes NOT limited (RLIMIT_NPROC does not bind host root and there is no cgroup)"
         } else {
             "processes by RLIMIT_NPROC in the jail's user namespace"
         };
@@ -104,8 +132,8 @@ impl Host {
     }
 }
 
-/// Removes what [`Host::detect`] made in the cgroup hierarchies when it is
-/// dropped, on the way out, once no run is left.
+/// Removes what [`Host::detect`] made (in the cgroup hierarchies, the
+/// jails' home) when it is dropped, on the way out, once no run is left.
 pub struct Teardown(pub Arc<Host>);
 
 impl Drop for Teardown {
@@ -113,28 +141,32 @@ impl Drop for Teardown {
         if let Some(cgroups) = &self.0.cgroups {
             cgroups.teardown();
         }
+        if let Some(user) = &self.0.jail_user {
+            user.remove_home();
+        }
     }
 }
 
 /// Why the jails cannot have user namespaces, with the fix, if they
 /// cannot: one line. A child process tries what bubblewrap does first
-/// (a new user and mount namespace, then a mount in it); the sysctls say
-/// why it failed, and which one to change.
-fn userns_problem(root: bool) -> Option<String> {
-    let failed = try_userns().err()?;
+/// (a new user and mount namespace, then a mount in it), as the jails'
+/// user (`jail`, a root launcher's) or the launcher's; the sysctls say why
+/// it failed, and which one to change. The jails never run as root, so
+/// the sysctls for unprivileged users apply.
+fn userns_problem(jail: Option<Ids>) -> Option<String> {
+    let failed = try_userns(jail).err()?;
     let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
     let (cause, fix) = if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
         (
             "user.max_user_namespaces is 0",
             "`sysctl -w user.max_user_namespaces=65536` (and in /etc/sysctl.d/ to keep it)",
         )
-    } else if !root && read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+    } else if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
         (
             "kernel.unprivileged_userns_clone is 0",
             "`sysctl -w kernel.unprivileged_userns_clone=1` (and in /etc/sysctl.d/ to keep it)",
         )
-    } else if !root
-        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+    } else if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
     {
         (
             "kernel.apparmor_restrict_unprivileged_userns is 1 (AppArmor, as on Ubuntu 23.10 and later)",
@@ -154,9 +186,9 @@ fn userns_problem(root: bool) -> Option<String> {
 }
 
 /// Tries, in a child process, what bubblewrap does first: a new user and
-/// mount namespace (`unshare`), then a mount in it. The error names the
-/// step that failed and its errno.
-fn try_userns() -> Result<(), String> {
+/// mount namespace (`unshare`), then a mount in it, as `jail` when given.
+/// The error names the step that failed and its errno.
+fn try_userns(jail: Option<Ids>) -> Result<(), String> {
     use nix::libc;
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array it is given.
@@ -169,12 +201,16 @@ fn try_userns() -> Result<(), String> {
     let [read_end, write_end] = fds;
     // SAFETY: the launcher is still single-threaded here (the runtime has
     // no worker threads), and the child calls only async-signal-safe
-    // functions (unshare, mount, write, _exit) before it exits.
+    // functions (setgroups, setresgid, setresuid, unshare, mount, write,
+    // _exit) before it exits.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // The child: report (step, errno) on the pipe, exit.
+        let became = jail.map_or(Ok(()), Ids::become_user);
         let step: i32 = unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+            if became.is_err() {
+                3
+            } else if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
                 1
             } else if libc::mount(
                 c"none".as_ptr(),
@@ -235,10 +271,10 @@ fn try_userns() -> Result<(), String> {
     match (got, report) {
         (Some(8), [0, _]) => Ok(()),
         (Some(8), [step, errno]) => {
-            let what = if step == 1 {
-                "creating a user namespace"
-            } else {
-                "mounting inside a new user namespace"
+            let what = match step {
+                1 => "creating a user namespace",
+                2 => "mounting inside a new user namespace",
+                _ => "becoming the jails' user",
             };
             Err(format!(
                 "{what} failed ({})",

@@ -4,9 +4,10 @@
 //!
 //! - A wrapper starts in a new process group of its own, with a cleared
 //!   environment plus the few variables contract 2 names ([`WrapperEnv`]),
-//!   in a cgroup of its own when the host gives the launcher cgroups
-//!   (cgroup.rs; the wrapper writes its limits there), in the jails' pid
-//!   namespace (lifetime.rs), and gets SIGKILL if the launcher dies.
+//!   in a cgroup of its own holding its environment's limits when the host
+//!   gives the launcher cgroups (cgroup.rs), in the jails' pid namespace
+//!   (lifetime.rs), as the jails' user when the launcher is root
+//!   (jailuser.rs), and gets SIGKILL if the launcher dies.
 //! - A reaper thread waits for the wrapper without reaping it, kills what is
 //!   left of its group while the group id is still certainly ours, then
 //!   reaps it. A [`Group`] guard kills the group on every other path, drop
@@ -17,12 +18,13 @@
 
 pub mod cgroup;
 pub mod host;
+pub mod jailuser;
 pub mod probe;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -35,10 +37,11 @@ use proto::frame::Exit;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-use crate::catalog::Env;
+use crate::catalog::{Env, Limits};
 use crate::config;
 use cgroup::RunCgroup;
 use host::Host;
+use jailuser::JailUser;
 
 /// The environment a wrapper gets: nothing of the server's environment but
 /// the variables contract 2 names.
@@ -138,24 +141,32 @@ pub struct Spawned {
 }
 
 /// Starts `argv` (an environment's `run` or `session`) as contract 2 says,
-/// in a cgroup of its own when `host` has cgroups.
-pub fn spawn(argv: &[String], env: &WrapperEnv, host: &Host) -> Result<Spawned, StartError> {
+/// in a cgroup of its own holding `limits` when `host` has cgroups.
+pub fn spawn(
+    argv: &[String],
+    limits: &Limits,
+    env: &WrapperEnv,
+    host: &Host,
+) -> Result<Spawned, StartError> {
     let (program, args) = argv.split_first().ok_or_else(|| {
         StartError::Spawn(io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))
     })?;
     let cgroup = match &host.cgroups {
-        Some(cgroups) => Some(cgroups.create_run().map_err(StartError::Cgroup)?),
+        Some(cgroups) => Some(
+            cgroups
+                .create_run(limits.into())
+                .map_err(StartError::Cgroup)?,
+        ),
         None => None,
     };
-    let cgroup_var = cgroup.as_ref().map(RunCgroup::env_value);
-    let command = command(program, args, env, cgroup_var.as_deref());
-    let mut child = match crate::lifetime::spawn(command) {
+    let started = start(program, args, env, host, cgroup.as_ref());
+    let mut child = match started {
         Ok(child) => child,
         Err(e) => {
             if let Some(cgroup) = cgroup {
                 cgroup.remove();
             }
-            return Err(StartError::Spawn(e));
+            return Err(e);
         }
     };
     let group = Group::new(child.id());
@@ -179,14 +190,46 @@ pub fn spawn(argv: &[String], env: &WrapperEnv, host: &Host) -> Result<Spawned, 
     })
 }
 
+/// Spawns the wrapper, moved into `cgroup` when there is one.
+fn start(
+    program: &str,
+    args: &[String],
+    env: &WrapperEnv,
+    host: &Host,
+    cgroup: Option<&RunCgroup>,
+) -> Result<std::process::Child, StartError> {
+    // Open until the wrapper has started (the child's copies close at exec).
+    let procs = match cgroup {
+        Some(cgroup) => cgroup.procs().map_err(StartError::Cgroup)?,
+        None => Vec::new(),
+    };
+    let placement = Placement {
+        cgroup: cgroup.map(RunCgroup::env_value),
+        procs: procs.iter().map(AsRawFd::as_raw_fd).collect(),
+        user: host.jail_user.as_ref(),
+    };
+    crate::lifetime::spawn(command(program, args, env, placement)).map_err(StartError::Spawn)
+}
+
+/// Where a wrapper goes between fork and exec.
+struct Placement<'a> {
+    /// `NIX_SANDBOX_CGROUP`, and its directories' `cgroup.procs` open for
+    /// writing.
+    cgroup: Option<OsString>,
+    procs: Vec<RawFd>,
+    /// The jails' user, when the launcher is root.
+    user: Option<&'a JailUser>,
+}
+
 /// The command that starts a wrapper: a process group of its own, only the
-/// allowed environment plus its cgroup, piped stdio, and SIGKILL when the
-/// launcher dies.
+/// allowed environment plus its cgroup, piped stdio, moved into its cgroup,
+/// the jails' user when the launcher is root, and SIGKILL when the launcher
+/// dies.
 fn command(
     program: &str,
     args: &[String],
     env: &WrapperEnv,
-    cgroup: Option<&OsStr>,
+    placement: Placement<'_>,
 ) -> std::process::Command {
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
@@ -196,9 +239,13 @@ fn command(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Some(cgroup) = cgroup {
+    if let Some(cgroup) = &placement.cgroup {
         cmd.env("NIX_SANDBOX_CGROUP", cgroup);
     }
+    if let Some(user) = placement.user {
+        cmd.env("HOME", user.home());
+    }
+    let (procs, ids) = (placement.procs, placement.user.map(|u| u.ids));
     // The wrapper gets SIGKILL when the thread that spawned it dies: the
     // jails' spawner thread (lifetime.rs), else the current-thread
     // runtime's; either lives as long as the launcher, so even a crashed
@@ -207,10 +254,21 @@ fn command(
     // and must not start the jail. (In the jails' pid namespace its parent
     // has no id, and the namespace's end kills such a child.)
     let launcher = crate::lifetime::launcher_as_seen_by_children();
-    // SAFETY: prctl and getppid are async-signal-safe and touch no memory of
-    // the parent.
+    // SAFETY: write, fchown, setgroups, setresgid, setresuid, prctl and
+    // getppid are async-signal-safe and touch no memory of the parent; the
+    // fds in `procs` stay open in the parent until the spawn returns.
     unsafe {
         cmd.pre_exec(move || {
+            // Into the run's cgroup first: its files are the launcher's, so
+            // the jails' user could not move there itself.
+            for &fd in &procs {
+                nix::unistd::write(std::os::fd::BorrowedFd::borrow_raw(fd), b"0")?;
+            }
+            if let Some(ids) = ids {
+                jailuser::give_stdio(ids)?;
+                ids.become_user()?;
+            }
+            // After the change of user, which clears the parent-death signal.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
             if nix::unistd::getppid() != launcher {
                 return Err(io::Error::other("the launcher is gone"));

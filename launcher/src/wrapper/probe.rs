@@ -144,7 +144,7 @@ pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Re
             Some(v) if v <= l.pids.get() => Ok(()),
             other => Err(format!("the cgroup pids.max is {other:?}, not {}", l.pids)),
         });
-    } else if host.pids_enforced() {
+    } else {
         check(seen.within("Max processes", l.pids.get()));
     }
     if !env.network && seen.interfaces.iter().any(|i| i != "lo") {
@@ -180,6 +180,7 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
     let code = probe_code(env.interpreter);
     let spec = Spec {
         argv: &env.run,
+        limits: &env.limits,
         code: code.as_bytes(),
         timeout: PROBE_TIMEOUT,
         output_bytes: PROBE_OUTPUT_BYTES,
@@ -251,6 +252,7 @@ impl Probes {
                         Ok(seen) => tracing::info!(
                             env = %env.name,
                             seccomp = seen.seccomp,
+                            uid = probes.host.jail_uid(),
                             "sandbox probe ok: the jail holds its limits"
                         ),
                         Err(reason) => {
@@ -287,11 +289,10 @@ impl Probes {
     }
 }
 
-/// `--check`: the host's facts (user namespaces, cgroups, how each limit is
-/// enforced), then one line per configuration problem (preflight.rs), per
-/// manifest problem and per environment; false when anything failed or no
-/// environment is usable. A process limit that this host cannot enforce is
-/// reported, not failed: the jail still holds.
+/// `--check`: the host's facts (user namespaces, the jails' user, cgroups,
+/// how each limit is enforced), then one line per configuration problem
+/// (preflight.rs), per manifest problem and per environment; false when
+/// anything failed or no environment is usable.
 pub async fn run_check(
     catalog: &Catalog,
     problems: &[Problem],

@@ -41,45 +41,31 @@ fn the_probe_output_parses() {
 #[test]
 fn limits_that_hold_pass_and_missing_ones_are_named() {
     let seen = Seen::parse(OUTPUT);
-    assert_eq!(
-        verify(&env(false), &Host::plain(false), &seen, None),
-        Ok(())
-    );
+    assert_eq!(verify(&env(false), &Host::plain(), &seen, None), Ok(()));
     let weak = Seen::parse(&OUTPUT.replace(
         "Max cpu time              60 ",
         "Max cpu time              unlimited ",
     ));
-    let e = verify(&env(false), &Host::plain(false), &weak, None).unwrap_err();
+    let e = verify(&env(false), &Host::plain(), &weak, None).unwrap_err();
     assert!(e.contains("Max cpu time is unlimited, not 60"), "{e}");
     let online = Seen::parse(&format!("{OUTPUT}  eth0: 1 2 3\n"));
-    let e = verify(&env(false), &Host::plain(false), &online, None).unwrap_err();
+    let e = verify(&env(false), &Host::plain(), &online, None).unwrap_err();
     assert!(e.contains("network is off"), "{e}");
-    assert_eq!(
-        verify(&env(true), &Host::plain(false), &online, None),
-        Ok(())
-    );
+    assert_eq!(verify(&env(true), &Host::plain(), &online, None), Ok(()));
 }
 
 #[test]
-fn a_cgroup_host_checks_the_cgroup_limits() {
-    let seen = Seen::parse(OUTPUT);
-    let root = Host::plain(true);
-    assert_eq!(
-        verify(&env(false), &root, &seen, None),
-        Ok(()),
-        "root: no process limit to claim"
-    );
+fn the_process_limit_is_checked_by_rlimit_or_cgroup() {
     let many = Seen::parse(&OUTPUT.replace(
         "Max processes             256 ",
         "Max processes             9999 ",
     ));
-    let user = Host::plain(false);
     assert!(
-        verify(&env(false), &user, &many, None)
+        verify(&env(false), &Host::plain(), &many, None)
             .unwrap_err()
             .contains("Max processes")
     );
-    let mut cg = Host::plain(true);
+    let mut cg = Host::plain();
     cg.cgroups = Some(super::super::cgroup::Cgroups::fake(true, true));
     let no_as = Seen::parse(&OUTPUT.replace(
         "Max address space         1073741824 ",

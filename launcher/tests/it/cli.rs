@@ -57,13 +57,14 @@ fn env_lines(o: &std::process::Output) -> String {
     let host = [
         "jail lifetime: ",
         "user namespaces: ",
+        "jails: ",
         "cgroups: ",
         "limits: ",
     ];
     let (facts, envs): (Vec<&str>, Vec<&str>) = out
         .lines()
         .partition(|l| host.iter().any(|h| l.starts_with(h)));
-    assert_eq!(facts.len(), 4, "{out}");
+    assert_eq!(facts.len(), 5, "{out}");
     envs.iter().map(|l| format!("{l}\n")).collect()
 }
 
@@ -314,11 +315,11 @@ fn user_namespaces_off_stop_the_server_with_the_sysctl_to_change() {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().to_str().unwrap();
     let m = Manifest::new(&template());
-    let o = without_user_namespaces(&["--stdio", "--allow-wrappers-outside-store"], home)
-        .arg("--manifest")
-        .arg(&m.path)
-        .output()
-        .unwrap();
+    // As a user: root's uid 0 in a namespace of its own is still host root,
+    // whose jails would run as uid 65534, which that namespace lacks.
+    let mut serve = without_user_namespaces(&["--stdio", "--allow-wrappers-outside-store"], home);
+    serve.arg("--manifest").arg(&m.path);
+    let o = unprivileged(serve, tmp.path()).output().unwrap();
     assert_eq!(
         refused_start(&o),
         "nix-sandbox-mcp: user namespaces: bubblewrap cannot make a jail without them: \
@@ -326,11 +327,9 @@ fn user_namespaces_off_stop_the_server_with_the_sysctl_to_change() {
          user.max_user_namespaces is 0. Fix: `sysctl -w user.max_user_namespaces=65536` (and \
          in /etc/sysctl.d/ to keep it)"
     );
-    let o = without_user_namespaces(&["--check", "--allow-wrappers-outside-store"], home)
-        .arg("--manifest")
-        .arg(&m.path)
-        .output()
-        .unwrap();
+    let mut check = without_user_namespaces(&["--check", "--allow-wrappers-outside-store"], home);
+    check.arg("--manifest").arg(&m.path);
+    let o = unprivileged(check, tmp.path()).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     assert!(
@@ -429,4 +428,100 @@ fn an_unreadable_project_and_an_unwritable_output_dir_are_named_and_the_server_s
         "{err}"
     );
     assert!(err.contains("NIX_SANDBOX_OUTPUT_DIR: "), "{err}");
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A directory only root may enter.
+fn root_only_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+#[test]
+fn check_names_the_jails_user() {
+    let m = Manifest::new(&template());
+    let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
+        .arg(&m.path)
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("jails: "))
+        .unwrap_or_default();
+    if is_root() {
+        assert!(
+            line.starts_with("jails: run as uid 65534, gid 65534, not as root"),
+            "{out}"
+        );
+    } else {
+        let uid = nix::unistd::geteuid();
+        assert_eq!(
+            line,
+            format!("jails: run as the server's uid {uid}"),
+            "{out}"
+        );
+    }
+    assert!(o.status.success(), "{out}");
+}
+
+#[test]
+fn a_project_the_jails_cannot_read_is_one_line_and_fails_check() {
+    let project = root_only_dir();
+    let m = Manifest::new(&template());
+    let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
+        .arg(&m.path)
+        .env("PROJECT_DIR", project.path())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    let problem = format!(
+        "PROJECT_DIR: FAIL: {} is not readable by uid 65534, which the jails run as",
+        project.path().display()
+    );
+    if is_root() {
+        let lines: Vec<&str> = out.lines().filter(|l| l.contains("FAIL")).collect();
+        assert_eq!(lines.len(), 1, "{out}");
+        assert!(lines[0].starts_with(&problem), "{out}");
+        assert!(lines[0].contains("chmod o+rx"), "{out}");
+        assert_eq!(o.status.code(), Some(1));
+    } else {
+        // A user's jails run as that user, who can read its own directory.
+        assert!(!out.contains("FAIL"), "{out}");
+        assert!(o.status.success(), "{out}");
+    }
+}
+
+#[test]
+fn root_refuses_to_run_when_its_jails_cannot_have_a_home() {
+    let tmp = root_only_dir();
+    let m = Manifest::new(&template());
+    let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
+        .arg(&m.path)
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    if is_root() {
+        let line = refused_start(&o);
+        assert!(
+            line.starts_with(
+                "nix-sandbox-mcp: refusing to run as root: the jails must not run as root, and \
+                 uid 65534 cannot use its home"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("TMPDIR must be a directory every user may enter"),
+            "{line}"
+        );
+        // Nothing is left behind in TMPDIR.
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    } else {
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
 }

@@ -7,6 +7,7 @@ mod deadline;
 mod errors;
 mod hostile;
 mod http;
+mod jail;
 mod lifetime;
 mod outputs;
 mod protocol;

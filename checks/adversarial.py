@@ -639,6 +639,29 @@ def c_escapes(s, key_description):
     check(key_description not in got["proc_keys"], "the host's keyring is visible in the jail")
 
 
+# What a jail tries against /proc (a script of its own, which the cargo
+# tests run too).
+PROC_ATTACKS = Path(__file__).with_name("proc_attacks.py").read_text()
+
+
+def c_proc(s):
+    """Global sysctls (the same value written back), /proc/sysrq-trigger and
+    /proc/kpageflags are out of reach, /proc/sys and its like are read-only
+    mounts, and /proc/sys still shows the jail's own namespaces."""
+    _, text, _ = s.run("tight-python", PROC_ATTACKS)
+    got = json.loads(text)
+    refused = ("EROFS", "EACCES", "EPERM")
+    check(got["sysctl"] in refused, f"fs.lease-break-time written back: {got}")
+    check(got["core_pattern"] in refused, f"kernel.core_pattern written back: {got}")
+    check(got["sysrq"] in refused + ("ENOENT",), f"/proc/sysrq-trigger opened for writing: {got}")
+    check(got["kpageflags"] in ("EACCES", "EPERM", "ENOENT"), f"/proc/kpageflags read: {got}")
+    for path in ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"]:
+        if path == "/proc/sys" or os.path.exists(path):
+            check(got["mounts"][path] == "ro", f"{path} is not a read-only mount: {got}")
+    check(got["hostname"], f"kernel.hostname is not the jail's: {got}")
+    check(got["interfaces"] == ["all", "default", "lo"], f"/proc/sys/net is not the jail's: {got}")
+
+
 def jail_uid():
     """The host uid every process of a jail must have: 65534 when the server
     runs as root (never host root), else the server's own."""
@@ -1135,6 +1158,8 @@ def main():
             case("forged agent replies (a 12 MiB flood with exit 0, another request's id, no frame, "
                  "status 300) fail, cut to output_bytes, and reset the session", c_forged_reply,
                  args, sandboxes, project, scratch, tight)
+            case("global sysctls, sysrq-trigger and kpageflags are out of reach; /proc/sys is read-only",
+                 c_proc, server)
             case("no process of a run is host root", c_jail_uid, server, expected)
             cgroup_case = "the jail's uid cannot raise its run cgroup's limits"
             if os.geteuid() == 0:

@@ -16,6 +16,7 @@ c.compose (
   map (file: import file arguments c) [
     ./network.nix
     ./hardening.nix
+    ./procfs.nix
     ./filesystem.nix
     ./workspace.nix
     ./projectMount.nix

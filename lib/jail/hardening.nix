@@ -1,7 +1,7 @@
 # Takes { pkgs, ... } and jail.nix's combinators; returns the permission
 # that closes what jail.nix's base leaves open: bubblewrap started with an
-# empty environment, no nested user namespaces, no capabilities, no view of
-# the kernel keyring.
+# empty environment, no nested user namespaces, no capabilities (procfs.nix
+# closes /proc).
 { pkgs, ... }:
 c:
 c.compose [
@@ -15,6 +15,4 @@ c.compose [
   # caller is root; code must hold none whoever starts it: a capability like
   # CAP_SYS_PTRACE there would open the session agent's fds through /proc.
   (c.unsafe-add-raw-args "--cap-drop ALL")
-  # The caller's key descriptions (keyctl itself is denied by seccomp).
-  (c.unsafe-add-raw-args "--ro-bind /dev/null /proc/keys --ro-bind /dev/null /proc/key-users")
 ]

@@ -152,7 +152,29 @@ impl Server {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> Self {
-        let mut cmd = tokio::process::Command::new(BIN);
+        Self::start_through(&[], manifests, args, envs).await
+    }
+
+    /// [`Server::start`] through `through`, a command that runs the server
+    /// (`setpriv ...` to start it as another user).
+    pub async fn start_as(manifests: Vec<Manifest>, through: &[&str]) -> Self {
+        Self::start_through(through, manifests, &["--allow-wrappers-outside-store"], &[]).await
+    }
+
+    async fn start_through(
+        through: &[&str],
+        manifests: Vec<Manifest>,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
+        let mut cmd = match through.split_first() {
+            Some((program, rest)) => {
+                let mut cmd = tokio::process::Command::new(program);
+                cmd.args(rest).arg(BIN);
+                cmd
+            }
+            None => tokio::process::Command::new(BIN),
+        };
         for m in &manifests {
             cmd.arg("--manifest").arg(&m.path);
         }

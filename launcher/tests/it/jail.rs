@@ -1,20 +1,47 @@
-//! What a jail's processes are on the host: the jail never runs as host
-//! uid 0 (procfs grants global root's powers by uid, whatever the
-//! capabilities), a root server gives its jails' user a home of its own,
-//! and no process holding the jail's uid can raise the limits of the run's
-//! cgroup.
+//! What a jail's processes are on the host, and the parts of the kernel a
+//! uid reaches whatever its capabilities: the jail never runs as host uid
+//! 0 (procfs grants global root's powers by uid), a root server gives its
+//! jails' user a home of its own, /proc/sys and its like are read-only in
+//! every jail (through a server started as the test runs, root here, and
+//! one started as uid 65534), and no process holding the jail's uid can
+//! raise the limits of the run's cgroup.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
 use crate::common::*;
 
-/// The user root's jails run as.
+/// The unprivileged user the tests switch to (and root's jails run as).
 const NOBODY: u32 = 65534;
 
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
+}
+
+/// A manifest every user can read (the server as [`NOBODY`] reads it).
+fn readable(manifest: Manifest) -> Manifest {
+    let dir = manifest.path.parent().unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&manifest.path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    manifest
+}
+
+/// The fixture server started as [`NOBODY`] through setpriv.
+async fn server_as_nobody(manifest: Manifest) -> Server {
+    let id = NOBODY.to_string();
+    Server::start_as(
+        vec![readable(manifest)],
+        &[
+            "setpriv",
+            &format!("--reuid={id}"),
+            &format!("--regid={id}"),
+            "--clear-groups",
+        ],
+    )
+    .await
 }
 
 /// The real, effective, saved and file-system uids of `pid` (`Uid:` in
@@ -85,6 +112,71 @@ async fn runs_and_sessions_never_run_as_host_root() {
             "process {pid} of a session has uids {ids:?}, not {want}"
         );
     }
+}
+
+/// Python that tries, from inside a jail, what only a process holding host
+/// uid 0 or a writable /proc/sys could do, and prints what happened (JSON).
+const PROC_ATTACKS: &str = include_str!("../../../checks/proc_attacks.py");
+
+/// Runs [`PROC_ATTACKS`] in a run and a session of `s`; checks that every
+/// attack failed and that /proc/sys still shows the jail's own namespaces.
+async fn assert_proc_holds(s: &Server, who: &str) {
+    for (how, r) in [
+        ("run", s.run("python", PROC_ATTACKS).await),
+        ("session", s.session("python", "proc", PROC_ATTACKS).await),
+    ] {
+        let out = text(&r);
+        let got: Value = serde_json::from_str(out.lines().next().unwrap_or(""))
+            .unwrap_or_else(|e| panic!("{who} {how}: {e}: {out}"));
+        let refused = ["EROFS", "EACCES", "EPERM"];
+        for sysctl in ["sysctl", "core_pattern"] {
+            assert!(
+                refused.contains(&got[sysctl].as_str().unwrap()),
+                "{who} {how}: a global sysctl written back: {got}"
+            );
+        }
+        let sysrq = got["sysrq"].as_str().unwrap();
+        assert!(
+            refused.contains(&sysrq) || sysrq == "ENOENT",
+            "{who} {how}: /proc/sysrq-trigger: {got}"
+        );
+        assert!(
+            ["EACCES", "EPERM", "ENOENT"].contains(&got["kpageflags"].as_str().unwrap()),
+            "{who} {how}: /proc/kpageflags: {got}"
+        );
+        for path in ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"] {
+            if path == "/proc/sys" || std::path::Path::new(path).exists() {
+                assert_eq!(
+                    got["mounts"][path], "ro",
+                    "{who} {how}: {path} is not a read-only mount: {got}"
+                );
+            }
+        }
+        assert_eq!(got["hostname"], true, "{who} {how}: {got}");
+        assert_eq!(
+            got["interfaces"],
+            serde_json::json!(["all", "default", "lo"]),
+            "{who} {how}: /proc/sys/net shows another network namespace: {got}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn proc_sys_is_read_only_and_root_only_files_are_out_of_reach() {
+    let s = Server::start(vec![Manifest::new(&template())]).await;
+    let who = if is_root() { "as root" } else { "as a user" };
+    assert_proc_holds(&s, who).await;
+}
+
+#[tokio::test]
+async fn proc_sys_is_read_only_for_an_unprivileged_server_too() {
+    if !is_root() {
+        // The server already runs unprivileged: the test above is this one.
+        let s = Server::start(vec![Manifest::new(&template())]).await;
+        return assert_proc_holds(&s, "as a user").await;
+    }
+    let s = server_as_nobody(Manifest::new(&template())).await;
+    assert_proc_holds(&s, "as uid 65534").await;
 }
 
 /// The run cgroup directories of a process (v1: one per hierarchy; v2:

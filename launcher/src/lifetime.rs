@@ -111,9 +111,12 @@ impl Jails {
     /// Makes the jails' pid namespace, its init and the spawner thread.
     /// `root`: the launcher runs as root, which may make a pid namespace
     /// alone. `userns_problem`: why user namespaces look unusable, if they
-    /// do (then an unprivileged launcher does not try). Must run while the
-    /// process has one thread.
-    pub fn contain(root: bool, userns_problem: Option<&str>) -> Self {
+    /// do (then an unprivileged launcher does not try). `change_user`: each
+    /// wrapper becomes another user between fork and exec (a root
+    /// launcher's jails' user, wrapper/jailuser.rs), for which the spawner
+    /// keeps CAP_SETUID, CAP_SETGID and CAP_CHOWN (the wrapper loses them
+    /// with uid 0). Must run while the process has one thread.
+    pub fn contain(root: bool, userns_problem: Option<&str>, change_user: bool) -> Self {
         let userns = !root;
         if userns {
             if let Some(problem) = userns_problem {
@@ -123,10 +126,16 @@ impl Jails {
                 return Jails::Loose(why);
             }
         }
-        let started = start_spawner();
+        // CAP_CHOWN, CAP_SETGID and CAP_SETUID are capabilities 0, 6 and 7.
+        let keep = if change_user {
+            (1 << 0) | (1 << 6) | (1 << 7)
+        } else {
+            0
+        };
+        let started = start_spawner(keep);
         // The main thread's capabilities in the new user namespace (its
         // threads to come inherit the empty sets).
-        if userns && let Err(e) = drop_capabilities() {
+        if userns && let Err(e) = drop_capabilities(0) {
             return fatal(&format!(
                 "cannot drop the capabilities of the jails' user namespace: {e}"
             ));
@@ -250,14 +259,14 @@ fn enter_user_namespace() -> Result<(), String> {
 /// namespace's init, drops its capabilities, and from then on starts the
 /// wrappers sent by [`spawn`]. The init, or why there is none (then the
 /// thread is gone and no wrapper is started there).
-fn start_spawner() -> Result<Init, String> {
+fn start_spawner(keep: u32) -> Result<Init, String> {
     let (ready, is_ready) = mpsc::sync_channel(1);
     let (queue, jobs) = mpsc::channel::<Job>();
     let thread = std::thread::Builder::new()
         .name("jails-spawner".into())
         .spawn(move || {
             let init = enter_namespaces().and_then(|()| start_init());
-            let init = init.and_then(|init| match drop_capabilities() {
+            let init = init.and_then(|init| match drop_capabilities(keep) {
                 Ok(()) => Ok(init),
                 Err(e) => Err(format!("cannot drop capabilities: {e}")),
             });
@@ -307,8 +316,9 @@ fn enter_namespaces() -> Result<(), String> {
 }
 
 /// Empties the calling thread's effective, permitted and inheritable
-/// capability sets.
-fn drop_capabilities() -> Result<(), Errno> {
+/// capability sets, but for the capabilities of `keep` (bits of the first
+/// 32), which stay effective and permitted.
+fn drop_capabilities(keep: u32) -> Result<(), Errno> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -331,7 +341,12 @@ fn drop_capabilities() -> Result<(), Errno> {
         permitted: 0,
         inheritable: 0,
     };
-    let data = [empty; 2];
+    let kept = Data {
+        effective: keep,
+        permitted: keep,
+        inheritable: 0,
+    };
+    let data = [kept, empty];
     // SAFETY: capset reads a version 3 header and two data structs, which
     // both point to and outlive the call.
     let r = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
@@ -402,7 +417,7 @@ fn init(alive: RawFd, launcher_end: RawFd, status: RawFd) -> ! {
         } else {
             *libc::__errno_location()
         };
-        let _ = drop_capabilities();
+        let _ = drop_capabilities(0);
         libc::write(status, errno.to_ne_bytes().as_ptr().cast(), 4);
         // stdio included: the init must not hold the MCP channel.
         let alive_fd = alive as libc::c_uint;

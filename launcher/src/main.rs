@@ -99,7 +99,11 @@ fn main() -> ExitCode {
     }
     // Before the runtime: a process makes a user namespace only while it
     // has one thread.
-    let mut jails = Jails::contain(host.root, host.userns_problem.as_deref());
+    let mut jails = Jails::contain(
+        host.root,
+        host.userns_problem.as_deref(),
+        host.jail_user.is_some(),
+    );
     match &jails {
         Jails::Contained(_) => tracing::info!("self-test: {}", jails.report()),
         Jails::Loose(_) => tracing::warn!("self-test: {}", jails.report()),

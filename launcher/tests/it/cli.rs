@@ -265,10 +265,11 @@ fn a_home_the_jails_cannot_keep_their_passwd_in_stops_the_server() {
     m["environments"] =
         json!({"python": env_with_wrapper("/nix/store/0000-none/bin/sandbox-python")});
     let m = Manifest::new(&m);
-    let o = quiet(&["--stdio", "--manifest"], &[("HOME", "/etc/passwd")])
-        .arg(&m.path)
-        .output()
-        .unwrap();
+    // As a user: a root server's wrappers get a home it makes for them.
+    let mut serve = quiet(&["--stdio", "--manifest"], &[("HOME", "/etc/passwd")]);
+    serve.arg(&m.path);
+    let own = tempfile::tempdir().unwrap();
+    let o = unprivileged(serve, own.path()).output().unwrap();
     assert_eq!(
         refused_start(&o),
         "nix-sandbox-mcp: HOME: /etc/passwd cannot hold the jails' passwd file \

@@ -5,9 +5,10 @@
 { pkgs, ... }:
 c:
 c.compose [
-  # bwrap stays in the jail as its pid 1, and a process there can read pid
-  # 1's environment (/proc/1/environ): start bwrap with an empty one, so no
-  # variable of the wrapper's (HOME, PROJECT_DIR, the cgroup path) is seen.
+  # In a run's jail bwrap stays as its pid 1 (a session's jail has the
+  # agent there), and a process there can read pid 1's environment
+  # (/proc/1/environ): start bwrap with an empty one, so no variable of the
+  # wrapper's (HOME, PROJECT_DIR, the cgroup path) is seen.
   (s: s // { cmd = "${pkgs.coreutils}/bin/env -i ${s.cmd}"; })
   # jail.nix always passes --unshare-user, which --disable-userns needs.
   (c.unsafe-add-raw-args "--disable-userns")

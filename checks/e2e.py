@@ -317,6 +317,9 @@ MOUNTINFO = {
     "node": "process.stdout.write(require('fs').readFileSync('/proc/self/mountinfo', 'utf8'))",
 }
 STORE_NAME = re.compile(r"(?:^|/)([0-9a-df-np-sv-z]{32}-[^/]+)")
+# Inside a sandboxed `nix build` (the flake's checks.e2e) every path is under
+# the build's chroot, which mountinfo shows as the sources' prefix.
+BUILD_CHROOT = re.compile(r"^/nix/store/[0-9a-df-np-sv-z]{32}-[^/]+\.drv\.chroot(?=/)")
 # Mount points the policy names that are no bind of a host path: their filesystem type.
 FRESH = {"/": "tmpfs", "/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/dev/shm": "tmpfs",
          "/dev/mqueue": "mqueue", "/tmp": "tmpfs", "/workspace": "tmpfs", "/home/sandbox": "tmpfs"}
@@ -344,6 +347,7 @@ def foreign_mounts(mountinfo, closure, home):
         fields, _, rest = line.partition(" - ")
         fields, rest = fields.split(), rest.split()
         root, point, fstype = fields[3].replace("\\040", " "), fields[4], rest[0]
+        root = BUILD_CHROOT.sub("", root)
         store = STORE_NAME.search(root)
         if store:
             ok = store.group(1) in closure

@@ -7,7 +7,8 @@
 //! probes, `--check`) as [`JAIL_UID`]:[`JAIL_GID`] (nobody) with no
 //! supplementary group, and a home of that user's own, where jail.nix writes
 //! its fake passwd: a directory of mode 0700 the launcher makes under the
-//! temporary directory (`TMPDIR`, else /tmp) and removes at exit. The
+//! temporary directory (`TMPDIR`; /tmp when that user cannot reach it) and
+//! removes at exit. The
 //! launcher itself stays root: it makes each run's cgroup, writes its limits
 //! and moves the wrapper in before the wrapper drops to this user
 //! (cgroup.rs, mod.rs), so nothing the jail's uid can write holds a limit.
@@ -90,10 +91,38 @@ pub struct JailUser {
 }
 
 impl JailUser {
-    /// The jails' user of a launcher running as root, its home made. The
-    /// error is one line: why jails cannot be run safely as root here.
+    /// The jails' user of a launcher running as root, its home made under
+    /// the temporary directory (`TMPDIR`), or under /tmp when that user
+    /// cannot reach `TMPDIR` (a private directory of mode 0700, as clients
+    /// and login sessions often set). The error is one line: why jails
+    /// cannot be run safely as root here.
     pub fn for_root() -> Result<Self, String> {
-        let template = std::env::temp_dir().join("nix-sandbox-mcp-jails.XXXXXX");
+        let tmpdir = std::env::temp_dir();
+        let shared = Path::new("/tmp");
+        match Self::home_under(&tmpdir) {
+            Ok(user) => Ok(user),
+            Err(why) if tmpdir != shared => match Self::home_under(shared) {
+                Ok(user) => {
+                    tracing::info!(
+                        home = %user.home.display(),
+                        "the jails' home is under /tmp: {why}"
+                    );
+                    Ok(user)
+                }
+                Err(also) => Err(format!(
+                    "{why}; {also}: TMPDIR or /tmp must be a directory every user may enter"
+                )),
+            },
+            Err(why) => Err(format!(
+                "{why}: TMPDIR must be a directory every user may enter, like /tmp"
+            )),
+        }
+    }
+
+    /// The jails' user with a home made under `dir`, or why it cannot have
+    /// one there (nothing is left in `dir` then).
+    fn home_under(dir: &Path) -> Result<Self, String> {
+        let template = dir.join("nix-sandbox-mcp-jails.XXXXXX");
         let home = nix::unistd::mkdtemp(&template)
             .map_err(|e| format!("cannot make the jails' home {}: {e}", template.display()))?;
         let user = Self {
@@ -112,10 +141,7 @@ impl JailUser {
         }
         let all = AccessFlags::R_OK | AccessFlags::W_OK | AccessFlags::X_OK;
         if let Err(e) = user.may_access(&user.home, all) {
-            let reason = format!(
-                "uid {JAIL_UID} cannot use its home {home} ({e}): TMPDIR must be a directory \
-                 every user may enter, like /tmp"
-            );
+            let reason = format!("uid {JAIL_UID} cannot use its home {home} ({e})");
             user.remove_home();
             return Err(reason);
         }

@@ -499,7 +499,9 @@ fn a_project_the_jails_cannot_read_is_one_line_and_fails_check() {
 }
 
 #[test]
-fn root_refuses_to_run_when_its_jails_cannot_have_a_home() {
+fn a_private_tmpdir_puts_a_root_servers_jails_home_under_tmp() {
+    // Clients and login sessions often set TMPDIR to a directory of mode
+    // 0700, which uid 65534 cannot enter.
     let tmp = root_only_dir();
     let m = Manifest::new(&template());
     let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
@@ -507,22 +509,65 @@ fn root_refuses_to_run_when_its_jails_cannot_have_a_home() {
         .env("TMPDIR", tmp.path())
         .output()
         .unwrap();
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(!out.contains("FAIL"), "{out}");
     if is_root() {
-        let line = refused_start(&o);
-        assert!(
-            line.starts_with(
-                "nix-sandbox-mcp: refusing to run as root: the jails must not run as root, and \
-                 uid 65534 cannot use its home"
-            ),
-            "{line}"
-        );
-        assert!(
-            line.contains("TMPDIR must be a directory every user may enter"),
-            "{line}"
-        );
-        // Nothing is left behind in TMPDIR.
-        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
-    } else {
-        assert!(o.status.success(), "{}", stderr(&o));
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("jails: "))
+            .unwrap_or_default();
+        assert!(line.contains(", home /tmp/nix-sandbox-mcp-jails."), "{out}");
     }
+    // Nothing is left behind in TMPDIR.
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn root_refuses_to_run_when_its_jails_cannot_have_a_home() {
+    if !is_root() {
+        return;
+    }
+    // Neither TMPDIR nor /tmp can hold the home: /tmp is a root-only tmpfs
+    // in a mount namespace of the test's own, TMPDIR a root-only directory
+    // outside /tmp that also holds the manifest.
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let manifest = tmp.path().join("manifest.json");
+    std::fs::write(&manifest, template().to_string()).unwrap();
+    let private = tmp.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs -o mode=0700 private /tmp && exec \"$@\"")
+        .args([
+            "sh",
+            BIN,
+            "--check",
+            "--allow-wrappers-outside-store",
+            "--manifest",
+        ])
+        .arg(&manifest)
+        .env_remove("NIX_SANDBOX_MANIFEST")
+        .env("TMPDIR", &private)
+        .output()
+        .unwrap();
+    let line = refused_start(&o);
+    assert!(
+        line.starts_with(
+            "nix-sandbox-mcp: refusing to run as root: the jails must not run as root, and \
+             uid 65534 cannot use its home"
+        ),
+        "{line}"
+    );
+    assert!(
+        line.contains("TMPDIR or /tmp must be a directory every user may enter"),
+        "{line}"
+    );
+    // Nothing is left behind in TMPDIR.
+    assert_eq!(std::fs::read_dir(&private).unwrap().count(), 0);
 }

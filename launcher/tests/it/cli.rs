@@ -528,32 +528,30 @@ fn root_refuses_to_run_when_its_jails_cannot_have_a_home() {
     if !is_root() {
         return;
     }
-    // Neither TMPDIR nor /tmp can hold the home: /tmp is a root-only tmpfs
-    // in a mount namespace of the test's own, TMPDIR a root-only directory
-    // outside /tmp that also holds the manifest.
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let manifest = tmp.path().join("manifest.json");
-    std::fs::write(&manifest, template().to_string()).unwrap();
-    let private = tmp.path().join("private");
-    std::fs::create_dir(&private).unwrap();
-    std::fs::set_permissions(
-        &private,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
+    // Neither TMPDIR nor /tmp can hold the home: in a mount namespace of
+    // the test's own, /tmp is a fresh root-only tmpfs and TMPDIR a root-only
+    // directory in it. The server and its manifest are opened before the
+    // mount hides them (a checkout may live under /tmp), and whatever the
+    // server leaves in TMPDIR is listed on stdout, which must stay empty.
+    let manifest = Manifest::new(&template());
+    let script = "exec 3<\"$0\" 4<\"$1\" && \
+                  mount -t tmpfs -o mode=0700 private /tmp && \
+                  mkdir -m 0700 /tmp/private && \
+                  TMPDIR=/tmp/private /proc/self/fd/3 --check \
+                  --allow-wrappers-outside-store --manifest /proc/self/fd/4; \
+                  status=$?; ls -A /tmp/private; exit $status";
     let o = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg("mount -t tmpfs -o mode=0700 private /tmp && exec \"$@\"")
         .args([
+            "--mount",
+            "--propagation",
+            "private",
             "sh",
+            "-c",
+            script,
             BIN,
-            "--check",
-            "--allow-wrappers-outside-store",
-            "--manifest",
         ])
-        .arg(&manifest)
+        .arg(&manifest.path)
         .env_remove("NIX_SANDBOX_MANIFEST")
-        .env("TMPDIR", &private)
         .output()
         .unwrap();
     let line = refused_start(&o);
@@ -568,6 +566,4 @@ fn root_refuses_to_run_when_its_jails_cannot_have_a_home() {
         line.contains("TMPDIR or /tmp must be a directory every user may enter"),
         "{line}"
     );
-    // Nothing is left behind in TMPDIR.
-    assert_eq!(std::fs::read_dir(&private).unwrap().count(), 0);
 }

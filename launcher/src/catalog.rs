@@ -21,6 +21,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::egress::policy::Network;
+
 /// What the `interpreter` field names (what a session agent drives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -85,7 +87,8 @@ pub struct Env {
     #[serde(default)]
     pub session: Vec<String>,
     pub limits: Limits,
-    pub network: bool,
+    /// `false`, `true`, or an allowlist the egress proxy enforces.
+    pub network: Network,
     #[serde(default)]
     pub packages: Vec<String>,
     pub store_path: String,
@@ -310,6 +313,11 @@ fn validate(name: &str, env: &Env, allow_outside_store: bool) -> Vec<(String, St
              not served; upgrade the server"
                 .into(),
         ));
+    }
+    if let Some(policy) = env.network.policy() {
+        for (field, problem) in policy.problems() {
+            problems.push((at(&format!("network.{field}")), problem));
+        }
     }
     for (field, argv) in [("run", &env.run), ("session", &env.session)] {
         if let Some(program) = argv.first()

@@ -85,7 +85,27 @@ fn wrong_type_names_its_path() {
     v["environments"]["python"]["network"] = json!("no");
     let e = only_error(&v, false);
     assert!(
-        e.starts_with("m.json: environments.python.network: invalid type"),
+        e.starts_with("m.json: environments.python.network: expected true, false or a policy"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_network_policy_is_read_and_its_unknown_fields_refuse_the_environment() {
+    let mut v = good();
+    v["environments"]["python"]["network"] = json!({
+        "allow": [{"host": "pypi.org"}], "credentials": {}, "ca_bundle": null
+    });
+    let envs = read(&v, false).unwrap();
+    assert_eq!(envs[0].network.policy().unwrap().hosts(), ["pypi.org"]);
+    // A field of the policy this server does not know may be a restriction
+    // it would not enforce: the environment is not served.
+    v["environments"]["python"]["network"]["allow"][0]["max_bytes"] = json!(10);
+    let e = only_error(&v, false);
+    assert!(
+        e.starts_with(
+            "m.json: environments.python.network.allow[0].max_bytes: a network policy field"
+        ),
         "{e}"
     );
 }

@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::egress;
 use crate::session;
 
 /// One setting: its flag and environment variable (either or both), its
@@ -265,6 +266,24 @@ pub const SANDBOX_DIR: Setting = Setting {
          like NIX_SANDBOX_ENVS",
     )
 };
+pub const EGRESS_HOSTS: Setting = Setting {
+    value: Some("PATH"),
+    ..variable(
+        "NIX_SANDBOX_EGRESS_HOSTS",
+        VarRole::Fallback,
+        "a hosts file (ADDRESS NAME... lines) the egress proxy of environments with a network \
+         policy resolves names from before the host's resolver (tests, pinned names)",
+    )
+};
+pub const EGRESS_CA_ROOTS: Setting = Setting {
+    value: Some("PATH"),
+    ..variable(
+        "NIX_SANDBOX_EGRESS_CA_ROOTS",
+        VarRole::Fallback,
+        "extra trust roots (PEM) for hosts reached through the egress proxy: the proxy \
+         verifies them, and the jails' CA bundle carries them",
+    )
+};
 pub const RUST_LOG: Setting = Setting {
     default: Some(Default::Text("info")),
     ..variable(
@@ -275,7 +294,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 19] = [
+pub const SETTINGS: [&Setting; 21] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -294,6 +313,8 @@ pub const SETTINGS: [&Setting; 19] = [
     &OUTPUT_DIR,
     &ENVS,
     &SANDBOX_DIR,
+    &EGRESS_HOSTS,
+    &EGRESS_CA_ROOTS,
     &RUST_LOG,
 ];
 
@@ -326,6 +347,8 @@ pub struct Options {
     pub project_mount: Option<String>,
     /// `NIX_SANDBOX_OUTPUT_DIR`.
     pub output_dir: Option<PathBuf>,
+    /// `NIX_SANDBOX_EGRESS_HOSTS`, `NIX_SANDBOX_EGRESS_CA_ROOTS`.
+    pub egress: egress::Settings,
 }
 
 /// Reads `args` (without the program name) and the environment
@@ -350,6 +373,7 @@ pub fn parse(
         project_dir: None,
         project_mount: None,
         output_dir: None,
+        egress: egress::Settings::default(),
     };
     if let Some(list) = var(&MANIFEST) {
         opts.manifests
@@ -442,6 +466,10 @@ pub fn parse(
         opts.project_mount = Some(mount.unwrap_or_else(|| PROJECT_MOUNT.text().into()));
     }
     opts.output_dir = var(&OUTPUT_DIR).map(PathBuf::from);
+    opts.egress = egress::Settings {
+        hosts_file: var(&EGRESS_HOSTS).map(PathBuf::from),
+        extra_roots: var(&EGRESS_CA_ROOTS).map(PathBuf::from),
+    };
     Ok(opts)
 }
 

@@ -15,6 +15,7 @@ mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
 mod config;
+mod egress;
 mod lifetime;
 mod mcp;
 mod outputs;
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Catalog;
 use crate::config::Mode;
+use crate::egress::Egress;
 use crate::lifetime::Jails;
 use crate::outputs::mirror::Mirror;
 use crate::wrapper::WrapperEnv;
@@ -108,6 +110,12 @@ fn main() -> ExitCode {
         Jails::Contained(_) => tracing::info!("self-test: {}", jails.report()),
         Jails::Loose(_) => tracing::warn!("self-test: {}", jails.report()),
     }
+    // After the jails' pid namespace: its init, a fork of this process,
+    // holds no copy of the secrets the proxy reads.
+    let owner = host.jail_user.as_ref().map(|user| user.ids);
+    host.set_egress(Egress::start(&catalog, &opts.egress, owner, |var| {
+        std::env::var_os(var)
+    }));
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

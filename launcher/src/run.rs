@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{Env, Limits};
+use crate::egress::Gate;
 use crate::wrapper::cgroup::Stats;
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, NotStarted, StartError, WrapperEnv};
@@ -42,6 +43,8 @@ pub struct Spec<'a> {
     /// Cap for each of stdout and stderr.
     pub output_bytes: usize,
     pub env: &'a WrapperEnv,
+    /// The jail's way out, when its environment has a network policy.
+    pub gate: Option<&'a Gate>,
 }
 
 /// Everything a finished run produced.
@@ -57,6 +60,8 @@ pub struct RunOutcome {
     pub duration: Duration,
     /// What the run's cgroup counted, when it had one.
     pub usage: Option<Stats>,
+    /// The network policy's refusals, as note lines.
+    pub refusals: Vec<String>,
 }
 
 impl RunOutcome {
@@ -78,7 +83,13 @@ pub struct Context<'a> {
 
 /// Runs `code` in a fresh jail of `env`, under its timeout and output cap.
 pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcome, NotStarted> {
+    let gate = cx
+        .host
+        .egress()
+        .gate(env)
+        .map_err(|e| NotStarted::run(env, StartError::Egress(e)))?;
     let spec = Spec {
+        gate: gate.as_ref(),
         argv: &env.run,
         limits: &env.limits,
         code: code.as_bytes(),
@@ -108,6 +119,9 @@ pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcom
         Err(StartError::Spawn(e)) => {
             tracing::error!(env = %env.name, error = %e, "cannot start the wrapper");
         }
+        Err(StartError::Egress(e)) => {
+            tracing::error!(env = %env.name, error = %e, "no network gate for the run");
+        }
     }
     ran.map_err(|cause| NotStarted::run(env, cause))
 }
@@ -122,7 +136,7 @@ pub async fn run(
 ) -> Result<RunOutcome, StartError> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + spec.timeout;
-    let wrapper = wrapper::spawn(spec.argv, spec.limits, spec.env, host)?;
+    let wrapper = wrapper::spawn(spec.argv, spec.limits, spec.env, host, spec.gate)?;
     let group = wrapper.group;
 
     let mut out = Cap::new(spec.output_bytes);
@@ -180,6 +194,7 @@ pub async fn run(
         stderr: err,
         duration: started.elapsed(),
         usage,
+        refusals: spec.gate.map(Gate::take_refusals).unwrap_or_default(),
     })
 }
 
@@ -230,6 +245,7 @@ mod tests {
             timeout: Duration::from_millis(timeout_ms),
             output_bytes: 1024,
             env,
+            gate: None,
         }
     }
 

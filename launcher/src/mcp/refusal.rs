@@ -241,7 +241,9 @@ impl Refusal {
 impl From<NotStarted> for Refusal {
     fn from(e: NotStarted) -> Self {
         match e.cause {
-            StartError::Cgroup(_) => Self::sandbox_unavailable(&e.env, &e.cause.to_string()),
+            StartError::Cgroup(_) | StartError::Egress(_) => {
+                Self::sandbox_unavailable(&e.env, &e.cause.to_string())
+            }
             StartError::Spawn(_) => Self::wrapper_missing(&e.env, &e.wrapper),
         }
     }

@@ -7,6 +7,7 @@ use rmcp::model::Tool;
 use serde_json::{Value, json};
 
 use crate::catalog::{Catalog, Env};
+use crate::egress::policy::Network;
 use crate::session;
 
 /// Most packages listed per environment in the instructions.
@@ -94,8 +95,12 @@ pub fn instructions(catalog: &Catalog, project_mount: Option<&str>) -> String {
                 text.push_str(&format!(" (+{more} more)"));
             }
         }
-        if env.network {
-            text.push_str("; network");
+        match &env.network {
+            Network::Open(true) => text.push_str("; network"),
+            Network::Open(false) => {}
+            Network::Policy(policy) => {
+                text.push_str(&format!("; network only to {}", policy.hosts().join(", ")));
+            }
         }
         text.push('\n');
     }

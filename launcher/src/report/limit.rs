@@ -209,6 +209,7 @@ mod tests {
             stderr: err,
             duration: Duration::from_secs(1),
             usage: None,
+            refusals: Vec::new(),
         }
     }
 
@@ -216,6 +217,7 @@ mod tests {
         // The run as it ended with the cgroup `cg`, if any.
         let o = RunOutcome {
             usage: cg.copied(),
+            refusals: Vec::new(),
             stdout: o.stdout.clone(),
             stderr: o.stderr.clone(),
             ..*o

@@ -119,6 +119,7 @@ fn render(
     if hit.is_some() || killed {
         notes.extend(used.sentence());
     }
+    notes.extend(o.refusals.iter().cloned());
     super::with_notes(text, notes)
 }
 
@@ -146,6 +147,7 @@ mod tests {
             stderr,
             duration: Duration::from_millis(12),
             usage: None,
+            refusals: Vec::new(),
         }
     }
 

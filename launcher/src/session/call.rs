@@ -139,6 +139,8 @@ pub struct CallOutcome {
     /// The server named this new session (`session` is that name, not the
     /// one the call gave).
     pub named_by_server: bool,
+    /// The network policy's refusals during the call, as note lines.
+    pub refusals: Vec<String>,
 }
 
 impl CallOutcome {
@@ -158,6 +160,7 @@ impl CallOutcome {
             outputs: Collected::default(),
             throwaway,
             named_by_server: false,
+            refusals: Vec::new(),
         }
     }
 }
@@ -286,6 +289,7 @@ pub async fn settle(
     outcome: &mut CallOutcome,
 ) -> Result<JailAfter, Error> {
     let label = to.session.unwrap_or("(run)");
+    outcome.refusals = jail.take_refusals();
     match ended {
         Ended::Answered {
             reply,

@@ -24,7 +24,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
 use super::verify::Violation;
-use crate::catalog::Limits;
+use crate::catalog::Env;
+use crate::egress::Gate;
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, StartError, WrapperEnv};
 
@@ -75,19 +76,32 @@ pub struct Jail {
     buf: Vec<u8>,
     next_id: u64,
     log_tail: Arc<Mutex<String>>,
+    /// The jail's way out, when its environment has a network policy: it
+    /// lives as long as the jail.
+    gate: Option<Box<Gate>>,
 }
 
 impl Jail {
-    /// Starts `argv` (an environment's `session`, in a cgroup holding
-    /// `limits`); `label` names the session in the log.
+    /// Starts `env`'s `session` wrapper (in a cgroup holding its limits);
+    /// `label` names the session in the log.
     pub fn spawn(
-        argv: &[String],
-        limits: &Limits,
-        env: &WrapperEnv,
+        env: &Env,
+        wrapper_env: &WrapperEnv,
         host: &Host,
         label: &str,
     ) -> Result<Self, StartError> {
-        let wrapper = wrapper::spawn(argv, limits, env, host)?;
+        let gate = host
+            .egress()
+            .gate(env)
+            .map_err(StartError::Egress)?
+            .map(Box::new);
+        let wrapper = wrapper::spawn(
+            &env.session,
+            &env.limits,
+            wrapper_env,
+            host,
+            gate.as_deref(),
+        )?;
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let exited = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&exited);
@@ -119,7 +133,16 @@ impl Jail {
             // caught as a reply to nothing.
             next_id: RandomState::new().hash_one(pid) >> 1,
             log_tail,
+            gate,
         })
+    }
+
+    /// The network policy's refusals since they were last taken.
+    pub fn take_refusals(&self) -> Vec<String> {
+        self.gate
+            .as_ref()
+            .map(|gate| gate.take_refusals())
+            .unwrap_or_default()
     }
 
     /// An id for the next request.

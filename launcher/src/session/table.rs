@@ -108,7 +108,7 @@ impl Inner {
 
     /// Starts a jail for session `name`.
     pub fn spawn(&self, name: &str, env: &Env) -> Result<Jail, Error> {
-        Jail::spawn(&env.session, &env.limits, &self.wrapper_env, &self.host, name).map_err(|cause| {
+        Jail::spawn(env, &self.wrapper_env, &self.host, name).map_err(|cause| {
             tracing::error!(session = name, env = %env.name, error = %cause, "cannot start the session jail");
             Error::from(NotStarted::session(env, cause))
         })

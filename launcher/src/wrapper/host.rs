@@ -16,10 +16,11 @@
 //! applies every other limit but the deadline and the output cap (policy,
 //! from Nix).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::cgroup::Cgroups;
 use super::jailuser::{self, Ids, JAIL_GID, JAIL_UID, JailUser};
+use crate::egress::Egress;
 
 /// What the host gives the jails.
 #[derive(Debug)]
@@ -35,6 +36,10 @@ pub struct Host {
     /// Why the jails cannot have user namespaces and how to fix it, when
     /// they cannot.
     pub userns_problem: Option<String>,
+    /// The egress proxy of environments with a network policy, set once
+    /// the jails' pid namespace is made: its init is a fork of the
+    /// launcher, and must not carry a copy of the secrets the proxy reads.
+    egress: OnceLock<Arc<Egress>>,
 }
 
 impl Host {
@@ -61,6 +66,7 @@ impl Host {
             root,
             jail_user,
             userns_problem,
+            egress: OnceLock::new(),
         })
     }
 
@@ -74,6 +80,7 @@ impl Host {
             root: false,
             jail_user: None,
             userns_problem: None,
+            egress: OnceLock::new(),
         }
     }
 
@@ -83,6 +90,18 @@ impl Host {
             Some(user) => user.ids.uid.as_raw(),
             None => nix::unistd::geteuid().as_raw(),
         }
+    }
+
+    /// Sets the egress proxy, once.
+    pub fn set_egress(&self, egress: Egress) {
+        if self.egress.set(Arc::new(egress)).is_err() {
+            tracing::warn!("the egress proxy was set twice; the first is kept");
+        }
+    }
+
+    /// The egress proxy (one serving no policy until it is set).
+    pub fn egress(&self) -> Arc<Egress> {
+        Arc::clone(self.egress.get_or_init(|| Arc::new(Egress::none())))
     }
 
     pub fn memory_by_cgroup(&self) -> bool {

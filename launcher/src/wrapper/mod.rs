@@ -39,6 +39,7 @@ use tokio::sync::oneshot;
 
 use crate::catalog::{Env, Limits};
 use crate::config;
+use crate::egress::{self, Gate};
 use cgroup::RunCgroup;
 use host::Host;
 use jailuser::JailUser;
@@ -87,6 +88,9 @@ pub enum StartError {
     Cgroup(io::Error),
     /// It could not be spawned: missing, not executable, or the like.
     Spawn(io::Error),
+    /// Its environment's network policy cannot be served: it is not
+    /// started without its gate.
+    Egress(egress::Error),
 }
 
 impl fmt::Display for StartError {
@@ -94,6 +98,7 @@ impl fmt::Display for StartError {
         match self {
             StartError::Cgroup(e) => write!(f, "cannot make the run's cgroup: {e}"),
             StartError::Spawn(e) => e.fmt(f),
+            StartError::Egress(e) => write!(f, "network policy: {e}"),
         }
     }
 }
@@ -141,12 +146,15 @@ pub struct Spawned {
 }
 
 /// Starts `argv` (an environment's `run` or `session`) as contract 2 says,
-/// in a cgroup of its own holding `limits` when `host` has cgroups.
+/// in a cgroup of its own holding `limits` when `host` has cgroups, with
+/// the variables of its network gate when its environment has a network
+/// policy.
 pub fn spawn(
     argv: &[String],
     limits: &Limits,
     env: &WrapperEnv,
     host: &Host,
+    gate: Option<&Gate>,
 ) -> Result<Spawned, StartError> {
     let (program, args) = argv.split_first().ok_or_else(|| {
         StartError::Spawn(io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))
@@ -159,7 +167,7 @@ pub fn spawn(
         ),
         None => None,
     };
-    let started = start(program, args, env, host, cgroup.as_ref());
+    let started = start(program, args, env, host, cgroup.as_ref(), gate);
     let mut child = match started {
         Ok(child) => child,
         Err(e) => {
@@ -197,6 +205,7 @@ fn start(
     env: &WrapperEnv,
     host: &Host,
     cgroup: Option<&RunCgroup>,
+    gate: Option<&Gate>,
 ) -> Result<std::process::Child, StartError> {
     // Open until the wrapper has started (the child's copies close at exec).
     let procs = match cgroup {
@@ -208,7 +217,11 @@ fn start(
         procs: procs.iter().map(AsRawFd::as_raw_fd).collect(),
         user: host.jail_user.as_ref(),
     };
-    crate::lifetime::spawn(command(program, args, env, placement)).map_err(StartError::Spawn)
+    let mut command = command(program, args, env, placement);
+    if let Some(gate) = gate {
+        command.envs(gate.vars());
+    }
+    crate::lifetime::spawn(command).map_err(StartError::Spawn)
 }
 
 /// Where a wrapper goes between fork and exec.

@@ -28,6 +28,7 @@ use super::WrapperEnv;
 use super::cgroup::Stats;
 use super::host::Host;
 use crate::catalog::{Catalog, Env, Interpreter};
+use crate::egress::policy::Network;
 use crate::preflight::Problem;
 use crate::run::{self, Spec};
 
@@ -147,7 +148,7 @@ pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Re
     } else {
         check(seen.within("Max processes", l.pids.get()));
     }
-    if !env.network && seen.interfaces.iter().any(|i| i != "lo") {
+    if env.network != Network::Open(true) && seen.interfaces.iter().any(|i| i != "lo") {
         check(Err(format!(
             "network is off but the jail has interfaces {:?}",
             seen.interfaces
@@ -178,7 +179,12 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
     let code = probe_code(env.interpreter);
+    let gate = host
+        .egress()
+        .gate(env)
+        .map_err(|e| format!("its network policy cannot be served: {e}"))?;
     let spec = Spec {
+        gate: gate.as_ref(),
         argv: &env.run,
         limits: &env.limits,
         code: code.as_bytes(),

@@ -1,0 +1,409 @@
+//! Network by policy: an environment whose manifest's `network` is an
+//! allowlist (policy.rs) keeps its jail's own network namespace, with only
+//! loopback, and reaches out only through this proxy, which runs in the
+//! launcher.
+//!
+//! - Every jail of such an environment gets a gate of its own ([`Gate`]): a
+//!   Unix socket in a directory only the server's user can enter, which the
+//!   wrapper binds into the jail (`NIX_SANDBOX_EGRESS_SOCKET`), where a
+//!   small bridge (the agent crate's `egress-bridge`, untrusted like
+//!   everything in the jail) serves it at 127.0.0.1:3128, the jail's
+//!   `HTTP_PROXY`. So each refusal is known to belong to one run or one
+//!   session, whose result says it (`network: refused HOST:PORT (WHY)`).
+//! - The proxy (proxy.rs) decides every CONNECT by host and port, every
+//!   plain HTTP request by host, port, method and path, checks that a
+//!   tunnel's TLS server name is the CONNECT host (tls.rs), resolves names
+//!   itself (resolve.rs) and refuses the host's own networks unless a rule
+//!   names the address. It logs each decision.
+//! - Credentials: a rule may attach secrets the server reads at start-up
+//!   (a file or a variable of its own, never the store). The jail holds a
+//!   placeholder; for those hosts the proxy terminates the TLS with a CA of
+//!   this server's (made at start-up, its key only in the server's memory)
+//!   that only these jails trust (`NIX_SANDBOX_EGRESS_CA`, a bundle with
+//!   the environment's own roots), puts the secret in place of the
+//!   placeholder in the headers the credential names, and connects on to
+//!   the real host with normal verification.
+
+pub mod policy;
+mod proxy;
+pub mod resolve;
+mod tls;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::hash::{BuildHasher, RandomState};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{Catalog, Env};
+use crate::wrapper::jailuser::Ids;
+use policy::Policy;
+use resolve::Resolver;
+
+/// The variable that gives the wrapper its gate's socket.
+pub const SOCKET_VAR: &str = "NIX_SANDBOX_EGRESS_SOCKET";
+/// The variable that gives the wrapper the jail's CA bundle.
+pub const BUNDLE_VAR: &str = "NIX_SANDBOX_EGRESS_CA";
+/// The CA bundle the jail of an environment with `network = true` sees,
+/// the host's: the default start of a policy jail's bundle.
+const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Refusals a result lists; more are counted in one line.
+const MAX_REFUSALS_LISTED: usize = 8;
+
+/// Why an environment's jail cannot have its gate.
+#[derive(Debug)]
+pub enum Error {
+    /// The environment's egress could not be set up at start (a secret
+    /// that could not be read, a CA bundle that could not be written).
+    Unavailable(String),
+    Io(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Unavailable(why) => f.write_str(why),
+            Error::Io(e) => write!(f, "cannot open the network gate: {e}"),
+        }
+    }
+}
+
+/// What the server's settings give the proxy.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// A hosts file the resolver reads first (`NIX_SANDBOX_EGRESS_HOSTS`).
+    pub hosts_file: Option<PathBuf>,
+    /// Extra trust roots (PEM) for hosts reached through the proxy
+    /// (`NIX_SANDBOX_EGRESS_CA_ROOTS`).
+    pub extra_roots: Option<PathBuf>,
+}
+
+/// One environment's egress, ready at start.
+struct EnvEgress {
+    policy: Arc<Policy>,
+    /// Secrets by credential name.
+    secrets: Arc<HashMap<String, String>>,
+    /// The jail's CA bundle.
+    bundle: PathBuf,
+}
+
+/// The server's proxy: its directory of gates, its CA, its resolver, and
+/// what each environment with a policy needs.
+pub struct Egress {
+    dir: Option<PathBuf>,
+    resolver: Resolver,
+    tls: Option<tls::Tls>,
+    envs: HashMap<String, Result<EnvEgress, String>>,
+    next: AtomicU64,
+    /// Who the gates' sockets belong to, when not the launcher.
+    owner: Option<Ids>,
+}
+
+impl fmt::Debug for Egress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Egress")
+            .field("dir", &self.dir)
+            .field("envs", &self.envs.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Egress {
+    /// No environment has a policy (tests, or a catalog without one).
+    pub fn none() -> Self {
+        Self {
+            dir: None,
+            resolver: Resolver::system(),
+            tls: None,
+            envs: HashMap::new(),
+            next: AtomicU64::new(0),
+            owner: None,
+        }
+    }
+
+    /// Sets up the proxy for every environment of `catalog` with a policy,
+    /// reading their secrets. A problem of one environment is logged and
+    /// refuses its calls; a problem of the whole proxy (its directory, its
+    /// CA, the hosts file) refuses every such environment. A root
+    /// launcher's jails run as another user (`owner`): the gates' directory
+    /// and sockets are theirs, so that their wrappers can bind them and
+    /// their code connect.
+    pub fn start(
+        catalog: &Catalog,
+        settings: &Settings,
+        owner: Option<Ids>,
+        lookup: impl Fn(&str) -> Option<OsString>,
+    ) -> Self {
+        let policies: Vec<(&String, &Policy)> = catalog
+            .envs
+            .iter()
+            .filter_map(|(name, env)| env.network.policy().map(|p| (name, p)))
+            .collect();
+        let mut egress = Self::none();
+        if policies.is_empty() {
+            return egress;
+        }
+        let whole = (|| -> Result<(PathBuf, Resolver, tls::Tls), String> {
+            let resolver = match &settings.hosts_file {
+                Some(path) => Resolver::with_hosts_file(path).map_err(|e| {
+                    format!(
+                        "NIX_SANDBOX_EGRESS_HOSTS={}: {e} (fix the file or unset the variable)",
+                        path.display()
+                    )
+                })?,
+                None => Resolver::system(),
+            };
+            let tls = tls::Tls::new(settings.extra_roots.as_deref())?;
+            let dir =
+                make_dir(owner).map_err(|e| format!("cannot make the gates' directory: {e}"))?;
+            Ok((dir, resolver, tls))
+        })();
+        let (dir, resolver, tls) = match whole {
+            Ok(parts) => parts,
+            Err(why) => {
+                tracing::error!(%why, "network policies cannot be served");
+                for (name, _) in policies {
+                    egress.envs.insert(name.clone(), Err(why.clone()));
+                }
+                return egress;
+            }
+        };
+        for (name, policy) in policies {
+            let env = prepare(name, policy, &dir, &tls, &lookup);
+            match &env {
+                Ok(_) => tracing::info!(env = %name, hosts = ?policy.hosts(), "network by policy"),
+                Err(why) => tracing::error!(env = %name, %why, "network policy cannot be served"),
+            }
+            egress.envs.insert(name.clone(), env);
+        }
+        egress.dir = Some(dir);
+        egress.owner = owner;
+        egress.resolver = resolver;
+        egress.tls = Some(tls);
+        egress
+    }
+
+    /// A gate for one jail of `env`, or `None` when `env` has no policy.
+    pub fn gate(self: &Arc<Self>, env: &Env) -> Result<Option<Gate>, Error> {
+        if env.network.policy().is_none() {
+            return Ok(None);
+        }
+        let ready = match self.envs.get(&env.name) {
+            Some(Ok(ready)) => ready,
+            Some(Err(why)) => return Err(Error::Unavailable(why.clone())),
+            None => {
+                return Err(Error::Unavailable(
+                    "the network policy was not set up at start".into(),
+                ));
+            }
+        };
+        let dir = self
+            .dir
+            .as_ref()
+            .ok_or_else(|| Error::Unavailable("no gates' directory".into()))?;
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let socket = dir.join(format!("{n}.sock"));
+        let listener = UnixListener::bind(&socket).map_err(Error::Io)?;
+        if let Some(ids) = self.owner {
+            nix::unistd::chown(&socket, Some(ids.uid), Some(ids.gid))
+                .map_err(|e| Error::Io(e.into()))?;
+        }
+        let shared = Arc::new(proxy::Shared {
+            env: env.name.clone(),
+            policy: Arc::clone(&ready.policy),
+            secrets: Arc::clone(&ready.secrets),
+            egress: Arc::clone(self),
+            refusals: Mutex::new(Refusals::default()),
+        });
+        let stop = CancellationToken::new();
+        tokio::spawn(proxy::accept(listener, Arc::clone(&shared), stop.clone()));
+        Ok(Some(Gate {
+            socket,
+            bundle: ready.bundle.clone(),
+            shared,
+            stop,
+        }))
+    }
+
+    fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// The gates' directory: the runtime directory's, else the temporary one's,
+/// a fresh name, mode 0700, owned by `owner` when given.
+fn make_dir(owner: Option<Ids>) -> io::Result<PathBuf> {
+    // A root launcher's runtime directory is closed to its jails' user.
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir() && owner.is_none())
+        .unwrap_or_else(std::env::temp_dir);
+    let mut last = None;
+    for attempt in 0..8u64 {
+        let tag = RandomState::new().hash_one((std::process::id(), attempt));
+        let dir = base.join(format!("nix-sandbox-mcp-egress.{:x}", tag & 0xffff_ffff));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                if let Some(ids) = owner {
+                    nix::unistd::chown(&dir, Some(ids.uid), Some(ids.gid))?;
+                }
+                return Ok(dir);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no directory name left")))
+}
+
+/// One environment's secrets and bundle.
+fn prepare(
+    name: &str,
+    policy: &Policy,
+    dir: &Path,
+    tls: &tls::Tls,
+    lookup: &impl Fn(&str) -> Option<OsString>,
+) -> Result<EnvEgress, String> {
+    let mut secrets = HashMap::new();
+    for (var, credential) in &policy.credentials {
+        let secret = match (&credential.from_file, &credential.from_env) {
+            (Some(file), _) => std::fs::read_to_string(file)
+                .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+                .map_err(|e| format!("credential {var}: cannot read {file}: {e}"))?,
+            (None, Some(variable)) => lookup(variable)
+                .and_then(|v| v.into_string().ok())
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    format!("credential {var}: the server's variable {variable} is unset or empty")
+                })?,
+            (None, None) => return Err(format!("credential {var}: no source")),
+        };
+        if secret.is_empty() || secret.contains(['\r', '\n']) {
+            return Err(format!(
+                "credential {var}: the secret is empty or spans lines"
+            ));
+        }
+        secrets.insert(var.clone(), secret);
+    }
+    let mut bundle = String::new();
+    let own = policy.ca_bundle.as_deref().unwrap_or(HOST_BUNDLE);
+    match std::fs::read_to_string(own) {
+        Ok(text) => bundle.push_str(&text),
+        Err(e) if policy.ca_bundle.is_some() => {
+            return Err(format!("ca_bundle {own}: {e}"));
+        }
+        Err(_) => {}
+    }
+    push_pem(&mut bundle, tls.extra_roots_pem());
+    if policy.credentials.is_empty()
+        && !policy
+            .allow
+            .iter()
+            .any(|r| !r.paths.is_empty() || !r.methods.is_empty())
+    {
+        // No TLS is terminated: the jail need not trust the proxy's CA.
+    } else {
+        push_pem(&mut bundle, tls.ca_pem());
+    }
+    let path = dir.join(format!("{name}.ca.pem"));
+    std::fs::write(&path, bundle)
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)))
+        .map_err(|e| format!("cannot write the jail's CA bundle {}: {e}", path.display()))?;
+    Ok(EnvEgress {
+        policy: Arc::new(policy.clone()),
+        secrets: Arc::new(secrets),
+        bundle: path,
+    })
+}
+
+fn push_pem(bundle: &mut String, pem: &str) {
+    if !bundle.is_empty() && !bundle.ends_with('\n') {
+        bundle.push('\n');
+    }
+    bundle.push_str(pem);
+}
+
+/// The refusals of one jail since they were last taken, in order, once
+/// each, and how many more there were.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    lines: Vec<String>,
+    more: usize,
+}
+
+impl Refusals {
+    fn push(&mut self, line: String) {
+        if self.lines.contains(&line) {
+            return;
+        }
+        if self.lines.len() < MAX_REFUSALS_LISTED {
+            self.lines.push(line);
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// The result's note lines.
+    fn notes(self) -> Vec<String> {
+        let mut notes = self.lines;
+        if self.more > 0 {
+            notes.push(format!("network: {} more refused", self.more));
+        }
+        notes
+    }
+}
+
+/// One jail's way out: its socket and CA bundle, for the wrapper, and the
+/// refusals since they were last taken. Dropping it closes the socket and
+/// every connection through it.
+pub struct Gate {
+    socket: PathBuf,
+    bundle: PathBuf,
+    shared: Arc<proxy::Shared>,
+    stop: CancellationToken,
+}
+
+impl Gate {
+    /// The wrapper's variables (contract 2).
+    pub fn vars(&self) -> [(&'static str, OsString); 2] {
+        [
+            (SOCKET_VAR, self.socket.clone().into_os_string()),
+            (BUNDLE_VAR, self.bundle.clone().into_os_string()),
+        ]
+    }
+
+    /// The refusals since the last call, as note lines of a result.
+    pub fn take_refusals(&self) -> Vec<String> {
+        let mut refusals = self
+            .shared
+            .refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *refusals).notes()
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[cfg(test)]
+#[path = "proxy_tests.rs"]
+mod proxy_tests;

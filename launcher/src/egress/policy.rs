@@ -1,0 +1,351 @@
+//! An environment's network policy, as its manifest's `network` declares it
+//! (lib/environment.nix writes it): `false` (a network namespace with only
+//! loopback), `true` (the host's network), or an allowlist the egress proxy
+//! enforces. Nothing is allowed that no rule names.
+//!
+//! A rule names a host (exact, or `*.suffix` for every name under it), a
+//! port (443 or 80 when it names none), and optionally path prefixes and
+//! methods, which the proxy can only see in plain HTTP and in TLS it
+//! terminates: a rule with paths, methods or credentials makes the proxy
+//! terminate TLS to that host (proxy.rs). A field of the policy this server
+//! does not know refuses the environment: it may be a restriction this
+//! server would not enforce.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+/// The manifest's `network`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Network {
+    /// `false`: loopback only; `true`: the host's network.
+    Open(bool),
+    /// Only what the rules allow, through the egress proxy.
+    Policy(Policy),
+}
+
+impl Network {
+    pub fn policy(&self) -> Option<&Policy> {
+        match self {
+            Network::Policy(policy) => Some(policy),
+            Network::Open(_) => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Network {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match Value::deserialize(d)? {
+            Value::Bool(open) => Ok(Network::Open(open)),
+            value @ Value::Object(_) => serde_json::from_value(value)
+                .map(Network::Policy)
+                .map_err(D::Error::custom),
+            other => Err(D::Error::custom(format!(
+                "expected true, false or a policy object {{ allow, credentials }}, got {other}"
+            ))),
+        }
+    }
+}
+
+/// The allowlist and the credentials its rules attach.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Policy {
+    pub allow: Vec<Rule>,
+    /// By the name of the jail's variable that holds the placeholder.
+    #[serde(default)]
+    pub credentials: BTreeMap<String, Credential>,
+    /// The environment's own CA bundle, which the jail's bundle starts with
+    /// (null: the host's, as `network = true` would show).
+    #[serde(default)]
+    pub ca_bundle: Option<String>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, Value>,
+}
+
+/// One rule of the allowlist.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Rule {
+    pub host: String,
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Path prefixes (`/simple/`); empty: every path.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Methods (`GET`); empty: every method.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Names of `credentials` whose secrets requests to this host carry.
+    #[serde(default)]
+    pub credentials: Vec<String>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, Value>,
+}
+
+/// A secret the proxy puts in place of a placeholder, in the headers named.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Credential {
+    /// The value the jail's variable holds instead of the secret.
+    pub placeholder: String,
+    /// The secret's source, read at server start: a file, or a variable
+    /// of the server's environment (never a store path).
+    #[serde(default)]
+    pub from_file: Option<String>,
+    #[serde(default)]
+    pub from_env: Option<String>,
+    /// Request headers in which the placeholder is replaced.
+    pub headers: Vec<String>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, Value>,
+}
+
+/// Why a request was refused, as the result's note says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    NotAllowed,
+    Method(String),
+    Path(String),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NotAllowed => f.write_str("not in allowlist"),
+            Refusal::Method(m) => write!(f, "method {m} not allowed"),
+            Refusal::Path(p) => write!(f, "path {p} not allowed"),
+        }
+    }
+}
+
+/// What the proxy does with a CONNECT the rules allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tunnel {
+    /// Pass the TLS through, once its server name is the CONNECT host.
+    Pass,
+    /// Terminate the TLS: some rule needs to see the requests (paths,
+    /// methods, credentials).
+    Terminate,
+}
+
+/// A host name in the form rules compare: lowercase, no trailing dot, an
+/// IPv6 literal without brackets.
+pub fn normal_host(host: &str) -> String {
+    let host = host.trim_end_matches('.');
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.to_ascii_lowercase()
+}
+
+impl Rule {
+    /// Whether this rule names `host` (normalised) at `port`.
+    fn names(&self, host: &str, port: u16) -> bool {
+        let port_ok = match self.port {
+            Some(p) => p == port,
+            None => port == 443 || port == 80,
+        };
+        port_ok && host_matches(&self.host, host)
+    }
+
+    fn sees_requests(&self) -> bool {
+        !self.paths.is_empty() || !self.methods.is_empty() || !self.credentials.is_empty()
+    }
+
+    fn allows(&self, method: &str, path: &str) -> Result<(), Refusal> {
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| m == method) {
+            return Err(Refusal::Method(method.to_owned()));
+        }
+        if !self.paths.is_empty() && !self.paths.iter().any(|p| path.starts_with(p.as_str())) {
+            return Err(Refusal::Path(path.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Whether this rule names an address literal: the one case where a
+    /// private, loopback or link-local address may be reached.
+    pub fn names_address(&self, addr: IpAddr) -> bool {
+        normal_host(&self.host).parse::<IpAddr>().ok() == Some(addr)
+    }
+}
+
+/// `pattern` (a rule's host) against `host` (normalised): equal, or
+/// `*.suffix` and `host` a name strictly under `suffix`.
+pub fn host_matches(pattern: &str, host: &str) -> bool {
+    let pattern = normal_host(pattern);
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
+        None => pattern == host,
+    }
+}
+
+impl Policy {
+    fn rules_for<'a>(&'a self, host: &str, port: u16) -> Vec<&'a Rule> {
+        self.allow.iter().filter(|r| r.names(host, port)).collect()
+    }
+
+    /// A CONNECT to `host:port`.
+    pub fn connect(&self, host: &str, port: u16) -> Result<Tunnel, Refusal> {
+        let host = normal_host(host);
+        let rules = self.rules_for(&host, port);
+        if rules.is_empty() {
+            return Err(Refusal::NotAllowed);
+        }
+        if rules.iter().any(|r| r.sees_requests()) {
+            Ok(Tunnel::Terminate)
+        } else {
+            Ok(Tunnel::Pass)
+        }
+    }
+
+    /// A request (plain HTTP, or inside terminated TLS): allowed when some
+    /// rule naming the host allows its method and path. Returns the names
+    /// of the credentials the allowing rules attach.
+    pub fn request(
+        &self,
+        host: &str,
+        port: u16,
+        method: &str,
+        path: &str,
+    ) -> Result<Vec<&str>, Refusal> {
+        let host = normal_host(host);
+        let mut refusal = Refusal::NotAllowed;
+        let mut credentials = Vec::new();
+        let mut allowed = false;
+        for rule in self.rules_for(&host, port) {
+            match rule.allows(method, path) {
+                Ok(()) => {
+                    allowed = true;
+                    credentials.extend(rule.credentials.iter().map(String::as_str));
+                }
+                Err(why) => refusal = why,
+            }
+        }
+        if allowed {
+            credentials.sort_unstable();
+            credentials.dedup();
+            Ok(credentials)
+        } else {
+            Err(refusal)
+        }
+    }
+
+    /// Whether some rule naming `host:port` names `addr` itself.
+    pub fn names_address(&self, host: &str, port: u16, addr: IpAddr) -> bool {
+        let host = normal_host(host);
+        self.rules_for(&host, port)
+            .iter()
+            .any(|r| r.names_address(addr))
+    }
+
+    /// The hosts the model is told it can reach, in rule order, once each.
+    pub fn hosts(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = Vec::new();
+        for rule in &self.allow {
+            let host = match rule.port {
+                Some(port) => format!("{}:{port}", rule.host),
+                None => rule.host.clone(),
+            };
+            if !hosts.contains(&host) {
+                hosts.push(host);
+            }
+        }
+        hosts
+    }
+
+    /// What is wrong with the policy, as (field under `network`, problem).
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let unknown = "a network policy field this server does not know, so it cannot \
+                       enforce it: the environment is not served; upgrade the server";
+        for field in self.unknown.keys() {
+            problems.push((field.clone(), unknown.to_owned()));
+        }
+        for (i, rule) in self.allow.iter().enumerate() {
+            let at = |field: &str| format!("allow[{i}].{field}");
+            for field in rule.unknown.keys() {
+                problems.push((at(field), unknown.to_owned()));
+            }
+            if !valid_host_pattern(&rule.host) {
+                problems.push((
+                    at("host"),
+                    format!(
+                        "{:?} is not a host name, `*.suffix` or an address literal",
+                        rule.host
+                    ),
+                ));
+            }
+            if rule.port == Some(0) {
+                problems.push((at("port"), "must be 1 to 65535".into()));
+            }
+            for path in &rule.paths {
+                if !path.starts_with('/') {
+                    problems.push((at("paths"), format!("{path:?} does not start with /")));
+                }
+            }
+            for method in &rule.methods {
+                if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+                    problems.push((at("methods"), format!("{method:?} is not a method (GET)")));
+                }
+            }
+            for name in &rule.credentials {
+                if !self.credentials.contains_key(name) {
+                    problems.push((at("credentials"), format!("no credential named {name}")));
+                }
+            }
+        }
+        for (name, credential) in &self.credentials {
+            let at = |field: &str| format!("credentials.{name}.{field}");
+            for field in credential.unknown.keys() {
+                problems.push((at(field), unknown.to_owned()));
+            }
+            match (&credential.from_file, &credential.from_env) {
+                (Some(_), None) | (None, Some(_)) => {}
+                _ => problems.push((
+                    at("from_file"),
+                    "exactly one of from_file and from_env names the secret's source".into(),
+                )),
+            }
+            if let Some(file) = &credential.from_file
+                && file.starts_with("/nix/store")
+            {
+                problems.push((
+                    at("from_file"),
+                    "a secret in the Nix store is readable by every user: keep it outside".into(),
+                ));
+            }
+            if credential.placeholder.len() < 8 {
+                problems.push((at("placeholder"), "must be at least 8 characters".into()));
+            }
+            if credential.headers.is_empty() {
+                problems.push((at("headers"), "names no header to put the secret in".into()));
+            }
+        }
+        problems
+    }
+}
+
+/// A rule's host: a DNS name, `*.` and a DNS name, or an address literal.
+fn valid_host_pattern(host: &str) -> bool {
+    let name = normal_host(host);
+    if name.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    let name = name.strip_prefix("*.").unwrap_or(&name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,514 @@
+//! The proxy behind one gate: HTTP/1 from the jail's bridge (hyper), every
+//! request decided by the environment's policy before anything leaves.
+//!
+//! - CONNECT: the host and port against the rules; the name resolved here
+//!   and the host's own networks refused; then the tunnel's ClientHello
+//!   must name the CONNECT host (no fronting another name through an
+//!   allowed one). A tunnel whose rules must see requests (paths, methods,
+//!   credentials) is terminated with the server's CA and each request in
+//!   it decided like plain HTTP, then sent on over verified TLS.
+//! - Plain HTTP (an absolute URI, or a Host header): host, port, method and
+//!   path against the rules, then sent on. Redirects are the client's to
+//!   follow, so a redirect to a denied host is a new request, refused.
+//! - Every decision is logged; every refusal is kept for the run's result
+//!   and answered with 403 (or the tunnel closed) and a line saying why.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
+
+use super::policy::{Policy, Tunnel, normal_host};
+use super::resolve::internal;
+use super::{Egress, Refusals};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = BoxBody<Bytes, BoxError>;
+
+/// How long a connection to an allowed host may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every connection of one gate shares.
+pub struct Shared {
+    pub env: String,
+    pub policy: Arc<Policy>,
+    pub secrets: Arc<std::collections::HashMap<String, String>>,
+    pub egress: Arc<Egress>,
+    pub refusals: Mutex<Refusals>,
+}
+
+impl Shared {
+    /// Logs and keeps a refusal; returns its line.
+    fn refuse(&self, host: &str, port: u16, why: &str) -> String {
+        let line = format!("network: refused {} ({why})", authority(host, port));
+        tracing::info!(env = %self.env, host, port, reason = why, "egress refused");
+        self.refusals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line.clone());
+        line
+    }
+
+    fn allow(&self, host: &str, port: u16, what: &str) {
+        tracing::info!(env = %self.env, host, port, what, "egress allowed");
+    }
+
+    /// A TCP connection to `host:port`, resolved here, to an address of the
+    /// internet (or one a rule names).
+    async fn dial(&self, host: &str, port: u16) -> Result<TcpStream, String> {
+        let addrs = self
+            .egress
+            .resolver()
+            .resolve(host, port)
+            .await
+            .map_err(|e| format!("cannot resolve {host}: {e}"))?;
+        let (usable, internal_addrs): (Vec<SocketAddr>, Vec<SocketAddr>) = addrs
+            .into_iter()
+            .partition(|a| !internal(a.ip()) || self.policy.names_address(host, port, a.ip()));
+        if usable.is_empty() {
+            let ip: Vec<IpAddr> = internal_addrs.iter().map(SocketAddr::ip).collect();
+            return Err(format!(
+                "resolves to an internal address {}",
+                ip.first().map(ToString::to_string).unwrap_or_default()
+            ));
+        }
+        let mut last = String::from("no address");
+        for addr in usable {
+            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+                Ok(Ok(tcp)) => return Ok(tcp),
+                Ok(Err(e)) => last = format!("cannot connect to {addr}: {e}"),
+                Err(_) => last = format!("cannot connect to {addr}: timed out"),
+            }
+        }
+        Err(last)
+    }
+}
+
+fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Serves the gate's socket until `stop`.
+pub async fn accept(listener: UnixListener, shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        let stream = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(env = %shared.env, error = %e, "egress gate accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let (shared, stop) = (Arc::clone(&shared), stop.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = serve(stream, shared) => {}
+            }
+        });
+    }
+}
+
+/// One connection from the jail's bridge.
+async fn serve(stream: UnixStream, shared: Arc<Shared>) {
+    let service = service_fn(move |req| {
+        let shared = Arc::clone(&shared);
+        async move { Ok::<_, Infallible>(handle(req, shared).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await
+    {
+        tracing::debug!(error = %e, "egress connection ended");
+    }
+}
+
+async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
+    if req.method() == Method::CONNECT {
+        connect(req, shared).await
+    } else {
+        plain(req, shared).await
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(body + "\n"))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn forbidden(line: String) -> Response<Body> {
+    text(
+        StatusCode::FORBIDDEN,
+        format!("nix-sandbox-mcp egress proxy: {line}"),
+    )
+}
+
+/// Host and port of a request target (`host:port`), or an error.
+fn target(uri: &Uri, default_port: u16) -> Option<(String, u16)> {
+    let authority = uri.authority()?;
+    Some((
+        normal_host(authority.host()),
+        authority.port_u16().unwrap_or(default_port),
+    ))
+}
+
+async fn connect(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
+    let Some((host, port)) = target(req.uri(), 443) else {
+        return text(StatusCode::BAD_REQUEST, "CONNECT needs host:port".into());
+    };
+    let tunnel = match shared.policy.connect(&host, port) {
+        Ok(tunnel) => tunnel,
+        Err(why) => return forbidden(shared.refuse(&host, port, &why.to_string())),
+    };
+    // A tunnel passed through is dialled now, so that a refused address is
+    // a 403 the client sees; a terminated one dials per request.
+    let upstream = match tunnel {
+        Tunnel::Pass => match shared.dial(&host, port).await {
+            Ok(tcp) => Some(tcp),
+            Err(why) => return forbidden(shared.refuse(&host, port, &why)),
+        },
+        Tunnel::Terminate => None,
+    };
+    tokio::spawn(async move {
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(upgraded) => upgraded,
+            Err(e) => {
+                tracing::debug!(error = %e, "CONNECT upgrade failed");
+                return;
+            }
+        };
+        let mut client = TokioIo::new(upgraded);
+        let (hello, name) = match super::tls::client_hello(&mut client).await {
+            Ok(hello) => hello,
+            Err(why) => {
+                shared.refuse(&host, port, &why);
+                return;
+            }
+        };
+        if let Err(why) = same_name(&host, name.as_deref()) {
+            shared.refuse(&host, port, &why);
+            return;
+        }
+        match upstream {
+            Some(mut tcp) => {
+                shared.allow(&host, port, "tunnel");
+                if tcp.write_all(&hello).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut tcp).await;
+                }
+            }
+            None => terminate(client, hello, host, port, shared).await,
+        }
+    });
+    Response::new(
+        Full::new(Bytes::new())
+            .map_err(|never| match never {})
+            .boxed(),
+    )
+}
+
+/// The tunnel's TLS server name must be its CONNECT host; a tunnel to an
+/// address literal may name none.
+fn same_name(host: &str, name: Option<&str>) -> Result<(), String> {
+    match name {
+        Some(name) if normal_host(name) == host => Ok(()),
+        None if host.parse::<IpAddr>().is_ok() => Ok(()),
+        Some(name) => Err(format!(
+            "TLS server name {} is not the CONNECT host",
+            normal_host(name)
+        )),
+        None => Err("the TLS hello names no server".into()),
+    }
+}
+
+/// Terminates a tunnel's TLS and serves its requests one by one.
+async fn terminate(
+    client: TokioIo<hyper::upgrade::Upgraded>,
+    hello: Vec<u8>,
+    host: String,
+    port: u16,
+    shared: Arc<Shared>,
+) {
+    let Some(tls) = shared.egress.tls.as_ref() else {
+        shared.refuse(&host, port, "the proxy has no CA");
+        return;
+    };
+    let acceptor = match tls.acceptor(&host) {
+        Ok(acceptor) => acceptor,
+        Err(why) => {
+            shared.refuse(&host, port, &why);
+            return;
+        }
+    };
+    let stream = match acceptor.accept(Replay::new(hello, client)).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::info!(env = %shared.env, host, port, error = %e, "the jail's TLS to the proxy failed");
+            return;
+        }
+    };
+    let service = service_fn(move |req| {
+        let (shared, host) = (Arc::clone(&shared), host.clone());
+        async move { Ok::<_, Infallible>(inside(req, &host, port, shared).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(error = %e, "terminated tunnel ended");
+    }
+}
+
+/// One request inside a terminated tunnel to `host:port`.
+async fn inside(
+    req: Request<Incoming>,
+    host: &str,
+    port: u16,
+    shared: Arc<Shared>,
+) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let credentials = match shared
+        .policy
+        .request(host, port, req.method().as_str(), &path)
+    {
+        Ok(credentials) => credentials
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>(),
+        Err(why) => return forbidden(shared.refuse(host, port, &why.to_string())),
+    };
+    let tcp = match shared.dial(host, port).await {
+        Ok(tcp) => tcp,
+        Err(why) => return forbidden(shared.refuse(host, port, &why)),
+    };
+    let Some(tls) = shared.egress.tls.as_ref() else {
+        return forbidden(shared.refuse(host, port, "the proxy has no TLS client"));
+    };
+    let upstream = match tls.connect(host, tcp).await {
+        Ok(upstream) => upstream,
+        Err(e) => {
+            let why = format!("TLS to {host} failed: {e}");
+            return forbidden(shared.refuse(host, port, &why));
+        }
+    };
+    let mut req = req;
+    inject(&mut req, &credentials, &shared);
+    shared.allow(host, port, &format!("{} {path} (terminated)", req.method()));
+    send(req, host, port, upstream).await
+}
+
+/// Puts each credential's secret in place of its placeholder, in the
+/// headers it names.
+fn inject(req: &mut Request<Incoming>, credentials: &[String], shared: &Shared) {
+    for name in credentials {
+        let (Some(credential), Some(secret)) = (
+            shared.policy.credentials.get(name),
+            shared.secrets.get(name),
+        ) else {
+            continue;
+        };
+        for header in &credential.headers {
+            let Ok(header) = HeaderName::try_from(header.as_str()) else {
+                continue;
+            };
+            let values: Vec<HeaderValue> = req.headers().get_all(&header).iter().cloned().collect();
+            if values.is_empty() {
+                continue;
+            }
+            req.headers_mut().remove(&header);
+            for value in values {
+                let replaced = value
+                    .to_str()
+                    .ok()
+                    .filter(|v| v.contains(&credential.placeholder))
+                    .and_then(|v| {
+                        HeaderValue::from_str(&v.replace(&credential.placeholder, secret)).ok()
+                    });
+                req.headers_mut().append(&header, replaced.unwrap_or(value));
+            }
+        }
+    }
+}
+
+/// A plain HTTP request through the proxy.
+async fn plain(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
+    let from_uri = target(req.uri(), 80);
+    let from_header = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<Uri>().ok())
+        .and_then(|uri| target(&uri, 80));
+    let Some((host, port)) = from_uri.or(from_header) else {
+        return text(StatusCode::BAD_REQUEST, "a request needs a host".into());
+    };
+    if req.uri().scheme_str().is_some_and(|s| s != "http") {
+        return forbidden(shared.refuse(
+            &host,
+            port,
+            "only http:// is proxied; https goes through CONNECT",
+        ));
+    }
+    let path = req.uri().path().to_owned();
+    let credentials = match shared
+        .policy
+        .request(&host, port, req.method().as_str(), &path)
+    {
+        Ok(credentials) => credentials
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>(),
+        Err(why) => return forbidden(shared.refuse(&host, port, &why.to_string())),
+    };
+    let tcp = match shared.dial(&host, port).await {
+        Ok(tcp) => tcp,
+        Err(why) => return forbidden(shared.refuse(&host, port, &why)),
+    };
+    let mut req = req;
+    inject(&mut req, &credentials, &shared);
+    shared.allow(&host, port, &format!("{} {path}", req.method()));
+    send(req, &host, port, tcp).await
+}
+
+/// Headers of one hop only, never passed on.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Sends `req` to `host:port` over `io` in origin form, and its response back.
+async fn send<S>(req: Request<Incoming>, host: &str, port: u16, io: S) -> Response<Body>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut parts, body) = req.into_parts();
+    let origin = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    parts.uri = match origin.parse() {
+        Ok(uri) => uri,
+        Err(_) => return text(StatusCode::BAD_REQUEST, "bad request target".into()),
+    };
+    for name in HOP_BY_HOP {
+        parts.headers.remove(name);
+    }
+    let host_header = if port == 80 || port == 443 {
+        host.to_owned()
+    } else {
+        authority(host, port)
+    };
+    if let Ok(value) = HeaderValue::from_str(&host_header) {
+        parts.headers.insert(header::HOST, value);
+    }
+    let (mut sender, connection) =
+        match hyper::client::conn::http1::handshake(TokioIo::new(io)).await {
+            Ok(pair) => pair,
+            Err(e) => return text(StatusCode::BAD_GATEWAY, format!("upstream: {e}")),
+        };
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "upstream connection ended");
+        }
+    });
+    match sender.send_request(Request::from_parts(parts, body)).await {
+        Ok(response) => {
+            let (mut parts, body) = response.into_parts();
+            for name in HOP_BY_HOP {
+                parts.headers.remove(name);
+            }
+            Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+        }
+        Err(e) => text(StatusCode::BAD_GATEWAY, format!("upstream: {e}")),
+    }
+}
+
+/// A stream that gives back bytes already read (a ClientHello) before
+/// reading on; writes go straight through.
+struct Replay<S> {
+    head: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S> Replay<S> {
+    fn new(head: Vec<u8>, inner: S) -> Self {
+        Self { head, at: 0, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Replay<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.at < self.head.len() {
+            let n = buf.remaining().min(self.head.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.head[at..at + n]);
+            self.at += n;
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Replay<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

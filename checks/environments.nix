@@ -2,8 +2,10 @@
 # environments: `custom`, a Python with jq added and small tmpfs limits,
 # `online`, the same with network = true, `science`, a Python with numpy
 # (python3.withPackages, for sessions.py), `plots`, a Python with numpy and
-# matplotlib (for artifacts.py's plt.show()), and the adversarial suite's
-# `tight-python` and `tight-shell`, with limits small enough to hit fast.
+# matplotlib (for artifacts.py's plt.show()), the adversarial suite's
+# `tight-python` and `tight-shell`, with limits small enough to hit fast,
+# and `egress`, a Python with curl whose network is a policy (egress.py:
+# the test's own hosts, a path-and-method rule with a credential).
 { pkgs, mkSandbox }:
 let
   # Files hit file_mb in /workspace and the tmpfs size in /tmp.
@@ -57,6 +59,33 @@ in
         ps.matplotlib
       ]))
     ];
+  };
+  egress = mkSandbox pkgs {
+    name = "egress";
+    interpreter = "python";
+    description = "Python with curl, network by policy";
+    packages = [
+      pkgs.python3
+      pkgs.curl
+    ];
+    network = {
+      allow = [
+        { host = "allowed.test"; }
+        {
+          host = "*.wild.test";
+          port = 8443;
+        }
+        # Resolves to loopback: refused all the same.
+        { host = "loop.test"; }
+        {
+          host = "api.test";
+          paths = [ "/v1/" ];
+          methods = [ "GET" ];
+          credentials = [ "API_TOKEN" ];
+        }
+      ];
+      credentials.API_TOKEN.fromEnv = "NSM_EGRESS_SECRET";
+    };
   };
   tight-python = mkSandbox pkgs {
     name = "tight-python";

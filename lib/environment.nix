@@ -13,6 +13,114 @@ let
     types.path
     types.package
   ];
+  # A rule of a network policy: which requests the egress proxy lets out.
+  networkRule = types.submodule {
+    options = {
+      host = mkOption {
+        type = types.strMatching "([*][.])?[A-Za-z0-9_.:-]+";
+        description = ''
+          The host: a name (`pypi.org`), `*.suffix` for every name under
+          the suffix (not the suffix itself), or an address literal (IPv6
+          without brackets; the only way to reach a private, loopback or
+          link-local address).
+        '';
+        example = "*.pythonhosted.org";
+      };
+      port = mkOption {
+        type = types.nullOr types.port;
+        default = null;
+        description = "The port; null allows 443 and 80.";
+        example = 8443;
+      };
+      paths = mkOption {
+        type = types.listOf (types.strMatching "/.*");
+        default = [ ];
+        description = ''
+          Path prefixes allowed; empty allows every path. For HTTPS the
+          proxy must see the requests, so it terminates the TLS to this
+          host with the server's own CA, which only this environment's
+          jails trust.
+        '';
+        example = [ "/simple/" ];
+      };
+      methods = mkOption {
+        type = types.listOf (types.strMatching "[A-Z]+");
+        default = [ ];
+        description = "Methods allowed; empty allows every method (TLS is terminated as for {option}`paths`).";
+        example = [ "GET" ];
+      };
+      credentials = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        description = ''
+          Names of {option}`network.credentials` whose secrets the proxy
+          puts into requests to this host (TLS is terminated as for
+          {option}`paths`).
+        '';
+        example = [ "GITHUB_TOKEN" ];
+      };
+    };
+  };
+  # A secret of a network policy: the jail sees a placeholder only.
+  networkCredential = types.submodule {
+    options = {
+      fromFile = mkOption {
+        type = types.nullOr (types.strMatching "/.*");
+        default = null;
+        description = ''
+          A file the server reads the secret from at start-up; a string,
+          so that the secret is never copied into the Nix store.
+        '';
+        example = "/run/secrets/github-token";
+      };
+      fromEnv = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = "A variable of the server's environment holding the secret (instead of {option}`fromFile`).";
+        example = "GITHUB_TOKEN";
+      };
+      headers = mkOption {
+        type = types.nonEmptyListOf types.str;
+        default = [ "Authorization" ];
+        description = "Request headers in which the proxy replaces the placeholder with the secret.";
+        example = [ "X-Api-Key" ];
+      };
+    };
+  };
+  # The third form of `network`: an allowlist through the egress proxy.
+  networkPolicy = types.submodule {
+    options = {
+      allow = mkOption {
+        type = types.listOf networkRule;
+        description = "The rules; a request no rule allows is refused.";
+        example = [ { host = "pypi.org"; } ];
+      };
+      credentials = mkOption {
+        type = types.attrsOf networkCredential;
+        default = { };
+        description = ''
+          Secrets by the name of the jail's variable that holds a
+          placeholder in their place (`nix-sandbox-placeholder-NAME`). The
+          proxy puts the secret in place of the placeholder in requests
+          to the hosts whose rules name it; the secret never enters the
+          jail.
+        '';
+        example = {
+          GITHUB_TOKEN.fromFile = "/run/secrets/github-token";
+        };
+      };
+      caBundle = mkOption {
+        type = types.nullOr (types.either types.path types.str);
+        default = null;
+        description = ''
+          The CA bundle the jail's bundle starts with (then the proxy's
+          CA when it terminates TLS); null uses the host's
+          /etc/ssl/certs/ca-certificates.crt, as `network = true` shows.
+        '';
+        example = literalExpression ''"''${pkgs.cacert}/etc/ssl/certs/ca-bundle.crt"'';
+      };
+    };
+  };
   # One option of `limits`: a positive integer with its default.
   limit =
     default: example: description:
@@ -101,10 +209,31 @@ in
     };
 
     network = mkOption {
-      type = types.bool;
+      type = types.either types.bool networkPolicy // {
+        description = "true, false or { allow = [ RULE ]; credentials = { ... }; }";
+      };
       default = false;
-      description = "Whether code in this environment shares the host's network.";
-      example = true;
+      description = ''
+        The jail's network. `false`: a network namespace of its own with
+        only loopback. `true`: the host's network. `{ allow = [ RULE ];
+        credentials = { ... }; }`: its own namespace with only loopback,
+        and the server's egress proxy as the only way out, which lets
+        through only what a rule allows (default deny), resolves names
+        itself and refuses the host's own networks (private, loopback and
+        link-local addresses) unless a rule names the address. The jail's
+        `HTTP_PROXY`, `HTTPS_PROXY` and the like point at it; a refused
+        request is a note in the run's result.
+      '';
+      example = literalExpression ''
+        {
+          allow = [
+            { host = "pypi.org"; }
+            { host = "files.pythonhosted.org"; }
+            { host = "api.github.com"; methods = [ "GET" ]; credentials = [ "GITHUB_TOKEN" ]; }
+          ];
+          credentials.GITHUB_TOKEN.fromFile = "/run/secrets/github-token";
+        }
+      '';
     };
 
     seccomp = mkOption {

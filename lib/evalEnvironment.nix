@@ -126,13 +126,39 @@ let
     }).config;
 
   unknownCalls = lib.filter (call: !lib.elem call seccompCalls) (environment.seccomp.allow or [ ]);
+  policy = if builtins.isAttrs environment.network then environment.network else null;
+  credentials = if policy == null then { } else policy.credentials;
+  networkProblems =
+    if policy == null then
+      [ ]
+    else
+      map (var: "argument `network.credentials` has a name that is not a valid shell variable name: \"${var}\"") (
+        lib.filter (var: !lib.isValidPosixName var) (builtins.attrNames credentials)
+      )
+      ++ lib.concatLists (
+        lib.mapAttrsToList (
+          var: credential:
+          lib.optional ((credential.fromFile == null) == (credential.fromEnv == null))
+            "argument `network.credentials.${var}` needs exactly one of fromFile and fromEnv"
+          ++ lib.optional (
+            credential.fromFile != null && lib.hasPrefix builtins.storeDir credential.fromFile
+          ) "argument `network.credentials.${var}.fromFile` is in the Nix store, readable by every user: keep the secret outside it"
+        ) credentials
+      )
+      ++ lib.concatMap (
+        rule:
+        map (
+          var: "argument `network.allow` names credential \"${var}\", which `network.credentials` does not define"
+        ) (lib.filter (var: !(credentials ? ${var})) rule.credentials)
+      ) policy.allow;
   ruleProblems =
     lib.optional (environment.env ? PATH) "argument `env.PATH` cannot be set: PATH is made from `packages`"
     ++ map (var: "argument `env` has a variable name that is not a valid shell name: \"${var}\"") (
       lib.filter (var: !lib.isValidPosixName var) (builtins.attrNames environment.env)
     )
     ++ lib.optional (unknownCalls != [ ])
-      "argument `seccomp.allow` names calls the filter does not deny: ${lib.concatStringsSep ", " unknownCalls} (it denies: ${lib.concatStringsSep ", " seccompCalls})";
+      "argument `seccomp.allow` names calls the filter does not deny: ${lib.concatStringsSep ", " unknownCalls} (it denies: ${lib.concatStringsSep ", " seccompCalls})"
+    ++ networkProblems;
 
   failures =
     if !builtins.isAttrs arguments then

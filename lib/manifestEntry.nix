@@ -22,6 +22,33 @@ let
       ++ map (module: module.name) (builtins.filter (path: path ? pythonModule) package.paths)
     else
       [ package.name ];
+  # `network` as contract 1 has it: a boolean, or the policy with its
+  # credentials' sources (never their secrets) and placeholders.
+  network =
+    let
+      policy = environment.network;
+    in
+    if builtins.isBool policy then
+      policy
+    else
+      {
+        allow = map (rule: {
+          inherit (rule)
+            host
+            port
+            paths
+            methods
+            credentials
+            ;
+        }) policy.allow;
+        credentials = builtins.mapAttrs (var: credential: {
+          placeholder = (import ./egress.nix).placeholder var;
+          from_file = credential.fromFile;
+          from_env = credential.fromEnv;
+          inherit (credential) headers;
+        }) policy.credentials;
+        ca_bundle = if policy.caBundle == null then null else toString policy.caBundle;
+      };
   # The first of each name, in order.
   unique = builtins.foldl' (seen: name: if builtins.elem name seen then seen else seen ++ [ name ]) [ ];
 in
@@ -32,8 +59,8 @@ in
       description
       interpreter
       limits
-      network
       ;
+    inherit network;
     run = [ "${storePath}/bin/sandbox-${name}" ] ++ (import ./interpreters.nix).${interpreter}.runArgs;
     session = [ "${storePath}/bin/sandbox-${name}-session" ];
     packages = unique (builtins.concatMap names environment.packages);

@@ -35,6 +35,10 @@
     '';
   };
   coreutils.debs = [ "coreutils" ];
+  curl = {
+    debs = [ "curl" ];
+    mainProgram = "curl";
+  };
   diffutils.debs = [ "diffutils" ];
   fd = {
     debs = [ "fd-find" ];

@@ -306,7 +306,7 @@ in
           enabled
           { programs.nix-sandbox-mcp.environments.bad = custom // { network = "yes"; }; }
         ]).programs.mcp.servers.nix-sandbox.command;
-      error = "programs.nix-sandbox-mcp.environments.bad.network' is not of type `boolean'";
+      error = "programs.nix-sandbox-mcp.environments.bad.network' is not of type `true, false or { allow = [ RULE ]; credentials = { ... }; }'";
     };
     hm-interpreter = {
       title = "home-manager: an unknown interpreter fails with a readable message";

@@ -55,7 +55,23 @@ let
     packages = [ pkgs.bash ];
     description = "every option set";
     limits.tmp_mb = 64;
-    network = true;
+    network = {
+      allow = [
+        {
+          host = "pypi.org";
+          port = 443;
+          paths = [ "/simple/" ];
+          methods = [ "GET" ];
+          credentials = [ "TOKEN" ];
+        }
+      ];
+      credentials.TOKEN = {
+        fromFile = null;
+        fromEnv = "TOKEN";
+        headers = [ "Authorization" ];
+      };
+      caBundle = null;
+    };
     seccomp.allow = [ "ptrace" ];
     env.FOO = "bar";
     extraCombinators = c: [ (c.set-hostname "every") ];

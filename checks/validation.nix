@@ -45,7 +45,74 @@ in
   ) "${label} `limits.memory_mb` must be a positive integer (got \"1G\")";
   limit-zero = sandbox (good // { limits.cpu_s = 0; }) "${label} `limits.cpu_s` must be a positive integer (got 0)";
   unknown-limit = sandbox (good // { limits.memroy_mb = 1; }) "${label} `limits` has unknown limits memroy_mb";
-  network-not-bool = sandbox (good // { network = "yes"; }) "${label} `network` must be true or false";
+  network-not-bool = sandbox (
+    good // { network = "yes"; }
+  ) "${label} `network` must be true, false or { allow = [ RULE ]; credentials = { ... }; }";
+  network-policy = sandbox (
+    good
+    // {
+      network = {
+        allow = [
+          { host = "pypi.org"; }
+          {
+            host = "*.example.com";
+            port = 8443;
+            paths = [ "/v1/" ];
+            methods = [ "GET" ];
+            credentials = [ "TOKEN" ];
+          }
+        ];
+        credentials.TOKEN.fromFile = "/run/secrets/token";
+      };
+    }
+  ) null;
+  network-rule-unknown-field = sandbox (
+    good // { network.allow = [ { host = "pypi.org"; hosts = [ ]; } ]; }
+  ) "${label} `network.allow` has unknown allow hosts";
+  network-rule-bad-host = sandbox (
+    good // { network.allow = [ { host = "pypi.org/simple"; } ]; }
+  ) "${label} `network.allow.host` must be a string matching the pattern";
+  network-credential-no-source = sandbox (
+    good
+    // {
+      network = {
+        allow = [ ];
+        credentials.TOKEN = { };
+      };
+    }
+  ) "${label} `network.credentials.TOKEN` needs exactly one of fromFile and fromEnv";
+  network-credential-two-sources = sandbox (
+    good
+    // {
+      network = {
+        allow = [ ];
+        credentials.TOKEN = {
+          fromFile = "/run/secrets/token";
+          fromEnv = "TOKEN";
+        };
+      };
+    }
+  ) "${label} `network.credentials.TOKEN` needs exactly one of fromFile and fromEnv";
+  network-credential-in-store = sandbox (
+    good
+    // {
+      network = {
+        allow = [ ];
+        credentials.TOKEN.fromFile = "/nix/store/00000000000000000000000000000000-token";
+      };
+    }
+  ) "${label} `network.credentials.TOKEN.fromFile` is in the Nix store";
+  network-unknown-credential = sandbox (
+    good
+    // {
+      network.allow = [
+        {
+          host = "pypi.org";
+          credentials = [ "NOPE" ];
+        }
+      ];
+    }
+  ) "${label} `network.allow` names credential \"NOPE\", which `network.credentials` does not define";
   combinators-not-function = sandbox (
     good // { extraCombinators = [ ]; }
   ) "${label} `extraCombinators` must be a function";
@@ -54,7 +121,9 @@ in
   seccomp-off = sandbox (good // { seccomp = false; }) null;
   seccomp-allow = sandbox (good // { seccomp.allow = [ "ptrace" "unshare" ]; }) null;
   seccomp-not-bool = sandbox (good // { seccomp = "yes"; }) "${label} `seccomp` must be true, false or { allow";
-  seccomp-unknown-key = sandbox (good // { seccomp.deny = [ ]; }) "${label} `seccomp` must be true, false or { allow";
+  seccomp-unknown-key = sandbox (
+    good // { seccomp.deny = [ ]; }
+  ) "${label} `seccomp` has unknown seccomp deny (known: allow)";
   seccomp-unknown-call = sandbox (
     good // { seccomp.allow = [ "read" ]; }
   ) "${label} `seccomp.allow` names calls the filter does not deny: read";

@@ -71,10 +71,15 @@ let
       wrong = [ "${argument} must be ${phrase type} (got ${show value})" ];
     in
     if type.name == "either" then
-      if
-        problems path type.nestedTypes.left value == [ ] || problems path type.nestedTypes.right value == [ ]
-      then
+      let
+        right = problems path type.nestedTypes.right value;
+      in
+      if problems path type.nestedTypes.left value == [ ] || right == [ ] then
         [ ]
+      # An attribute set for an option that may be a submodule: what is
+      # wrong inside it says more than the option's type.
+      else if builtins.isAttrs value && type.nestedTypes.right.name == "submodule" then
+        right
       else
         wrong
     else if type.name == "submodule" then
@@ -93,9 +98,18 @@ let
     else if !type.check value then
       wrong
     else if type.name == "listOf" then
-      map (element: "${argument} must hold only ${plural type.nestedTypes.elemType} (got ${show element})") (
-        lib.filter (element: problems path type.nestedTypes.elemType element != [ ]) value
-      )
+      lib.concatMap (
+        element:
+        let
+          inside = problems path type.nestedTypes.elemType element;
+        in
+        if inside == [ ] then
+          [ ]
+        else if type.nestedTypes.elemType.name == "submodule" && builtins.isAttrs element then
+          inside
+        else
+          [ "${argument} must hold only ${plural type.nestedTypes.elemType} (got ${show element})" ]
+      ) value
     else if type.name == "attrsOf" then
       lib.concatLists (
         lib.mapAttrsToList (name: problems (path ++ [ name ]) type.nestedTypes.elemType) value

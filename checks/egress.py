@@ -2,8 +2,8 @@
 """Network by policy, end to end (standard library, openssl and iproute2).
 
 Run by checks/run as root: it makes a network namespace of its own (no
-route to the host's network), with loopback and a dummy interface holding
-198.51.100.10 (TEST-NET-2, an internet address to the proxy), starts the
+route to the host's network), with loopback and a interface holding
+198.51.100.10 (TEST-NET-2, an internet address to the proxy) on a veth, starts the
 test's HTTP and HTTPS servers there, and serves the `egress` environment
 (checks/environments.nix) through the Nix-built server, as root or, with
 --user, as that uid. The proxy resolves names from the test's hosts file
@@ -35,6 +35,30 @@ PLACEHOLDER = "nix-sandbox-placeholder-API_TOKEN"
 NAMES = ["allowed.test", "a.wild.test", "api.test", "denied.test"]
 MANIFEST = "share/nix-sandbox-mcp/manifest.json"
 
+WHEEL_NAME = "demo-1.0-py3-none-any.whl"
+
+
+def make_wheel():
+    """A tiny wheel, `demo` 1.0, for the test's package index."""
+    import hashlib
+    import io
+    import zipfile
+    files = {
+        "demo/__init__.py": "VALUE = 42\n",
+        "demo-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
+        "demo-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: egress.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + "demo-1.0.dist-info/RECORD,,\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for name, text in {**files, "demo-1.0.dist-info/RECORD": record}.items():
+            wheel.writestr(name, text)
+    data = buffer.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+WHEEL, WHEEL_SHA256 = make_wheel()
+
 # What the servers saw: (host, path, authorization) of each request.
 SEEN = []
 UDP_SEEN = []
@@ -54,12 +78,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if self.path == f"/files/{WHEEL_NAME}":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(WHEEL)))
+            self.end_headers()
+            self.wfile.write(WHEEL)
+            return
         if self.path.startswith("/v1/"):
             # Says whether the secret came, never the secret itself.
             body = b"secret ok" if auth == f"Bearer {SECRET}" else b"secret missing"
+        elif self.path == "/simple/demo/":
+            body = (f'<html><body><a href="/files/{WHEEL_NAME}#sha256={WHEEL_SHA256}">'
+                    f'{WHEEL_NAME}</a></body></html>').encode()
         else:
             body = f"hello from {host}{self.path}".encode()
         self.send_response(200)
+        self.send_header("Content-Type", "text/html" if self.path.startswith("/simple/") else "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -108,11 +143,13 @@ def make_certs(scratch):
 
 
 def network_namespace():
-    """Loopback and 198.51.100.10 on a dummy interface, in this namespace."""
+    """Loopback and 198.51.100.10 on a veth interface (a pair, both ends
+    here: no dummy module needed), in this namespace."""
     for argv in (["ip", "link", "set", "lo", "up"],
-                 ["ip", "link", "add", "dummy0", "type", "dummy"],
-                 ["ip", "addr", "add", f"{ADDR}/24", "dev", "dummy0"],
-                 ["ip", "link", "set", "dummy0", "up"]):
+                 ["ip", "link", "add", "nsm0", "type", "veth", "peer", "name", "nsm1"],
+                 ["ip", "addr", "add", f"{ADDR}/24", "dev", "nsm0"],
+                 ["ip", "link", "set", "nsm0", "up"],
+                 ["ip", "link", "set", "nsm1", "up"]):
         subprocess.run(argv, check=True, capture_output=True)
 
 
@@ -128,7 +165,8 @@ except Exception as e:
 
 
 def sh(command):
-    return f"import subprocess\nr = subprocess.run({command!r}, shell=True, capture_output=True, text=True)\nprint(r.stdout); print('rc', r.returncode)"
+    return (f"import subprocess\nr = subprocess.run({command!r}, shell=True, capture_output=True, text=True)\n"
+            "print(r.stdout); print('stderr', r.stderr[-1500:]); print('rc', r.returncode)")
 
 
 def run(client, code):
@@ -171,6 +209,18 @@ def tests(client, suite):
         no_refusal(text)
 
     suite.test("Python's urllib reaches an allowed host over HTTPS", urllib_allowed)
+
+    def pip_download():
+        pip = ("python3 -m pip download --no-deps --disable-pip-version-check --no-cache-dir --retries 0 "
+               "--index-url {}/simple/ demo -d /tmp/dl{}; ls /tmp/dl{}")
+        _, text = run(client, sh(pip.format("https://allowed.test", 1, 1)))
+        check(WHEEL_NAME in text, f"pip did not download from the allowed index: {text}")
+        no_refusal(text)
+        _, text = run(client, sh(pip.format("https://denied.test", 2, 2)))
+        check(WHEEL_NAME not in text, text)
+        note(text, "network: refused denied.test:443 (not in allowlist)")
+
+    suite.test("pip downloads from an allowed index, not from a denied one", pip_download)
 
     def denied_https():
         _, text = run(client, sh("curl -sS https://denied.test/"))
@@ -282,47 +332,100 @@ print(open('/etc/resolv.conf').read() if __import__('os').path.exists('/etc/reso
         result = client.request("tools/call", session)
         text = "".join(c.get("text", "") for c in result["content"] if c.get("type") == "text")
         check("secret ok" in text, text)
-        scan = """
-import os, re
-secret = bytes.fromhex(%r)
-hits, seen = [], 0
-for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
-    try:
-        if secret in open(f'/proc/{pid}/environ', 'rb').read():
-            hits.append(f'environ {pid}')
-        with open(f'/proc/{pid}/maps') as maps, open(f'/proc/{pid}/mem', 'rb', 0) as mem:
-            for line in maps:
-                m = re.match(r'([0-9a-f]+)-([0-9a-f]+) r', line)
-                if not m:
-                    continue
-                start, end = int(m[1], 16), int(m[2], 16)
-                try:
-                    mem.seek(start)
-                    if secret in mem.read(end - start):
-                        hits.append(f'mem {pid} {line.split()[-1]}')
-                    seen += 1
-                except OSError:
-                    pass
-    except OSError as e:
-        pass
-for top in ['/', ]:
-    for root, dirs, files in os.walk(top):
-        dirs[:] = [d for d in dirs if os.path.join(root, d) not in ('/proc', '/sys', '/nix', '/dev')]
-        for f in files:
-            try:
-                if secret in open(os.path.join(root, f), 'rb').read():
-                    hits.append('file ' + os.path.join(root, f))
-            except OSError:
-                pass
-print('regions', seen, 'hits', hits)
-""" % SECRET.encode().hex()
-        result = client.request("tools/call", {"name": "run", "arguments": {"session": "secret", "code": scan}})
-        text = "".join(c.get("text", "") for c in result["content"] if c.get("type") == "text")
-        check("hits []" in text, f"the secret is in the jail: {text}")
-        regions = int(text.split("regions", 1)[1].split()[0])
-        check(regions > 10, f"the scan read too little memory to mean anything: {text}")
+        # From the host, as root: every process of the server's jails (the
+        # session jail's agent, interpreter and bridge, bubblewrap's init);
+        # their environment, readable memory and the jail's files.
+        found, scanned = scan(client.proc.pid, SECRET.encode())
+        check(not found, f"the secret is in: {found}")
+        check(scanned["processes"] >= 3 and scanned["regions"] > 20 and scanned["files"] > 0,
+              f"the scan saw too little to mean anything: {scanned}")
 
     suite.test("the secret is nowhere in the jail: environ, memory of its processes, files", secret_invisible)
+
+
+def descendants(top):
+    """The pids of every process under `top` (not `top` itself)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, queue = [], list(children.get(top, []))
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue.extend(children.get(pid, []))
+    return found
+
+
+def jailed(server_pid):
+    """The processes of the server's jails: those under it in a pid
+    namespace of their own, not the server's, nor that of its direct
+    children (the jails' init, a fork of the server, which carries the
+    server's environment, and the wrappers, which bubblewrap starts from)."""
+    def pid_ns(pid):
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid")
+        except OSError:
+            return None
+    outer = {pid_ns(server_pid)}
+    for pid in descendants(server_pid):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if ppid == server_pid:
+            outer.add(pid_ns(pid))
+    return [pid for pid in descendants(server_pid) if pid_ns(pid) not in outer]
+
+
+def scan(server_pid, secret):
+    """Where `secret` is among the processes of the server's jails: their
+    environ, their readable memory, and the files of their root (the jail's
+    tmpfs, not the store)."""
+    found = []
+    scanned = {"processes": 0, "regions": 0, "files": 0}
+    roots, jail_root = set(), {}
+    for pid in jailed(server_pid):
+        try:
+            if secret in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(f"environ of {pid}")
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+                for line in maps:
+                    fields = line.split()
+                    if "r" not in fields[1]:
+                        continue
+                    start, end = (int(x, 16) for x in fields[0].split("-"))
+                    try:
+                        mem.seek(start)
+                        if secret in mem.read(end - start):
+                            found.append(f"memory of {pid} ({line.strip()})")
+                        scanned["regions"] += 1
+                    except (OSError, OverflowError, ValueError):
+                        pass
+            scanned["processes"] += 1
+            roots.add(os.readlink(f"/proc/{pid}/ns/mnt"))
+            jail_root[os.readlink(f"/proc/{pid}/ns/mnt")] = f"/proc/{pid}/root"
+        except OSError:
+            continue
+    for namespace in roots:
+        root = jail_root[namespace]
+        for where in ["tmp", "workspace", "home", "run", "etc"]:
+            for top, dirs, files in os.walk(f"{root}/{where}"):
+                for name in files:
+                    path = os.path.join(top, name)
+                    try:
+                        if os.path.isfile(path) and secret in Path(path).read_bytes():
+                            found.append(f"file {path}")
+                        scanned["files"] += 1
+                    except OSError:
+                        pass
+    return found, scanned
 
 
 def main():

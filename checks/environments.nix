@@ -4,7 +4,7 @@
 # (python3.withPackages, for sessions.py), `plots`, a Python with numpy and
 # matplotlib (for artifacts.py's plt.show()), the adversarial suite's
 # `tight-python` and `tight-shell`, with limits small enough to hit fast,
-# and `egress`, a Python with curl whose network is a policy (egress.py:
+# and `egress`, a Python with pip and curl whose network is a policy (egress.py:
 # the test's own hosts, a path-and-method rule with a credential).
 { pkgs, mkSandbox }:
 let
@@ -63,9 +63,9 @@ in
   egress = mkSandbox pkgs {
     name = "egress";
     interpreter = "python";
-    description = "Python with curl, network by policy";
+    description = "Python with pip and curl, network by policy";
     packages = [
-      pkgs.python3
+      (pkgs.python3.withPackages (ps: [ ps.pip ]))
       pkgs.curl
     ];
     network = {

@@ -275,10 +275,23 @@ def template(args, suite, scratch):
     client, instructions = started([args.server + "/bin/nix-sandbox-mcp", "--stdio"], base_env())
     try:
         def environments():
-            for name in ["data-science", "tools", "python", "shell", "node"]:
+            for name in ["data-science", "packaging", "tools", "python", "shell", "node"]:
                 check(f"- {name}:" in instructions, f"instructions lack {name}: {instructions!r}")
 
-        suite.test("the template's server serves data-science, tools and the presets", environments)
+        suite.test("the template's server serves data-science, packaging, tools and the presets", environments)
+
+        def packaging():
+            line = next((l for l in instructions.splitlines() if l.startswith("- packaging:")), "")
+            check(line.endswith("; network only to pypi.org, files.pythonhosted.org"),
+                  f"the instructions do not say which hosts packaging reaches: {line!r}")
+            code = ("import subprocess, urllib.request\n"
+                    "print(subprocess.run(['python3', '-m', 'pip', '--version'], capture_output=True, text=True).stdout.split()[0])\n"
+                    "try:\n    urllib.request.urlopen('http://example.com/', timeout=10)\n"
+                    "except Exception as e:\n    print(type(e).__name__)")
+            expect(client, "packaging", code,
+                   "pip\nHTTPError\nnetwork: refused example.com:80 (not in allowlist)")
+
+        suite.test("the template's packaging has pip and reaches only PyPI", packaging)
 
         def modules_named():
             line = next((l for l in instructions.splitlines() if l.startswith("- data-science:")), "")

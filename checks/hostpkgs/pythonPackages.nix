@@ -27,6 +27,8 @@ let
 in
 {
   numpy.debs = [ "python3-numpy" ];
+  # Debian's pip, its libraries vendored (pip._vendor): `python3 -m pip`.
+  pip.debs = [ "python3-pip" ];
   pandas = {
     debs = [
       "python3-pandas"

@@ -40,6 +40,23 @@
           env.MPLBACKEND = "Agg";
           limits.memory_mb = 2048;
         };
+        # Network by policy: PyPI and nothing else. `pip install NAME`
+        # puts packages in /workspace/.pip (kept for a session's life),
+        # which the interpreter imports from.
+        packaging = {
+          interpreter = "python";
+          description = "Python with pip: installs from PyPI, reaches nothing else";
+          packages = [ (pkgs.python3.withPackages (ps: [ ps.pip ])) ];
+          network.allow = [
+            { host = "pypi.org"; }
+            { host = "files.pythonhosted.org"; }
+          ];
+          env = {
+            PIP_TARGET = "/workspace/.pip";
+            PYTHONPATH = "/workspace/.pip";
+            PIP_DISABLE_PIP_VERSION_CHECK = "1";
+          };
+        };
         tools = {
           interpreter = "bash";
           description = "Bash with jq, ripgrep and the usual command-line tools";

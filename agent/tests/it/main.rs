@@ -5,6 +5,7 @@
 mod harness;
 
 mod bash;
+mod bridge;
 mod files;
 mod fuzz;
 mod init;

@@ -264,6 +264,24 @@ mod tests {
         assert_eq!(module_name("python3.11-2"), "python3.11-2");
     }
 
+    /// One short line says which hosts an environment with a network
+    /// policy reaches.
+    #[test]
+    fn a_network_policy_names_its_hosts() {
+        let c = testing::catalog([testing::env("packaging")
+            .with("description", json!("Python with pip"))
+            .with(
+                "network",
+                json!({"allow": [{"host": "pypi.org"}, {"host": "*.example.com", "port": 8443}]}),
+            )
+            .build()]);
+        let text = instructions(&c, None);
+        assert_eq!(
+            text.lines().nth(1),
+            Some("- packaging: Python with pip; network only to pypi.org, *.example.com:8443")
+        );
+    }
+
     fn catalog(envs: &[(&str, bool, usize)]) -> Catalog {
         testing::catalog(envs.iter().map(|&(name, network, packages)| {
             let packages: Vec<String> = (0..packages).map(|i| format!("pkg-{i}.1")).collect();

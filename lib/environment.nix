@@ -80,7 +80,7 @@ let
         example = "GITHUB_TOKEN";
       };
       headers = mkOption {
-        type = types.nonEmptyListOf types.str;
+        type = types.nonEmptyListOf (types.strMatching "[A-Za-z0-9-]+");
         default = [ "Authorization" ];
         description = "Request headers in which the proxy replaces the placeholder with the secret.";
         example = [ "X-Api-Key" ];

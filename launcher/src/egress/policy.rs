@@ -323,6 +323,11 @@ impl Policy {
             if credential.headers.is_empty() {
                 problems.push((at("headers"), "names no header to put the secret in".into()));
             }
+            for header in &credential.headers {
+                if http::HeaderName::try_from(header.as_str()).is_err() {
+                    problems.push((at("headers"), format!("{header:?} is not a header name")));
+                }
+            }
         }
         problems
     }

@@ -123,7 +123,8 @@ fn unknown_fields_and_bad_values_are_problems() {
             { "host": "a b", "paths": ["v1"], "methods": ["get"], "credentials": ["NOPE"], "max_bytes": 5 }
           ],
           "credentials": {
-            "T": { "placeholder": "short", "from_file": "/nix/store/x-secret", "from_env": "X", "headers": [] }
+            "T": { "placeholder": "short", "from_file": "/nix/store/x-secret", "from_env": "X", "headers": [] },
+            "U": { "placeholder": "placeholder-U", "from_env": "U", "headers": ["Bad Header"] }
           },
           "rate": 3
         }"#,
@@ -142,6 +143,7 @@ fn unknown_fields_and_bad_values_are_problems() {
             "credentials.T.from_file",
             "credentials.T.placeholder",
             "credentials.T.headers",
+            "credentials.U.headers",
         ]
     );
 }

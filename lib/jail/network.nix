@@ -57,8 +57,9 @@ else
           RUNTIME_ARGS+=(--ro-bind "$NIX_SANDBOX_EGRESS_CA" ${egress.bundle})
         fi
       '')
-      # Node's fetch follows the proxy variables when told to (Node 22.21
-      # and later; older ones ignore it and reach nothing).
+      # Node's fetch follows the proxy variables when told to (releases
+      # that read NODE_USE_ENV_PROXY; older ones ignore it and reach
+      # nothing).
       (c.set-env "NODE_USE_ENV_PROXY" "1")
       (c.set-env "NO_PROXY" "localhost,127.0.0.1,::1")
       (c.set-env "no_proxy" "localhost,127.0.0.1,::1")

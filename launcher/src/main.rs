@@ -19,6 +19,7 @@ mod egress;
 mod lifetime;
 mod mcp;
 mod outputs;
+mod packages;
 mod preflight;
 mod report;
 mod run;

@@ -18,9 +18,14 @@
       nix-sandbox-mcp,
     }:
     {
-      packages.x86_64-linux = import "${nix-sandbox-mcp}/checks/environments.nix" {
-        pkgs = nixpkgs.legacyPackages.x86_64-linux;
-        inherit (nix-sandbox-mcp.lib) mkSandbox;
-      };
+      packages.x86_64-linux =
+        import "${nix-sandbox-mcp}/checks/environments.nix" {
+          pkgs = nixpkgs.legacyPackages.x86_64-linux;
+          inherit (nix-sandbox-mcp.lib) mkSandbox;
+        }
+        // import "${nix-sandbox-mcp}/checks/packagesServers.nix" {
+          pkgs = nixpkgs.legacyPackages.x86_64-linux;
+          sandboxLib = nix-sandbox-mcp.lib;
+        };
     };
 }

@@ -1,16 +1,21 @@
 # Takes jail.nix; returns mkServer, which takes pkgs and
-#   { environments, launcher ? the workspace's launcher built with pkgs }
+#   { environments, launcher ? the workspace's launcher built with pkgs,
+#     packagesOnDemand ? { } }
 # and returns the server package: bin/nix-sandbox-mcp (the launcher serving
 # the merged manifest, plus NIX_SANDBOX_ENVS and NIX_SANDBOX_DIR at
 # start-up; see serverScript.nix) and share/nix-sandbox-mcp/manifest.json.
 # `environments` is a list, or an attribute set by name, of sandboxes
 # (mkSandbox results) or mkSandbox arguments (in an attribute set, `name`
 # defaults to the attribute's name). Names must be unique.
+# `packagesOnDemand` ({ allow ? null, build ? false, timeoutSeconds ? 300 },
+# packagesOnDemand.nix) lets a call add nixpkgs packages to its
+# environment; off while `allow` is null.
 { jail-nix }:
 pkgs:
 {
   environments,
   launcher ? pkgs.callPackage ../package.nix { },
+  packagesOnDemand ? { },
 }:
 let
   inherit (pkgs) lib;
@@ -49,15 +54,23 @@ let
     else
       sandboxes;
 
+  onDemand = import ./packagesOnDemand.nix {
+    inherit pkgs jail-nix packagesOnDemand;
+    sandboxes = checkedSandboxes;
+  };
   manifest =
     pkgs.runCommand "nix-sandbox-mcp-manifest.json"
       {
         nativeBuildInputs = [ pkgs.jq ];
         fragments = map (sandbox: "${sandbox}/share/nix-sandbox-mcp/manifest.json") checkedSandboxes;
+        onDemand = builtins.toJSON onDemand.manifest;
+        passAsFile = [ "onDemand" ];
       }
       ''
         # shellcheck disable=SC2086 # store paths
-        jq -s '{version: 1, environments: (map(.environments) | add)}' $fragments >"$out"
+        jq -s --slurpfile onDemand "$onDemandPath" \
+          '{version: 1, environments: (map(.environments) | add
+            | with_entries(.value += ($onDemand[0][.key] // {})))}' $fragments >"$out"
       '';
   script = pkgs.writeShellApplication {
     name = "nix-sandbox-mcp";

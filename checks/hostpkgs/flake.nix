@@ -6,10 +6,7 @@
   outputs =
     { self, nixpkgs-lib }:
     let
-      # Not a nixpkgs checkout: manifests record no nixpkgs revision.
-      lib = nixpkgs-lib.lib.extend (
-        final: prev: { trivial = prev.trivial // { revisionWithDefault = default: default; }; }
-      );
+      lib = import ./lib.nix nixpkgs-lib.lib;
       host =
         if builtins.pathExists ./host.json then
           lib.importJSON ./host.json
@@ -24,6 +21,11 @@
           lib.attrValues (import ./tools.nix) ++ lib.attrValues (import ./pythonPackages.nix)
         )
       );
-      legacyPackages.x86_64-linux = import ./packages.nix { inherit lib host; };
+      legacyPackages.x86_64-linux = import ./packages.nix { inherit lib host; } // {
+        path = import ./path.nix {
+          source = self.outPath;
+          nixpkgsLib = nixpkgs-lib.outPath;
+        };
+      };
     };
 }

@@ -61,7 +61,25 @@ lib.fix (
         pythonModule = self.python3;
         propagatedPythonPackages = map (name: self.python3Packages.${name}) (module.propagated or [ ]);
       }
-    ) (import ./pythonPackages.nix);
+    ) (import ./pythonPackages.nix)
+    // {
+      # nixpkgs' makePythonPath: the module path of modules and what they
+      # propagate.
+      makePythonPath =
+        modules:
+        let
+          entry = module: {
+            key = module.name;
+            inherit module;
+          };
+        in
+        lib.concatMapStringsSep ":" (item: "${item.module}/lib/python3/dist-packages") (
+          builtins.genericClosure {
+            startSet = map entry modules;
+            operator = item: map entry (item.module.propagatedPythonPackages or [ ]);
+          }
+        );
+    };
     python3 = hostTool (tools.python3 // { pname = "python3"; }) // {
       withPackages =
         select:
@@ -71,6 +89,14 @@ lib.fix (
           python3 = removeAttrs self.python3 [ "withPackages" ];
         } (select self.python3Packages);
     };
+    # A package no test builds: a call asking for it from a server that
+    # does not build shows what a package missing from the binary cache
+    # gets (checks/packages.py).
+    hello = self.runCommand "hello-2.12.1" { meta.mainProgram = "hello"; } ''
+      mkdir -p "$out/bin"
+      printf '#!${self.bash}/bin/sh\necho "Hello, world!"\n' >"$out/bin/hello"
+      chmod +x "$out/bin/hello"
+    '';
     callPackage = lib.callPackageWith self;
     runtimeShell = "${self.bash}/bin/bash";
     runCommand = import ./runCommand.nix { inherit lib system; };

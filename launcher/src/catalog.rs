@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::egress::policy::Network;
+use crate::packages::OnDemand;
 
 /// What the `interpreter` field names (what a session agent drives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -94,6 +95,14 @@ pub struct Env {
     pub store_path: String,
     #[serde(default)]
     pub nixpkgs_rev: Option<String>,
+    /// Whether, and which, packages a call may add (packages/mod.rs); set
+    /// by mkServer for its own environments.
+    #[serde(default)]
+    pub packages_on_demand: Option<OnDemand>,
+    /// The packages a composed environment was given (sorted); empty for
+    /// the manifest's own.
+    #[serde(skip)]
+    pub added: Vec<String>,
     #[serde(flatten)]
     pub unknown: BTreeMap<String, Value>,
 }
@@ -324,6 +333,19 @@ fn validate(name: &str, env: &Env, allow_outside_store: bool) -> Vec<(String, St
             && let Err(problem) = check_wrapper(program, allow_outside_store)
         {
             problems.push((format!("{}[0]", at(field)), problem));
+        }
+    }
+    if let Some(policy) = &env.packages_on_demand {
+        match policy.compose.first() {
+            None => problems.push((
+                at("packages_on_demand.compose"),
+                "must be a non-empty argv".into(),
+            )),
+            Some(program) => {
+                if let Err(problem) = check_wrapper(program, allow_outside_store) {
+                    problems.push((at("packages_on_demand.compose[0]"), problem));
+                }
+            }
         }
     }
     problems

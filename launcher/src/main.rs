@@ -177,6 +177,10 @@ fn serve(
         host,
         sessions: opts.sessions,
         mirror: opts.output_dir.map(Mirror::new),
+        composer: packages::Composer::new(
+            packages::Composer::default_dir(|name| std::env::var_os(name)),
+            opts.allow_outside_store,
+        ),
     };
     let served = match opts.http_addr {
         Some(addr) => {

@@ -51,13 +51,15 @@ pub struct EnvBuilder {
 }
 
 impl EnvBuilder {
-    /// Sets the manifest field `field` (`network`, `limits.memory_mb`).
+    /// Sets the manifest field `field` (`network`, `limits.memory_mb`);
+    /// a top-level field the test environment lacks is added.
     pub fn with(mut self, field: &str, value: Value) -> Self {
         let pointer = format!("/{}", field.replace('.', "/"));
-        *self
-            .json
-            .pointer_mut(&pointer)
-            .unwrap_or_else(|| panic!("the test environment has no field {field}")) = value;
+        match self.json.pointer_mut(&pointer) {
+            Some(slot) => *slot = value,
+            None if !field.contains('.') => self.json[field] = value,
+            None => panic!("the test environment has no field {field}"),
+        }
         self
     }
 

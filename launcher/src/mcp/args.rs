@@ -1,6 +1,7 @@
 //! The arguments of `run`, read with serde: `code` (required), `env`,
-//! `session`, and `files`, a few small text files written into `/workspace`
-//! before the code runs (the session agent checks their paths again and
+//! `session`, `files`, a few small text files written into `/workspace`
+//! before the code runs, and `packages`, nixpkgs attribute names added to
+//! the environment (packages/mod.rs) (the session agent checks their paths again and
 //! writes them without following symbolic links: `proto::files`). Any other
 //! argument is refused by name.
 //!
@@ -11,7 +12,7 @@
 //! read through a deserializer of this module's whose error type records
 //! the kind of fault ([`Fault`]); the field comes from the fault's path.
 //! When arguments have several faults, the first told is the first in the
-//! order: unknown arguments, `code`, `env`, `session`, `files`.
+//! order: unknown arguments, `code`, `env`, `session`, `files`, `packages`.
 
 use std::fmt;
 
@@ -32,6 +33,9 @@ pub struct RunArgs {
     pub env: Option<String>,
     pub session: Option<String>,
     pub files: Vec<FileIn>,
+    /// nixpkgs attribute names to add to the environment (checked later,
+    /// against the environment's policy: packages/names.rs).
+    pub packages: Option<Vec<String>>,
 }
 
 /// The arguments as given: what serde checks.
@@ -45,6 +49,8 @@ struct Given {
     session: Option<String>,
     #[serde(default)]
     files: Option<Vec<Value>>,
+    #[serde(default)]
+    packages: Option<Vec<String>>,
 }
 
 /// One file as given.
@@ -57,11 +63,12 @@ struct GivenFile {
 
 /// The fields of [`Given`], in the order their faults are told; only `code`
 /// is required.
-const ARGUMENTS: [(&str, bool); 4] = [
+const ARGUMENTS: [(&str, bool); 5] = [
     ("code", true),
     ("env", false),
     ("session", false),
     ("files", false),
+    ("packages", false),
 ];
 
 /// The fields of [`GivenFile`]: both are required.
@@ -75,6 +82,7 @@ impl RunArgs {
                 (Fault::UnknownField(key), _) => invalid(&format!("unknown argument `{key}`")),
                 (Fault::MissingField(field), _) => invalid(&format!("`{field}` is missing")),
                 (_, Some("files")) => invalid("`files` must be a list"),
+                (_, Some("packages")) => invalid("`packages` must be a list of strings"),
                 (_, Some(field)) => invalid(&format!("`{field}` must be a string")),
                 (Fault::Other(problem), None) => invalid(&problem),
                 (Fault::WrongType, None) => invalid("the arguments must be an object"),
@@ -85,6 +93,7 @@ impl RunArgs {
             env: given.env,
             session: given.session,
             files: files(given.files.unwrap_or_default())?,
+            packages: given.packages,
         })
     }
 }

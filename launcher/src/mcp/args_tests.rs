@@ -95,6 +95,7 @@ fn arguments_are_checked() {
             env: Some("node".into()),
             session: None,
             files: Vec::new(),
+            packages: None,
         }
     );
     assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);
@@ -171,4 +172,24 @@ fn faults_are_told_in_their_words_and_in_order() {
         problem(json!({"code": "1", "files": many})).0,
         "files_too_large"
     );
+}
+
+#[test]
+fn packages_are_a_list_of_strings() {
+    let given = json!({"code": "1", "packages": ["jq", "ripgrep"]});
+    let args = RunArgs::parse(given.as_object()).unwrap();
+    assert_eq!(
+        args.packages,
+        Some(vec!["jq".to_owned(), "ripgrep".to_owned()])
+    );
+    for bad in [json!("jq"), json!(["jq", 1]), json!({"jq": true})] {
+        let given = json!({"code": "1", "packages": bad});
+        let refusal = RunArgs::parse(given.as_object()).unwrap_err();
+        assert!(
+            refusal
+                .message
+                .starts_with("`packages` must be a list of strings"),
+            "{refusal}"
+        );
+    }
 }

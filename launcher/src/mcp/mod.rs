@@ -27,15 +27,17 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{Catalog, Env};
 use crate::outputs::mirror::Mirror;
+use crate::packages::{Composer, names};
 use crate::report;
 use crate::run;
 use crate::session::{self, SessionName, Sessions, throwaway};
@@ -69,6 +71,8 @@ pub struct Config {
     pub sessions: session::Settings,
     /// Where outputs are mirrored (`NIX_SANDBOX_OUTPUT_DIR`), if anywhere.
     pub mirror: Option<Mirror>,
+    /// Environments with packages added (`packages`), composed and cached.
+    pub composer: Composer,
 }
 
 /// What every handler of the server shares, made once.
@@ -83,6 +87,7 @@ struct Shared {
     host: Arc<Host>,
     settings: session::Settings,
     mirror: Option<Mirror>,
+    composer: Composer,
     /// The sessions and resource links of requests without an MCP session
     /// (the stateless 2026-07-28 revision over HTTP): one table for all of
     /// them, in which the server names the sessions (session/names.rs).
@@ -126,6 +131,7 @@ impl Server {
             host,
             sessions: settings,
             mirror,
+            composer,
         } = config;
         let probes = Probes::new(&catalog, wrapper_env.clone(), Arc::clone(&host));
         let stateless = Client {
@@ -148,6 +154,7 @@ impl Server {
             host,
             settings,
             mirror,
+            composer,
             stateless,
         }))
     }
@@ -206,18 +213,30 @@ impl Server {
         client: &Client,
         resource_links: bool,
         ct: CancellationToken,
+        progress: Progress,
     ) -> Result<CallToolResult, Refusal> {
         let shared = &*self.shared;
-        // A call that names an open session and no environment runs in the
-        // session's own (not the default one, which would be refused as a
-        // mismatch).
-        let open = match (&args.env, &args.session) {
-            (None, Some(name)) => client.sessions.env_of(name),
-            _ => None,
+        // A call that names an open session and no other environment runs
+        // in the session's own (not the default one, which would be refused
+        // as a mismatch), with the packages the session was made with.
+        let open = match &args.session {
+            Some(name) => client.sessions.env_of(name),
+            None => None,
         };
-        let env = match open {
-            Some(env) => env,
-            None => self.resolve_env(args.env.as_deref())?,
+        let open = open.filter(|env| args.env.as_deref().is_none_or(|name| name == env.name));
+        let env = match (open, &args.packages) {
+            (Some(env), None) => env,
+            (open, packages) => {
+                let name = open.as_ref().map(|env| env.name.as_str());
+                let base = self.resolve_env(name.or(args.env.as_deref()))?;
+                match packages {
+                    None => base,
+                    Some(asked) => {
+                        let bound = args.session.as_deref().zip(open.as_deref());
+                        self.with_packages(base, asked, bound, progress).await?
+                    }
+                }
+            }
         };
         let (code, files) = (&args.code, &args.files);
         match self.precheck(&env, &args).await? {
@@ -307,6 +326,43 @@ impl Server {
         Ok(target)
     }
 
+    /// `base` with the packages `asked` added, checked first against the
+    /// names' syntax and the environment's policy (nothing is evaluated
+    /// before), and, for an open session (`bound`: its name and
+    /// environment), against the packages it was made with.
+    async fn with_packages(
+        &self,
+        base: Arc<Env>,
+        asked: &[String],
+        bound: Option<(&str, &Env)>,
+        progress: Progress,
+    ) -> Result<Arc<Env>, Refusal> {
+        let Some(policy) = &base.packages_on_demand else {
+            return Err(Refusal::packages_off(&base.name));
+        };
+        let set = names::check(asked, &policy.allow)
+            .map_err(|e| Refusal::bad_packages(&e, &policy.allow))?;
+        if let Some((session, env)) = bound
+            && env.added != set
+        {
+            return Err(Refusal::session_packages_mismatch(
+                session, &env.added, &set,
+            ));
+        }
+        if set.is_empty() {
+            return Ok(base);
+        }
+        let message = format!("adding {} to {}", set.join(", "), base.name);
+        let composed = self
+            .shared
+            .composer
+            .compose(&base, policy, &set, || progress.send(0.0, &message))
+            .await;
+        let composed = composed.map_err(|e| Refusal::compose_failed(&base.name, &e))?;
+        progress.send(1.0, &format!("{message}: done"));
+        Ok(composed)
+    }
+
     /// The environment named `requested`, or the default one.
     fn resolve_env(&self, requested: Option<&str>) -> Result<Arc<Env>, Refusal> {
         let catalog = &self.shared.catalog;
@@ -382,7 +438,10 @@ impl ServerHandler for Server {
             Ok(args) => {
                 let client = self.client(&context);
                 let resource_links = takes_resource_links(&context);
-                self.dispatch(args, client, resource_links, context.ct.clone())
+                let progress = Progress(
+                    (context.meta.get_progress_token()).map(|token| (context.peer.clone(), token)),
+                );
+                self.dispatch(args, client, resource_links, context.ct.clone(), progress)
                     .await
             }
             Err(refusal) => Err(refusal),
@@ -390,6 +449,27 @@ impl ServerHandler for Server {
         Ok(called
             .unwrap_or_else(|refusal| report::refused(&refusal))
             .into())
+    }
+}
+
+/// Where a call's progress goes: the client, when it sent a progressToken.
+struct Progress(Option<(Peer<RoleServer>, ProgressToken)>);
+
+impl Progress {
+    /// One progress notification (sent in the background: the call does
+    /// not wait for the client to read it).
+    fn send(&self, progress: f64, message: &str) {
+        if let Some((peer, token)) = &self.0 {
+            let param = ProgressNotificationParam::new(token.clone(), progress)
+                .with_total(1.0)
+                .with_message(message);
+            let peer = peer.clone();
+            tokio::spawn(async move {
+                if let Err(e) = peer.notify_progress(param).await {
+                    tracing::debug!(error = %e, "cannot send a progress notification");
+                }
+            });
+        }
     }
 }
 

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::packages::ComposeError;
+use crate::packages::names::{Allow, MAX_NAME_BYTES, MAX_PACKAGES, NameError};
 use crate::session;
 use crate::wrapper::{NotStarted, StartError};
 
@@ -24,6 +26,14 @@ pub enum ErrorCode {
     SessionsUnsupported,
     BadFilePath,
     FilesTooLarge,
+    BadPackageName,
+    PackagesNotAllowed,
+    UnknownPackage,
+    PackageNotCached,
+    PackagesTimedOut,
+    NixUnreachable,
+    PackagesFailed,
+    SessionPackagesMismatch,
 }
 
 impl ErrorCode {
@@ -42,6 +52,14 @@ impl ErrorCode {
             ErrorCode::SessionsUnsupported => "sessions_unsupported",
             ErrorCode::BadFilePath => "bad_file_path",
             ErrorCode::FilesTooLarge => "files_too_large",
+            ErrorCode::BadPackageName => "bad_package_name",
+            ErrorCode::PackagesNotAllowed => "packages_not_allowed",
+            ErrorCode::UnknownPackage => "unknown_package",
+            ErrorCode::PackageNotCached => "package_not_cached",
+            ErrorCode::PackagesTimedOut => "packages_timed_out",
+            ErrorCode::NixUnreachable => "nix_unreachable",
+            ErrorCode::PackagesFailed => "packages_failed",
+            ErrorCode::SessionPackagesMismatch => "session_packages_mismatch",
         }
     }
 }
@@ -126,7 +144,8 @@ impl Refusal {
             ErrorCode::InvalidArguments,
             format!(
                 "{problem}; `run` takes `code` (string, required), `env` (string), \
-                 `session` (string) and `files` (a list of {{\"path\", \"content\"}} strings)."
+                 `session` (string), `files` (a list of {{\"path\", \"content\"}} strings) \
+                 and `packages` (a list of strings)."
             ),
         )
     }
@@ -236,6 +255,114 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// `env` takes no packages on demand (the server's policy is off, or
+    /// it is not one of the server's own environments).
+    pub fn packages_off(env: &str) -> Self {
+        Self::new(
+            ErrorCode::PackagesNotAllowed,
+            format!(
+                "environment `{env}` takes no `packages` on this server; nothing was run. \
+                 Call without `packages`, or use an environment that has the tool."
+            ),
+        )
+    }
+
+    /// A `packages` entry the checks refused before anything was evaluated.
+    pub fn bad_packages(problem: &NameError, allow: &Allow) -> Self {
+        match problem {
+            NameError::TooMany(n) => Self::new(
+                ErrorCode::BadPackageName,
+                format!(
+                    "{n} packages were asked for, more than {MAX_PACKAGES}; nothing was run. \
+                     Ask for fewer."
+                ),
+            ),
+            NameError::Syntax(name) => {
+                let shown: String = name.chars().take(80).collect();
+                Self::new(
+                    ErrorCode::BadPackageName,
+                    format!(
+                        "{shown:?} is not a nixpkgs attribute name; nothing was run. Use names \
+                         like `jq` or `python3Packages.pandas`: parts of A-Z a-z 0-9 _ + - \
+                         joined by dots, at most {MAX_NAME_BYTES} characters."
+                    ),
+                )
+            }
+            NameError::NotAllowed(name) => Self::new(
+                ErrorCode::PackagesNotAllowed,
+                format!(
+                    "`{name}` is not allowed on this server (allowed: {}); nothing was run. \
+                     Ask for an allowed package, or tell the user to add it to \
+                     packagesOnDemand.allow.",
+                    allow.describe()
+                ),
+            ),
+        }
+    }
+
+    pub fn compose_failed(env: &str, e: &ComposeError) -> Self {
+        match e {
+            ComposeError::Unknown(line) => Self::new(
+                ErrorCode::UnknownPackage,
+                format!(
+                    "no package {line} in this server's nixpkgs; nothing was run. Check the \
+                     attribute name (search.nixos.org lists them)."
+                ),
+            ),
+            ComposeError::NotCached(drv) => Self::new(
+                ErrorCode::PackageNotCached,
+                format!(
+                    "{drv} is not in the binary cache and this server does not build from \
+                     source; nothing was run. Ask for another package, or tell the user to \
+                     set packagesOnDemand.build."
+                ),
+            ),
+            ComposeError::TimedOut(s) => Self::new(
+                ErrorCode::PackagesTimedOut,
+                format!(
+                    "getting the packages for `{env}` took longer than {s} s and was stopped; \
+                     nothing was run. Ask for fewer or smaller packages."
+                ),
+            ),
+            ComposeError::Unreachable(line) => Self::new(
+                ErrorCode::NixUnreachable,
+                format!(
+                    "the server cannot reach the Nix store to get packages ({line}); nothing \
+                     was run. Call without `packages`, and tell the user: the server's user \
+                     needs the Nix daemon (or a store it owns)."
+                ),
+            ),
+            ComposeError::Failed(line) => Self::new(
+                ErrorCode::PackagesFailed,
+                format!(
+                    "the packages for `{env}` could not be added ({line}); nothing was run. \
+                     Call without `packages`, or tell the user."
+                ),
+            ),
+        }
+    }
+
+    /// Session `name` was made with `bound` (maybe none); the call asks
+    /// for `requested`.
+    pub fn session_packages_mismatch(name: &str, bound: &[String], requested: &[String]) -> Self {
+        let list = |names: &[String]| match names.is_empty() {
+            true => "none".to_owned(),
+            false => names.join(", "),
+        };
+        Self::new(
+            ErrorCode::SessionPackagesMismatch,
+            format!(
+                "session `{name}` was created with packages {}, and a session's packages are \
+                 fixed; nothing was run. Call it without `packages` (it keeps its own), or use \
+                 a new session name for packages {}.",
+                list(bound),
+                list(requested)
+            ),
+        )
+    }
+}
+
 /// A wrapper that did not start: without its cgroup the sandbox cannot hold
 /// its limits; else the wrapper itself failed.
 impl From<NotStarted> for Refusal {
@@ -258,6 +385,11 @@ impl From<session::Error> for Refusal {
                 bound,
                 requested,
             } => Self::session_env_mismatch(&session, &bound, &requested),
+            Error::PackagesMismatch {
+                session,
+                bound,
+                requested,
+            } => Self::session_packages_mismatch(&session, &bound, &requested),
             Error::Busy { session, within_s } => Self::session_busy(&session, within_s),
             Error::TooMany { max, open, idle_s } => Self::too_many_sessions(max, &open, idle_s),
             Error::Stopping { env } => Self::sandbox_unavailable(&env, "the server is stopping"),

@@ -60,6 +60,17 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     } else {
         "Run a program in a fresh sandbox (new each call) and return its output."
     };
+    if catalog
+        .envs
+        .values()
+        .any(|e| e.packages_on_demand.is_some())
+    {
+        schema["properties"]["packages"] = json!({
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "nixpkgs packages to add, e.g. [\"jq\"].",
+        });
+    }
     let Value::Object(schema) = schema else {
         unreachable!("a JSON object literal")
     };
@@ -115,12 +126,40 @@ pub fn instructions(catalog: &Catalog, project_mount: Option<&str>) -> String {
             "The project is read-only at {mount}. Read inputs there, not through `files`.\n"
         ));
     }
+    if let Some(line) = packages_line(catalog) {
+        text.push_str(&line);
+        text.push('\n');
+    }
     if let Some(line) = limits_line(catalog) {
         text.push_str(&line);
         text.push('\n');
     }
     text.push_str("Results: stdout, then `--- stderr ---` and stderr, then notes.");
     text
+}
+
+/// The instructions' one line on packages on demand, when an environment
+/// takes them: which, and what they may be.
+fn packages_line(catalog: &Catalog) -> Option<String> {
+    let envs: Vec<&Env> = catalog
+        .envs
+        .values()
+        .filter(|e| e.packages_on_demand.is_some())
+        .map(|e| e.as_ref())
+        .collect();
+    let first = envs.first()?.packages_on_demand.as_ref()?;
+    let same = envs
+        .iter()
+        .all(|e| e.packages_on_demand.as_ref().map(|p| &p.allow) == Some(&first.allow));
+    let allowed = match same {
+        true => first.allow.describe(),
+        false => "per environment".into(),
+    };
+    let names: Vec<&str> = envs.iter().map(|e| e.name.as_str()).collect();
+    Some(format!(
+        "`packages` adds nixpkgs packages in {} (allowed: {allowed}); a session keeps its first.",
+        names.join(", ")
+    ))
 }
 
 /// The instructions' one line: the limits every environment enforces
@@ -369,5 +408,40 @@ mod tests {
              files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
         );
         assert_eq!(limits_line(&Catalog::default()), None);
+    }
+
+    #[test]
+    fn packages_are_offered_only_where_the_policy_allows_them() {
+        let settings = session::Settings::default();
+        let plain = catalog(&[("python", false, 0), ("shell", false, 0)]);
+        let tool = run_tool(&plain, &settings);
+        assert!(tool.input_schema["properties"].get("packages").is_none());
+        let text = instructions(&plain, None);
+        assert!(!text.contains("packages`"), "{text}");
+
+        let policy = json!({
+            "compose": ["/nix/store/x-compose/bin/nix-sandbox-mcp-compose"],
+            "allow": ["jq", "python3Packages."],
+            "timeout_s": 300,
+        });
+        let c = testing::catalog([
+            testing::env("python")
+                .with("packages_on_demand", policy)
+                .build(),
+            testing::env("shell").build(),
+        ]);
+        let tool = run_tool(&c, &settings);
+        assert_eq!(
+            tool.input_schema["properties"]["packages"]["items"],
+            json!({"type": "string"})
+        );
+        let text = instructions(&c, None);
+        assert!(
+            text.contains(
+                "`packages` adds nixpkgs packages in python (allowed: jq, python3Packages.*); \
+                 a session keeps its first."
+            ),
+            "{text}"
+        );
     }
 }

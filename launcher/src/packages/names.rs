@@ -54,7 +54,9 @@ impl Allow {
         match self {
             Allow::Any => true,
             Allow::Only(entries) => entries.iter().any(|entry| match entry.strip_suffix('.') {
-                Some(_) => name.strip_prefix(entry.as_str()).is_some_and(is_attribute_path),
+                Some(_) => name
+                    .strip_prefix(entry.as_str())
+                    .is_some_and(is_attribute_path),
                 None => entry == name,
             }),
         }
@@ -136,7 +138,13 @@ mod tests {
 
     #[test]
     fn attribute_paths_pass() {
-        for name in ["jq", "python3Packages.pandas", "gtk+3", "nodePackages_latest.x-y", "7zz"] {
+        for name in [
+            "jq",
+            "python3Packages.pandas",
+            "gtk+3",
+            "nodePackages_latest.x-y",
+            "7zz",
+        ] {
             assert!(is_attribute_path(name), "{name}");
         }
     }

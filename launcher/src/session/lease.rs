@@ -127,6 +127,14 @@ impl Inner {
                     }
                     .into());
                 }
+                Some(entry) if entry.env.added != env.added => {
+                    return Err(Error::PackagesMismatch {
+                        session: name.to_owned(),
+                        bound: entry.env.added.clone(),
+                        requested: env.added.clone(),
+                    }
+                    .into());
+                }
                 Some(entry) => match entry.slot.take() {
                     None => return Err(Unavailable::Busy(entry.running.clone())),
                     slot => {

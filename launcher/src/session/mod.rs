@@ -63,6 +63,13 @@ pub enum Error {
         bound: String,
         requested: String,
     },
+    /// The session was made with packages `bound`; the call asks for
+    /// `requested` (two calls that made it at once, with different sets).
+    PackagesMismatch {
+        session: String,
+        bound: Vec<String>,
+        requested: Vec<String>,
+    },
     /// A call holds the session; it ends within `within_s` at the latest
     /// (its timeout and the interrupt's grace), when known.
     Busy {

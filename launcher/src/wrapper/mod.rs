@@ -364,7 +364,7 @@ impl Drop for Group {
 
 /// The only place the launcher sends a signal: SIGKILL to a process group it
 /// created, never to an id of 1 or less.
-fn kill_group(pgid: i32) {
+pub(crate) fn kill_group(pgid: i32) {
     if pgid > 1 {
         match killpg(Pid::from_raw(pgid), Signal::SIGKILL) {
             Ok(()) | Err(Errno::ESRCH) => {}

@@ -1,0 +1,86 @@
+# Takes { recipe, request }, the paths of two JSON files, as strings: the
+# compose helper (composeHelper.nix) passes them with --argstr. `recipe`
+# is one environment of a server as mkServer wrote it at build time
+# (mkSandbox's arguments with its packages as store paths, and the store
+# paths of the server's nixpkgs, jail.nix and this flake's source);
+# `request` is the list of nixpkgs attribute names a call asks for, which
+# the launcher has checked already (attribute paths, the allowlist).
+# Returns a list: mkSandbox of that environment with those packages added
+# (on its PATH, and for a Python environment python3Packages.* on the
+# interpreter's module path, PYTHONPATH, so the jail's closure gains
+# them), then the packages asked for, which the helper realises first,
+# from the binary cache only when building is off.
+# The names are data, looked up with lib.attrByPath: no text of theirs is
+# ever evaluated. A name that is not a package throws
+# `nix-sandbox-mcp-compose: unknown NAME`, with close names when there
+# are any; the helper turns it into one line for the model.
+{ recipe, request }:
+let
+  environment = builtins.fromJSON (builtins.readFile recipe);
+  names = builtins.fromJSON (builtins.readFile request);
+  pkgs = import environment.nixpkgs { inherit (environment) system; };
+  inherit (pkgs) lib;
+  mkSandbox = import (environment.source + "/lib/mkSandbox.nix") {
+    jail-nix.lib = import (environment.jailNix + "/lib");
+  };
+
+  # Again here, so that this file is safe to call on its own.
+  attributePath = name: builtins.match "[A-Za-z0-9_+-]+([.][A-Za-z0-9_+-]+)*" name != null;
+  # Up to three names next to the last part of `path` that are at most two
+  # edits away from it.
+  closeNames =
+    path:
+    let
+      parent = builtins.tryEval (lib.attrByPath (lib.init path) { } pkgs);
+      candidates = if parent.success && builtins.isAttrs parent.value then builtins.attrNames parent.value else [ ];
+      prefix = lib.concatMapStrings (part: "${part}.") (lib.init path);
+      close = lib.filter (lib.strings.levenshteinAtMost 2 (lib.last path)) candidates;
+    in
+    map (name: prefix + name) (lib.take 3 close);
+  unknown =
+    name: path:
+    let
+      close = closeNames path;
+    in
+    throw "nix-sandbox-mcp-compose: unknown ${name}${
+      lib.optionalString (close != [ ]) " (close: ${lib.concatStringsSep ", " close})"
+    }";
+  lookup =
+    name:
+    let
+      path = lib.splitString "." name;
+      found = builtins.tryEval (lib.attrByPath path null pkgs);
+    in
+    if !builtins.isString name || !attributePath name then
+      throw "nix-sandbox-mcp-compose: unknown ${builtins.toJSON name}"
+    else if !found.success || found.value == null then
+      unknown name path
+    else if !lib.isDerivation found.value then
+      throw "nix-sandbox-mcp-compose: unknown ${name} (a set of packages, not a package: name one in it)"
+    else
+      found.value;
+  requested = map lookup names;
+
+  python = environment.interpreter == "python";
+  modules = lib.filter (package: python && package ? pythonModule) requested;
+  programs = lib.filter (package: !(python && package ? pythonModule)) requested;
+  pythonPath = lib.concatStringsSep ":" (
+    lib.optional (modules != [ ]) (pkgs.python3Packages.makePythonPath modules)
+    ++ lib.optional (environment.env ? PYTHONPATH) environment.env.PYTHONPATH
+  );
+in
+[
+  (mkSandbox pkgs {
+  inherit (environment)
+    name
+    interpreter
+    description
+    limits
+    network
+    seccomp
+    ;
+  packages = map builtins.storePath environment.packages ++ programs;
+  env = environment.env // lib.optionalAttrs (modules != [ ]) { PYTHONPATH = pythonPath; };
+})
+]
+++ requested

@@ -123,6 +123,48 @@ in
     };
 
   expectations = {
+    "home-manager: packagesOnDemand is off by default" = {
+      got = homeServer.packagesOnDemand;
+      want = { };
+    };
+    "home-manager: packagesOnDemand reaches each environment's manifest entry" = {
+      got = lib.mapAttrs (_: entry: removeAttrs entry.packages_on_demand [ "compose" ]) (
+        home [
+          enabled
+          {
+            programs.nix-sandbox-mcp.packagesOnDemand = {
+              allow = [
+                "jq"
+                "python3Packages."
+              ];
+              timeoutSeconds = 60;
+            };
+            programs.nix-sandbox-mcp.environments.node.enable = false;
+          }
+        ]
+      ).programs.nix-sandbox-mcp.finalPackage.packagesOnDemand;
+      want = lib.genAttrs [ "python" "shell" ] (_: {
+        allow = [
+          "jq"
+          "python3Packages."
+        ];
+        build = false;
+        timeout_s = 60;
+      });
+    };
+    "nixos: packagesOnDemand \"any\" with building reaches the server" = {
+      got =
+        (nixos [
+          enabled
+          {
+            programs.nix-sandbox-mcp.packagesOnDemand = {
+              allow = "any";
+              build = true;
+            };
+          }
+        ]).programs.nix-sandbox-mcp.finalPackage.packagesOnDemand.python.packages_on_demand.build;
+      want = true;
+    };
     "home-manager: the snippet registers the server in programs.mcp.servers.nix-sandbox and enables programs.mcp" =
       {
         got = {
@@ -299,6 +341,15 @@ in
   };
 
   failures = {
+    hm-packages-allow = {
+      title = "home-manager: a packagesOnDemand.allow entry that is not an attribute name fails";
+      value =
+        (home [
+          enabled
+          { programs.nix-sandbox-mcp.packagesOnDemand.allow = [ "jq; rm -rf /" ]; }
+        ]).programs.nix-sandbox-mcp.finalPackage.packagesOnDemand;
+      error = "programs.nix-sandbox-mcp.packagesOnDemand.allow' is not of type";
+    };
     hm-type = {
       title = "home-manager: a wrong option type fails with a readable message";
       value =

@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154 # root, work, override: set by checks/run
 # checks/modules.sh: the offline harness's tests of the NixOS and
 # home-manager modules and of the templates. Sourced by checks/run after its
-# builds; uses its ok, fail, build, log_tail, store_path, $root, $work and
+# builds; uses its ok, fail, build, counted, log_tail, store_path, $root, $work and
 # $override.
 #
 # 0. README.md shows each README snippet (checks/snippets/) verbatim.
@@ -20,28 +20,12 @@
 #    from there; built with nixpkgs pointed at the host package set, then
 #    checks/served.py runs code in its environments.
 
-# served LABEL ARGS...: runs checks/served.py, shows and counts its lines; a
-# run that ends badly without a FAIL line counts as one failure.
+# served LABEL ARGS...: runs checks/served.py, shows and counts its lines
+# (checks/run's `counted`).
 served() {
-  local label=$1 line status=none before=$failed
+  local label=$1
   shift
-  while IFS= read -r line; do
-    case $line in
-      "served-exit "*)
-        status=${line#served-exit }
-        continue
-        ;;
-      "ok - "*) passed=$((passed + 1)) ;;
-      "FAIL - "*) failed=$((failed + 1)) ;;
-    esac
-    echo "$line"
-  done < <(
-    /usr/bin/python3 "$root/checks/served.py" --label "$label" "$@" 2>&1
-    echo "served-exit $?"
-  )
-  if [ "$status" != 0 ] && [ "$failed" -eq "$before" ]; then
-    fail "served.py $label" "exited with status $status"
-  fi
+  counted served.py "$label" /usr/bin/python3 "$root/checks/served.py" --label "$label" "$@"
 }
 
 # The README shows the snippets these tests evaluate, verbatim.

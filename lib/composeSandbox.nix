@@ -16,7 +16,9 @@
 # are any; the helper turns it into one line for the model.
 { recipe, request }:
 let
-  environment = builtins.fromJSON (builtins.readFile recipe);
+  # The recipe is a store path: its text carries that path as context,
+  # which fromJSON refuses. The paths in it are taken up again below.
+  environment = builtins.fromJSON (builtins.unsafeDiscardStringContext (builtins.readFile recipe));
   names = builtins.fromJSON (builtins.readFile request);
   pkgs = import environment.nixpkgs { inherit (environment) system; };
   inherit (pkgs) lib;
@@ -61,9 +63,10 @@ let
       found.value;
   requested = map lookup names;
 
+  # Python modules go on the module path too; every package goes into the
+  # profile, whose runtime closure is what the jail mounts.
   python = environment.interpreter == "python";
   modules = lib.filter (package: python && package ? pythonModule) requested;
-  programs = lib.filter (package: !(python && package ? pythonModule)) requested;
   pythonPath = lib.concatStringsSep ":" (
     lib.optional (modules != [ ]) (pkgs.python3Packages.makePythonPath modules)
     ++ lib.optional (environment.env ? PYTHONPATH) environment.env.PYTHONPATH
@@ -79,7 +82,7 @@ in
     network
     seccomp
     ;
-  packages = map builtins.storePath environment.packages ++ programs;
+  packages = map lib.toDerivation environment.packages ++ requested;
   env = environment.env // lib.optionalAttrs (modules != [ ]) { PYTHONPATH = pythonPath; };
 })
 ]

@@ -87,6 +87,8 @@ pkgs.runCommand "nix-sandbox-mcp-${launcher.version}"
     passthru = {
       inherit manifest launcher;
       sandboxes = checkedSandboxes;
+      # What packagesOnDemand adds to each environment's manifest entry.
+      packagesOnDemand = onDemand.manifest;
     };
     meta = {
       description = "MCP server running code in Nix-built bubblewrap jails: ${lib.concatStringsSep ", " names}";

@@ -107,8 +107,11 @@ in
           HOME = "/var/lib/${stateDirectory}";
         };
         # The server builds the flakes of NIX_SANDBOX_ENVS (set in
-        # `environment` above) with nix at start-up.
-        path = lib.mkIf (unit.environment ? NIX_SANDBOX_ENVS) [ config.nix.package ];
+        # `environment` above) with nix at start-up, and the packages calls
+        # ask for (packagesOnDemand) through the Nix daemon.
+        path = lib.mkIf (
+          unit.environment ? NIX_SANDBOX_ENVS || program.packagesOnDemand.allow != null
+        ) [ config.nix.package ];
         serviceConfig = {
           ExecStart = lib.concatStringsSep " " (
             [

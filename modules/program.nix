@@ -3,7 +3,8 @@
 # programs.nix-sandbox-mcp.{enable, package, environments, finalPackage}.
 # The bundled presets are definitions of `environments` at mkDefault
 # priority: a user's definition of a field replaces the preset's, and
-# `environments.NAME.enable = false` drops one. finalPackage is the server
+# `environments.NAME.enable = false` drops one. packagesOnDemand is
+# mkServer's argument of that name. finalPackage is the server
 # (lib.mkServer) of every enabled environment, built with the module's pkgs.
 sandboxLib:
 {
@@ -54,6 +55,45 @@ in
       '';
     };
 
+    packagesOnDemand = {
+      allow = mkOption {
+        type = types.nullOr (
+          types.either (types.enum [ "any" ]) (
+            types.listOf (types.strMatching "[A-Za-z0-9_+-]+([.][A-Za-z0-9_+-]+)*[.]?")
+          )
+        );
+        default = null;
+        description = ''
+          Which nixpkgs packages a `run` call may add to its environment
+          (its `packages` argument): null (off), `"any"`, or a list of
+          attribute names and of prefixes ending in `.`. The packages come
+          from the server's own nixpkgs; names are checked by the server
+          before anything is evaluated and reach Nix only as data.
+        '';
+        example = [
+          "jq"
+          "ffmpeg"
+          "python3Packages."
+        ];
+      };
+      build = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Whether Nix may build a package from source when the binary
+          cache does not have it; off, such a call is refused and the
+          server only substitutes (`--max-jobs 0`).
+        '';
+        example = true;
+      };
+      timeoutSeconds = mkOption {
+        type = types.ints.positive;
+        default = 300;
+        description = "How long getting a call's packages may take before it is stopped and refused.";
+        example = 900;
+      };
+    };
+
     finalPackage = mkOption {
       type = types.package;
       readOnly = true;
@@ -68,6 +108,7 @@ in
     finalPackage = sandboxLib.mkServer pkgs {
       environments = lib.mapAttrs (_: toArguments) enabled;
       launcher = cfg.package;
+      inherit (cfg) packagesOnDemand;
     };
   };
 }

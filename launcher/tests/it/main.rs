@@ -10,6 +10,7 @@ mod http;
 mod jail;
 mod lifetime;
 mod outputs;
+mod packages;
 mod protocol;
 mod run;
 mod session;

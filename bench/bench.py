@@ -321,6 +321,50 @@ class Bench:
 
     # --- 3. sessions ----------------------------------------------------------
 
+    def packages(self):
+        """Packages on demand: python with jq added, through the harness's
+        packages-server, each kind beside a plain print(1) on the same
+        server: composed by a fresh server (empty cache: nix-instantiate and
+        nix-store --realise, the store holding the composition after the
+        first), found in the server's memory, found on disk by a new server."""
+        if not self.args.packages_server:
+            raise Unmeasured("no --packages-server")
+        self.section("packages on demand: python + jq (ratios to print(1) on the same server)")
+        argv = [str(Path(self.args.packages_server) / "bin/nix-sandbox-mcp"), "--stdio"]
+        code = "import subprocess\nprint(subprocess.run(['jq', '-n', '1'], capture_output=True, text=True).stdout.strip())"
+        samples = {"plain": [], "composed": [], "in memory": [], "on disk": []}
+
+        def timed(kind, client, **arguments):
+            t0 = time.perf_counter()
+            result, text = client.run(**arguments)
+            samples[kind].append(time.perf_counter() - t0)
+            if result.get("isError") or text != "1" + JSON_NOTE:
+                raise McpError(f"{kind}: {text[-400:]!r}")
+
+        for i in range(self.args.package_runs):
+            home = self.scratch / f"packages-{i}"
+            home.mkdir()
+            env = {"HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
+            for kinds in (["plain", "composed", "in memory"], ["on disk"]):
+                client = self.start(argv, env)
+                try:
+                    for kind in kinds:
+                        if kind == "plain":
+                            timed(kind, client, code="print(1)", env="python")
+                        else:
+                            timed(kind, client, code=code, env="python", packages=["jq"])
+                finally:
+                    client.close()
+        stats = {kind: summary(s) for kind, s in samples.items()}
+        self.results["packages"] = stats
+        plain = stats["plain"]["p50"]
+        lines = []
+        for kind in ("composed", "in memory", "on disk"):
+            ratio = stats[kind]["p50"] / plain
+            lines.append(f"{kind}: {ratio:.2f}x ({ms(stats[kind]['p50'])} / {ms(plain)} p50)")
+            self.row(f"packages=[jq], {kind} / plain run, p50", f"{ratio:.2f}x ({ms(stats[kind]['p50'])})")
+        self.lines(lines)
+
     def sessions(self):
         """Sessions on the Nix-built server, and on the fixture wrappers with
         the release launcher (the figures are labelled by which)."""
@@ -555,6 +599,8 @@ def main():
     parser.add_argument("--creations", type=int, default=10, help="sessions created one after another")
     parser.add_argument("--sessions", type=int, default=32, help="sessions at once")
     parser.add_argument("--calls", type=int, default=100, help="calls per session at once")
+    parser.add_argument("--packages-server", help="checks/packagesServers.nix's packages-server (as root only)")
+    parser.add_argument("--package-runs", type=int, default=5, help="fresh servers composing python + jq")
     args = parser.parse_args()
     # The unprivileged pass gets a fresh --work under its own home.
     Path(args.work).mkdir(parents=True, exist_ok=True)
@@ -565,7 +611,10 @@ def main():
     print(f"built from {args.built_from}\nserver: {args.server}\nlauncher: {args.launcher}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:
         bench = Bench(args, Path(tmp))
-        for step in (bench.ephemeral, bench.fixtures, bench.sessions, bench.startup):
+        steps = [bench.ephemeral, bench.fixtures, bench.sessions, bench.startup]
+        if args.packages_server:
+            steps.append(bench.packages)
+        for step in steps:
             try:
                 step()
             except (McpError, Unmeasured, subprocess.SubprocessError, OSError) as e:

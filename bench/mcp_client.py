@@ -97,13 +97,15 @@ class Client:
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return self.init_result
 
-    def run(self, code, env=None, session=None):
+    def run(self, code, env=None, session=None, packages=None):
         """Calls the `run` tool; returns (result, its text content)."""
         arguments = {"code": code}
         if env is not None:
             arguments["env"] = env
         if session is not None:
             arguments["session"] = session
+        if packages is not None:
+            arguments["packages"] = packages
         result = self.request("tools/call", {"name": "run", "arguments": arguments})
         text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
         return result, text

@@ -65,10 +65,10 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         .values()
         .any(|e| e.packages_on_demand.is_some())
     {
+        // Described in the instructions' line (packages_line), once.
         schema["properties"]["packages"] = json!({
             "type": "array",
             "items": {"type": "string"},
-            "description": "nixpkgs packages to add, e.g. [\"jq\"].",
         });
     }
     let Value::Object(schema) = schema else {
@@ -156,9 +156,13 @@ fn packages_line(catalog: &Catalog) -> Option<String> {
         false => "per environment".into(),
     };
     let names: Vec<&str> = envs.iter().map(|e| e.name.as_str()).collect();
+    let whom = match names.len() == catalog.envs.len() {
+        true => String::new(),
+        false => format!(" in {}", names.join(", ")),
+    };
     Some(format!(
-        "`packages` adds nixpkgs packages in {} (allowed: {allowed}); a session keeps its first.",
-        names.join(", ")
+        "`packages: [\"jq\"]` adds nixpkgs packages{whom} (allowed: {allowed}); a session keeps its \
+         first."
     ))
 }
 
@@ -438,8 +442,8 @@ mod tests {
         let text = instructions(&c, None);
         assert!(
             text.contains(
-                "`packages` adds nixpkgs packages in python (allowed: jq, python3Packages.*); \
-                 a session keeps its first."
+                "`packages: [\"jq\"]` adds nixpkgs packages in python (allowed: jq, \
+                 python3Packages.*); a session keeps its first."
             ),
             "{text}"
         );

@@ -20,7 +20,13 @@ let
   # which fromJSON refuses. The paths in it are taken up again below.
   environment = builtins.fromJSON (builtins.unsafeDiscardStringContext (builtins.readFile recipe));
   names = builtins.fromJSON (builtins.readFile request);
-  pkgs = import environment.nixpkgs { inherit (environment) system; };
+  # As a flake's legacyPackages: no config or overlays of the user running
+  # the server (~/.config/nixpkgs), which would change what is built.
+  pkgs = import environment.nixpkgs {
+    inherit (environment) system;
+    config = { };
+    overlays = [ ];
+  };
   inherit (pkgs) lib;
   mkSandbox = import (environment.source + "/lib/mkSandbox.nix") {
     jail-nix.lib = import (environment.jailNix + "/lib");

@@ -23,7 +23,14 @@
     let
       inherit (nixpkgs-lib) lib;
       # The host package set with made-up versions: evaluated, never built.
-      pkgs = import ./hostpkgs/packages.nix {
+      pkgs = {
+        # What packages on demand's helper would import (never, here).
+        path = import ./hostpkgs/path.nix {
+          source = ./hostpkgs;
+          nixpkgsLib = nixpkgs-lib.outPath;
+        };
+      }
+      // import ./hostpkgs/packages.nix {
         inherit lib;
         host.debianVersions = lib.genAttrs (lib.concatMap (tool: tool.debs) (
           lib.attrValues (import ./hostpkgs/tools.nix)

@@ -18,6 +18,17 @@ let
     sandbox = mkSandbox pkgs arguments;
     inherit error;
   };
+  # A server of `good` with packagesOnDemand `settings`.
+  server = settings: error: {
+    sandbox = mkServer pkgs {
+      environments = [ good ];
+      launcher = pkgs.bash // {
+        version = "0";
+      };
+      packagesOnDemand = settings;
+    };
+    inherit error;
+  };
   label = "mkSandbox: environment 'good': argument";
 in
 {
@@ -146,4 +157,22 @@ in
     };
     error = null;
   };
+  server-packages-unknown = server { allowed = "any"; } "mkServer: `packagesOnDemand` has unknown allowed";
+  server-packages-allow = server {
+    allow = "all";
+  } "mkServer: `packagesOnDemand.allow` must be null, \"any\" or a list";
+  server-packages-entry = server {
+    allow = [ "jq; rm -rf /" ];
+  } "mkServer: `packagesOnDemand.allow` has \"jq; rm -rf /\", which is not an attribute name";
+  server-packages-timeout = server {
+    allow = "any";
+    timeoutSeconds = 0;
+  } "mkServer: `packagesOnDemand.timeoutSeconds` must be a positive integer";
+  server-packages-on = server {
+    allow = [
+      "jq"
+      "python3Packages."
+    ];
+    build = true;
+  } null;
 }

@@ -60,7 +60,9 @@ let
     name = "source";
   };
   nixpkgs =
-    if builtins.isPath pkgs.path then
+    if !(pkgs ? path) then
+      throw "mkServer: `packagesOnDemand` needs pkgs.path, the source of the nixpkgs the server is built with"
+    else if builtins.isPath pkgs.path then
       builtins.path {
         path = pkgs.path;
         name = "source";

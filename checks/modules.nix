@@ -287,6 +287,15 @@ in
           without = [ ];
         };
       };
+    "nixos: the service has nix on its PATH when packagesOnDemand is on (it realises packages)" = {
+      got = map toString (
+        nixos [
+          ./snippets/nixos.nix
+          { programs.nix-sandbox-mcp.packagesOnDemand.allow = [ "jq" ]; }
+        ]
+      ).systemd.services.nix-sandbox-mcp.path;
+      want = [ "${nixosSnippet.nix.package}" ];
+    };
     "nixos: outputDir reaches the service, writable when outside its state directory" = {
       got =
         let

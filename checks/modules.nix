@@ -357,7 +357,7 @@ in
           enabled
           { programs.nix-sandbox-mcp.packagesOnDemand.allow = [ "jq; rm -rf /" ]; }
         ]).programs.nix-sandbox-mcp.finalPackage.packagesOnDemand;
-      error = "programs.nix-sandbox-mcp.packagesOnDemand.allow' is not of type";
+      error = "packagesOnDemand.allow.\"[definition 1-entry 1]\"' is not of type `string matching the pattern";
     };
     hm-type = {
       title = "home-manager: a wrong option type fails with a readable message";

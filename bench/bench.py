@@ -348,6 +348,8 @@ class Bench:
             for kinds in (["plain", "composed", "in memory"], ["on disk"]):
                 client = self.start(argv, env)
                 try:
+                    # Untimed: a server's first call waits for its start-up probes.
+                    client.run("print(1)", env="python")
                     for kind in kinds:
                         if kind == "plain":
                             timed(kind, client, code="print(1)", env="python")
@@ -601,6 +603,8 @@ def main():
     parser.add_argument("--calls", type=int, default=100, help="calls per session at once")
     parser.add_argument("--packages-server", help="checks/packagesServers.nix's packages-server (as root only)")
     parser.add_argument("--package-runs", type=int, default=5, help="fresh servers composing python + jq")
+    parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "startup", "packages"],
+                        help="one step only")
     args = parser.parse_args()
     # The unprivileged pass gets a fresh --work under its own home.
     Path(args.work).mkdir(parents=True, exist_ok=True)
@@ -614,6 +618,8 @@ def main():
         steps = [bench.ephemeral, bench.fixtures, bench.sessions, bench.startup]
         if args.packages_server:
             steps.append(bench.packages)
+        if args.only:
+            steps = [step for step in steps if step.__name__ == args.only]
         for step in steps:
             try:
                 step()

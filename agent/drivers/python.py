@@ -18,13 +18,16 @@
 # session's /workspace), then closes them; the agent lists new files in
 # outputs/ and the launcher shows the images to the model. The hook costs
 # nothing until matplotlib.pyplot is imported.
-import ast
+#
+# The first call of a session waits for this driver to start, so it imports
+# only what that call needs: the parser's C module `_ast` rather than `ast`,
+# and `traceback` when an exception is to be printed. The source of each
+# call goes to `linecache` (tracebacks show it) once anything imports that.
+import _ast
 import fcntl
-import linecache
 import os
 import signal
 import sys
-import traceback
 import types
 
 
@@ -83,14 +86,32 @@ def _flush():
 def _compile(code, filename):
     """Code objects for the statements, the last expression shown as a REPL
     would; raises SyntaxError."""
-    tree = ast.parse(code, filename, "exec")
-    last = tree.body[-1:] if tree.body and isinstance(tree.body[-1], ast.Expr) else []
+    tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
+    last = tree.body[-1:] if tree.body and isinstance(tree.body[-1], _ast.Expr) else []
     if last:
         tree.body = tree.body[:-1]
     parts = [compile(tree, filename, "exec")]
     if last:
-        parts.append(compile(ast.Interactive(body=last), filename, "single"))
+        parts.append(compile(_ast.Interactive(body=last), filename, "single"))
     return parts
+
+
+# Each call's source, as linecache holds it: (size, mtime None, lines, name).
+_cells = {}
+
+
+def _remember(filename, code):
+    """Keeps the call's source for tracebacks, in linecache when loaded."""
+    entry = (len(code), None, code.splitlines(True), filename)
+    _cells[filename] = entry
+    linecache = sys.modules.get("linecache")
+    if linecache is not None:
+        linecache.cache[filename] = entry
+
+
+def _fill_linecache(linecache):
+    """linecache was just imported: every call's source so far into it."""
+    linecache.cache.update(_cells)
 
 
 def _user_traceback(tb):
@@ -112,6 +133,8 @@ def _report(exc, frames=True):
     tb = _user_traceback(exc.__traceback__) if frames else None
     exc = exc.with_traceback(tb)
     if sys.excepthook is sys.__excepthook__:
+        import traceback
+
         traceback.print_exception(type(exc), exc, tb)
     else:
         sys.excepthook(type(exc), exc, tb)
@@ -132,7 +155,7 @@ def _run(code, namespace, number):
     """Runs one call; returns its status."""
     global _running
     filename = "<cell %d>" % number
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    _remember(filename, code)
     try:
         parts = _compile(code, filename)
     except (SyntaxError, ValueError, OverflowError) as exc:
@@ -174,12 +197,28 @@ def _save_figures(pyplot):
     pyplot.close("all")
 
 
-class _PyplotHook:
-    """A meta path finder that lets the other finders find
-    matplotlib.pyplot, then replaces its `show` once the module has run."""
+def _patch_pyplot(pyplot):
+    """Replaces matplotlib.pyplot's `show` by [`_save_figures`]."""
+    original = pyplot.show
+
+    def show(*args, **kwargs):
+        """Saves the open figures to outputs/ (nix-sandbox-mcp)."""
+        _save_figures(pyplot)
+
+    show.__wrapped__ = original
+    pyplot.show = show
+
+
+class _AfterImport:
+    """A meta path finder that lets the other finders find the modules it
+    watches, then hands each to its function once the module has run:
+    matplotlib.pyplot gets its `show` replaced, linecache the calls' source."""
+
+    watch = {"matplotlib.pyplot": _patch_pyplot, "linecache": _fill_linecache}
 
     def find_spec(self, name, path=None, target=None):
-        if name != "matplotlib.pyplot":
+        then = self.watch.get(name)
+        if then is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -193,14 +232,7 @@ class _PyplotHook:
 
         def exec_module(module):
             run_module(module)
-            original = module.show
-
-            def show(*args, **kwargs):
-                """Saves the open figures to outputs/ (nix-sandbox-mcp)."""
-                _save_figures(module)
-
-            show.__wrapped__ = original
-            module.show = show
+            then(module)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -209,7 +241,7 @@ class _PyplotHook:
 def main():
     signal.signal(signal.SIGINT, _on_sigint)
     os.environ.setdefault("MPLBACKEND", "Agg")
-    sys.meta_path.insert(0, _PyplotHook())
+    sys.meta_path.insert(0, _AfterImport())
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=True)
     sys.argv = [""]

@@ -19,6 +19,8 @@ both_modes!(
     each_exit_is_reported_and_the_next_call_starts_afresh,
     a_dead_interpreter_leaves_no_process_behind,
     a_forked_child_does_not_become_a_second_driver,
+    the_driver_imports_nothing_heavy_before_the_first_call,
+    a_traceback_printed_by_user_code_shows_earlier_cells,
 );
 
 fn state_persists_between_calls(mode: Mode) {
@@ -254,5 +256,44 @@ fn a_forked_child_does_not_become_a_second_driver(mode: Mode) {
         "child\nparent\n",
     );
     assert_prints(&mut a, "print(pid > 0)", "True\n");
+    a.close();
+}
+
+/// The first call of a session waits for the driver's imports: it loads no
+/// module the first call can do without: the parser's `ast` (with the
+/// `enum` and `contextlib` it loads, which the host's `site` may load
+/// anyway), `traceback`, `linecache` and its `tokenize`.
+fn the_driver_imports_nothing_heavy_before_the_first_call(mode: Mode) {
+    let mut a = Agent::start(mode, Lang::Python);
+    assert_prints(
+        &mut a,
+        "import sys\nprint(sorted(m for m in ['ast', 'linecache', 'traceback', 'tokenize'] if m in sys.modules))",
+        "[]\n",
+    );
+    a.close();
+}
+
+/// Source lines of earlier cells reach tracebacks that user code prints
+/// itself, whenever it imports `traceback` (the driver fills `linecache`
+/// once it is loaded).
+fn a_traceback_printed_by_user_code_shows_earlier_cells(mode: Mode) {
+    let mut a = Agent::start(mode, Lang::Python);
+    assert_ok(&a.exec("def g():\n    raise ValueError('bad')"));
+    let reply =
+        a.exec("import traceback\ntry:\n    g()\nexcept ValueError:\n    traceback.print_exc()");
+    assert_eq!(reply.status, 0, "{reply:#?}");
+    assert!(
+        reply
+            .stderr
+            .contains("line 2, in g\n    raise ValueError('bad')\n"),
+        "source lines of cell 1 are shown: {reply:#?}"
+    );
+    let reply = a.exec("def k():\n    raise KeyError('late')\nk()");
+    assert!(
+        reply
+            .stderr
+            .contains("line 2, in k\n    raise KeyError('late')\n"),
+        "{reply:#?}"
+    );
     a.close();
 }

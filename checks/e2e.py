@@ -308,6 +308,24 @@ def t_policy(sandboxes, custom):
               f"RLIMIT_{name} is {got['rlimits'][name]}, wanted {[value, hard]}")
     check(got["encoding"].lower() == "utf-8" and got["text"] == "\u00e9\u2713", f"not UTF-8: {got}")
     check(got["env"] == 0, "/usr/bin/env did not run")
+    # A caller's hard limits that are already lower stay, the soft limit
+    # lowered to them (the wrapper sets CPU, open files before bubblewrap,
+    # processes inside the jail). RLIMIT_NPROC only as root, whom it does
+    # not hold back on the host: for a user it counts all the user's
+    # processes there, which other runs of the same uid may have.
+    lower = {"CPU": limits["cpu_s"] // 2, "NOFILE": limits["nofile"] // 2}
+    if os.geteuid() == 0:
+        lower["NPROC"] = limits["pids"] // 2
+    code = (
+        "import json, resource\n"
+        f"print(json.dumps({{n: resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in {list(lower)!r}}}))\n"
+    )
+    prlimit = ["prlimit"] + [f"--{name.lower()}={value}" for name, value in lower.items()]
+    proc = run(prlimit + entry["run"], stdin=code.encode())
+    check(proc.returncode == 0, f"probe under lower hard limits failed: {show(proc)}")
+    got = json.loads(proc.stdout)
+    for name, value in lower.items():
+        check(got[name] == [value, value], f"under a hard RLIMIT_{name} of {value} the jail has {got[name]}")
 
 
 # What each preset's run prints: its jail's mount table.

@@ -11,11 +11,8 @@ let
   inherit (environment) limits;
 in
 c.wrap-entry (entry: ''
-  hard=$(ulimit -H -u)
-  if [ "$hard" = unlimited ] || [ "$hard" -gt ${toString limits.pids} ]; then
-    ulimit -H -S -u ${toString limits.pids}
-  else
-    ulimit -S -u "$hard"
-  fi
+  # Raising the hard limit is refused (the jail has no capability): a
+  # lower one stays, and the soft limit is set to it. No subshell to read it.
+  ulimit -H -S -u ${toString limits.pids} 2>/dev/null || ulimit -S -u hard
   exec ${entry}
 '')

@@ -14,6 +14,14 @@ c.add-runtime ''
   # sandbox_rlimit FLAG SOFT [HARD]: sets one limit; a lower hard limit stays.
   sandbox_rlimit() {
     local hard soft=$2 want_hard=''${3:-$2}
+    if [ "$EUID" -ne 0 ]; then
+      # No subshell to read the hard limit (a fork each, on every start):
+      # a soft limit above the hard one is refused, and so is raising the
+      # hard limit without root, so a lower hard limit stays.
+      ulimit -S "$1" "$soft" 2>/dev/null || ulimit -S "$1" hard
+      ulimit -H "$1" "$want_hard" 2>/dev/null || :
+      return
+    fi
     hard=$(ulimit -H "$1")
     if [ "$hard" != unlimited ] && [ "$hard" -lt "$soft" ]; then
       soft=$hard

@@ -144,11 +144,17 @@ fn main() -> ExitCode {
     } else {
         serve(&runtime, opts, catalog, wrapper_env, host)
     };
-    // Every jail dies with the namespace's init; dropping the tasks kills
-    // what is left of the calls (their guards), and the wrappers' reapers
-    // reap them. A reaper thread stuck on an unkillable process must not
-    // hold the exit.
+    // Every jail dies with the namespace's init, and the wrappers' reaper
+    // tasks (wrapper/reaper.rs) reap them and remove their cgroups before
+    // the runtime stops; without the namespace, dropping the tasks kills
+    // what is left of the calls (their guards). A reaper stuck on an
+    // unkillable process must not hold the exit.
     jails.kill();
+    if matches!(jails, Jails::Contained(_))
+        && !runtime.block_on(wrapper::reaper::finish(SHUTDOWN_GRACE))
+    {
+        tracing::warn!("wrappers still not reaped at exit");
+    }
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
     if !jails.reap(SHUTDOWN_GRACE) {
         tracing::warn!("jails still ending at exit; the kernel ends them");

@@ -9,8 +9,8 @@
 //!   are read concurrently into [`Cap`]s through fixed-size buffers.
 //! - One deadline covers writing, running, reading and waiting. At the
 //!   deadline or on cancellation the whole process group is killed.
-//! - What the cgroup counted is read once the wrapper is gone, then the
-//!   cgroup is removed.
+//! - What the cgroup counted is read once the wrapper is gone; the cgroup
+//!   is removed after the answer (wrapper/reaper.rs tracks that).
 
 use std::time::{Duration, Instant};
 
@@ -176,12 +176,16 @@ pub async fn run(
     let usage = match wrapper.cgroup {
         Some(cgroup) => {
             let stats = cgroup.stats();
-            if tokio::task::spawn_blocking(move || cgroup.remove())
-                .await
-                .is_err()
-            {
-                tracing::warn!("removing a run's cgroup panicked");
-            }
+            // Removed after the answer, not before: the run's processes
+            // are gone, and nothing of the answer waits for the rmdir.
+            wrapper::reaper::track(async move {
+                if tokio::task::spawn_blocking(move || cgroup.remove())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("removing a run's cgroup panicked");
+                }
+            });
             Some(stats)
         }
         None => None,

@@ -11,8 +11,8 @@
 //!   bubblewrap's outer process dies, its `--die-with-parent` ends the jail's
 //!   pid 1 (the agent itself), and with it every process of the pid
 //!   namespace. The cgroup is
-//!   removed once the wrapper is gone, by a blocking task started with the
-//!   jail (the runtime's shutdown waits for those).
+//!   removed once the wrapper is gone, by a task started with the jail
+//!   (wrapper/reaper.rs: the launcher's exit waits for those).
 
 use std::hash::{BuildHasher, RandomState};
 use std::io;
@@ -29,8 +29,11 @@ use crate::egress::Gate;
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, StartError, WrapperEnv};
 
-/// Read buffer for the agent's stdout and stderr.
-const READ_CHUNK: usize = 64 * 1024;
+/// Read buffer for the agent's replies, one per open session: a reply of
+/// full output caps takes a few reads, and 32 idle sessions hold 512 KiB.
+const READ_CHUNK: usize = 16 * 1024;
+/// Read buffer for the agent's log, whose lines are cut at [`LOG_LINE`].
+const LOG_CHUNK: usize = 4 * 1024;
 /// How much of the agent's log is kept to explain a jail that died.
 const LOG_TAIL: usize = 1024;
 /// Longest log line passed on to the launcher's log.
@@ -105,13 +108,13 @@ impl Jail {
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let exited = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&exited);
-        tokio::task::spawn_blocking(move || {
+        wrapper::reaper::track(async move {
             // An error means the reaper gave up on the pid: the jail is gone
             // or no longer ours either way.
-            let _ = reaped.blocking_recv();
+            let _ = reaped.await;
             flag.store(true, Ordering::SeqCst);
             if let Some(cgroup) = cgroup {
-                cgroup.remove();
+                let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
             }
         });
         let log_tail = Arc::new(Mutex::new(String::new()));
@@ -213,7 +216,7 @@ impl Drop for Jail {
 
 /// Passes the agent's log on, line by line, and keeps its tail.
 async fn forward_log(mut stderr: pipe::Receiver, label: String, tail: Arc<Mutex<String>>) {
-    let mut buf = vec![0u8; READ_CHUNK];
+    let mut buf = vec![0u8; LOG_CHUNK];
     let mut line = Vec::new();
     loop {
         let n = match stderr.read(&mut buf).await {

@@ -20,6 +20,7 @@ pub mod cgroup;
 pub mod host;
 pub mod jailuser;
 pub mod probe;
+pub mod reaper;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -322,37 +323,73 @@ impl Group {
         }
     }
 
-    /// A thread that waits for the leader to exit, kills what is left of its
-    /// group while the leader is an unreaped zombie (so the id is still ours),
-    /// reaps it, and reports how it ended.
+    /// A task that waits for the leader to exit (reaper.rs), kills what is
+    /// left of its group while the leader is an unreaped zombie (so the id
+    /// is still ours), reaps it, and reports how it ended.
     fn start_reaper(&self) -> oneshot::Receiver<Option<Exit>> {
         let (tx, rx) = oneshot::channel();
         let (pgid, reaped) = (self.pgid, Arc::clone(&self.reaped));
-        tokio::task::spawn_blocking(move || {
-            let pid = Pid::from_raw(pgid);
-            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-            if let Err(e) = retry_eintr(|| waitid(Id::Pid(pid), flags)) {
-                // Not our child any more (reaped elsewhere): never signal the id.
-                tracing::error!(pgid, error = %e, "cannot wait for the wrapper");
-                *reaped.lock().unwrap_or_else(|p| p.into_inner()) = true;
-                return;
-            }
-            let mut reaped = reaped.lock().unwrap_or_else(|p| p.into_inner());
-            kill_group(pgid);
-            let status = retry_eintr(|| waitpid(pid, None));
-            *reaped = true;
-            drop(reaped);
-            let exit = match status {
-                Ok(WaitStatus::Exited(_, code)) => Some(Exit::Code(code)),
-                Ok(WaitStatus::Signaled(_, signal, _)) => Some(Exit::Signal(signal as i32)),
-                other => {
-                    tracing::error!(pgid, status = ?other, "unexpected wait status");
-                    None
+        let pid = Pid::from_raw(pgid);
+        match reaper::pidfd(pid) {
+            Ok(pidfd) => reaper::track(async move {
+                if let Err(e) = reaper::exited(pidfd).await {
+                    // Not polled: wait for it the blocking way.
+                    tracing::debug!(pgid, error = %e, "cannot poll the wrapper's pidfd");
+                    let waited = tokio::task::spawn_blocking(move || wait_exited(pid)).await;
+                    if !matches!(waited, Ok(Ok(()))) {
+                        give_up(pgid, &reaped);
+                        return;
+                    }
                 }
-            };
-            let _ = tx.send(exit);
-        });
+                let _ = tx.send(reap(pgid, &reaped));
+            }),
+            Err(e) => {
+                tracing::debug!(pgid, error = %e, "no pidfd for the wrapper; a thread waits");
+                let wait = tokio::task::spawn_blocking(move || {
+                    if wait_exited(pid).is_err() {
+                        give_up(pgid, &reaped);
+                        return;
+                    }
+                    let _ = tx.send(reap(pgid, &reaped));
+                });
+                reaper::track(async move {
+                    let _ = wait.await;
+                });
+            }
+        }
         rx
+    }
+}
+
+/// Blocks until the child `pid` has exited, without reaping it.
+fn wait_exited(pid: Pid) -> nix::Result<()> {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    retry_eintr(|| waitid(Id::Pid(pid), flags)).map(drop)
+}
+
+/// The wrapper cannot be waited for (reaped elsewhere): its id is never
+/// signalled again.
+fn give_up(pgid: i32, reaped: &Mutex<bool>) {
+    tracing::error!(pgid, "cannot wait for the wrapper");
+    *reaped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+}
+
+/// The wrapper `pgid` has exited and is not reaped yet: kills what is left
+/// of its group, reaps it (at once: it is a zombie) and says how it ended.
+fn reap(pgid: i32, reaped: &Mutex<bool>) -> Option<Exit> {
+    let pid = Pid::from_raw(pgid);
+    let mut reaped = reaped.lock().unwrap_or_else(|p| p.into_inner());
+    kill_group(pgid);
+    let status = retry_eintr(|| waitpid(pid, None));
+    *reaped = true;
+    drop(reaped);
+    match status {
+        Ok(WaitStatus::Exited(_, code)) => Some(Exit::Code(code)),
+        Ok(WaitStatus::Signaled(_, signal, _)) => Some(Exit::Signal(signal as i32)),
+        other => {
+            tracing::error!(pgid, status = ?other, "unexpected wait status");
+            None
+        }
     }
 }
 

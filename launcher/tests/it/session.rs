@@ -361,3 +361,31 @@ async fn user_code_cannot_reach_the_agents_protocol_fds() {
         "1\nexit code 0",
     );
 }
+
+/// The launcher's threads, from /proc.
+fn threads(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn open_sessions_hold_no_launcher_thread_each() {
+    const SESSIONS: usize = 8;
+    let mark = marker("threads");
+    let s = server(&mark, 30).await;
+    assert_prints(&s.session("python", "warm", "print('a')").await, "a\n");
+    let before = threads(s.pid);
+    for i in 0..SESSIONS {
+        let name = format!("s{i}");
+        assert_prints(
+            &s.session("python", &name, "x = 'a'\nprint(x)").await,
+            "a\n",
+        );
+    }
+    let after = threads(s.pid);
+    assert!(
+        after < before + SESSIONS,
+        "{SESSIONS} more sessions took the launcher from {before} to {after} threads"
+    );
+}

@@ -184,7 +184,7 @@ in
         PROJECT_MOUNT = "/project";
         SESSION_IDLE_TIMEOUT = "300";
         SESSION_MAX_LIFETIME = "3600";
-        NIX_SANDBOX_MAX_SESSIONS = "16";
+        NIX_SANDBOX_MAX_SESSIONS = "32";
       };
     };
     "home-manager: the server serves the presets and the custom environment, not the disabled node" = {
@@ -260,7 +260,7 @@ in
           HOME = "/var/lib/nix-sandbox-mcp";
           SESSION_IDLE_TIMEOUT = "300";
           SESSION_MAX_LIFETIME = "3600";
-          NIX_SANDBOX_MAX_SESSIONS = "16";
+          NIX_SANDBOX_MAX_SESSIONS = "32";
         };
       };
     };

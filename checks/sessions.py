@@ -352,14 +352,15 @@ def t_busy(args, scratch):
         prints(s, "python", "b", "print(n)", "1\nexit code 0")
 
 
-def t_twenty(args, scratch):
-    with Server(args, scratch, env={"NIX_SANDBOX_MAX_SESSIONS": "24"}) as s:
-        answers = s.calls_at_once([("python", f"s{i}", f"x = {i}") for i in range(20)])
+def t_thirty_two(args, scratch):
+    """One client's 32 sessions at once, under the default maximum."""
+    with Server(args, scratch) as s:
+        answers = s.calls_at_once([("python", f"s{i}", f"x = {i}") for i in range(32)])
         check(all(not a[0].get("isError") for a in answers), f"{[a[1] for a in answers]}")
-        answers = s.calls_at_once([("python", f"s{i}", "x += 100\nprint(x)") for i in range(20)])
+        answers = s.calls_at_once([("python", f"s{i}", "x += 100\nprint(x)") for i in range(32)])
         got = [a[1] for a in answers]
-        check(got == [f"{i + 100}\nexit code 0" for i in range(20)], f"{got}")
-    assert_gone(s.home, "20 sessions after the server exited")
+        check(got == [f"{i + 100}\nexit code 0" for i in range(32)], f"{got}")
+    assert_gone(s.home, "32 sessions after the server exited")
 
 
 def t_expiry(args, scratch):
@@ -488,7 +489,7 @@ def main():
                    "restarted, files kept", t_exits, args, scratch)
         suite.test("bad names, another environment, too many sessions are refused", t_refusals, args, scratch)
         suite.test("two calls at once on one session: exactly one session_busy", t_busy, args, scratch)
-        suite.test("20 sessions at once keep separate state", t_twenty, args, scratch)
+        suite.test("32 sessions of one client at once, by default, keep separate state", t_thirty_two, args, scratch)
         suite.test("idle expiry and maximum lifetime end sessions and leave no process", t_expiry, args, scratch)
         suite.test("user code cannot signal the agent (the jail's pid 1); an agent killed from outside "
                    "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)

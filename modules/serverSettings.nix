@@ -38,7 +38,7 @@ in
   };
   maxSessions = mkOption {
     type = types.ints.positive;
-    default = 16;
+    default = 32;
     description = "Sessions open at once, per MCP client (`NIX_SANDBOX_MAX_SESSIONS`).";
     example = 4;
   };

@@ -186,7 +186,7 @@ pub const MAX_CODE_BYTES: Setting = Setting {
 pub const MAX_SESSIONS: Setting = Setting {
     value: Some("N"),
     var: Some(("NIX_SANDBOX_MAX_SESSIONS", VarRole::Fallback)),
-    default: Some(Default::Number(16)),
+    default: Some(Default::Number(32)),
     ..setting(
         Key::MaxSessions,
         "max-sessions",

@@ -119,21 +119,23 @@ async fn two_calls_at_once_on_one_session_give_one_busy() {
     );
 }
 
+/// One client's 32 sessions at once, under the default `--max-sessions`.
 #[tokio::test]
-async fn twenty_sessions_at_once_keep_separate_state() {
-    let mark = marker("twenty");
-    let s = server_with(&mark, 60, &["--max-sessions", "20"], &[]).await;
+async fn thirty_two_sessions_at_once_keep_separate_state_by_default() {
+    const SESSIONS: usize = 32;
+    let mark = marker("thirty-two");
+    let s = server_with(&mark, 60, &[], &[]).await;
     let s = &s;
-    let set = (0..20).map(|i| async move {
-        s.session("python", &format!("s{i}"), &format!("x = {i}"))
+    let set = (0..SESSIONS).map(|i| async move {
+        s.session("shell", &format!("s{i}"), &format!("x={i}"))
             .await
     });
     for r in futures::future::join_all(set).await {
         assert_eq!(r.is_error, Some(false), "{r:?}");
     }
-    let get = (0..20).map(|i| async move {
+    let get = (0..SESSIONS).map(|i| async move {
         let r = s
-            .session("python", &format!("s{i}"), "x += 100\nprint(x)")
+            .session("shell", &format!("s{i}"), "x=$((x + 100)); echo $x")
             .await;
         (i, r)
     });

@@ -105,7 +105,8 @@ pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcom
     };
     let ran = run(cx.host, spec, stop).await;
     match &ran {
-        Ok(outcome) => tracing::info!(
+        // At debug, as a session call's: the client has the result.
+        Ok(outcome) => tracing::debug!(
             env = %env.name,
             exit = ?outcome.exit,
             timed_out = outcome.timed_out,

@@ -296,7 +296,9 @@ pub async fn settle(
             timed_out,
             cancelled,
         } => {
-            tracing::info!(
+            // Per call at debug: the client has the result; a line each
+            // would cost every call a write and its reader a wake-up.
+            tracing::debug!(
                 session = label, env = %env.name, status = reply.status,
                 interrupted = reply.interrupted, restarted = reply.restarted,
                 exit = ?reply.exit, ms = reply.duration_ms, "call finished"

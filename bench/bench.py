@@ -51,6 +51,7 @@ BWRAP_FLOOR = [
 ]
 
 CGROUP_KIND = "wrapper direct + run cgroups"
+DEFAULT_MAX_SESSIONS = 32
 MIGRATIONS = 40
 
 # The targets. Never loosen one here to make a figure pass.
@@ -63,6 +64,37 @@ TARGET_START_MS = 50.0
 
 class Unmeasured(Exception):
     """A figure could not be measured (as opposed to a target missed)."""
+
+
+class DirectSession:
+    """The baseline of a session: its environment's session wrapper run
+    directly, the agent's frames written to its stdin and read from its
+    stdout, no launcher and no MCP between (proto/src/frame.rs)."""
+
+    def __init__(self, argv, env):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env)
+        self.next_id = 0
+
+    def call(self, code):
+        """Runs `code`; its stdout. Raises Unmeasured on a failed call."""
+        self.next_id += 1
+        frame = {"op": "exec", "id": self.next_id, "code": code, "output_bytes": 65536}
+        self.proc.stdin.write(json.dumps(frame).encode() + b"\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        reply = json.loads(line) if line else {}
+        if reply.get("id") != self.next_id or reply.get("status") != 0:
+            raise Unmeasured(f"`{code}` in a session wrapper run directly: {line[-300:]!r}")
+        return reply["stdout"]
+
+    def close(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Bench:
@@ -387,15 +419,18 @@ class Bench:
                 ]:
                     self.not_run(f"{figure} ({label})", target, reason)
                 continue
-            argv = argv + ["--max-sessions", str(max(self.args.sessions, self.args.creations + 1))]
+            # The default --max-sessions (32 per client) is what is measured.
+            needed = max(self.args.sessions, self.args.creations + 1)
+            if needed > DEFAULT_MAX_SESSIONS:
+                argv = argv + ["--max-sessions", str(needed)]
             try:
-                self.session_calls(label, argv)
-                self.session_load(label, argv)
+                self.session_calls(label, argv, manifest)
+                self.session_load(label, argv, manifest)
             except (McpError, Unmeasured) as e:
                 self.unmeasured.append(f"sessions ({label}): {e}")
                 print(f"   could not measure: {e}", flush=True)
 
-    def session_calls(self, label, argv):
+    def session_calls(self, label, argv, manifest):
         n, creations = self.args.session_calls, self.args.creations
         self.section(f"sessions ({label}): creation ({creations} sessions), then `x += 1` round trips ({n} calls)")
         client = self.start(argv)
@@ -419,19 +454,91 @@ class Bench:
                 raise Unmeasured(f"the session lost its state: x is {text!r}, not {WARMUP * 4 + n}")
         finally:
             client.close()
-        stats = {"session creation (first call)": summary(created), "x += 1 round trip": summary(calls)}
+        direct_created, direct_calls = self.direct_session_calls(manifest, creations, n)
+        stats = {"session creation (first call)": summary(created),
+                 "creation, wrapper direct": summary(direct_created),
+                 "x += 1 round trip": summary(calls),
+                 "round trip, wrapper direct": summary(direct_calls)}
         self.lines(self.stat_rows(stats))
         self.lines(self.agent_lines(agents, creations))
         self.results[f"sessions {label}"] = {**stats, "agents": agents}
-        rt = stats["x += 1 round trip"]
-        self.row(f"session x += 1 round trip p50 ({label})", ms(rt["p50"]), f"< {TARGET_SESSION_P50_MS:.0f} ms",
-                 rt["p50"] < TARGET_SESSION_P50_MS)
-        self.row(f"session x += 1 round trip p99 ({label})", ms(rt["p99"]))
-        self.row(f"session creation p50 ({label})", ms(stats["session creation (first call)"]["p50"]))
+        rt, rt_direct = stats["x += 1 round trip"], stats["round trip, wrapper direct"]
+        self.row(f"session x += 1 round trip p50 ({label}): MCP / wrapper direct",
+                 f"{ratio(rt, rt_direct, 'p50')} ({ms(rt['p50'])} / {ms(rt_direct['p50'])})",
+                 f"< {TARGET_SESSION_P50_MS:.0f} ms", rt["p50"] < TARGET_SESSION_P50_MS)
+        self.row(f"session x += 1 round trip p99 ({label}): MCP / wrapper direct",
+                 f"{ratio(rt, rt_direct, 'p99')} ({ms(rt['p99'])} / {ms(rt_direct['p99'])})")
+        new, new_direct = stats["session creation (first call)"], stats["creation, wrapper direct"]
+        self.row(f"session creation p50 ({label}): MCP / wrapper direct",
+                 f"{ratio(new, new_direct, 'p50')} ({ms(new['p50'])} / {ms(new_direct['p50'])})")
         if agents:
             self.row(f"agent RSS per session, median ({label})", mib(statistics.median(a["agent"] for a in agents)))
 
-    def session_load(self, label, argv):
+    def direct_session_calls(self, manifest, creations, n):
+        """The baselines of session_calls: the python session wrapper run
+        directly, `creations` times to its first reply, then `n` round trips
+        in one (seconds)."""
+        argv = manifest["python"]["session"]
+        created = []
+        for _ in range(creations):
+            t0 = time.perf_counter()
+            direct = DirectSession(argv, self.jail_env)
+            try:
+                direct.call("x = 0")
+                created.append(time.perf_counter() - t0)
+            finally:
+                direct.close()
+        direct = DirectSession(argv, self.jail_env)
+        calls = []
+        try:
+            direct.call("x = 0")
+            for i in range(WARMUP * 4 + n):
+                t0 = time.perf_counter()
+                direct.call("x += 1")
+                if i >= WARMUP * 4:
+                    calls.append(time.perf_counter() - t0)
+        finally:
+            direct.close()
+        return created, calls
+
+    def direct_load(self, manifest, sessions, calls):
+        """The baseline of session_load: `sessions` session wrappers run
+        directly, `calls` round trips each from as many threads at once;
+        the latencies (seconds)."""
+        argv = manifest["python"]["session"]
+        directs = [DirectSession(argv, self.jail_env) for _ in range(sessions)]
+        latencies, errors, lock = [], [], threading.Lock()
+        ready = threading.Barrier(sessions)
+
+        def worker(direct):
+            mine = []
+            try:
+                direct.call("x = 0")
+                ready.wait(DEADLINE)
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    direct.call("x += 1")
+                    mine.append(time.perf_counter() - t0)
+            except (Unmeasured, threading.BrokenBarrierError, OSError, ValueError) as e:
+                with lock:
+                    errors.append(str(e))
+            with lock:
+                latencies.extend(mine)
+
+        try:
+            threads = [threading.Thread(target=worker, args=(d,)) for d in directs]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            for d in directs:
+                d.close()
+        if errors:
+            raise Unmeasured(f"{len(errors)} direct session calls failed: {errors[0]}")
+        return latencies
+
+    def session_load(self, label, argv, manifest):
         sessions, calls = self.args.sessions, self.args.calls
         self.section(f"sessions ({label}): {sessions} sessions x {calls} calls at once")
         client = self.start(argv)
@@ -495,6 +602,7 @@ class Bench:
         finally:
             stop.set()
             client.close()
+        direct = summary(self.direct_load(manifest, sessions, calls))
         done = len(latencies)
         stats = summary(latencies) if latencies else None
         lines = [f"errors: {len(errors)}; calls answered: {done} of {sessions * calls}; wall {wall:.2f} s; "
@@ -502,15 +610,21 @@ class Bench:
         if stats:
             lines.append(f"latency p50 {ms(stats['p50'])}, p90 {ms(stats['p90'])}, p99 {ms(stats['p99'])}, "
                          f"max {ms(max(latencies) * 1000)}")
+        lines.append(f"the same load on {sessions} session wrappers run directly (no launcher): p50 "
+                     f"{ms(direct['p50'])}, p90 {ms(direct['p90'])}, p99 {ms(direct['p99'])}")
         lines.append(f"launcher RSS: {mib(before)} before, {mib(peak['rss'])} peak sampled, VmHWM {mib(hwm)}")
         lines.extend(errors[:5])
         self.lines(lines + self.agent_lines(agents, sessions))
-        self.results[f"load {label}"] = {"errors": errors, "wall_s": wall, "latency": stats, "rss_before_kib": before,
+        self.results[f"load {label}"] = {"errors": errors, "wall_s": wall, "latency": stats, "direct": direct,
+                                         "rss_before_kib": before,
                                          "vmhwm_kib": hwm, "agents": agents}
         self.row(f"{sessions} sessions x {calls} calls: errors ({label})", str(len(errors)), "0", not errors)
         if stats:
             self.row(f"{sessions} x {calls}: throughput, p50 / p99 ({label})",
                      f"{done / wall:.0f} calls/s, {ms(stats['p50'])} / {ms(stats['p99'])}")
+            self.row(f"{sessions} x {calls}: MCP / wrapper direct, p50 / p99 ({label})",
+                     f"{ratio(stats, direct, 'p50')} / {ratio(stats, direct, 'p99')} "
+                     f"(direct {ms(direct['p50'])} / {ms(direct['p99'])})")
         self.row(f"launcher peak RSS (VmHWM) under {sessions} x {calls} ({label})", mib(hwm))
         if agents:
             self.row(f"agent RSS per session under load, median ({label})",
@@ -572,6 +686,11 @@ class Bench:
         for name, label in zip(kinds, ["server package", "launcher binary"]):
             p50 = stats[name]["p50"]
             self.row(f"start to first initialize, {label}, p50", ms(p50), f"< {TARGET_START_MS:.0f} ms", p50 < TARGET_START_MS)
+
+
+def ratio(a, b, key):
+    """a[key] / b[key] of two summaries, as `1.23x`."""
+    return f"{a[key] / b[key]:.2f}x"
 
 
 def machine():

@@ -47,6 +47,10 @@ pub struct Cgroups {
     pub memory: bool,
     pub pids: bool,
     next: AtomicU64,
+    /// A cgroup hierarchy is mounted with `favordynmods`: moving a process
+    /// into a cgroup does not wait for an RCU grace period (on v1, where no
+    /// process can be started in its cgroup, every run moves its wrapper).
+    favordynmods: bool,
 }
 
 /// The limits a run's cgroup holds: the environment's `memory_mb` (memory
@@ -121,7 +125,14 @@ impl Cgroups {
             .iter()
             .map(|p| p.display().to_string())
             .collect();
-        format!("cgroup {version} for {what} at {}", at.join(", "))
+        let mut line = format!("cgroup {version} for {what} at {}", at.join(", "));
+        if self.version == Version::V1 && !self.favordynmods {
+            line.push_str(
+                "; each run's move into its cgroup waits for an RCU grace period (about 10 ms): \
+                 mount the hierarchies with favordynmods (Linux 6.0 and later) to save it",
+            );
+        }
+        line
     }
 
     /// Cgroups that limit what is asked, at no path (tests only).
@@ -133,6 +144,7 @@ impl Cgroups {
             memory,
             pids,
             next: AtomicU64::new(0),
+            favordynmods: true,
         }
     }
 
@@ -382,6 +394,7 @@ fn setup_v2(own: &str, mounts: &str) -> Result<Cgroups, String> {
         memory: true,
         pids: true,
         next: AtomicU64::new(0),
+        favordynmods: favors_dynmods(mounts),
     })
 }
 
@@ -432,6 +445,16 @@ fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
         memory,
         pids,
         next: AtomicU64::new(0),
+        favordynmods: favors_dynmods(mounts),
+    })
+}
+
+/// Whether a cgroup hierarchy (v1 or v2) of `mountinfo` is mounted with
+/// `favordynmods`, which makes the kernel's moves between cgroups cheap
+/// for every hierarchy.
+fn favors_dynmods(mountinfo: &str) -> bool {
+    ["cgroup", "cgroup2"].into_iter().any(|fs| {
+        mounts_of(mountinfo, fs).any(|(_, options)| options.split(',').any(|o| o == "favordynmods"))
     })
 }
 

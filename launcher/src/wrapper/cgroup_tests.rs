@@ -94,3 +94,34 @@ fn v2_stats_are_read() {
     );
     assert_eq!(cg.env_value(), run.as_os_str());
 }
+
+#[test]
+fn a_v1_host_without_favordynmods_is_told_what_each_run_costs() {
+    assert!(!favors_dynmods(MOUNTINFO));
+    let with = MOUNTINFO.replace("rw,memory", "rw,favordynmods,memory");
+    assert!(favors_dynmods(&with));
+    let v2 = MOUNTINFO.replace("rw,nsdelegate", "rw,nsdelegate,favordynmods");
+    assert!(favors_dynmods(&v2));
+    let slow = Cgroups {
+        version: Version::V1,
+        parents: vec!["/sys/fs/cgroup/pids/x".into()],
+        memory: false,
+        pids: true,
+        next: AtomicU64::new(0),
+        favordynmods: false,
+    };
+    assert!(
+        slow.describe().contains("favordynmods"),
+        "{}",
+        slow.describe()
+    );
+    let fast = Cgroups {
+        favordynmods: true,
+        ..slow
+    };
+    assert!(
+        !fast.describe().contains("favordynmods"),
+        "{}",
+        fast.describe()
+    );
+}

@@ -97,7 +97,7 @@ class Client:
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return self.init_result
 
-    def run(self, code, env=None, session=None, packages=None):
+    def run(self, code, env=None, session=None, packages=None, files=None):
         """Calls the `run` tool; returns (result, its text content)."""
         arguments = {"code": code}
         if env is not None:
@@ -106,6 +106,8 @@ class Client:
             arguments["session"] = session
         if packages is not None:
             arguments["packages"] = packages
+        if files is not None:
+            arguments["files"] = files
         result = self.request("tools/call", {"name": "run", "arguments": arguments})
         text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
         return result, text

@@ -105,12 +105,20 @@ pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcom
     };
     let ran = run(cx.host, spec, stop).await;
     match &ran {
-        // At debug, as a session call's: the client has the result.
-        Ok(outcome) => tracing::debug!(
+        // At info only when the launcher ended it (a deadline, a cancel):
+        // otherwise the client has the result, and a line for each run
+        // would cost it a write and the log's reader a wake-up.
+        Ok(outcome) if outcome.timed_out || outcome.cancelled => tracing::info!(
             env = %env.name,
             exit = ?outcome.exit,
             timed_out = outcome.timed_out,
             cancelled = outcome.cancelled,
+            ms = outcome.duration.as_millis() as u64,
+            "run finished"
+        ),
+        Ok(outcome) => tracing::debug!(
+            env = %env.name,
+            exit = ?outcome.exit,
             ms = outcome.duration.as_millis() as u64,
             "run finished"
         ),

@@ -296,13 +296,23 @@ pub async fn settle(
             timed_out,
             cancelled,
         } => {
-            // Per call at debug: the client has the result; a line each
-            // would cost every call a write and its reader a wake-up.
-            tracing::debug!(
-                session = label, env = %env.name, status = reply.status,
-                interrupted = reply.interrupted, restarted = reply.restarted,
-                exit = ?reply.exit, ms = reply.duration_ms, "call finished"
-            );
+            // At info only when the launcher ended it or the interpreter
+            // was restarted: otherwise the client has the result, and a
+            // line for each call would cost it a write and the log's
+            // reader a wake-up.
+            if timed_out || cancelled || reply.interrupted || reply.restarted {
+                tracing::info!(
+                    session = label, env = %env.name, status = reply.status,
+                    interrupted = reply.interrupted, restarted = reply.restarted,
+                    timed_out = timed_out, cancelled = cancelled,
+                    exit = ?reply.exit, ms = reply.duration_ms, "call finished"
+                );
+            } else {
+                tracing::debug!(
+                    session = label, env = %env.name, status = reply.status,
+                    exit = ?reply.exit, ms = reply.duration_ms, "call finished"
+                );
+            }
             outcome.outputs = outputs::collect(jail, &reply.outputs, reply.outputs_more, to).await;
             if outcome.outputs.broken.is_some() {
                 // The next call finds the jail gone and starts afresh.

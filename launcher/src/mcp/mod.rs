@@ -133,7 +133,12 @@ impl Server {
             mirror,
             composer,
         } = config;
-        let probes = Probes::new(&catalog, wrapper_env.clone(), Arc::clone(&host));
+        let probes = Probes::new(
+            &catalog,
+            wrapper_env.clone(),
+            Arc::clone(&host),
+            shutdown.clone(),
+        );
         let stateless = Client {
             sessions: Sessions::server_named(
                 settings,

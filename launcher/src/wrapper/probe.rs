@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use proto::frame::Exit;
 
@@ -225,12 +226,20 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
 pub struct Probes {
     wrapper_env: WrapperEnv,
     host: Arc<Host>,
+    /// The server's shutdown: a probe whose jail the stopping server
+    /// killed did not fail.
+    stopping: CancellationToken,
     /// `None`: not probed yet, or the last failure was already reported.
     states: BTreeMap<String, Mutex<Option<Result<(), String>>>>,
 }
 
 impl Probes {
-    pub fn new(catalog: &Catalog, wrapper_env: WrapperEnv, host: Arc<Host>) -> Self {
+    pub fn new(
+        catalog: &Catalog,
+        wrapper_env: WrapperEnv,
+        host: Arc<Host>,
+        stopping: CancellationToken,
+    ) -> Self {
         let states = catalog
             .envs
             .keys()
@@ -239,6 +248,7 @@ impl Probes {
         Self {
             wrapper_env,
             host,
+            stopping,
             states,
         }
     }
@@ -260,6 +270,11 @@ impl Probes {
                             seccomp = seen.seccomp,
                             uid = probes.host.jail_uid(),
                             "sandbox probe ok: the jail holds its limits"
+                        ),
+                        Err(reason) if probes.stopping.is_cancelled() => tracing::debug!(
+                            env = %env.name,
+                            %reason,
+                            "sandbox probe ended: the server is stopping"
                         ),
                         Err(reason) => {
                             tracing::error!(env = %env.name, %reason, "sandbox probe failed")

@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use crate::common::*;
 
 /// How a server is made to end.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
     /// The client closes the server's stdin.
     Eof,
@@ -70,6 +70,15 @@ async fn during_the_probes(end: End) {
             let status = stop(&mut raw, end).await;
             let context = format!("as {user:?}, {end:?} {delay_ms} ms after initialize");
             assert_ended_clean(&raw, status, end, &mark, &context).await;
+            // A probe whose jail the stopping server killed did not fail:
+            // clients show a server's ERROR lines to their users.
+            if end != End::Signal(Signal::SIGKILL) {
+                let stderr = raw.stderr();
+                assert!(
+                    !stderr.lines().any(|l| l.contains(" ERROR ")),
+                    "{context}: an ERROR line on a graceful stop: {stderr}"
+                );
+            }
         }
     }
 }

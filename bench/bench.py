@@ -341,7 +341,8 @@ class Bench:
                 ]:
                     self.not_run(f"{figure} ({label})", target, reason)
                 continue
-            argv = argv + ["--max-sessions", str(max(self.args.sessions, self.args.creations + 1))]
+            most = str(max(self.args.sessions, self.args.creations + 1))
+            argv = argv + ["--max-sessions", most, "--max-sessions-total", most]
             try:
                 self.session_calls(label, argv)
                 self.session_load(label, argv)

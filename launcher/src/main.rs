@@ -11,6 +11,7 @@
 //! `--version` and `--check` modes, which serve no MCP, print there too).
 //! Logs go to stderr.
 
+mod admission;
 mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
@@ -38,7 +39,7 @@ use crate::catalog::Catalog;
 use crate::config::Mode;
 use crate::egress::Egress;
 use crate::lifetime::Jails;
-use crate::outputs::mirror::Mirror;
+use crate::outputs::mirror::{Caps, Mirror};
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::{Host, Teardown};
 use crate::wrapper::probe;
@@ -175,7 +176,14 @@ fn serve(
         shutdown: CancellationToken::new(),
         host,
         sessions: opts.sessions,
-        mirror: opts.output_dir.map(Mirror::new),
+        mirror: opts.output_dir.map(|dir| {
+            let caps = Caps {
+                total: opts.bounds.output_max_bytes,
+                per_call: opts.bounds.output_call_bytes,
+            };
+            Mirror::new(dir, caps)
+        }),
+        max_runs: opts.bounds.max_runs,
     };
     let served = match opts.http_addr {
         Some(addr) => {
@@ -183,10 +191,14 @@ fn serve(
                 addr,
                 token_file: opts.token_file,
                 allowed_origins: opts.allowed_origins,
+                max_connections: opts.bounds.max_connections,
+                read_timeout: opts.bounds.read_timeout,
+                max_mcp_sessions: opts.bounds.max_mcp_sessions,
+                mcp_idle_timeout: opts.bounds.mcp_idle_timeout,
             };
             runtime.block_on(mcp::http::serve(&options, config))
         }
-        None => runtime.block_on(mcp::stdio::serve(config)),
+        None => runtime.block_on(mcp::stdio::serve(config, opts.bounds.max_unread_bytes)),
     };
     match served {
         Ok(()) => ExitCode::SUCCESS,

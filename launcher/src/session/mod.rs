@@ -12,7 +12,9 @@
 //!   call was cancelled: then it waits, at most
 //!   [`lease::WAIT_AFTER_CANCEL`], for the interrupt to land, so that a
 //!   client that cancels and calls again at once is not told "busy" (MCP
-//!   clients do exactly that). At most [`Settings::max_sessions`] sessions.
+//!   clients do exactly that). At most [`Settings::max_sessions`] sessions
+//!   per table, and [`Settings::max_total`] in every table together
+//!   (admission.rs).
 //! - Requests over HTTP without an MCP session (the stateless 2026-07-28
 //!   revision) share one table ([`Sessions::server_named`]) in which the
 //!   server names every new session: the model's name with an unguessable
@@ -32,7 +34,7 @@
 
 pub mod call;
 pub mod jail;
-mod lease;
+pub mod lease;
 mod names;
 mod table;
 pub mod throwaway;
@@ -44,13 +46,14 @@ use std::time::Instant;
 use proto::frame::FileIn;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::SessionSlots;
 use crate::catalog::Env;
 use crate::outputs::mirror::Mirror;
 use crate::outputs::{self, Destination, ReadFailed};
 use crate::wrapper::host::Host;
 use crate::wrapper::{NotStarted, WrapperEnv};
 use call::{Call, CallOutcome, JailAfter};
-pub use names::SessionName;
+pub use names::{SessionName, random_suffix};
 pub use table::Settings;
 use table::{Inner, Slot};
 
@@ -76,6 +79,9 @@ pub enum Error {
         open: Vec<String>,
         idle_s: u64,
     },
+    /// `max` sessions are open in every client's table together; one ends
+    /// after `idle_s` without calls.
+    ServerFull { max: usize, idle_s: u64 },
     /// The server is stopping: no session starts.
     Stopping { env: String },
     /// The session's jail did not start.
@@ -108,6 +114,8 @@ pub enum OutputUnreadable {
 /// The session table of one MCP handler. Dropping it kills every jail.
 pub struct Sessions {
     inner: Arc<Inner>,
+    /// The client's own directory in the outputs mirror, if it has one.
+    mirror_client: Option<String>,
 }
 
 impl Sessions {
@@ -116,10 +124,13 @@ impl Sessions {
         wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
+        slots: SessionSlots,
+        mirror_client: Option<String>,
     ) -> Self {
-        let inner = Inner::new(settings, wrapper_env, host, shutdown, false);
+        let inner = Inner::new(settings, wrapper_env, host, shutdown, slots, false);
         Self {
             inner: Arc::new(inner),
+            mirror_client,
         }
     }
 
@@ -130,10 +141,13 @@ impl Sessions {
         wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
+        slots: SessionSlots,
     ) -> Self {
-        let inner = Inner::new(settings, wrapper_env, host, shutdown, true);
+        let inner = Inner::new(settings, wrapper_env, host, shutdown, slots, true);
+        // Its names are the server's, unique: no directory of its own.
         Self {
             inner: Arc::new(inner),
+            mirror_client: None,
         }
     }
 
@@ -172,7 +186,7 @@ impl Sessions {
         let ended = call::make(jail, Call::new(env, code, files, cancel, &inner.shutdown)).await;
         let to = Destination {
             session: Some(name),
-            mirror: mirror.map(|m| (m, Mirror::session_dir(name))),
+            mirror: mirror.map(|m| (m, Mirror::session_dir(self.mirror_client.as_deref(), name))),
         };
         let mut outcome = CallOutcome {
             ended_before,

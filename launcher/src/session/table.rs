@@ -7,11 +7,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::jail::Jail;
 use super::lease::Running;
+use crate::admission::SessionSlots;
 use crate::catalog::Env;
 use crate::config;
 use crate::wrapper::host::Host;
@@ -24,7 +26,10 @@ const REMEMBER_ENDED: usize = 64;
 /// The limits of the session table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
+    /// Sessions open at once in this table (one client's).
     pub max_sessions: usize,
+    /// Sessions open at once in every table together (admission.rs).
+    pub max_total: usize,
     pub idle_timeout: Duration,
     pub max_lifetime: Duration,
 }
@@ -34,6 +39,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             max_sessions: usize::try_from(config::MAX_SESSIONS.number()).unwrap_or(usize::MAX),
+            max_total: usize::try_from(config::MAX_SESSIONS_TOTAL.number()).unwrap_or(usize::MAX),
             idle_timeout: Duration::from_secs(config::SESSION_IDLE_TIMEOUT.number()),
             max_lifetime: Duration::from_secs(config::SESSION_MAX_LIFETIME.number()),
         }
@@ -58,6 +64,8 @@ pub struct Inner {
     host: Arc<Host>,
     /// The server is stopping: calls end, jails are killed.
     pub shutdown: CancellationToken,
+    /// The sessions of every table together.
+    pub slots: SessionSlots,
     table: Mutex<Table>,
 }
 
@@ -79,6 +87,8 @@ pub struct Entry {
     pub slot: Option<Slot>,
     /// The call holding the jail, if one does.
     pub running: Option<Running>,
+    /// Its place among every client's sessions, given back with the entry.
+    pub _slot: OwnedSemaphorePermit,
 }
 
 /// An idle session's jail; `Empty` when its restart failed (the next call
@@ -94,6 +104,7 @@ impl Inner {
         wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
+        slots: SessionSlots,
         server_named: bool,
     ) -> Self {
         Self {
@@ -102,6 +113,7 @@ impl Inner {
             wrapper_env,
             host,
             shutdown,
+            slots,
             table: Mutex::new(Table::default()),
         }
     }

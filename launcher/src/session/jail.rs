@@ -199,6 +199,20 @@ impl Jail {
             .clone()
     }
 
+    /// The wrapper's pid, the root of the jail's processes.
+    pub fn pid(&self) -> i32 {
+        self.group.id()
+    }
+
+    /// The CPU time the jail's processes used so far, all of them
+    /// together (wrapper/proctree.rs); `None` once the jail is gone.
+    pub fn cpu_used(&self) -> Option<std::time::Duration> {
+        if self.has_exited() {
+            return None;
+        }
+        crate::wrapper::proctree::cpu_of_tree(self.group.id())
+    }
+
     /// SIGKILL to the jail's process group.
     pub fn kill(&self) {
         self.group.kill();

@@ -30,6 +30,10 @@
 //!   an agent that died or broke the protocol (verify.rs: the agent is as
 //!   untrusted as the code beside it), resets the session: the jail is
 //!   killed and a fresh one started.
+//! - A session's processes together, across its calls and between them,
+//!   get its environment's `cpu_s` (RLIMIT_CPU holds each process alone):
+//!   read in /proc after each call, and every 2 s for idle sessions by the
+//!   reaper; past it the session is reset (after a call) or ended (idle).
 //! - Server shutdown (the token) and dropping the table kill every jail.
 
 pub mod call;
@@ -193,7 +197,21 @@ impl Sessions {
             named_by_server: lease.named_by_server,
             ..CallOutcome::new(name.to_owned(), false)
         };
-        match call::settle(ended, jail, env, &to, &mut outcome).await {
+        let settled = call::settle(ended, jail, env, &to, &mut outcome).await;
+        // The session's CPU budget counts every call's processes, and those
+        // left running between calls (the reaper looks at idle sessions).
+        let budget = table::cpu_budget(env);
+        let settled = match settled {
+            Ok(JailAfter::Kept) if jail.cpu_used().is_some_and(|used| used >= budget) => {
+                let why = table::cpu_spent(budget);
+                tracing::warn!(session = name, "session reset: {why}");
+                jail.kill();
+                outcome.reset = Some(why);
+                Ok(JailAfter::Reset)
+            }
+            settled => settled,
+        };
+        match settled {
             Ok(JailAfter::Kept) => {}
             Ok(JailAfter::Reset) => {
                 // A fresh jail now, so that the next call finds it started;

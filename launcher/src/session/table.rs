@@ -46,6 +46,25 @@ impl Default for Settings {
     }
 }
 
+/// How often the reaper looks at idle sessions' CPU time: background
+/// processes can use this much (times the CPUs) past the budget.
+const CPU_CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// A session's CPU budget: its environment's `cpu_s`, for all its
+/// processes together across its calls (RLIMIT_CPU holds each process
+/// alone).
+pub fn cpu_budget(env: &Env) -> Duration {
+    Duration::from_secs(env.limits.cpu_s.get())
+}
+
+/// Why a session whose processes used `budget` ends.
+pub fn cpu_spent(budget: Duration) -> String {
+    format!(
+        "its processes used its CPU budget of {} s (cpu_s, all of them across its calls)",
+        budget.as_secs()
+    )
+}
+
 impl Settings {
     /// How often the reaper looks: often enough for short test values.
     fn tick(&self) -> Duration {
@@ -163,6 +182,49 @@ impl Inner {
         slots
     }
 
+    /// Removes the idle sessions whose processes used their CPU budget,
+    /// background ones included; their jails are returned, to be dropped
+    /// (killed). The processes are looked at without the table locked.
+    pub fn end_over_budget(&self) -> Vec<Slot> {
+        let idle: Vec<(String, i32, Duration)> = {
+            let table = self.lock();
+            table
+                .open
+                .iter()
+                .filter_map(|(name, e)| match &e.slot {
+                    Some(Slot::Jail(jail)) => Some((name.clone(), jail.pid(), cpu_budget(&e.env))),
+                    _ => None,
+                })
+                .collect()
+        };
+        let over: Vec<(String, i32, Duration, Duration)> = idle
+            .into_iter()
+            .filter_map(|(name, pid, budget)| {
+                let used = crate::wrapper::proctree::cpu_of_tree(pid)?;
+                (used >= budget).then_some((name, pid, budget, used))
+            })
+            .collect();
+        if over.is_empty() {
+            return Vec::new();
+        }
+        let mut table = self.lock();
+        let mut slots = Vec::new();
+        for (name, pid, budget, used) in over {
+            // Still idle, in the same jail.
+            let same = table
+                .open
+                .get(&name)
+                .is_some_and(|e| matches!(&e.slot, Some(Slot::Jail(jail)) if jail.pid() == pid));
+            if same && let Some(entry) = table.open.remove(&name) {
+                let why = cpu_spent(budget);
+                tracing::warn!(session = %name, used_ms = used.as_millis() as u64, "session ended: {why}");
+                slots.extend(entry.slot);
+                remember(&mut table, name, why);
+            }
+        }
+        slots
+    }
+
     /// Starts the reaper task, once, with the first session.
     pub fn start_reaper(self: &Arc<Self>) {
         {
@@ -176,6 +238,7 @@ impl Inner {
         let shutdown = self.shutdown.clone();
         let tick = self.settings.tick();
         tokio::spawn(async move {
+            let mut cpu_checked = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => {
@@ -192,6 +255,10 @@ impl Inner {
                     inner.expire(&mut table, Instant::now())
                 };
                 drop(expired);
+                if cpu_checked.elapsed() >= CPU_CHECK_EVERY {
+                    cpu_checked = tokio::time::Instant::now();
+                    drop(inner.end_over_budget());
+                }
             }
         });
     }

@@ -20,6 +20,7 @@ pub mod cgroup;
 pub mod host;
 pub mod jailuser;
 pub mod probe;
+pub mod proctree;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;

@@ -181,3 +181,85 @@ async fn a_client_that_never_reads_does_not_grow_the_server() {
     let stdin = writer.await.unwrap();
     assert!(stdin.is_some(), "the client's writes all went through");
 }
+
+/// A session's `cpu_s` holds for all its processes together, across its
+/// calls and between them: background processes that each stay under
+/// RLIMIT_CPU (which binds every process alone) end the session once they
+/// used the budget together, and a call whose children used it resets the
+/// session. Each is said to the model.
+#[tokio::test]
+async fn a_sessions_cpu_budget_counts_all_its_processes_across_calls() {
+    let mark = marker("cpu-budget");
+    // The fixture jails with RLIMIT_CPU at 2 s: the run wrapper (the probe
+    // checks it) through a script of its own, the session's by argument.
+    let dir = tempfile::tempdir().unwrap();
+    readable_by_all(dir.path());
+    let run = dir.path().join("python-run-cpu2");
+    std::fs::write(
+        &run,
+        format!(
+            "#!/bin/sh\nJAIL_CPU_S=2 exec {} \"$@\"\n",
+            wrappers().join("python-run").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut manifest = template();
+    let python = &mut manifest["environments"]["python"];
+    python["run"] = json!([run]);
+    let session = python["session"].as_array_mut().unwrap();
+    session.extend([json!(mark), json!("2")]);
+    python["limits"]["cpu_s"] = json!(2);
+    let server = Server::start_command(
+        User::unprivileged().command(),
+        vec![Manifest::new(&manifest)],
+        &["--allow-wrappers-outside-store"],
+        &[],
+    )
+    .await;
+    let burners = "import subprocess, sys\n\
+                   for _ in range(3):\n    \
+                       subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n\
+                   print('started')";
+    let r = server.session("python", "cpu", burners).await;
+    assert!(text(&r).starts_with("started"), "{r:?}");
+    // Between calls the burners use the 2 s; the session ends, and with
+    // it every process of its jail.
+    assert!(
+        eventually(|| pids_with(&mark).is_empty()).await,
+        "the session's processes ran on past its CPU budget: {:?}",
+        pids_with(&mark)
+    );
+    let r = server.session("python", "cpu", "print('again')").await;
+    let t = text(&r);
+    assert!(
+        t.contains(
+            "new session `cpu`: the earlier one ended (its processes used its CPU budget of 2 s"
+        ),
+        "{t}"
+    );
+    // A call whose own children use the budget resets the session: two
+    // children of 1.5 s of CPU each (under RLIMIT_CPU alone), waited for,
+    // however slowly a loaded machine gives them that time.
+    let spin = "import time\nwhile time.process_time() < 1.5: pass";
+    let r = server
+        .session(
+            "python",
+            "cpu",
+            &format!(
+                "import subprocess, sys\n\
+                 ps = [subprocess.Popen([sys.executable, '-c', {spin:?}]) for _ in range(2)]\n\
+                 print('spun', [p.wait() for p in ps])"
+            ),
+        )
+        .await;
+    let t = text(&r);
+    assert!(
+        t.starts_with("spun [0, 0]")
+            && t.contains(
+                "its processes used its CPU budget of 2 s (cpu_s, all of them across its calls): \
+                 session reset"
+            ),
+        "{t}"
+    );
+}

@@ -152,7 +152,7 @@ impl Server {
         Self::for_client(
             None,
             Arc::new(Shared {
-                instructions: tool::instructions(&catalog, project_mount.as_deref()),
+                instructions: tool::instructions(&catalog, project_mount.as_deref(), &host),
                 tool: tool::run_tool(&catalog, &settings),
                 catalog,
                 probes: Arc::new(probes),

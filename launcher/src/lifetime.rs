@@ -160,6 +160,14 @@ impl Jails {
         }
     }
 
+    /// The init's pid (in the launcher's pid namespace), when there is one.
+    pub fn init_pid(&self) -> Option<i32> {
+        match self {
+            Jails::Contained(init) => Some(init.pid.as_raw()),
+            Jails::Loose(_) => None,
+        }
+    }
+
     /// SIGKILL to the init: the kernel kills every process of the
     /// namespace. Then the wrappers' reapers reap the wrappers, and
     /// [`Jails::reap`] the init.

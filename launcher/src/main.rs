@@ -111,6 +111,11 @@ fn main() -> ExitCode {
         Jails::Contained(_) => tracing::info!("self-test: {}", jails.report()),
         Jails::Loose(_) => tracing::warn!("self-test: {}", jails.report()),
     }
+    if let (Some(cgroups), Some(pid)) = (&host.cgroups, jails.init_pid())
+        && let Err(e) = cgroups.place_init(pid)
+    {
+        tracing::warn!(error = %e, "the jails' init stays in the server's cgroup");
+    }
     // After the jails' pid namespace: its init, a fork of this process,
     // holds no copy of the secrets the proxy reads.
     let owner = host.jail_user.as_ref().map(|user| user.ids);

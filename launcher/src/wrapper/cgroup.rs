@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::delegation::{self, Facts};
+
 /// How long removal waits for a killed jail's processes to leave the cgroup.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
 
@@ -44,6 +46,8 @@ pub struct Cgroups {
     /// v2: the delegated cgroup; v1: this launcher's directory in each
     /// hierarchy it may use.
     parents: Vec<PathBuf>,
+    /// v2: how it is known to be delegated (or that root uses it without).
+    how: String,
     pub memory: bool,
     pub pids: bool,
     next: AtomicU64,
@@ -113,8 +117,9 @@ impl Cgroups {
             _ => "processes",
         };
         let version = match self.version {
-            Version::V1 => "v1",
-            Version::V2 => "v2 (delegated)",
+            Version::V1 => "v1".to_owned(),
+            Version::V2 if self.how.starts_with("root") => format!("v2 ({})", self.how),
+            Version::V2 => format!("v2 (delegated: {})", self.how),
         };
         let at: Vec<String> = self
             .parents
@@ -130,6 +135,7 @@ impl Cgroups {
         Self {
             version: Version::V2,
             parents: Vec::new(),
+            how: "a test".into(),
             memory,
             pids,
             next: AtomicU64::new(0),
@@ -157,6 +163,22 @@ impl Cgroups {
                 Err(e)
             }
         }
+    }
+
+    /// Moves the jails' init (lifetime.rs) into a leaf `init` of its own
+    /// beside the server's (v2; v1 leaves it where it is): the server's
+    /// leaf then holds the server alone.
+    pub fn place_init(&self, pid: i32) -> io::Result<()> {
+        let (Version::V2, Some(parent)) = (self.version, self.parents.first()) else {
+            return Ok(());
+        };
+        let leaf = parent.join("init");
+        match std::fs::create_dir(&leaf) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(at(&leaf, e)),
+            _ => {}
+        }
+        let procs = leaf.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string()).map_err(|e| at(&procs, e))
     }
 
     /// Removes what `setup` made that can be removed (v1's directories);
@@ -343,24 +365,42 @@ fn setup_v2(own: &str, mounts: &str) -> Result<Cgroups, String> {
     let (mount, _) = mounts_of(mounts, "cgroup2")
         .next()
         .ok_or_else(|| no("cgroup2 is not mounted".into()))?;
-    let dir = join(mount, path);
+    let judged = |path: &str| {
+        let dir = join(mount, path);
+        let judged = Facts::read(&dir, path).and_then(|facts| facts.judge());
+        (dir, judged)
+    };
+    let (dir, how) = match judged(path) {
+        (dir, Ok(how)) => (dir, how.to_owned()),
+        (dir, Err(why)) => {
+            let here = format!("{}: {why}", dir.display());
+            match delegation::ask_systemd(own_v2_path) {
+                Ok(scope) => match judged(&scope) {
+                    (dir, Ok(how)) => (dir, format!("{how}, a scope systemd made for it")),
+                    (dir, Err(why)) => {
+                        return Err(no(format!(
+                            "{here}; the scope systemd made, {}: {why}",
+                            dir.display()
+                        )));
+                    }
+                },
+                Err(asked) if delegation::euid() != 0 => {
+                    return Err(no(format!("{here}; {asked}")));
+                }
+                // Root may write anywhere: its own cgroup, as before.
+                Err(asked) => (dir, format!("root, not delegated ({here}; {asked})")),
+            }
+        }
+    };
     let controllers = std::fs::read_to_string(dir.join("cgroup.controllers"))
         .map_err(|e| no(format!("{}: {e}", dir.display())))?;
     let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
     if !has("memory") || !has("pids") {
         return Err(no(format!(
-            "{} offers controllers [{}], not memory and pids",
+            "{} ({how}) offers controllers [{}], not memory and pids",
             dir.display(),
             controllers.trim()
         )));
-    }
-    for file in ["cgroup.procs", "cgroup.subtree_control"] {
-        if !writable(&dir.join(file)) {
-            return Err(no(format!(
-                "{} is not delegated to this user",
-                dir.display()
-            )));
-        }
     }
     let leaf = dir.join("server");
     match std::fs::create_dir(&leaf) {
@@ -379,10 +419,17 @@ fn setup_v2(own: &str, mounts: &str) -> Result<Cgroups, String> {
     Ok(Cgroups {
         version: Version::V2,
         parents: vec![dir],
+        how,
         memory: true,
         pids: true,
         next: AtomicU64::new(0),
     })
+}
+
+/// This process' path in the v2 hierarchy, read afresh.
+fn own_v2_path() -> Option<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    own_path(&own, |c| c.is_empty()).map(str::to_owned)
 }
 
 fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
@@ -429,6 +476,7 @@ fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
     Ok(Cgroups {
         version: Version::V1,
         parents,
+        how: String::new(),
         memory,
         pids,
         next: AtomicU64::new(0),

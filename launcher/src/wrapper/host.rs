@@ -6,7 +6,7 @@
 //!
 //! | limit | how |
 //! | --- | --- |
-//! | memory | cgroup memory limit (per run), else RLIMIT_AS (address space, per process: a run's processes together up to pids x memory_mb) |
+//! | memory | cgroup memory limit (per run, tmpfs pages counted): a delegated cgroup v2 (cgroup.rs, delegation.rs), or as root the server's own cgroup; else RLIMIT_AS (address space, per process: a run's processes together up to pids x memory_mb) |
 //! | processes | cgroup pids.max, else RLIMIT_NPROC in the jail's user namespace |
 //! | CPU time, file size, open files | RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE |
 //! | /tmp, /workspace | tmpfs size |
@@ -134,7 +134,7 @@ impl Host {
             (None, None) => "cgroups: none usable".into(),
         });
         let memory = if self.memory_by_cgroup() {
-            "memory by cgroup, per run"
+            "memory by cgroup, per run, /tmp and /workspace (tmpfs) counted"
         } else {
             "memory PER PROCESS only, by RLIMIT_AS (address space): a run's processes \
              together may use up to pids x memory_mb, and its /tmp and /workspace (tmpfs) \

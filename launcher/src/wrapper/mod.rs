@@ -17,6 +17,7 @@
 //! a wrapper really holds its environment's limits is probed (probe.rs).
 
 pub mod cgroup;
+pub mod delegation;
 pub mod host;
 pub mod jailuser;
 pub mod probe;

@@ -11,7 +11,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
-use super::jail::Jail;
+use super::jail::{CpuSource, Jail};
 use super::lease::Running;
 use crate::admission::SessionSlots;
 use crate::catalog::Env;
@@ -186,21 +186,26 @@ impl Inner {
     /// background ones included; their jails are returned, to be dropped
     /// (killed). The processes are looked at without the table locked.
     pub fn end_over_budget(&self) -> Vec<Slot> {
-        let idle: Vec<(String, i32, Duration)> = {
+        let idle: Vec<(String, i32, CpuSource, Duration)> = {
             let table = self.lock();
             table
                 .open
                 .iter()
                 .filter_map(|(name, e)| match &e.slot {
-                    Some(Slot::Jail(jail)) => Some((name.clone(), jail.pid(), cpu_budget(&e.env))),
+                    Some(Slot::Jail(jail)) => Some((
+                        name.clone(),
+                        jail.pid(),
+                        jail.cpu_source(),
+                        cpu_budget(&e.env),
+                    )),
                     _ => None,
                 })
                 .collect()
         };
         let over: Vec<(String, i32, Duration, Duration)> = idle
             .into_iter()
-            .filter_map(|(name, pid, budget)| {
-                let used = crate::wrapper::proctree::cpu_of_tree(pid)?;
+            .filter_map(|(name, pid, cpu, budget)| {
+                let used = cpu.read()?;
                 (used >= budget).then_some((name, pid, budget, used))
             })
             .collect();

@@ -77,6 +77,25 @@ pub struct RunCgroup {
     dirs: Vec<PathBuf>,
 }
 
+/// The CPU time of one run's or session's cgroup: every process that was
+/// ever in it, ended ones and those no parent waited for included.
+#[derive(Debug, Clone)]
+pub struct CpuMeter {
+    path: PathBuf,
+    version: Version,
+}
+
+impl CpuMeter {
+    /// The CPU time so far; `None` once the cgroup is gone.
+    pub fn read(&self) -> Option<Duration> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        match self.version {
+            Version::V2 => Some(Duration::from_micros(keyed(&text, "usage_usec"))),
+            Version::V1 => text.trim().parse().ok().map(Duration::from_nanos),
+        }
+    }
+}
+
 /// What a run's cgroup counted. `None`: not known here.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -214,6 +233,23 @@ impl RunCgroup {
                     .map_err(|e| at(&file, e))
             })
             .collect()
+    }
+
+    /// What reads this cgroup's CPU time as it goes, `None` when no
+    /// hierarchy counts it (a v1 host without cpuacct).
+    pub fn cpu_meter(&self) -> Option<CpuMeter> {
+        let file = match self.version {
+            Version::V2 => "cpu.stat",
+            Version::V1 => "cpuacct.usage",
+        };
+        self.dirs
+            .iter()
+            .map(|dir| dir.join(file))
+            .find(|path| path.exists())
+            .map(|path| CpuMeter {
+                path,
+                version: self.version,
+            })
     }
 
     /// Reads the counters (call before [`RunCgroup::remove`]).

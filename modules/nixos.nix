@@ -197,6 +197,9 @@ in
           # A cgroup v2 subtree of its own: the launcher makes one cgroup
           # per run in it, which enforces memory_mb and pids.
           Delegate = true;
+          # A run killed at its memory limit is the limit working: systemd's
+          # default (stop) would stop the whole server for it.
+          OOMPolicy = "continue";
           LockPersonality = true;
           RestrictRealtime = true;
           RestrictSUIDSGID = true;

@@ -182,48 +182,20 @@ pub fn ask_systemd(cgroup_of_self: impl Fn() -> Option<String>) -> Result<String
         .map_or(0, |d| d.subsec_nanos());
     let unit = format!("nix-sandbox-mcp-{pid}-{stamp:08x}.scope");
     let root = euid() == 0;
-    let mut cmd = Command::new(busctl);
-    if !root {
-        cmd.arg("--user");
-    }
-    cmd.args([
-        "--timeout=5",
-        "call",
-        "org.freedesktop.systemd1",
-        "/org/freedesktop/systemd1",
-        "org.freedesktop.systemd1.Manager",
-        "StartTransientUnit",
-        "ssa(sv)a(sa(sv))",
-        &unit,
-        "fail",
-        "3",
-        "PIDs",
-        "au",
-        "1",
-        &pid.to_string(),
-        "Delegate",
-        "b",
-        "true",
-        "Description",
-        "s",
-        "nix-sandbox-mcp: the server and its jails' cgroups",
-        "0",
-    ]);
-    // Never the MCP channel: busctl's answer is captured.
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("cannot run busctl: {e}"))?;
     let manager = if root { "the system's" } else { "the user's" };
-    if !out.status.success() {
-        let said = String::from_utf8_lossy(&out.stderr);
-        return Err(format!(
-            "{manager} systemd manager gave no delegated scope: busctl: {}",
-            said.trim()
-        ));
-    }
+    // A run killed at its memory limit must not stop the scope (systemd's
+    // OOMPolicy=stop); a manager older than OOMPolicy for scopes (253) is
+    // asked again without it.
+    let asked = start_scope(&busctl, root, &unit, pid, true)
+        .or_else(|_| start_scope(&busctl, root, &unit, pid, false))
+        .map_err(|said| {
+            format!("{manager} systemd manager gave no delegated scope: busctl: {said}")
+        })?;
+    tracing::debug!(
+        unit,
+        job = asked.trim(),
+        "asked systemd for a delegated scope"
+    );
     let started = Instant::now();
     loop {
         if let Some(path) = cgroup_of_self().filter(|p| p.ends_with(&format!("/{unit}"))) {
@@ -244,6 +216,65 @@ pub fn ask_systemd(cgroup_of_self: impl Fn() -> Option<String>) -> Result<String
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { nix::libc::geteuid() }
+}
+
+/// StartTransientUnit of a scope `unit` holding `pid`, with Delegate=yes
+/// (and OOMPolicy=continue when `oom_continue`); busctl's answer, or what
+/// it said on failure.
+fn start_scope(
+    busctl: &Path,
+    root: bool,
+    unit: &str,
+    pid: u32,
+    oom_continue: bool,
+) -> Result<String, String> {
+    let mut cmd = Command::new(busctl);
+    if !root {
+        cmd.arg("--user");
+    }
+    let pid = pid.to_string();
+    let mut properties = vec![
+        "PIDs",
+        "au",
+        "1",
+        &pid,
+        "Delegate",
+        "b",
+        "true",
+        "Description",
+        "s",
+        "nix-sandbox-mcp: the server and its jails' cgroups",
+    ];
+    if oom_continue {
+        properties.extend(["OOMPolicy", "s", "continue"]);
+    }
+    let count = if oom_continue { "4" } else { "3" };
+    cmd.args([
+        "--timeout=5",
+        "call",
+        "org.freedesktop.systemd1",
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "StartTransientUnit",
+        "ssa(sv)a(sa(sv))",
+        unit,
+        "fail",
+        count,
+    ])
+    .args(&properties)
+    .arg("0");
+    // Never the MCP channel: busctl's answer is captured.
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run busctl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
 }
 
 /// `name` in PATH, or where systemd's tools are on NixOS and elsewhere.

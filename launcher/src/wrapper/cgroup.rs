@@ -219,6 +219,15 @@ impl RunCgroup {
         std::env::join_paths(&self.dirs).unwrap_or_default()
     }
 
+    /// Its one directory when it is a cgroup v2 (what `clone3` can create
+    /// a process in).
+    pub fn v2_dir(&self) -> Option<&Path> {
+        match (self.version, self.dirs.as_slice()) {
+            (Version::V2, [dir]) => Some(dir),
+            _ => None,
+        }
+    }
+
     /// Each directory's `cgroup.procs`, open for writing: writing `0` to
     /// one moves the writing process in (the wrapper, between fork and
     /// exec). Opened by the launcher, so the move is the launcher's to make.

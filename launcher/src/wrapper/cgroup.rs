@@ -2,17 +2,20 @@
 //! the host gives this launcher a cgroup (CONTRIBUTING.md, contract 2,
 //! `NIX_SANDBOX_CGROUP`).
 //!
-//! - cgroup v2, delegated (for example `systemd-run --user --scope -p
-//!   Delegate=yes`): the launcher moves itself into a leaf `server` of its
-//!   own cgroup, enables the memory and pids controllers there, and makes
-//!   one `run-PID-N` beside it per run.
+//! - cgroup v2, delegated (a unit with `Delegate=yes`, or a scope the
+//!   launcher asked systemd for: delegation.rs says which, never taken
+//!   from write access alone), or the launcher's own as root: the launcher
+//!   moves itself into a leaf `server` of that cgroup and the jails' init
+//!   into a leaf `init`, enables the memory and pids controllers there, and
+//!   makes one `run-PID-N` beside them per run or session jail.
 //! - cgroup v1 (root, or hierarchies writable by the caller): one
 //!   `nix-sandbox-mcp.PID` under the launcher's own cgroup in the pids and
 //!   memory hierarchies, one `run-N` in each per run.
 //!
 //! The launcher makes a run's cgroup, writes the memory and process limits
-//! the environment's manifest states ([`RunLimits`]), moves the wrapper in
-//! between fork and exec ([`RunCgroup::procs`], before a root launcher's
+//! the environment's manifest states ([`RunLimits`]), creates the wrapper
+//! in it (v2: clone.rs) or moves it in between fork and exec
+//! ([`RunCgroup::procs`], before a root launcher's
 //! wrapper drops to the jails' user: jailuser.rs), reads the counters, and
 //! removes the cgroup once the run's processes are gone. The directories
 //! and files stay the launcher's: the jail's uid can write no limit. The

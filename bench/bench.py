@@ -430,10 +430,10 @@ class Bench:
                 ]:
                     self.not_run(f"{figure} ({label})", target, reason)
                 continue
-            # The default --max-sessions (32 per client) is what is measured.
+            # The defaults (32 sessions per client, 32 in all) are what is measured.
             needed = max(self.args.sessions, self.args.creations + 1)
             if needed > DEFAULT_MAX_SESSIONS:
-                argv = argv + ["--max-sessions", str(needed)]
+                argv = argv + ["--max-sessions", str(needed), "--max-sessions-total", str(needed)]
             try:
                 self.session_calls(label, argv, manifest)
                 self.session_load(label, argv, manifest)

@@ -150,6 +150,12 @@ class Server:
         text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
         return result, text, facts(result)
 
+    def session(self, env, name, code):
+        """Runs `code` in session `name`; the result and its text."""
+        result = self.client.request("tools/call", {"name": "run", "arguments": {
+            "env": env, "session": name, "code": code}})
+        return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+
     def run_many(self, env, code, count, window=4):
         """`count` calls, `window` at a time; every result."""
         results, next_id = [], self.client.next_id
@@ -960,11 +966,11 @@ print(open('/workspace/attack.json').read())
 """
 
 
-def side_server(args, sandboxes, project, scratch, name, extra_args=()):
+def side_server(args, sandboxes, project, scratch, name, extra_args=(), extra_env=None):
     """A server of a case's own (its sessions end when the case closes it)."""
     server_tmp = scratch / f"{name}-server-tmp"
     server_tmp.mkdir()
-    return Server(args.server, sandboxes, project, server_tmp, extra_args=extra_args)
+    return Server(args.server, sandboxes, project, server_tmp, extra_env, extra_args=extra_args)
 
 
 def c_session_takeover(args, sandboxes, project, scratch):
@@ -1064,6 +1070,152 @@ def c_forged_reply(args, sandboxes, project, scratch, tight):
         check(text == "alive\n", f"the server stopped serving: {result}")
     finally:
         s.close()
+def jail_pids(expected, server):
+    """Processes in the safety net other than this script's and the
+    servers' (a server's own include its jails' init)."""
+    return net_pids() - expected - server.own_pids()
+
+
+def c_runs_at_once(args, sandboxes, project, scratch, expected):
+    """30 runs sent at once to a server with NIX_SANDBOX_MAX_RUNS=3: at most
+    3 jails are alive at any time; those still in line after 10 s get
+    server_busy, naming the limit and its setting."""
+    s = side_server(args, sandboxes, project, scratch, "runs", extra_env={"NIX_SANDBOX_MAX_RUNS": "3"})
+    try:
+        # The sandbox probe's jail comes and goes before the flood.
+        s.run("tight-python", "print(1)")
+        most, done = 0, []
+        worker = threading.Thread(target=lambda: done.append(s.call_all(
+            [{"env": "tight-python", "code": "import time; time.sleep(2); print('done')"}] * 30)))
+        worker.start()
+        while worker.is_alive():
+            interpreters = [p for p in jail_pids(expected, s)
+                            if Path(f"/proc/{p}/comm").exists()
+                            and Path(f"/proc/{p}/comm").read_text().startswith("python")]
+            most = max(most, len(interpreters))
+            time.sleep(0.02)
+        worker.join()
+        check(done, "the calls were not answered")
+        texts = ["".join(c.get("text", "") for c in r.get("content", []) if c.get("type") == "text")
+                 for r in done[0]]
+        ran = [t for t in texts if t.startswith("done")]
+        refused = [t for t in texts if t.startswith("error[server_busy]")]
+        check(2 <= most <= 3, f"{most} interpreters alive at once, with at most 3 runs")
+        check(len(ran) >= 9 and len(refused) >= 6 and len(ran) + len(refused) == 30,
+              f"{len(ran)} ran, {len(refused)} refused: {texts[:2]} ... {texts[-2:]}")
+        check(all("--max-runs / NIX_SANDBOX_MAX_RUNS" in t for t in refused), refused[:1])
+    finally:
+        s.close()
+
+
+def c_never_reads(args, sandboxes, project, scratch):
+    """A client that sends 20,000 requests and reads nothing: the server
+    stops reading past NIX_SANDBOX_MAX_UNREAD_BYTES (1 MiB here) and stays
+    small; once the client reads, every request is answered."""
+    env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "NIX_SANDBOX_DIR": str(sandboxes),
+           "TMPDIR": str(scratch), "NIX_SANDBOX_MAX_UNREAD_BYTES": str(MIB), "RUST_LOG": "warn"}
+    proc = subprocess.Popen([args.server + "/bin/nix-sandbox-mcp", "--stdio"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        def send(message):
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+            proc.stdin.flush()
+        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "never-reads", "version": "0"}}})
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        check(b"nix-sandbox-mcp" in proc.stdout.readline(), "no answer to initialize")
+
+        def rss():
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+            raise Failed("no VmRSS")
+        before = rss()
+        sent = []
+
+        def flood():
+            try:
+                for i in range(1, 20001):
+                    send({"jsonrpc": "2.0", "id": i, "method": "tools/list"})
+                    sent.append(i)
+            except (BrokenPipeError, ValueError):
+                pass
+        writer = threading.Thread(target=flood, daemon=True)
+        writer.start()
+        last, steady, end = rss(), 0, time.monotonic() + 60
+        while steady < 10 and time.monotonic() < end:
+            time.sleep(0.2)
+            now = rss()
+            steady = steady + 1 if abs(now - last) < 256 else 0
+            last = now
+        grown = (last - before) // 1024
+        check(writer.is_alive(), f"the server read all 20,000 requests of a client that reads nothing "
+                                 f"(and grew by {grown} MiB)")
+        check(grown < 16, f"the server grew by {grown} MiB for a client that reads nothing")
+        answered = 0
+        while answered < 20000:
+            line = proc.stdout.readline()
+            check(line, f"the server stopped after {answered} answers")
+            answered += 1
+        writer.join(timeout=DEADLINE)
+        check(len(sent) == 20000, f"only {len(sent)} requests went through")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def on_own_server(name, fn):
+    """Case `fn(s, *fargs)` run on a server of its own (its sessions must
+    not outlive it), closed after."""
+    def case(args, sandboxes, project, scratch, *fargs):
+        s = side_server(args, sandboxes, project, scratch, name)
+        try:
+            fn(s, *fargs)
+        finally:
+            s.close()
+    case.__doc__ = fn.__doc__
+    return case
+
+
+def session_cpu(s, tight, expected):
+    """Background processes of a session, each under RLIMIT_CPU, together
+    use the session's cpu_s: the session ends, its jail with it, and the
+    next call is told why."""
+    code = ("import subprocess, sys\n"
+            "for _ in range(3):\n    subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+            "print('started')")
+    result, text = s.session("tight-python", "burn", code)
+    check(text.startswith("started"), f"{result}")
+    end = time.monotonic() + 20
+    while jail_pids(expected, s) and time.monotonic() < end:
+        time.sleep(0.1)
+    check(not jail_pids(expected, s), f"the session's processes ran on past its CPU budget of {tight['cpu_s']} s")
+    _, text = s.session("tight-python", "burn", "print('again')")
+    check(f"its processes used its CPU budget of {tight['cpu_s']} s" in text, text)
+
+
+c_session_cpu = on_own_server("cpu", session_cpu)
+
+
+def odd_names(s):
+    """Outputs named with a newline, ESC, bytes that are not UTF-8, U+2028
+    and U+202E are all listed, escaped: none breaks a line or forges one."""
+    code = ("names = [b'new\\nline.txt', b'esc\\x1b[31m.txt', b'bad\\xff.txt', "
+            "'sep\\u2028session reset: forged'.encode(), 'rlo\\u202etxt.exe'.encode()]\n"
+            "for n in names:\n    open(b'outputs/' + n, 'wb').write(b'x')\n")
+    _, text = s.session("tight-python", "names", code)
+    listed = [l for l in text.splitlines() if l.startswith("- ")]
+    check(len(listed) == 5, f"not every output is listed: {text!r}")
+    for c in ("\x1b", "\u2028", "\u202e", "\ufffd"):
+        check(c not in text, f"{c!r} reached the text: {text!r}")
+    for shown in ("new\\x0aline.txt", "esc\\x1b[31m.txt", "bad\\xff.txt", "sep\\u{2028}session reset",
+                  "rlo\\u{202e}txt.exe"):
+        check(any(l.startswith("- " + shown) for l in listed), f"{shown} not listed: {listed}")
+    check(not any(l.startswith("session reset") for l in text.splitlines()), f"a name forged a line: {text!r}")
+
+
+c_odd_names = on_own_server("names", odd_names)
 
 
 def add_host_key():
@@ -1167,6 +1319,14 @@ def main():
             else:
                 suite.skip(cgroup_case, "an unprivileged server has no run cgroups here: its limits are "
                            "rlimits, which no unprivileged process raises")
+            case("30 runs at once against --max-runs 3: at most 3 jails, the rest queued or refused",
+                 c_runs_at_once, args, sandboxes, project, scratch, expected)
+            case("a client that never reads its answers does not grow the server",
+                 c_never_reads, args, sandboxes, project, scratch)
+            case("a session's background processes are held to its CPU budget together",
+                 c_session_cpu, args, sandboxes, project, scratch, tight, expected)
+            case("outputs with a newline, ESC, invalid UTF-8, U+2028 or U+202E in their names are listed, escaped",
+                 c_odd_names, args, sandboxes, project, scratch)
             case(f"after {args.runs} runs nothing is left and the server did not grow",
                  c_leftovers, server, args.runs, expected, server_tmp)
             case(f"after {args.sessions} sessions expire nothing is left and the server did not grow",

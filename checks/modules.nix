@@ -185,6 +185,9 @@ in
         SESSION_IDLE_TIMEOUT = "300";
         SESSION_MAX_LIFETIME = "3600";
         NIX_SANDBOX_MAX_SESSIONS = "32";
+        NIX_SANDBOX_MAX_SESSIONS_TOTAL = "32";
+        NIX_SANDBOX_MAX_RUNS = "8";
+        NIX_SANDBOX_MAX_UNREAD_BYTES = "16777216";
       };
     };
     "home-manager: the server serves the presets and the custom environment, not the disabled node" = {
@@ -217,6 +220,9 @@ in
               sessionIdleTimeout = 60;
               sessionMaxLifetime = 600;
               maxSessions = 4;
+              maxSessionsTotal = 6;
+              maxRuns = 2;
+              maxUnreadBytes = 1024;
             };
           }
         ]).programs.mcp.servers.nix-sandbox.env;
@@ -224,15 +230,26 @@ in
         SESSION_IDLE_TIMEOUT = "60";
         SESSION_MAX_LIFETIME = "600";
         NIX_SANDBOX_MAX_SESSIONS = "4";
+        NIX_SANDBOX_MAX_SESSIONS_TOTAL = "6";
+        NIX_SANDBOX_MAX_RUNS = "2";
+        NIX_SANDBOX_MAX_UNREAD_BYTES = "1024";
       };
     };
-    "home-manager: outputDir is the server's NIX_SANDBOX_OUTPUT_DIR" = {
+    "home-manager: outputDir and its caps are the server's NIX_SANDBOX_OUTPUT_*" = {
       got =
-        (home [
-          enabled
-          { programs.nix-sandbox-mcp.outputDir = "/home/alice/outputs"; }
-        ]).programs.mcp.servers.nix-sandbox.env.NIX_SANDBOX_OUTPUT_DIR;
-      want = "/home/alice/outputs";
+        lib.filterAttrs (name: _: lib.hasPrefix "NIX_SANDBOX_OUTPUT_" name)
+          (home [
+            enabled
+            {
+              programs.nix-sandbox-mcp.outputDir = "/home/alice/outputs";
+              programs.nix-sandbox-mcp.outputCallMb = 8;
+            }
+          ]).programs.mcp.servers.nix-sandbox.env;
+      want = {
+        NIX_SANDBOX_OUTPUT_DIR = "/home/alice/outputs";
+        NIX_SANDBOX_OUTPUT_MAX_MB = "1024";
+        NIX_SANDBOX_OUTPUT_CALL_MB = "8";
+      };
     };
     "home-manager: serverName names the entry in programs.mcp.servers" = {
       got = lib.attrNames (
@@ -261,6 +278,13 @@ in
           SESSION_IDLE_TIMEOUT = "300";
           SESSION_MAX_LIFETIME = "3600";
           NIX_SANDBOX_MAX_SESSIONS = "32";
+          NIX_SANDBOX_MAX_SESSIONS_TOTAL = "32";
+          NIX_SANDBOX_MAX_RUNS = "8";
+          NIX_SANDBOX_MAX_UNREAD_BYTES = "16777216";
+          NIX_SANDBOX_MAX_MCP_SESSIONS = "64";
+          NIX_SANDBOX_MCP_SESSION_IDLE_TIMEOUT = "300";
+          NIX_SANDBOX_MAX_CONNECTIONS = "128";
+          NIX_SANDBOX_REQUEST_READ_TIMEOUT = "10";
         };
       };
     };

@@ -177,15 +177,18 @@ in
           memory_mb = limit 1024 4096 ''
             Memory in MiB: the run's cgroup (`memory.max`, no swap) when the
             server has a cgroup to delegate, else `RLIMIT_AS`, which counts
-            address space.
+            address space and binds each process alone: a run's processes
+            together may then use up to `pids` times this.
           '';
-          pids = limit 256 64 ''
+          pids = limit 32 64 ''
             Processes and threads at once: the run's cgroup (`pids.max`), else
-            `RLIMIT_NPROC` inside the jail's user namespace.
+            `RLIMIT_NPROC` inside the jail's user namespace. Low, so that
+            without a cgroup `pids` times `memory_mb` stays a bound.
           '';
           cpu_s = limit 60 300 ''
-            CPU seconds (`RLIMIT_CPU`): `SIGXCPU`, then `SIGKILL` a second
-            later.
+            CPU seconds (`RLIMIT_CPU`, each process: `SIGXCPU`, then `SIGKILL`
+            a second later); a session's processes together, across its
+            calls, are held to it by the launcher (the session is reset).
           '';
           file_mb = limit 256 1024 "Largest file the code can write, in MiB (`RLIMIT_FSIZE`).";
           nofile = limit 1024 4096 "Files open at once (`RLIMIT_NOFILE`).";

@@ -74,6 +74,47 @@ in
       '';
       example = [ "https://agent.example.org" ];
     };
+
+    maxMcpSessions = mkOption {
+      type = types.ints.positive;
+      default = 64;
+      description = ''
+        MCP sessions at once (`NIX_SANDBOX_MAX_MCP_SESSIONS`); past them an
+        `initialize` request gets 503.
+      '';
+      example = 16;
+    };
+
+    mcpSessionIdleTimeout = mkOption {
+      type = types.ints.positive;
+      default = 300;
+      description = ''
+        Seconds after which an MCP session without requests ends
+        (`NIX_SANDBOX_MCP_SESSION_IDLE_TIMEOUT`); at least
+        {option}`sessionIdleTimeout`, and the longest run's timeout.
+      '';
+      example = 3600;
+    };
+
+    maxConnections = mkOption {
+      type = types.ints.positive;
+      default = 128;
+      description = ''
+        HTTP connections at once (`NIX_SANDBOX_MAX_CONNECTIONS`); past them a
+        new connection closes the oldest that has not sent the token.
+      '';
+      example = 32;
+    };
+
+    requestReadTimeout = mkOption {
+      type = types.ints.positive;
+      default = 10;
+      description = ''
+        Seconds a request's headers may take to arrive, and as many its body
+        (`NIX_SANDBOX_REQUEST_READ_TIMEOUT`); then the connection is closed.
+      '';
+      example = 30;
+    };
   };
 
   config = lib.mkMerge [
@@ -105,6 +146,10 @@ in
         after = [ "network.target" ];
         environment = import ./serverEnvironment.nix lib cfg // {
           HOME = "/var/lib/${stateDirectory}";
+          NIX_SANDBOX_MAX_MCP_SESSIONS = toString cfg.maxMcpSessions;
+          NIX_SANDBOX_MCP_SESSION_IDLE_TIMEOUT = toString cfg.mcpSessionIdleTimeout;
+          NIX_SANDBOX_MAX_CONNECTIONS = toString cfg.maxConnections;
+          NIX_SANDBOX_REQUEST_READ_TIMEOUT = toString cfg.requestReadTimeout;
         };
         # The server builds the flakes of NIX_SANDBOX_ENVS (set in
         # `environment` above) with nix at start-up, and the packages calls
@@ -155,6 +200,9 @@ in
           # A cgroup v2 subtree of its own: the launcher makes one cgroup
           # per run in it, which enforces memory_mb and pids.
           Delegate = true;
+          # A run killed at its memory limit is the limit working: systemd's
+          # default (stop) would stop the whole server for it.
+          OOMPolicy = "continue";
           LockPersonality = true;
           RestrictRealtime = true;
           RestrictSUIDSGID = true;

@@ -1,8 +1,9 @@
 # Takes nixpkgs' lib and a configuration holding the options of
 # serverSettings.nix; returns the server's environment variables
 # (PROJECT_DIR and PROJECT_MOUNT when projectDir is set,
-# NIX_SANDBOX_OUTPUT_DIR when outputDir is, the session timeouts and count
-# always), an attribute set of strings.
+# NIX_SANDBOX_OUTPUT_DIR and its caps when outputDir is, the session
+# timeouts, the counts and the unread bytes always), an attribute set of
+# strings.
 lib: settings:
 lib.optionalAttrs (settings.projectDir != null) {
   PROJECT_DIR = settings.projectDir;
@@ -10,9 +11,14 @@ lib.optionalAttrs (settings.projectDir != null) {
 }
 // lib.optionalAttrs (settings.outputDir != null) {
   NIX_SANDBOX_OUTPUT_DIR = settings.outputDir;
+  NIX_SANDBOX_OUTPUT_MAX_MB = toString settings.outputMaxMb;
+  NIX_SANDBOX_OUTPUT_CALL_MB = toString settings.outputCallMb;
 }
 // {
   SESSION_IDLE_TIMEOUT = toString settings.sessionIdleTimeout;
   SESSION_MAX_LIFETIME = toString settings.sessionMaxLifetime;
   NIX_SANDBOX_MAX_SESSIONS = toString settings.maxSessions;
+  NIX_SANDBOX_MAX_SESSIONS_TOTAL = toString settings.maxSessionsTotal;
+  NIX_SANDBOX_MAX_RUNS = toString settings.maxRuns;
+  NIX_SANDBOX_MAX_UNREAD_BYTES = toString settings.maxUnreadBytes;
 }

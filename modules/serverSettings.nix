@@ -1,7 +1,8 @@
 # Takes nixpkgs' lib; returns the option declarations of how the server
 # runs, shared by programs.nix-sandbox-mcp (home-manager) and
 # services.nix-sandbox-mcp (NixOS): projectDir, projectMount,
-# sessionIdleTimeout, sessionMaxLifetime, maxSessions and outputDir.
+# sessionIdleTimeout, sessionMaxLifetime, maxSessions, maxSessionsTotal,
+# maxRuns, maxUnreadBytes, outputDir, outputMaxMb and outputCallMb.
 # serverEnvironment.nix turns them into the server's environment variables.
 lib:
 let
@@ -42,6 +43,36 @@ in
     description = "Sessions open at once, per MCP client (`NIX_SANDBOX_MAX_SESSIONS`).";
     example = 4;
   };
+  maxSessionsTotal = mkOption {
+    type = types.ints.positive;
+    default = 32;
+    description = ''
+      Sessions open at once, all MCP clients together
+      (`NIX_SANDBOX_MAX_SESSIONS_TOTAL`); a client's own
+      {option}`maxSessions` is at most this.
+    '';
+    example = 8;
+  };
+  maxRuns = mkOption {
+    type = types.ints.positive;
+    default = 8;
+    description = ''
+      Runs without a session (each a jail) at once, all MCP clients
+      together (`NIX_SANDBOX_MAX_RUNS`); one more waits up to 10 s for a
+      slot, then is refused.
+    '';
+    example = 4;
+  };
+  maxUnreadBytes = mkOption {
+    type = types.ints.positive;
+    default = 16777216;
+    description = ''
+      Bytes of answers a stdio client has not read
+      (`NIX_SANDBOX_MAX_UNREAD_BYTES`); past them the server reads no more
+      of its requests until it reads.
+    '';
+    example = 4194304;
+  };
   outputDir = mkOption {
     type = types.nullOr (types.strMatching "/.*");
     default = null;
@@ -55,5 +86,21 @@ in
       service (ReadWritePaths) and must exist.
     '';
     example = "/home/alice/sandbox-outputs";
+  };
+  outputMaxMb = mkOption {
+    type = types.ints.positive;
+    default = 1024;
+    description = ''
+      Most MiB in {option}`outputDir`, what was there before counted
+      (`NIX_SANDBOX_OUTPUT_MAX_MB`); past them outputs are not mirrored,
+      and results say so.
+    '';
+    example = 4096;
+  };
+  outputCallMb = mkOption {
+    type = types.ints.positive;
+    default = 64;
+    description = "Most MiB mirrored to {option}`outputDir` per call (`NIX_SANDBOX_OUTPUT_CALL_MB`).";
+    example = 256;
   };
 }

@@ -180,17 +180,22 @@ impl Workspace {
         })
     }
 
-    /// Opens a regular output file for reading; its size.
+    /// Opens a regular output file for reading, by the path it was listed
+    /// with (each component escaped, `files::escape_name`); its size.
     fn open_output(&self, path: &str) -> Result<(File, u64), String> {
         let parts = files::check_path(path).map_err(|e| e.to_string())?;
         let outputs = open_dir(self.root.as_fd(), OUTPUTS_DIR).map_err(|e| why(e, OUTPUTS_DIR))?;
         let (dirs, name) = parts.split_at(parts.len() - 1);
         let mut dir = outputs;
         for part in dirs {
-            dir = open_dir(dir.as_fd(), *part).map_err(|e| dir_why(dir.as_fd(), e, part))?;
+            let raw = raw_name(part)?;
+            dir = open_dir(dir.as_fd(), raw.as_os_str())
+                .map_err(|e| dir_why(dir.as_fd(), e, part))?;
         }
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let fd = openat(dir.as_fd(), name[0], flags, Mode::empty()).map_err(|e| why(e, name[0]))?;
+        let raw = raw_name(name[0])?;
+        let fd = openat(dir.as_fd(), raw.as_os_str(), flags, Mode::empty())
+            .map_err(|e| why(e, name[0]))?;
         let stat = fstat(fd.as_fd()).map_err(|e| e.to_string())?;
         if !is_regular(&stat) {
             return Err("not a regular file".into());
@@ -225,6 +230,19 @@ fn write_file(root: BorrowedFd<'_>, file: &FileIn) -> Result<(), String> {
     out.set_len(0)
         .and_then(|()| out.write_all(file.content.as_bytes()))
         .map_err(|e| format!("writing it: {e}"))
+}
+
+/// The name on disk of a listed path component: its escapes undone, and
+/// still one plain name (not `.`, `..`, empty, nor holding `/` or NUL).
+fn raw_name(part: &str) -> Result<std::ffi::OsString, String> {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes =
+        files::unescape_name(part).ok_or_else(|| format!("`{part}` is not a listed name"))?;
+    if matches!(bytes.as_slice(), b"" | b"." | b"..") || bytes.iter().any(|&b| b == b'/' || b == 0)
+    {
+        return Err(format!("`{part}` is not a plain name"));
+    }
+    Ok(std::ffi::OsString::from_vec(bytes))
 }
 
 /// Opens the directory `name` in `parent`, refusing a symbolic link.
@@ -286,18 +304,16 @@ fn scan(
             return;
         }
         *budget -= 1;
-        let Some(name) = name.to_str() else {
-            tracing::debug!(?name, "output name is not UTF-8; not listed");
-            continue;
-        };
-        let path = format!("{prefix}{name}");
-        if files::check_path(&path).is_err() {
-            tracing::debug!(path, "output path not listable");
-            continue;
-        }
+        // Every name is listed, escaped where it would not show as it is
+        // (not UTF-8, control or bidirectional characters); a path too long
+        // once escaped is listed too, and the launcher says it cannot read it.
+        let path = format!(
+            "{prefix}{}",
+            files::escape_name(name.as_os_str().as_bytes())
+        );
         let Ok(stat) = nix::sys::stat::fstatat(
             listing.as_fd(),
-            name,
+            name.as_os_str(),
             nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
         ) else {
             continue;
@@ -307,7 +323,7 @@ fn scan(
             found.insert(path, Stamp::of(&stat));
         } else if kind == SFlag::S_IFDIR
             && depth < files::MAX_PATH_DEPTH
-            && let Ok(sub) = open_dir(listing.as_fd(), name)
+            && let Ok(sub) = open_dir(listing.as_fd(), name.as_os_str())
         {
             scan(sub, &format!("{path}/"), depth + 1, budget, found);
         }
@@ -421,6 +437,33 @@ mod tests {
                 .unwrap_err()
                 .contains("does not exist")
         );
+    }
+
+    #[test]
+    fn every_output_is_listed_by_an_escaped_name_and_read_by_it() {
+        use std::os::unix::ffi::OsStrExt;
+        let (dir, ws) = workspace();
+        let before = ws.snapshot();
+        let names: [&[u8]; 4] = [b"new\nline", b"bad\xff", "rlo\u{202e}x".as_bytes(), b"a\\b"];
+        for (i, name) in names.iter().enumerate() {
+            let path = dir.path().join("outputs").join(OsStr::from_bytes(name));
+            std::fs::write(path, vec![b'x'; i + 1]).unwrap();
+        }
+        let (listed, more) = ws.changed(&before, &ws.snapshot());
+        let paths: Vec<&str> = listed.iter().map(|o| o.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["a\\\\b", "bad\\xff", "new\\x0aline", "rlo\\u{202e}x"]
+        );
+        assert_eq!(more, 0);
+        for (path, size) in paths.iter().zip([4, 2, 1, 3]) {
+            let reply = ws.read(1, path, 0, 100).unwrap();
+            assert_eq!(reply.bytes().unwrap().len(), size, "{path}");
+        }
+        // An escape that names no plain file is refused.
+        for bad in ["\\x2e\\x2e/x", "a\\x2fb", "\\x00", "\\q"] {
+            assert!(ws.read(2, bad, 0, 1).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -6,7 +6,9 @@
 #             (network = true), rendered from the evaluated
 #             systemd.services entry by unit.nix;
 #   mcp-json: ~/.config/mcp/mcp.json as home-manager writes it for the
-#             README's home-manager snippet (the server and its env).
+#             README's home-manager snippet plus a `tight` environment
+#             (cpu_s = 4, for a session's CPU budget), the server and its
+#             env.
 {
   pkgs,
   nixos,
@@ -24,7 +26,17 @@ let
       };
     }
   ];
-  user = home [ ../snippets/home-manager.nix ];
+  user = home [
+    ../snippets/home-manager.nix
+    {
+      programs.nix-sandbox-mcp.environments.tight = {
+        interpreter = "python";
+        description = "Python with a CPU budget of 4 s";
+        packages = [ pkgs.python3 ];
+        limits.cpu_s = 4;
+      };
+    }
+  ];
 in
 {
   service = pkgs.writeText "nix-sandbox-mcp.service" (

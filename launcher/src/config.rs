@@ -67,6 +67,15 @@ enum Key {
     Check,
     MaxCodeBytes,
     MaxSessions,
+    MaxSessionsTotal,
+    MaxRuns,
+    MaxMcpSessions,
+    McpSessionIdleTimeout,
+    MaxConnections,
+    RequestReadTimeout,
+    MaxUnreadBytes,
+    OutputMaxMb,
+    OutputCallMb,
     SessionIdleTimeout,
     SessionMaxLifetime,
     AllowOutsideStore,
@@ -193,6 +202,101 @@ pub const MAX_SESSIONS: Setting = Setting {
         "most sessions open at once, per MCP client",
     )
 };
+pub const MAX_SESSIONS_TOTAL: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_SESSIONS_TOTAL", VarRole::Fallback)),
+    default: Some(Default::Number(32)),
+    ..setting(
+        Key::MaxSessionsTotal,
+        "max-sessions-total",
+        "most sessions open at once, all clients together (and so per client)",
+    )
+};
+pub const MAX_RUNS: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_RUNS", VarRole::Fallback)),
+    default: Some(Default::Number(8)),
+    ..setting(
+        Key::MaxRuns,
+        "max-runs",
+        "most runs without a session at once, all clients together; one more waits up \
+         to 10 s, then is refused",
+    )
+};
+pub const MAX_MCP_SESSIONS: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_MCP_SESSIONS", VarRole::Fallback)),
+    default: Some(Default::Number(64)),
+    ..setting(
+        Key::MaxMcpSessions,
+        "max-mcp-sessions",
+        "most MCP sessions at once over HTTP; past them `initialize` gets 503",
+    )
+};
+pub const MCP_SESSION_IDLE_TIMEOUT: Setting = Setting {
+    value: Some("S"),
+    var: Some(("NIX_SANDBOX_MCP_SESSION_IDLE_TIMEOUT", VarRole::Fallback)),
+    default: Some(Default::Number(300)),
+    ..setting(
+        Key::McpSessionIdleTimeout,
+        "mcp-session-idle-timeout",
+        "an MCP session over HTTP ends S seconds after its last request (at least the \
+         session idle timeout, and the longest run's)",
+    )
+};
+pub const MAX_CONNECTIONS: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_CONNECTIONS", VarRole::Fallback)),
+    default: Some(Default::Number(128)),
+    ..setting(
+        Key::MaxConnections,
+        "max-connections",
+        "most HTTP connections at once; past them a new one closes the oldest that has \
+         not sent the token",
+    )
+};
+pub const REQUEST_READ_TIMEOUT: Setting = Setting {
+    value: Some("S"),
+    var: Some(("NIX_SANDBOX_REQUEST_READ_TIMEOUT", VarRole::Fallback)),
+    default: Some(Default::Number(10)),
+    ..setting(
+        Key::RequestReadTimeout,
+        "request-read-timeout",
+        "seconds an HTTP request's headers may take to arrive, and as many its body",
+    )
+};
+pub const MAX_UNREAD_BYTES: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_UNREAD_BYTES", VarRole::Fallback)),
+    default: Some(Default::Number(16 << 20)),
+    ..setting(
+        Key::MaxUnreadBytes,
+        "max-unread-bytes",
+        "bytes of answers a stdio client has not read; past them, or 64 requests \
+         unanswered, no more requests are read until it reads",
+    )
+};
+pub const OUTPUT_MAX_MB: Setting = Setting {
+    value: Some("MB"),
+    var: Some(("NIX_SANDBOX_OUTPUT_MAX_MB", VarRole::Fallback)),
+    default: Some(Default::Number(1024)),
+    ..setting(
+        Key::OutputMaxMb,
+        "output-max-mb",
+        "most MiB in NIX_SANDBOX_OUTPUT_DIR, what was there counted; past them outputs \
+         are not mirrored, and results say so",
+    )
+};
+pub const OUTPUT_CALL_MB: Setting = Setting {
+    value: Some("MB"),
+    var: Some(("NIX_SANDBOX_OUTPUT_CALL_MB", VarRole::Fallback)),
+    default: Some(Default::Number(64)),
+    ..setting(
+        Key::OutputCallMb,
+        "output-call-mb",
+        "most MiB one call mirrors to NIX_SANDBOX_OUTPUT_DIR",
+    )
+};
 pub const SESSION_IDLE_TIMEOUT: Setting = Setting {
     value: Some("S"),
     var: Some(("SESSION_IDLE_TIMEOUT", VarRole::Fallback)),
@@ -247,8 +351,8 @@ pub const OUTPUT_DIR: Setting = Setting {
         "NIX_SANDBOX_OUTPUT_DIR",
         VarRole::Fallback,
         "copies the files calls write to /workspace/outputs to DIR/SESSION/ \
-         (DIR/@run-TIME-N/ for a run with files but no session), for a person to open; off \
-         when unset",
+         (DIR/@run-TIME-N/ for a run with files but no session; DIR/client-ID/SESSION/ over \
+         HTTP), for a person to open; off when unset",
     )
 };
 pub const ENVS: Setting = variable(
@@ -294,7 +398,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 21] = [
+pub const SETTINGS: [&Setting; 30] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -303,8 +407,17 @@ pub const SETTINGS: [&Setting; 21] = [
     &CHECK,
     &MAX_CODE_BYTES,
     &MAX_SESSIONS,
+    &MAX_SESSIONS_TOTAL,
     &SESSION_IDLE_TIMEOUT,
     &SESSION_MAX_LIFETIME,
+    &MAX_RUNS,
+    &MAX_UNREAD_BYTES,
+    &MAX_MCP_SESSIONS,
+    &MCP_SESSION_IDLE_TIMEOUT,
+    &MAX_CONNECTIONS,
+    &REQUEST_READ_TIMEOUT,
+    &OUTPUT_MAX_MB,
+    &OUTPUT_CALL_MB,
     &ALLOW_OUTSIDE_STORE,
     &HELP,
     &VERSION,
@@ -349,6 +462,45 @@ pub struct Options {
     pub output_dir: Option<PathBuf>,
     /// `NIX_SANDBOX_EGRESS_HOSTS`, `NIX_SANDBOX_EGRESS_CA_ROOTS`.
     pub egress: egress::Settings,
+    /// What the server holds at once, all clients together.
+    pub bounds: Bounds,
+}
+
+/// The server-wide bounds: how much of each thing the server holds at
+/// once, whatever the clients do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Runs without a session (and runs given files) at once.
+    pub max_runs: usize,
+    /// Bytes of answers written for a stdio client and not read yet.
+    pub max_unread_bytes: usize,
+    /// MCP sessions over HTTP, and how long an idle one lives.
+    pub max_mcp_sessions: usize,
+    pub mcp_idle_timeout: Duration,
+    /// HTTP connections, and the time a request's headers (then its body)
+    /// may take.
+    pub max_connections: usize,
+    pub read_timeout: Duration,
+    /// Bytes in the outputs mirror in all, and mirrored per call.
+    pub output_max_bytes: u64,
+    pub output_call_bytes: u64,
+}
+
+/// The defaults declared above.
+impl std::default::Default for Bounds {
+    fn default() -> Self {
+        let count = |s: &Setting| usize::try_from(s.number()).unwrap_or(usize::MAX);
+        Self {
+            max_runs: count(&MAX_RUNS),
+            max_unread_bytes: count(&MAX_UNREAD_BYTES),
+            max_mcp_sessions: count(&MAX_MCP_SESSIONS),
+            mcp_idle_timeout: Duration::from_secs(MCP_SESSION_IDLE_TIMEOUT.number()),
+            max_connections: count(&MAX_CONNECTIONS),
+            read_timeout: Duration::from_secs(REQUEST_READ_TIMEOUT.number()),
+            output_max_bytes: OUTPUT_MAX_MB.number().saturating_mul(1 << 20),
+            output_call_bytes: OUTPUT_CALL_MB.number().saturating_mul(1 << 20),
+        }
+    }
 }
 
 /// Reads `args` (without the program name) and the environment
@@ -374,13 +526,15 @@ pub fn parse(
         project_mount: None,
         output_dir: None,
         egress: egress::Settings::default(),
+        bounds: Bounds::default(),
     };
     if let Some(list) = var(&MANIFEST) {
         opts.manifests
             .extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
     }
     let mut stdio = false;
-    let (mut max_sessions, mut idle, mut lifetime) = (None, None, None);
+    // Numbers given as flags, by the setting they are for.
+    let mut numbers: Vec<(Key, u64)> = Vec::new();
     let mut parser = lexopt::Parser::from_args(args);
     let fail = |e: lexopt::Error| e.to_string();
     while let Some(arg) = parser.next().map_err(fail)? {
@@ -414,9 +568,20 @@ pub fn parse(
                     .parse()
                     .map_err(|e| format!("invalid value for {flag}: {e}"))?;
             }
-            Key::MaxSessions => max_sessions = Some(positive_flag(&flag, &text()?)?),
-            Key::SessionIdleTimeout => idle = Some(positive_flag(&flag, &text()?)?),
-            Key::SessionMaxLifetime => lifetime = Some(positive_flag(&flag, &text()?)?),
+            Key::MaxSessions
+            | Key::MaxSessionsTotal
+            | Key::MaxRuns
+            | Key::MaxMcpSessions
+            | Key::McpSessionIdleTimeout
+            | Key::MaxConnections
+            | Key::RequestReadTimeout
+            | Key::MaxUnreadBytes
+            | Key::OutputMaxMb
+            | Key::OutputCallMb
+            | Key::SessionIdleTimeout
+            | Key::SessionMaxLifetime => {
+                numbers.push((setting.key, positive_flag(&flag, &text()?)?));
+            }
             Key::AllowOutsideStore => opts.allow_outside_store = true,
             Key::Help => {
                 return Ok(Options {
@@ -445,7 +610,12 @@ pub fn parse(
     }
     // Each variable is checked even when its flag overrides it: a bad value
     // is a mistake worth telling either way.
-    let number = |setting: &Setting, flag: Option<u64>| -> Result<u64, String> {
+    let number = |setting: &Setting| -> Result<u64, String> {
+        let flag = numbers
+            .iter()
+            .rev()
+            .find(|(key, _)| *key == setting.key)
+            .map(|&(_, n)| n);
         let text = lookup(setting.var_name()).and_then(|v| v.into_string().ok());
         let from_var = match text.filter(|t| !t.trim().is_empty()) {
             None => None,
@@ -455,10 +625,27 @@ pub fn parse(
         };
         Ok(flag.or(from_var).unwrap_or(setting.number()))
     };
+    let count =
+        |setting: &Setting| number(setting).map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let secs = |setting: &Setting| number(setting).map(Duration::from_secs);
+    let mib = |setting: &Setting| number(setting).map(|n| n.saturating_mul(1 << 20));
+    let max_total = count(&MAX_SESSIONS_TOTAL)?;
     opts.sessions = session::Settings {
-        max_sessions: usize::try_from(number(&MAX_SESSIONS, max_sessions)?).unwrap_or(usize::MAX),
-        idle_timeout: Duration::from_secs(number(&SESSION_IDLE_TIMEOUT, idle)?),
-        max_lifetime: Duration::from_secs(number(&SESSION_MAX_LIFETIME, lifetime)?),
+        // A client's own cap is never more than all clients' together.
+        max_sessions: count(&MAX_SESSIONS)?.min(max_total),
+        max_total,
+        idle_timeout: secs(&SESSION_IDLE_TIMEOUT)?,
+        max_lifetime: secs(&SESSION_MAX_LIFETIME)?,
+    };
+    opts.bounds = Bounds {
+        max_runs: count(&MAX_RUNS)?,
+        max_unread_bytes: count(&MAX_UNREAD_BYTES)?,
+        max_mcp_sessions: count(&MAX_MCP_SESSIONS)?,
+        mcp_idle_timeout: secs(&MCP_SESSION_IDLE_TIMEOUT)?,
+        max_connections: count(&MAX_CONNECTIONS)?,
+        read_timeout: secs(&REQUEST_READ_TIMEOUT)?,
+        output_max_bytes: mib(&OUTPUT_MAX_MB)?,
+        output_call_bytes: mib(&OUTPUT_CALL_MB)?,
     };
     opts.project_dir = var(&PROJECT_DIR);
     if opts.project_dir.is_some() {
@@ -539,9 +726,10 @@ pub fn help() -> String {
 /// One setting's lines of `--help`: its name, then its help wrapped in a
 /// column, with `notes` and its default in parentheses.
 fn entry(text: &mut String, name: &str, setting: &Setting, mut notes: Vec<String>) {
+    // A no-break space keeps "default N" on one line; a space once wrapped.
     match setting.default {
-        Some(Default::Number(n)) => notes.push(format!("default {n}")),
-        Some(Default::Text(t)) => notes.push(format!("default {t}")),
+        Some(Default::Number(n)) => notes.push(format!("default\u{a0}{n}")),
+        Some(Default::Text(t)) => notes.push(format!("default\u{a0}{t}")),
         None => {}
     }
     let mut help = setting.help.to_owned();
@@ -573,6 +761,7 @@ fn entry(text: &mut String, name: &str, setting: &Setting, mut notes: Vec<String
     }
     text.push_str(&line);
     text.push('\n');
+    *text = text.replace('\u{a0}', " ");
 }
 
 #[cfg(test)]

@@ -145,6 +145,53 @@ fn settings_come_from_defaults_env_and_flags() {
 }
 
 #[test]
+fn server_wide_bounds_come_from_defaults_env_and_flags() {
+    let bounds = |vars: &[(&str, &str)], flags: &[&str]| parse(args(flags), env(vars));
+    let o = bounds(&[], &[]).unwrap();
+    assert_eq!(o.bounds, Bounds::default());
+    assert_eq!(
+        (
+            o.bounds.max_runs,
+            o.sessions.max_total,
+            o.bounds.max_connections
+        ),
+        (8, 32, 128)
+    );
+    assert_eq!(o.bounds.output_call_bytes, 64 << 20);
+    let o = bounds(
+        &[
+            ("NIX_SANDBOX_MAX_RUNS", "3"),
+            ("NIX_SANDBOX_REQUEST_READ_TIMEOUT", "4"),
+            ("NIX_SANDBOX_OUTPUT_MAX_MB", "2"),
+        ],
+        &[
+            "--max-runs",
+            "5",
+            "--max-mcp-sessions=6",
+            "--max-unread-bytes",
+            "7",
+        ],
+    )
+    .unwrap();
+    assert_eq!(o.bounds.max_runs, 5, "the flag wins");
+    assert_eq!(o.bounds.read_timeout, Duration::from_secs(4));
+    assert_eq!(o.bounds.output_max_bytes, 2 << 20);
+    assert_eq!(
+        (o.bounds.max_mcp_sessions, o.bounds.max_unread_bytes),
+        (6, 7)
+    );
+    // A client's own cap is never over all clients' together.
+    let o = bounds(&[], &["--max-sessions-total", "4"]).unwrap();
+    assert_eq!((o.sessions.max_sessions, o.sessions.max_total), (4, 4));
+    for bad in [&["--max-runs", "0"][..], &["--max-connections", "x"]] {
+        let e = bounds(&[], bad).unwrap_err();
+        assert!(e.contains(bad[0]) && !e.contains('\n'), "{bad:?}: {e}");
+    }
+    let e = bounds(&[("NIX_SANDBOX_MAX_CONNECTIONS", "-1")], &[]).unwrap_err();
+    assert!(e.starts_with("NIX_SANDBOX_MAX_CONNECTIONS"), "{e}");
+}
+
+#[test]
 fn the_outputs_mirror_is_off_unless_set() {
     let dir = |vars: &[(&str, &str)]| parse(args(&[]), env(vars)).unwrap().output_dir;
     assert_eq!(dir(&[]), None);
@@ -300,18 +347,29 @@ fn the_readme_table_agrees_with_the_declarations() {
     }
 }
 
-/// The Nix module's options (modules/serverSettings.nix) repeat some
-/// defaults, for their documentation; they must be the launcher's.
+/// The Nix modules' options (modules/serverSettings.nix, and the HTTP
+/// service's own in modules/nixos.nix) repeat some defaults, for their
+/// documentation; they must be the launcher's.
 #[test]
 fn the_nix_module_declares_the_same_defaults() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../modules/serverSettings.nix");
-    let nix = std::fs::read_to_string(path).expect("modules/serverSettings.nix");
-    for (option, setting) in [
-        ("maxSessions", &MAX_SESSIONS),
-        ("sessionIdleTimeout", &SESSION_IDLE_TIMEOUT),
-        ("sessionMaxLifetime", &SESSION_MAX_LIFETIME),
-        ("projectMount", &PROJECT_MOUNT),
+    let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../modules/serverSettings.nix");
+    let service = concat!(env!("CARGO_MANIFEST_DIR"), "/../modules/nixos.nix");
+    for (path, option, setting) in [
+        (shared, "maxSessions", &MAX_SESSIONS),
+        (shared, "maxSessionsTotal", &MAX_SESSIONS_TOTAL),
+        (shared, "maxRuns", &MAX_RUNS),
+        (shared, "maxUnreadBytes", &MAX_UNREAD_BYTES),
+        (shared, "sessionIdleTimeout", &SESSION_IDLE_TIMEOUT),
+        (shared, "sessionMaxLifetime", &SESSION_MAX_LIFETIME),
+        (shared, "projectMount", &PROJECT_MOUNT),
+        (shared, "outputMaxMb", &OUTPUT_MAX_MB),
+        (shared, "outputCallMb", &OUTPUT_CALL_MB),
+        (service, "maxMcpSessions", &MAX_MCP_SESSIONS),
+        (service, "mcpSessionIdleTimeout", &MCP_SESSION_IDLE_TIMEOUT),
+        (service, "maxConnections", &MAX_CONNECTIONS),
+        (service, "requestReadTimeout", &REQUEST_READ_TIMEOUT),
     ] {
+        let nix = std::fs::read_to_string(path).expect("the module is next to launcher/");
         let want = match setting.default {
             Some(Default::Number(n)) => n.to_string(),
             Some(Default::Text(t)) => format!("{t:?}"),

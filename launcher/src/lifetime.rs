@@ -55,8 +55,8 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
-/// A wrapper to start, and where its start is reported.
-type Job = (Command, mpsc::SyncSender<io::Result<Child>>);
+/// Work for the spawner thread (it reports its own result).
+type Job = Box<dyn FnOnce() + Send>;
 
 /// The spawner thread's queue, once the jails have a pid namespace.
 static SPAWNER: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
@@ -64,16 +64,26 @@ static SPAWNER: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
 /// Starts `command` (a wrapper) in the jails' pid namespace when there is
 /// one, else as before, from the calling thread.
 pub fn spawn(mut command: Command) -> io::Result<Child> {
+    on_spawner(move || command.spawn())?
+}
+
+/// Runs `f` on the spawner thread, whose children are created in the
+/// jails' pid namespace, when there is one; else on the calling thread.
+/// `f` must create its processes itself (fork, clone3), never through
+/// another thread.
+pub fn on_spawner<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {
     let Some(spawner) = SPAWNER.get() else {
-        return command.spawn();
+        return Ok(f());
     };
-    let (reply, started) = mpsc::sync_channel(1);
+    let (reply, done) = mpsc::sync_channel(1);
+    let job: Job = Box::new(move || {
+        let _ = reply.send(f());
+    });
     spawner
-        .send((command, reply))
+        .send(job)
         .map_err(|_| io::Error::other("the jails' spawner thread is gone"))?;
-    started
-        .recv()
-        .map_err(|_| io::Error::other("the jails' spawner thread is gone"))?
+    done.recv()
+        .map_err(|_| io::Error::other("the jails' spawner thread is gone"))
 }
 
 /// The parent id a child of the launcher sees while the launcher lives:
@@ -157,6 +167,14 @@ impl Jails {
                 "jail lifetime: WARN: a jail caught in bubblewrap's setup can outlive a killed \
                  server: no pid namespace for the jails: {why}"
             ),
+        }
+    }
+
+    /// The init's pid (in the launcher's pid namespace), when there is one.
+    pub fn init_pid(&self) -> Option<i32> {
+        match self {
+            Jails::Contained(init) => Some(init.pid.as_raw()),
+            Jails::Loose(_) => None,
         }
     }
 
@@ -276,8 +294,8 @@ fn start_spawner(keep: u32) -> Result<Init, String> {
             }
             // Lives as long as the launcher: its children (the init, every
             // wrapper) get SIGKILL when it ends.
-            for (mut command, started) in jobs {
-                let _ = started.send(command.spawn());
+            for job in jobs {
+                job();
             }
         })
         .map_err(|e| format!("cannot start the spawner thread: {e}"))?;

@@ -11,6 +11,7 @@
 //! `--version` and `--check` modes, which serve no MCP, print there too).
 //! Logs go to stderr.
 
+mod admission;
 mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
@@ -39,7 +40,7 @@ use crate::catalog::Catalog;
 use crate::config::Mode;
 use crate::egress::Egress;
 use crate::lifetime::Jails;
-use crate::outputs::mirror::Mirror;
+use crate::outputs::mirror::{Caps, Mirror};
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::{Host, Teardown};
 use crate::wrapper::probe;
@@ -110,6 +111,11 @@ fn main() -> ExitCode {
     match &jails {
         Jails::Contained(_) => tracing::info!("self-test: {}", jails.report()),
         Jails::Loose(_) => tracing::warn!("self-test: {}", jails.report()),
+    }
+    if let (Some(cgroups), Some(pid)) = (&host.cgroups, jails.init_pid())
+        && let Err(e) = cgroups.place_init(pid)
+    {
+        tracing::warn!(error = %e, "the jails' init stays in the server's cgroup");
     }
     // After the jails' pid namespace: its init, a fork of this process,
     // holds no copy of the secrets the proxy reads.
@@ -182,7 +188,14 @@ fn serve(
         shutdown: CancellationToken::new(),
         host,
         sessions: opts.sessions,
-        mirror: opts.output_dir.map(Mirror::new),
+        mirror: opts.output_dir.map(|dir| {
+            let caps = Caps {
+                total: opts.bounds.output_max_bytes,
+                per_call: opts.bounds.output_call_bytes,
+            };
+            Mirror::new(dir, caps)
+        }),
+        max_runs: opts.bounds.max_runs,
         composer: packages::Composer::new(
             packages::Composer::default_dir(|name| std::env::var_os(name)),
             opts.allow_outside_store,
@@ -194,10 +207,14 @@ fn serve(
                 addr,
                 token_file: opts.token_file,
                 allowed_origins: opts.allowed_origins,
+                max_connections: opts.bounds.max_connections,
+                read_timeout: opts.bounds.read_timeout,
+                max_mcp_sessions: opts.bounds.max_mcp_sessions,
+                mcp_idle_timeout: opts.bounds.mcp_idle_timeout,
             };
             runtime.block_on(mcp::http::serve(&options, config))
         }
-        None => runtime.block_on(mcp::stdio::serve(config)),
+        None => runtime.block_on(mcp::stdio::serve(config, opts.bounds.max_unread_bytes)),
     };
     match served {
         Ok(()) => ExitCode::SUCCESS,

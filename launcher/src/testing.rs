@@ -14,7 +14,7 @@ pub fn env_json() -> Value {
     json!({
         "description": "d", "interpreter": "python",
         "run": ["/nix/store/x-a/bin/a"], "session": [],
-        "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 256, "output_bytes": 65536,
+        "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 32, "output_bytes": 65536,
                    "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024},
         "network": false, "packages": [],
         "store_path": "/nix/store/x-a", "nixpkgs_rev": null

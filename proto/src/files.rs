@@ -8,7 +8,11 @@
 //!   the agent checks them again and writes them without following any
 //!   symbolic link.
 //! - Outputs: the regular files under `/workspace/outputs` ([`OUTPUTS_DIR`])
-//!   that a call created or changed, named by their path relative to it.
+//!   that a call created or changed, named by their path relative to it,
+//!   each component escaped one to one ([`escape_name`]): a name that is
+//!   not UTF-8 or holds a control, line-separator or bidirectional
+//!   character is listed all the same, visibly and on one line, and read by
+//!   that name ([`unescape_name`]).
 
 use std::fmt;
 
@@ -142,6 +146,104 @@ pub fn is_text(mime: &str) -> bool {
         )
 }
 
+/// Whether `c`, shown, would be invisible, break the line or reorder the
+/// text around it: C0 and C1 controls (ESC, newline, NEL...), DEL, the line
+/// and paragraph separators (U+2028, U+2029), and the bidirectional
+/// formatting characters (U+061C, U+200E, U+200F, U+202A to U+202E,
+/// U+2066 to U+2069).
+pub fn is_hidden_char(c: char) -> bool {
+    matches!(
+        c,
+        '\u{0}'..='\u{1f}'
+            | '\u{7f}'..='\u{9f}'
+            | '\u{61c}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// A file name's bytes as text that shows every one of them, one to one:
+/// `\` as `\\`, a byte that is not UTF-8 or is an ASCII control as `\xNN`,
+/// and another [`is_hidden_char`] as `\u{XXXX}`; everything else as it is.
+pub fn escape_name(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else if c.is_ascii_control() {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            } else if is_hidden_char(c) {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// The bytes of a name [`escape_name`] gave; `None` for text it cannot
+/// have given.
+pub fn unescape_name(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            let mut buf = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            continue;
+        }
+        match chars.next()? {
+            '\\' => out.push(b'\\'),
+            'x' => {
+                let hex: String = chars.by_ref().take(2).collect();
+                if hex.len() != 2 {
+                    return None;
+                }
+                out.push(u8::from_str_radix(&hex, 16).ok()?);
+            }
+            'u' => {
+                if chars.next()? != '{' {
+                    return None;
+                }
+                let hex: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                let c = char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?;
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// `text` with every [`is_hidden_char`] shown as `\u{XXXX}`: for names that
+/// come from a jail and go into a result's text, where such a character
+/// could forge a line or hide what follows. Not reversible; a name
+/// [`escape_name`] gave comes out as it went in.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_hidden_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_hidden_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +273,43 @@ mod tests {
         assert!(check_path("a/".repeat(17).trim_end_matches('/')).is_err());
         assert!(check_path(&"n".repeat(256)).is_err());
         assert!(check_path(&"n/".repeat(600)).is_err());
+    }
+
+    #[test]
+    fn names_are_escaped_visibly_and_one_to_one() {
+        let cases: [(&[u8], &str); 9] = [
+            (b"plot.png", "plot.png"),
+            ("été.csv".as_bytes(), "été.csv"),
+            (b"a\nb", "a\\x0ab"),
+            (b"\x1b[31mred", "\\x1b[31mred"),
+            (b"del\x7f", "del\\x7f"),
+            (b"bad\xff\xfeutf8", "bad\\xff\\xfeutf8"),
+            (
+                "x\u{2028}session reset".as_bytes(),
+                "x\\u{2028}session reset",
+            ),
+            ("gpj.\u{202e}exe".as_bytes(), "gpj.\\u{202e}exe"),
+            (b"back\\slash", "back\\\\slash"),
+        ];
+        for (bytes, want) in cases {
+            let escaped = escape_name(bytes);
+            assert_eq!(escaped, want);
+            assert!(!escaped.chars().any(is_hidden_char), "{escaped:?}");
+            assert_eq!(unescape_name(&escaped).as_deref(), Some(bytes), "{escaped}");
+            assert_eq!(visible(&escaped), escaped, "an escaped name stays as it is");
+            assert!(check_path(&escaped).is_ok(), "{escaped:?}");
+        }
+        // The C1 controls and the other bidirectional marks.
+        for c in [
+            '\u{85}', '\u{9b}', '\u{61c}', '\u{200f}', '\u{2029}', '\u{2066}', '\u{2069}',
+        ] {
+            let escaped = escape_name(c.to_string().as_bytes());
+            assert!(escaped.starts_with("\\u{"), "{c:?}: {escaped}");
+        }
+        for bad in ["\\", "\\q", "\\x1", "\\xzz", "\\u{110000}", "\\u2028"] {
+            assert_eq!(unescape_name(bad), None, "{bad:?}");
+        }
+        assert_eq!(visible("a\u{202e}b\n"), "a\\u{202e}b\\u{a}");
     }
 
     #[test]

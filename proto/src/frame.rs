@@ -593,10 +593,12 @@ mod tests {
             restarted: true,
             interrupted: true,
             duration_ms: u64::MAX,
-            // The longest paths, every byte escaped.
+            // The longest paths the agent lists: 16 components of 255
+            // bytes, each byte escaped as `\xNN` (files::escape_name), and
+            // its backslash again in JSON.
             outputs: vec![
                 Output {
-                    path: "\u{1}".repeat(crate::files::MAX_PATH_BYTES),
+                    path: vec!["\\xff".repeat(255); crate::files::MAX_PATH_DEPTH].join("/"),
                     size: u64::MAX,
                     mime: "application/octet-stream".into(),
                 };
@@ -607,7 +609,7 @@ mod tests {
         assert!(encode(&reply).is_ok());
         let read = Reply::File(FileReply {
             id: u64::MAX,
-            path: "\u{1}".repeat(crate::files::MAX_PATH_BYTES),
+            path: vec!["\\xff".repeat(255); crate::files::MAX_PATH_DEPTH].join("/"),
             size: u64::MAX,
             offset: u64::MAX,
             data: encode_data(&vec![0; MAX_READ_BYTES as usize]),

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from e2e import DEADLINE, Failed, McpClient, call_run, check  # noqa: F401
+from e2e import DEADLINE, Failed, McpClient, call_run, check, facts  # noqa: F401
 from served import HttpMcp  # noqa: F401
 
 
@@ -34,6 +34,59 @@ def reprobed(call, label):
         info(f"{label}: the start-up probe timed out; called again: {text.strip()}")
         result, text = call()
     return result, text
+
+
+# Attacks on a run's memory and process limits (python, memory_mb 1024,
+# pids 32): each must end in the run's result naming that limit as a
+# kernel fact (its cgroup's counters).
+FOUR_BY_400_MIB = (
+    "import os, time\n"
+    "kids = []\n"
+    "for i in range(4):\n"
+    "    pid = os.fork()\n"
+    "    if pid == 0:\n"
+    "        block = bytearray(b'\\x01') * (400 << 20)\n"
+    "        time.sleep(8)\n"
+    "        os._exit(0)\n"
+    "    kids.append(pid)\n"
+    "print('statuses', [os.waitpid(p, 0)[1] for p in kids])\n"
+)
+
+TMPFS_THEN_900_MIB = (
+    "chunk = b'\\x01' * (50 << 20)\n"
+    "for path in ['/workspace/fill', '/tmp/fill']:\n"
+    "    with open(path, 'wb') as f:\n"
+    "        for _ in range(5):\n"
+    "            f.write(chunk)\n"
+    "del chunk\n"
+    "print('written', flush=True)\n"
+    "block = bytearray(b'\\x01') * (900 << 20)\n"
+    "print('allocated', len(block) >> 20)\n"
+)
+
+FORK_BOMB = (
+    "import os, time\n"
+    "n = 0\n"
+    "try:\n"
+    "    while n < 10000:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(3)\n"
+    "            os._exit(0)\n"
+    "        n += 1\n"
+    "except OSError as e:\n"
+    "    print('refused after', n, e.strerror)\n"
+)
+
+
+def stopped_by(call, limit, label):
+    """call() -> (result, text) of a run; its result must say the cgroup's
+    `limit` stopped it (a kernel fact, not a guess from its messages).
+    (text, facts)."""
+    result, text = reprobed(call, label)
+    fact = facts(result)
+    info(f"{label}: {text.strip()[-300:]!r}, facts {fact}")
+    check(fact.get("limit") == {"name": limit, "certain": True}, f"not stopped by the {limit} limit: {text!r} {fact}")
+    return text, fact
 
 
 class Vm:
@@ -110,6 +163,14 @@ class Vm:
             except OSError:
                 pass
         return got
+
+    @staticmethod
+    def left_cgroups(path, prefix="run-"):
+        """The cgroups named prefix* in the cgroup at path that hold no
+        process (a run's or an ended session's, not removed)."""
+        directory = Path("/sys/fs/cgroup") / path.lstrip("/")
+        return sorted(d.name for d in directory.glob(f"{prefix}*")
+                      if "populated 0" in (d / "cgroup.events").read_text())
 
     @staticmethod
     def command_line(pid):

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from vmlib import Failed, HttpMcp, check, info, reprobed
+from vmlib import FORK_BOMB, FOUR_BY_400_MIB, TMPFS_THEN_900_MIB, Failed, HttpMcp, check, info, reprobed, stopped_by
 
 UNIT = "nix-sandbox-mcp.service"
 TOKEN = "vm-test-token-0123456789abcdef"
@@ -198,6 +198,36 @@ def test_jail_cgroup(vm):
     for cgroup in sorted(set(jail.values())):
         files = vm.cgroup_files(cgroup, ("cgroup.controllers", "memory.max", "pids.max"))
         info(f"service: {cgroup}: {files}")
+
+
+def unit_cgroup(vm):
+    return vm.sh(["systemctl", "show", "-P", "ControlGroup", UNIT]).stdout.strip()
+
+
+def test_delegated(vm):
+    """the launcher finds its unit's cgroup delegated (Delegate=yes) and works in it, from a leaf of its own"""
+    pid = main_pid(vm)
+    check(vm.cgroup_of(pid) == unit_cgroup(vm) + "/server", f"the launcher is in {vm.cgroup_of(pid)}")
+    lines = [line.split("self-test:", 1)[1].strip() for line in vm.journal(UNIT, lines=300).splitlines()
+             if "self-test:" in line]
+    check(any(line.startswith("cgroups: cgroup v2 (delegated") for line in lines), f"self-test: {lines}")
+    check(any("memory by cgroup, per run" in line for line in lines), f"self-test: {lines}")
+
+
+def test_limits_per_run(vm):
+    """4 x 400 MiB, 500 MiB of tmpfs then 900 MiB, a fork bomb: each stopped by its run's cgroup, the unit still up"""
+    pid = main_pid(vm)
+    run = lambda code: lambda: client().run("python", code)  # noqa: E731
+    text, fact = stopped_by(run(FOUR_BY_400_MIB), "memory", "service, 4 x 400 MiB")
+    check("killed: memory limit 1024 MiB" in text, f"the note does not say so: {text!r}")
+    text, _ = stopped_by(run(TMPFS_THEN_900_MIB), "memory", "service, 500 MiB tmpfs + 900 MiB")
+    check("written" in text and "allocated" not in text, f"{text!r}")
+    text, _ = stopped_by(run(FORK_BOMB), "processes", "service, fork bomb")
+    check("refused after" in text, f"{text!r}")
+    state = vm.sh(["systemctl", "show", "-P", "ActiveState", UNIT]).stdout.strip()
+    check(state == "active" and main_pid(vm) == pid, f"after the OOM kills the unit is {state}, main pid "
+          f"{main_pid(vm)} (was {pid}); journal: {why(vm)}")
+    vm.wait_until("the runs' cgroups removed", lambda: not vm.left_cgroups(unit_cgroup(vm)), timeout=10)
 
 
 def test_stop(vm):

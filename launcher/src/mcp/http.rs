@@ -21,13 +21,28 @@
 //!   dropped before the answer) cancels the call, as `notifications/cancelled`
 //!   would: the run's jail is killed at once.
 //! - SIGTERM or SIGINT stops the server; every running call is killed.
+//!
+//! Bounds, whoever the client is (config.rs declares their settings):
+//! - at most `--max-connections` connections (connections.rs: past it, a
+//!   new one closes the oldest that has not sent the token);
+//! - a request's headers must arrive within `--request-read-timeout`
+//!   (hyper's `header_read_timeout`, which also closes a keep-alive
+//!   connection idle that long; responses say so in `Keep-Alive`), and its
+//!   body within as long again, else the connection is closed (408 for the
+//!   body);
+//! - at most `--max-mcp-sessions` MCP sessions: past it `initialize` gets
+//!   503; an MCP session ends `--mcp-session-idle-timeout` after its last
+//!   request (rmcp's keep-alive), never before its sandbox sessions could
+//!   have ended or a call could have run to its timeout.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use ::http::{Request, Response, StatusCode, header};
 use bytes::Bytes;
@@ -35,7 +50,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{
@@ -45,8 +60,13 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::connections::Connections;
 use super::token::{CHALLENGE, NO_OAUTH, authorized, read_token, token_file};
 use super::{Config, Server};
+
+/// How long a call may go on past its environment's timeout: the
+/// interrupt's grace, a write's, and a reset's fresh jail.
+const CALL_GRACE: Duration = crate::session::lease::WAIT_AFTER_CANCEL;
 
 /// The one path the server answers on.
 pub const ENDPOINT: &str = "/mcp";
@@ -73,6 +93,13 @@ pub struct Options {
     pub token_file: Option<PathBuf>,
     /// Browser origins allowed besides the loopback ones.
     pub allowed_origins: Vec<String>,
+    /// Connections at once, and how long a request's headers (then its
+    /// body) may take.
+    pub max_connections: usize,
+    pub read_timeout: Duration,
+    /// MCP sessions at once, and how long an idle one lives (at least).
+    pub max_mcp_sessions: usize,
+    pub mcp_idle_timeout: Duration,
 }
 
 /// The largest HTTP request body: the largest code and files, every byte
@@ -101,6 +128,23 @@ pub fn parse_addr(addr: &str) -> Result<SocketAddr, String> {
 pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
     let shutdown = config.shutdown.clone();
     let max_body_bytes = max_body_bytes(config.max_code_bytes);
+    // An MCP session idle this long has nothing left: its sandbox sessions
+    // ended, and no call of it can still be running.
+    let longest_call = config
+        .catalog
+        .envs
+        .values()
+        .map(|e| Duration::from_secs(e.limits.timeout_s.get()))
+        .max()
+        .unwrap_or_default();
+    let options = Options {
+        mcp_idle_timeout: options
+            .mcp_idle_timeout
+            .max(config.sessions.idle_timeout)
+            .max(longest_call + CALL_GRACE),
+        ..options.clone()
+    };
+    let options = &options;
     let server = Server::new(config);
     server.start_probes();
     let served = serve_until_stopped(options, max_body_bytes, server, shutdown.clone()).await;
@@ -139,22 +183,46 @@ async fn serve_until_stopped(
     tracing::info!("listening on http://{bound}{ENDPOINT}");
     let stop = stop_signal(shutdown.clone());
     tokio::pin!(stop);
+    let connections = Connections::new(options.max_connections);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(options.read_timeout);
     loop {
+        tokio::select! {
+            () = &mut stop => break,
+            () = connections.room() => {}
+        }
         tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let Some(connection) = connections.admit() else {
+                        // Filled by authenticated connections since room():
+                        // this one is closed, its client may retry.
+                        tracing::warn!(%peer, max = options.max_connections, "connection refused: every place is held by a client with the token");
+                        continue;
+                    };
                     let front = front.clone();
+                    let http = http.clone();
                     tokio::spawn(async move {
+                        let authenticated = Arc::clone(&connection.authenticated);
                         let service = hyper::service::service_fn(move |request| {
                             let front = front.clone();
-                            async move { Ok::<_, Infallible>(front.answer(request).await) }
+                            let authenticated = Arc::clone(&authenticated);
+                            async move {
+                                Ok::<_, Infallible>(front.answer(request, &authenticated).await)
+                            }
                         });
-                        let connection = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service);
-                        if let Err(e) = connection.await {
-                            tracing::debug!(%peer, error = %e, "connection ended");
+                        let served = http.serve_connection(TokioIo::new(stream), service);
+                        tokio::select! {
+                            served = served => if let Err(e) = served {
+                                tracing::debug!(%peer, error = %e, "connection ended");
+                            },
+                            () = connection.close.cancelled() => {
+                                tracing::debug!(%peer, "connection closed to make room");
+                            }
                         }
+                        drop(connection);
                     });
                 }
                 Err(e) => {
@@ -194,6 +262,11 @@ struct Front {
     rmcp: Rmcp,
     sessions: Arc<LocalSessionManager>,
     max_body_bytes: usize,
+    read_timeout: Duration,
+    max_mcp_sessions: usize,
+    /// Held while an `initialize` makes its MCP session, so that the cap
+    /// holds when several come at once.
+    initializing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Front {
@@ -226,6 +299,7 @@ impl Front {
         }
         let mut sessions = LocalSessionManager::default();
         sessions.session_config.sse_retry = None;
+        sessions.session_config.keep_alive = Some(options.mcp_idle_timeout);
         let sessions = Arc::new(sessions);
         let rmcp = StreamableHttpService::new(
             move || Ok(prototype.for_another_client()),
@@ -237,10 +311,36 @@ impl Front {
             rmcp,
             sessions,
             max_body_bytes,
+            read_timeout: options.read_timeout,
+            max_mcp_sessions: options.max_mcp_sessions,
+            initializing: Arc::default(),
         }
     }
 
-    async fn answer(&self, request: Request<Incoming>) -> HttpResponse {
+    /// Answers one request; `authenticated` is the connection's mark, set
+    /// when the request carries the token.
+    async fn answer(
+        &self,
+        request: Request<Incoming>,
+        authenticated: &std::sync::atomic::AtomicBool,
+    ) -> HttpResponse {
+        let mut response = self.answer_request(request, authenticated).await;
+        // The keep-alive connection closes after the read timeout; clients
+        // that read this (undici, among others) stop reusing it before.
+        let idle = self.read_timeout.as_secs().saturating_sub(1).max(1);
+        if let Ok(value) = header::HeaderValue::from_str(&format!("timeout={idle}")) {
+            response
+                .headers_mut()
+                .insert(::http::HeaderName::from_static("keep-alive"), value);
+        }
+        response
+    }
+
+    async fn answer_request(
+        &self,
+        request: Request<Incoming>,
+        authenticated: &std::sync::atomic::AtomicBool,
+    ) -> HttpResponse {
         let path = request.uri().path();
         if path.starts_with("/.well-known/oauth") || path.starts_with("/.well-known/openid") {
             return plain(StatusCode::NOT_FOUND, &format!("Not Found: {NO_OAUTH}"));
@@ -262,13 +362,27 @@ impl Front {
             );
             return response;
         }
+        authenticated.store(true, Ordering::SeqCst);
         if request.method() == ::http::Method::DELETE {
             return self.end_session(request).await;
         }
         let (parts, body) = request.into_parts();
-        let body = match Limited::new(body, self.max_body_bytes).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
+        let read = tokio::time::timeout(
+            self.read_timeout,
+            Limited::new(body, self.max_body_bytes).collect(),
+        );
+        let body = match read.await {
+            Err(_) => {
+                return plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    &format!(
+                        "Request Timeout: the body did not arrive within {} s",
+                        self.read_timeout.as_secs()
+                    ),
+                );
+            }
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(e)) => {
                 let too_large = e
                     .downcast_ref::<http_body_util::LengthLimitError>()
                     .is_some();
@@ -283,6 +397,17 @@ impl Front {
             }
         };
         let call = call_in_session(&parts.headers, &body);
+        let _initializing = if is_initialize(&parts.headers, &body) {
+            let held = self.initializing.clone().lock_owned().await;
+            let open = self.sessions.sessions.read().await.len();
+            if open >= self.max_mcp_sessions {
+                tracing::warn!(open, "initialize refused: the MCP session cap is reached");
+                return self.sessions_full();
+            }
+            Some(held)
+        } else {
+            None
+        };
         let response = self
             .rmcp
             .handle(Request::from_parts(parts, Full::new(body)))
@@ -303,6 +428,30 @@ impl Front {
 }
 
 impl Front {
+    /// 503 for an `initialize` past the MCP session cap.
+    fn sessions_full(&self) -> HttpResponse {
+        let mut response = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "Service Unavailable: {} MCP sessions are open, the most this server allows \
+                 (--{} / {}); an MCP session ends {} s after its last request, or at once \
+                 with DELETE /mcp",
+                self.max_mcp_sessions,
+                crate::config::MAX_MCP_SESSIONS.flag.unwrap_or_default(),
+                crate::config::MAX_MCP_SESSIONS.var_name(),
+                self.sessions
+                    .session_config
+                    .keep_alive
+                    .unwrap_or_default()
+                    .as_secs()
+            ),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("30"));
+        response
+    }
+
     /// `DELETE /mcp`: 204 when the MCP session was ended, 404 when the
     /// server has no such session (rmcp answers 202 for both).
     async fn end_session(&self, request: Request<Incoming>) -> HttpResponse {
@@ -342,6 +491,15 @@ fn call_in_session(headers: &::http::HeaderMap, body: &[u8]) -> Option<(SessionI
     message.get("method")?;
     let id = message.get("id")?.clone();
     Some((session.to_owned().into(), id))
+}
+
+/// Whether a request starts an MCP session: `initialize` without one.
+fn is_initialize(headers: &::http::HeaderMap, body: &[u8]) -> bool {
+    if headers.contains_key("mcp-session-id") {
+        return false;
+    }
+    serde_json::from_slice::<Value>(body)
+        .is_ok_and(|message| message.get("method") == Some(&json!("initialize")))
 }
 
 fn plain(status: StatusCode, text: &str) -> HttpResponse {

@@ -16,6 +16,8 @@
 //! (refusal.rs), which the layers' own errors convert into.
 
 pub mod args;
+mod backpressure;
+mod connections;
 pub mod http;
 pub mod refusal;
 mod resources;
@@ -33,8 +35,10 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{self, Runs, SessionSlots};
 use crate::catalog::{Catalog, Env};
 use crate::outputs::mirror::Mirror;
 use crate::packages::{Composer, names};
@@ -73,6 +77,8 @@ pub struct Config {
     pub mirror: Option<Mirror>,
     /// Environments with packages added (`packages`), composed and cached.
     pub composer: Composer,
+    /// Runs at once, all clients together (`--max-runs`).
+    pub max_runs: usize,
 }
 
 /// What every handler of the server shares, made once.
@@ -88,6 +94,9 @@ struct Shared {
     settings: session::Settings,
     mirror: Option<Mirror>,
     composer: Composer,
+    /// The runs going on and the sessions open, all clients together.
+    runs: Runs,
+    session_slots: SessionSlots,
     /// The sessions and resource links of requests without an MCP session
     /// (the stateless 2026-07-28 revision over HTTP): one table for all of
     /// them, in which the server names the sessions (session/names.rs).
@@ -132,6 +141,7 @@ impl Server {
             sessions: settings,
             mirror,
             composer,
+            max_runs,
         } = config;
         let probes = Probes::new(
             &catalog,
@@ -139,29 +149,36 @@ impl Server {
             Arc::clone(&host),
             shutdown.clone(),
         );
+        let session_slots = SessionSlots::new(settings.max_total);
         let stateless = Client {
             sessions: Sessions::server_named(
                 settings,
                 wrapper_env.clone(),
                 Arc::clone(&host),
                 shutdown.clone(),
+                session_slots.clone(),
             ),
             links: Links::default(),
         };
-        Self::for_client(Arc::new(Shared {
-            instructions: tool::instructions(&catalog, project_mount.as_deref()),
-            tool: tool::run_tool(&catalog, &settings),
-            catalog,
-            probes: Arc::new(probes),
-            wrapper_env,
-            max_code_bytes,
-            shutdown,
-            host,
-            settings,
-            mirror,
-            composer,
-            stateless,
-        }))
+        Self::for_client(
+            None,
+            Arc::new(Shared {
+                instructions: tool::instructions(&catalog, project_mount.as_deref(), &host),
+                tool: tool::run_tool(&catalog, &settings),
+                catalog,
+                probes: Arc::new(probes),
+                wrapper_env,
+                max_code_bytes,
+                shutdown,
+                host,
+                settings,
+                mirror,
+                composer,
+                runs: Runs::new(max_runs),
+                session_slots,
+                stateless,
+            }),
+        )
     }
 
     /// A handler for another MCP client (one per MCP session over HTTP):
@@ -169,16 +186,24 @@ impl Server {
     /// its own (the session table), so clients never see each other's state.
     /// rmcp's HTTP service also builds one to read a tool's schema: building
     /// must stay cheap and start nothing.
+    /// Over HTTP, each client's sessions are mirrored under a directory of
+    /// its own (`client-ID/SESSION`): two clients' sessions of one name
+    /// stay apart.
     pub fn for_another_client(&self) -> Self {
-        Self::for_client(Arc::clone(&self.shared))
+        let client = format!("client-{}", session::random_suffix());
+        Self::for_client(Some(client), Arc::clone(&self.shared))
     }
 
-    fn for_client(shared: Arc<Shared>) -> Self {
+    /// A handler with a session table of its own; `mirror_client`: its
+    /// directory in the outputs mirror, if not the mirror's top.
+    fn for_client(mirror_client: Option<String>, shared: Arc<Shared>) -> Self {
         let sessions = Sessions::new(
             shared.settings,
             shared.wrapper_env.clone(),
             Arc::clone(&shared.host),
             shared.shutdown.clone(),
+            shared.session_slots.clone(),
+            mirror_client,
         );
         Self {
             shared,
@@ -246,6 +271,7 @@ impl Server {
         let (code, files) = (&args.code, &args.files);
         match self.precheck(&env, &args).await? {
             Target::Run => {
+                let _slot = self.admit_run(&ct).await?;
                 let cx = run::Context {
                     host: &shared.host,
                     env: &shared.wrapper_env,
@@ -265,6 +291,7 @@ impl Server {
                 Ok(report::call::called(&env, &outcome, resource_links))
             }
             Target::Throwaway => {
+                let _slot = self.admit_run(&ct).await?;
                 let cx = throwaway::Context {
                     wrapper_env: &shared.wrapper_env,
                     host: &shared.host,
@@ -366,6 +393,20 @@ impl Server {
         let composed = composed.map_err(|e| Refusal::compose_failed(&base.name, &e))?;
         progress.send(1.0, &format!("{message}: done"));
         Ok(composed)
+    }
+
+    /// A slot for one more run among all clients' (admission.rs): waits in
+    /// line, unless the call is cancelled or the server stops.
+    async fn admit_run(&self, ct: &CancellationToken) -> Result<OwnedSemaphorePermit, Refusal> {
+        let shared = &*self.shared;
+        // A free slot first: a call cancelled meanwhile still starts and is
+        // stopped at once, as a call that did not wait is.
+        tokio::select! {
+            biased;
+            admitted = shared.runs.admit(admission::QUEUE_WAIT) => Ok(admitted?),
+            () = ct.cancelled() => Err(Refusal::cancelled_in_line()),
+            () = shared.shutdown.cancelled() => Err(Refusal::cancelled_in_line()),
+        }
     }
 
     /// The environment named `requested`, or the default one.

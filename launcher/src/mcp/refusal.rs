@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+use crate::admission;
 use crate::packages::ComposeError;
 use crate::packages::names::{Allow, MAX_NAME_BYTES, MAX_PACKAGES, NameError};
 use crate::session;
@@ -23,6 +24,7 @@ pub enum ErrorCode {
     SessionEnvMismatch,
     SessionBusy,
     TooManySessions,
+    ServerBusy,
     SessionsUnsupported,
     BadFilePath,
     FilesTooLarge,
@@ -49,6 +51,7 @@ impl ErrorCode {
             ErrorCode::SessionEnvMismatch => "session_env_mismatch",
             ErrorCode::SessionBusy => "session_busy",
             ErrorCode::TooManySessions => "too_many_sessions",
+            ErrorCode::ServerBusy => "server_busy",
             ErrorCode::SessionsUnsupported => "sessions_unsupported",
             ErrorCode::BadFilePath => "bad_file_path",
             ErrorCode::FilesTooLarge => "files_too_large",
@@ -198,6 +201,42 @@ impl Refusal {
                  them ({}), call without `session`, or wait: a session ends after {idle_s} s \
                  without calls.",
                 open.join(", ")
+            ),
+        )
+    }
+
+    /// `max` runs were going on, all clients together, for as long as a
+    /// run waits in line (`waited_s`).
+    pub fn runs_full(max: usize, waited_s: u64) -> Self {
+        Self::new(
+            ErrorCode::ServerBusy,
+            format!(
+                "the server is running {max} programs at once, its limit for all clients \
+                 together ({}), and none ended within {waited_s} s; nothing was run. Try \
+                 again in a moment, or tell the user to raise the limit.",
+                admission::RunsFull::setting()
+            ),
+        )
+    }
+
+    /// The call was cancelled (or the server stopped) while it waited for a
+    /// free slot.
+    pub fn cancelled_in_line() -> Self {
+        Self::new(
+            ErrorCode::ServerBusy,
+            "the call was cancelled while it waited for a free slot; nothing was run.".into(),
+        )
+    }
+
+    /// `max` sessions are open, all clients together.
+    pub fn sessions_full(max: usize, idle_s: u64) -> Self {
+        Self::new(
+            ErrorCode::ServerBusy,
+            format!(
+                "{max} sessions are open on this server, its limit for all clients together \
+                 ({}); nothing was run. Call without `session`, or wait: a session ends \
+                 after {idle_s} s without calls.",
+                admission::SessionSlots::setting()
             ),
         )
     }
@@ -363,6 +402,12 @@ impl Refusal {
     }
 }
 
+impl From<admission::RunsFull> for Refusal {
+    fn from(e: admission::RunsFull) -> Self {
+        Self::runs_full(e.max, admission::QUEUE_WAIT.as_secs())
+    }
+}
+
 /// A wrapper that did not start: without its cgroup the sandbox cannot hold
 /// its limits; else the wrapper itself failed.
 impl From<NotStarted> for Refusal {
@@ -392,6 +437,7 @@ impl From<session::Error> for Refusal {
             } => Self::session_packages_mismatch(&session, &bound, &requested),
             Error::Busy { session, within_s } => Self::session_busy(&session, within_s),
             Error::TooMany { max, open, idle_s } => Self::too_many_sessions(max, &open, idle_s),
+            Error::ServerFull { max, idle_s } => Self::sessions_full(max, idle_s),
             Error::Stopping { env } => Self::sandbox_unavailable(&env, "the server is stopping"),
             Error::NotStarted(e) => e.into(),
             Error::InterpreterUnavailable { env, message } => {

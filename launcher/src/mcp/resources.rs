@@ -150,6 +150,7 @@ mod tests {
             shown: None,
             note: None,
             uri: Some(uri("s", path)),
+            unmirrored: None,
         };
         links.note("a", false, &[item("x.csv")]);
         links.note("b", false, &[item("y.csv")]);

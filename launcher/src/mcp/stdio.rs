@@ -1,5 +1,6 @@
 //! MCP over stdio: stdout is the protocol (logs go to stderr), and stdin's
-//! end, or SIGTERM or SIGINT, is the client going away.
+//! end, or SIGTERM or SIGINT, is the client going away. A client that does
+//! not read its answers gets no more requests read (backpressure.rs).
 
 use std::io;
 use std::pin::Pin;
@@ -10,6 +11,7 @@ use rmcp::service::ServerInitializeError;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
+use super::backpressure::Bounded;
 use super::http::stop_signal;
 use super::{Config, Server};
 
@@ -20,17 +22,18 @@ use super::{Config, Server};
 /// nothing more is written, and the server exits 0. A client that closes
 /// before `initialize` (a health check, a probe) is no error either, and it
 /// started no jail: the sandbox probes start with the first handshake.
-pub async fn serve(config: Config) -> Result<(), String> {
+pub async fn serve(config: Config, max_unread_bytes: usize) -> Result<(), String> {
     let shutdown = config.shutdown.clone();
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     let stdin = EofCancels::new(stdin, shutdown.clone());
     let stdout = SilentAfter::new(stdout, shutdown.clone());
+    let transport = Bounded::new(stdin, stdout, max_unread_bytes);
     // Signals only: end of input cancels `shutdown` too, and then rmcp
     // still writes the answers of the calls that ended.
     let stop = stop_signal(CancellationToken::new());
     tokio::pin!(stop);
     let served = tokio::select! {
-        served = Server::new(config).serve((stdin, stdout)) => served,
+        served = Server::new(config).serve(transport) => served,
         () = &mut stop => {
             tracing::info!("stopped before initialize; server stopping");
             return Ok(());

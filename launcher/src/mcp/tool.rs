@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::catalog::{Catalog, Env};
 use crate::egress::policy::Network;
 use crate::session;
+use crate::wrapper::host::Host;
 
 /// Most packages listed per environment in the instructions.
 const MAX_PACKAGES_LISTED: usize = 16;
@@ -79,7 +80,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
 
 /// One line per environment (sorted), the project mount, the limits every
 /// run holds ([`limits_line`]), how to read results.
-pub fn instructions(catalog: &Catalog, project_mount: Option<&str>) -> String {
+pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
     let mut text = String::from("Sandboxed code runner; no network unless noted. Environments:\n");
     if catalog.envs.is_empty() {
         text.push_str("(none usable: run answers why)\n");
@@ -130,7 +131,7 @@ pub fn instructions(catalog: &Catalog, project_mount: Option<&str>) -> String {
         text.push_str(&line);
         text.push('\n');
     }
-    if let Some(line) = limits_line(catalog) {
+    if let Some(line) = limits_line(host, catalog) {
         text.push_str(&line);
         text.push('\n');
     }
@@ -170,16 +171,22 @@ fn packages_line(catalog: &Catalog) -> Option<String> {
 /// (values that differ are given per environment). Each holds on every
 /// host the probes pass: the jails never run as root, so RLIMIT_NPROC
 /// binds them even without a cgroup.
-fn limits_line(catalog: &Catalog) -> Option<String> {
+fn limits_line(host: &Host, catalog: &Catalog) -> Option<String> {
     let envs: Vec<&Env> = catalog.envs.values().map(|e| e.as_ref()).collect();
     if envs.is_empty() {
         return None;
     }
     let secs = |v: u64| format!("{v} s");
     let count = |v: u64| v.to_string();
+    // Without a cgroup, RLIMIT_AS binds each process, not the run.
+    let memory = if host.memory_by_cgroup() {
+        "memory"
+    } else {
+        "memory per process"
+    };
     let parts = [
         ("time", common(&envs, |e| e.limits.timeout_s.get(), secs)),
-        ("memory", common(&envs, |e| e.limits.memory_mb.get(), mib)),
+        (memory, common(&envs, |e| e.limits.memory_mb.get(), mib)),
         ("processes", common(&envs, |e| e.limits.pids.get(), count)),
         ("CPU", common(&envs, |e| e.limits.cpu_s.get(), secs)),
         ("files", common(&envs, |e| e.limits.file_mb.get(), mib)),
@@ -294,7 +301,7 @@ mod tests {
                 ]),
             )
             .build()]);
-        let text = instructions(&c, None);
+        let text = instructions(&c, None, &Host::plain());
         assert_eq!(
             text.lines().nth(1),
             Some(
@@ -318,7 +325,7 @@ mod tests {
                 json!({"allow": [{"host": "pypi.org"}, {"host": "*.example.com", "port": 8443}]}),
             )
             .build()]);
-        let text = instructions(&c, None);
+        let text = instructions(&c, None, &Host::plain());
         assert_eq!(
             text.lines().nth(1),
             Some("- packaging: Python with pip; network only to pypi.org, *.example.com:8443")
@@ -339,7 +346,7 @@ mod tests {
     #[test]
     fn instructions_are_sorted_and_capped() {
         let c = catalog(&[("shell", true, 2), ("python", false, 18)]);
-        let text = instructions(&c, Some("/project"));
+        let text = instructions(&c, Some("/project"), &Host::plain());
         let lines: Vec<&str> = text.lines().collect();
         // Versions for the first three packages, names for the others.
         assert_eq!(
@@ -358,12 +365,12 @@ mod tests {
         assert!(!text.contains("Custom"), "{text}");
         let mut replaced = c.clone();
         replaced.replaced = vec!["node".into(), "python".into()];
-        let text = instructions(&replaced, None);
+        let text = instructions(&replaced, None, &Host::plain());
         assert_eq!(
             text.lines().nth(3),
             Some("Custom, in place of the server's own: node, python.")
         );
-        assert!(!instructions(&c, None).contains("project"));
+        assert!(!instructions(&c, None, &Host::plain()).contains("project"));
     }
 
     #[test]
@@ -405,13 +412,13 @@ mod tests {
                     .build()
             },
         ));
-        let line = limits_line(&catalog).unwrap();
+        let line = limits_line(&Host::plain(), &catalog).unwrap();
         assert_eq!(
             line,
-            "Limits per run: time 30 s, memory 1 GiB (node 2 GiB), processes 256, CPU 60 s, \
-             files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
+            "Limits per run: time 30 s, memory per process 1 GiB (node 2 GiB), processes 32, \
+             CPU 60 s, files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
         );
-        assert_eq!(limits_line(&Catalog::default()), None);
+        assert_eq!(limits_line(&Host::plain(), &Catalog::default()), None);
     }
 
     #[test]
@@ -420,7 +427,7 @@ mod tests {
         let plain = catalog(&[("python", false, 0), ("shell", false, 0)]);
         let tool = run_tool(&plain, &settings);
         assert!(tool.input_schema["properties"].get("packages").is_none());
-        let text = instructions(&plain, None);
+        let text = instructions(&plain, None, &Host::plain());
         assert!(!text.contains("packages`"), "{text}");
 
         let policy = json!({
@@ -439,7 +446,7 @@ mod tests {
             tool.input_schema["properties"]["packages"]["items"],
             json!({"type": "string"})
         );
-        let text = instructions(&c, None);
+        let text = instructions(&c, None, &Host::plain());
         assert!(
             text.contains(
                 "`packages: [\"jq\"]` adds nixpkgs packages in python (allowed: jq, \

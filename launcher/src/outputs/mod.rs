@@ -12,7 +12,7 @@
 //!   (`sandbox://SESSION/outputs/PATH`) that `resources/read` serves while
 //!   the session lives.
 //! - With the mirror on (mirror.rs), every file listed is also copied to the
-//!   host, up to [`MAX_MIRROR_BYTES`] per call.
+//!   host, within the mirror's caps; what is not copied says why.
 //!
 //! The bytes come from the agent (`read` frames), never from the jail's
 //! files directly (CONTRIBUTING.md, contract 3). Reading is bounded in time,
@@ -31,7 +31,7 @@ pub mod mirror;
 
 use crate::session::jail::{Broken, Jail};
 use crate::session::verify;
-use mirror::Mirror;
+use mirror::{Mirror, Skipped};
 
 /// Most images (SVG included) shown per call.
 pub const MAX_SHOWN: usize = 4;
@@ -41,8 +41,6 @@ pub const MAX_IMAGE_BYTES: u64 = 1 << 20;
 pub const MAX_SHOWN_BYTES: u64 = 3 << 20;
 /// Largest SVG shown as text.
 pub const MAX_SVG_BYTES: u64 = 16 << 10;
-/// Most bytes mirrored per call.
-pub const MAX_MIRROR_BYTES: u64 = 256 << 20;
 /// Largest output `resources/read` returns.
 pub const MAX_RESOURCE_BYTES: u64 = 8 << 20;
 /// How long reading the outputs of one call may take (mirroring included).
@@ -66,6 +64,8 @@ pub struct Item {
     pub note: Option<String>,
     /// The resource link, in a session, for what is not shown.
     pub uri: Option<String>,
+    /// Why it is not in the outputs mirror, when the mirror is on.
+    pub unmirrored: Option<mirror::Skipped>,
 }
 
 /// The outputs of one call.
@@ -74,8 +74,10 @@ pub struct Collected {
     pub items: Vec<Item>,
     /// Outputs the agent did not list.
     pub more: u64,
-    /// Where they were mirrored to.
+    /// Where they were mirrored to (when one was).
     pub mirrored: Option<PathBuf>,
+    /// The mirror is on: what is not listed is not mirrored either.
+    pub mirror_on: bool,
     /// The agent could not be read from: the jail must be killed.
     pub broken: Option<String>,
 }
@@ -112,12 +114,26 @@ pub async fn collect(
     let deadline = Instant::now() + READ_TIME;
     let mut collected = Collected {
         more,
+        mirror_on: to.mirror.is_some(),
         ..Collected::default()
     };
-    let (mut shown, mut shown_bytes, mut mirror_left) = (0usize, 0u64, MAX_MIRROR_BYTES);
+    let mut call_left = to.mirror.as_ref().map_or(0, |(m, _)| m.caps.per_call);
+    let (mut shown, mut shown_bytes) = (0usize, 0u64);
     for output in outputs {
-        if files::check_path(&output.path).is_err() {
-            tracing::warn!(path = %output.path, "the agent listed a bad output path");
+        // A path the agent cannot read back (too long once escaped, or from
+        // an agent that broke the rules) is listed all the same, unread.
+        if let Err(why) = files::check_path(&output.path) {
+            tracing::warn!(path = %files::visible(&output.path), "an output path that cannot be read");
+            collected.items.push(Item {
+                output: output.clone(),
+                shown: None,
+                note: Some(format!("not read: {why}")),
+                uri: None,
+                unmirrored: to
+                    .mirror
+                    .as_ref()
+                    .map(|_| Skipped::Failed("its path cannot be read".into())),
+            });
             continue;
         }
         let svg = output.mime == "image/svg+xml";
@@ -138,26 +154,34 @@ pub async fn collect(
             None
         };
         let show = (image || svg) && refusal.is_none();
-        let mirror = to.mirror.as_ref().filter(|_| output.size <= mirror_left);
         let mut item = Item {
             output: output.clone(),
             shown: None,
             note: refusal,
             uri: None,
+            unmirrored: None,
         };
-        if (show || mirror.is_some()) && collected.broken.is_none() {
-            let max = if mirror.is_some() { mirror_left } else { limit };
-            let mut copy = match mirror {
-                Some((mirror, dir)) => match mirror.create(dir, &output.path) {
-                    Ok(file) => Some(file),
-                    Err(e) => {
-                        tracing::warn!(path = %output.path, "mirroring an output failed: {e}");
-                        None
-                    }
-                },
-                None => None,
-            };
+        // The mirror's copy, begun when the call's share and the
+        // directory have room for it.
+        let mut copy = None;
+        if let Some((mirror, dir)) = &to.mirror
+            && collected.broken.is_none()
+        {
+            if output.size > call_left {
+                item.unmirrored = Some(Skipped::CallFull {
+                    per_call: mirror.caps.per_call,
+                });
+            } else {
+                match mirror.create(dir, &output.path, output.size) {
+                    Ok(file) => copy = Some(file),
+                    Err(skipped) => item.unmirrored = Some(skipped),
+                }
+            }
+        }
+        if (show || copy.is_some()) && collected.broken.is_none() {
+            let max = if copy.is_some() { call_left } else { limit };
             let mut bytes = Vec::new();
+            let mut failed = None;
             let read = read_each(jail, &output.path, max, deadline, |chunk| {
                 if show && bytes.len() as u64 <= limit {
                     bytes.extend_from_slice(chunk);
@@ -166,10 +190,12 @@ pub async fn collect(
                     && let Err(e) = file.write(chunk)
                 {
                     tracing::warn!(path = %output.path, "mirroring an output failed: {e}");
+                    failed = Some(Skipped::Failed(e.to_string()));
                     copy = None;
                 }
             })
             .await;
+            item.unmirrored = item.unmirrored.take().or(failed);
             match read {
                 Ok(total) => {
                     if show {
@@ -182,24 +208,29 @@ pub async fn collect(
                             None => item.note = Some("not shown: not a whole image".into()),
                         }
                     }
-                    mirror_left = mirror_left.saturating_sub(total);
-                    if let (Some(file), Some((mirror, dir))) = (copy, mirror) {
+                    if let (Some(file), Some((mirror, dir))) = (copy, &to.mirror) {
                         match file.finish() {
-                            Ok(()) => collected.mirrored = Some(mirror.path_of(dir)),
-                            Err(e) => {
-                                tracing::warn!(path = %output.path, "mirroring an output failed: {e}")
+                            Ok(()) => {
+                                call_left = call_left.saturating_sub(total);
+                                collected.mirrored = Some(mirror.path_of(dir));
                             }
+                            Err(skipped) => item.unmirrored = Some(skipped),
                         }
                     }
                 }
                 Err(ReadFailed::Gone(why)) => {
                     item.note = Some(format!("gone before it could be read ({why})"));
+                    item.unmirrored = None;
                 }
                 Err(ReadFailed::Broken(why)) => {
                     tracing::warn!(path = %output.path, "reading outputs failed: {why}");
+                    item.unmirrored = Some(Skipped::Failed("reading it failed".into()));
                     collected.broken = Some(why);
                 }
             }
+        } else if to.mirror.is_some() && item.unmirrored.is_none() {
+            // The agent broke before this one was read.
+            item.unmirrored = Some(Skipped::Failed("reading it failed".into()));
         }
         if item.shown.is_none() {
             item.uri = to.session.map(|s| uri(s, &output.path));

@@ -392,6 +392,7 @@ mod tests {
             shown: None,
             note: None,
             uri: None,
+            unmirrored: None,
         });
         o.outputs.broken = Some("the agent did not answer a read in time".into());
         let r = called(&env(), &o, true);

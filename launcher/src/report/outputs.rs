@@ -1,9 +1,14 @@
 //! What the model reads of the files a call wrote under
 //! `/workspace/outputs` (outputs/ collects them): a few lines in the text,
-//! then images, SVG texts and resource links as content blocks.
+//! then images, SVG texts and resource links as content blocks. Every
+//! output is listed; names come from the jail, so what could break a line
+//! or reorder the text is shown escaped (`proto::files::visible`; the agent
+//! escapes names already, this holds against one that does not).
 
 use rmcp::model::{ContentBlock, Resource};
 use serde::Serialize;
+
+use proto::files::visible;
 
 use crate::outputs::{Collected, Shown, size_text};
 
@@ -17,12 +22,18 @@ pub fn lines(c: &Collected, throwaway: bool) -> Vec<String> {
     let mut unkept = false;
     for item in &c.items {
         let o = &item.output;
-        let mut line = format!("- {} ({}, {})", o.path, o.mime, size_text(o.size));
+        let mut line = format!(
+            "- {} ({}, {})",
+            visible(&o.path),
+            visible(&o.mime),
+            size_text(o.size)
+        );
         let mut said = Vec::new();
         if item.shown.is_some() {
             said.push("shown".to_owned());
         }
         said.extend(item.note.clone());
+        said.extend(item.unmirrored.as_ref().map(ToString::to_string));
         if let Some(uri) = &item.uri {
             said.push(format!("resource {uri}"));
         } else if item.shown.is_none() && throwaway {
@@ -35,7 +46,8 @@ pub fn lines(c: &Collected, throwaway: bool) -> Vec<String> {
         lines.push(line);
     }
     if c.more > 0 {
-        lines.push(format!("- (+{} more not listed)", c.more));
+        let mirrored = if c.mirror_on { ", not mirrored" } else { "" };
+        lines.push(format!("- (+{} more not listed{mirrored})", c.more));
     }
     if unkept {
         lines.push(
@@ -64,11 +76,11 @@ pub fn blocks(c: &Collected, resource_links: bool) -> Vec<ContentBlock> {
             }
             (Some(Shown::Svg(text)), _) => Some(ContentBlock::text(format!(
                 "--- outputs/{} ---\n{text}",
-                item.output.path
+                visible(&item.output.path)
             ))),
             (None, Some(uri)) if resource_links => Some(ContentBlock::resource_link(
-                Resource::new(uri.clone(), item.output.path.clone())
-                    .with_mime_type(item.output.mime.clone())
+                Resource::new(uri.clone(), visible(&item.output.path).into_owned())
+                    .with_mime_type(visible(&item.output.mime).into_owned())
                     .with_size(item.output.size),
             )),
             (None, _) => None,

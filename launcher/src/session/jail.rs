@@ -26,6 +26,7 @@ use tokio::net::unix::pipe;
 use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
+use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, StartError, WrapperEnv};
 
@@ -68,6 +69,24 @@ impl std::fmt::Display for Broken {
     }
 }
 
+/// Where a jail's CPU time is read ([`Jail::cpu_source`]).
+#[derive(Debug, Clone)]
+pub enum CpuSource {
+    Cgroup(CpuMeter),
+    /// The wrapper's pid, the root of the jail's processes.
+    Tree(i32),
+}
+
+impl CpuSource {
+    /// The CPU time so far; `None` when the jail is gone.
+    pub fn read(&self) -> Option<std::time::Duration> {
+        match self {
+            CpuSource::Cgroup(meter) => meter.read(),
+            CpuSource::Tree(pid) => crate::wrapper::proctree::cpu_of_tree(*pid),
+        }
+    }
+}
+
 /// A running session jail.
 pub struct Jail {
     group: Group,
@@ -82,6 +101,9 @@ pub struct Jail {
     /// The jail's way out, when its environment has a network policy: it
     /// lives as long as the jail.
     gate: Option<Box<Gate>>,
+    /// Reads the CPU time of the jail's cgroup, when it has one (boxed:
+    /// an idle jail sits in the session table).
+    cpu: Option<Box<CpuMeter>>,
 }
 
 impl Jail {
@@ -106,6 +128,7 @@ impl Jail {
             gate.as_deref(),
         )?;
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
+        let cpu = cgroup.as_ref().and_then(RunCgroup::cpu_meter).map(Box::new);
         let exited = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&exited);
         wrapper::reaper::track(async move {
@@ -137,6 +160,7 @@ impl Jail {
             next_id: RandomState::new().hash_one(pid) >> 1,
             log_tail,
             gate,
+            cpu,
         })
     }
 
@@ -200,6 +224,31 @@ impl Jail {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The wrapper's pid, the root of the jail's processes.
+    pub fn pid(&self) -> i32 {
+        self.group.id()
+    }
+
+    /// The CPU time the jail's processes used so far, all of them
+    /// together; `None` once the jail is gone.
+    pub fn cpu_used(&self) -> Option<std::time::Duration> {
+        if self.has_exited() {
+            return None;
+        }
+        self.cpu_source().read()
+    }
+
+    /// Where the jail's CPU time is read: its cgroup's counter, which
+    /// holds every process that was ever in it; without one, its process
+    /// tree in /proc (wrapper/proctree.rs), which misses a process that
+    /// ended with no parent in the jail waiting for it.
+    pub fn cpu_source(&self) -> CpuSource {
+        match &self.cpu {
+            Some(meter) => CpuSource::Cgroup(CpuMeter::clone(meter)),
+            None => CpuSource::Tree(self.group.id()),
+        }
     }
 
     /// SIGKILL to the jail's process group.

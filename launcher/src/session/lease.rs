@@ -153,6 +153,17 @@ impl Inner {
                         }
                         .into());
                     }
+                    let Some(slot) = self.slots.admit() else {
+                        tracing::warn!(
+                            max = self.slots.max,
+                            "session refused: every client's sessions together are at the limit"
+                        );
+                        return Err(Error::ServerFull {
+                            max: self.slots.max,
+                            idle_s: self.settings.idle_timeout.as_secs(),
+                        }
+                        .into());
+                    };
                     let ended_before = table
                         .ended
                         .iter()
@@ -172,6 +183,7 @@ impl Inner {
                             last_used: now,
                             slot: None,
                             running: Some(Running::new(cancel, env, now)),
+                            _slot: slot,
                         },
                     );
                     tracing::info!(session = %name, env = %env.name, open = table.open.len(), "session created");

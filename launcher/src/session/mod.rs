@@ -12,7 +12,9 @@
 //!   call was cancelled: then it waits, at most
 //!   [`lease::WAIT_AFTER_CANCEL`], for the interrupt to land, so that a
 //!   client that cancels and calls again at once is not told "busy" (MCP
-//!   clients do exactly that). At most [`Settings::max_sessions`] sessions.
+//!   clients do exactly that). At most [`Settings::max_sessions`] sessions
+//!   per table, and [`Settings::max_total`] in every table together
+//!   (admission.rs).
 //! - Requests over HTTP without an MCP session (the stateless 2026-07-28
 //!   revision) share one table ([`Sessions::server_named`]) in which the
 //!   server names every new session: the model's name with an unguessable
@@ -28,11 +30,15 @@
 //!   an agent that died or broke the protocol (verify.rs: the agent is as
 //!   untrusted as the code beside it), resets the session: the jail is
 //!   killed and a fresh one started.
+//! - A session's processes together, across its calls and between them,
+//!   get its environment's `cpu_s` (RLIMIT_CPU holds each process alone):
+//!   read in /proc after each call, and every 2 s for idle sessions by the
+//!   reaper; past it the session is reset (after a call) or ended (idle).
 //! - Server shutdown (the token) and dropping the table kill every jail.
 
 pub mod call;
 pub mod jail;
-mod lease;
+pub mod lease;
 mod names;
 mod table;
 pub mod throwaway;
@@ -44,13 +50,14 @@ use std::time::Instant;
 use proto::frame::FileIn;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::SessionSlots;
 use crate::catalog::Env;
 use crate::outputs::mirror::Mirror;
 use crate::outputs::{self, Destination, ReadFailed};
 use crate::wrapper::host::Host;
 use crate::wrapper::{NotStarted, WrapperEnv};
 use call::{Call, CallOutcome, JailAfter};
-pub use names::SessionName;
+pub use names::{SessionName, random_suffix};
 pub use table::Settings;
 use table::{Inner, Slot};
 
@@ -83,6 +90,9 @@ pub enum Error {
         open: Vec<String>,
         idle_s: u64,
     },
+    /// `max` sessions are open in every client's table together; one ends
+    /// after `idle_s` without calls.
+    ServerFull { max: usize, idle_s: u64 },
     /// The server is stopping: no session starts.
     Stopping { env: String },
     /// The session's jail did not start.
@@ -115,6 +125,8 @@ pub enum OutputUnreadable {
 /// The session table of one MCP handler. Dropping it kills every jail.
 pub struct Sessions {
     inner: Arc<Inner>,
+    /// The client's own directory in the outputs mirror, if it has one.
+    mirror_client: Option<String>,
 }
 
 impl Sessions {
@@ -123,10 +135,13 @@ impl Sessions {
         wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
+        slots: SessionSlots,
+        mirror_client: Option<String>,
     ) -> Self {
-        let inner = Inner::new(settings, wrapper_env, host, shutdown, false);
+        let inner = Inner::new(settings, wrapper_env, host, shutdown, slots, false);
         Self {
             inner: Arc::new(inner),
+            mirror_client,
         }
     }
 
@@ -137,10 +152,13 @@ impl Sessions {
         wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
+        slots: SessionSlots,
     ) -> Self {
-        let inner = Inner::new(settings, wrapper_env, host, shutdown, true);
+        let inner = Inner::new(settings, wrapper_env, host, shutdown, slots, true);
+        // Its names are the server's, unique: no directory of its own.
         Self {
             inner: Arc::new(inner),
+            mirror_client: None,
         }
     }
 
@@ -179,14 +197,28 @@ impl Sessions {
         let ended = call::make(jail, Call::new(env, code, files, cancel, &inner.shutdown)).await;
         let to = Destination {
             session: Some(name),
-            mirror: mirror.map(|m| (m, Mirror::session_dir(name))),
+            mirror: mirror.map(|m| (m, Mirror::session_dir(self.mirror_client.as_deref(), name))),
         };
         let mut outcome = CallOutcome {
             ended_before,
             named_by_server: lease.named_by_server,
             ..CallOutcome::new(name.to_owned(), false)
         };
-        match call::settle(ended, jail, env, &to, &mut outcome).await {
+        let settled = call::settle(ended, jail, env, &to, &mut outcome).await;
+        // The session's CPU budget counts every call's processes, and those
+        // left running between calls (the reaper looks at idle sessions).
+        let budget = table::cpu_budget(env);
+        let settled = match settled {
+            Ok(JailAfter::Kept) if jail.cpu_used().is_some_and(|used| used >= budget) => {
+                let why = table::cpu_spent(budget);
+                tracing::warn!(session = name, "session reset: {why}");
+                jail.kill();
+                outcome.reset = Some(why);
+                Ok(JailAfter::Reset)
+            }
+            settled => settled,
+        };
+        match settled {
             Ok(JailAfter::Kept) => {}
             Ok(JailAfter::Reset) => {
                 // A fresh jail now, so that the next call finds it started;

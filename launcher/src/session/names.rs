@@ -55,7 +55,7 @@ pub fn server_name(asked: &SessionName, taken: impl Fn(&str) -> bool) -> Session
 
 /// [`NAME_SUFFIX`] letters and digits, unpredictable: SipHash outputs under
 /// the process's random keys (std's `RandomState`, seeded by the OS).
-fn random_suffix() -> String {
+pub fn random_suffix() -> String {
     use std::hash::{BuildHasher, Hasher};
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let mut bits = 0u128;

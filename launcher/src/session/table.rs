@@ -7,11 +7,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
-use super::jail::Jail;
+use super::jail::{CpuSource, Jail};
 use super::lease::Running;
+use crate::admission::SessionSlots;
 use crate::catalog::Env;
 use crate::config;
 use crate::wrapper::host::Host;
@@ -24,7 +26,10 @@ const REMEMBER_ENDED: usize = 64;
 /// The limits of the session table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
+    /// Sessions open at once in this table (one client's).
     pub max_sessions: usize,
+    /// Sessions open at once in every table together (admission.rs).
+    pub max_total: usize,
     pub idle_timeout: Duration,
     pub max_lifetime: Duration,
 }
@@ -34,10 +39,30 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             max_sessions: usize::try_from(config::MAX_SESSIONS.number()).unwrap_or(usize::MAX),
+            max_total: usize::try_from(config::MAX_SESSIONS_TOTAL.number()).unwrap_or(usize::MAX),
             idle_timeout: Duration::from_secs(config::SESSION_IDLE_TIMEOUT.number()),
             max_lifetime: Duration::from_secs(config::SESSION_MAX_LIFETIME.number()),
         }
     }
+}
+
+/// How often the reaper looks at idle sessions' CPU time: background
+/// processes can use this much (times the CPUs) past the budget.
+const CPU_CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// A session's CPU budget: its environment's `cpu_s`, for all its
+/// processes together across its calls (RLIMIT_CPU holds each process
+/// alone).
+pub fn cpu_budget(env: &Env) -> Duration {
+    Duration::from_secs(env.limits.cpu_s.get())
+}
+
+/// Why a session whose processes used `budget` ends.
+pub fn cpu_spent(budget: Duration) -> String {
+    format!(
+        "its processes used its CPU budget of {} s (cpu_s, all of them across its calls)",
+        budget.as_secs()
+    )
 }
 
 impl Settings {
@@ -58,6 +83,8 @@ pub struct Inner {
     host: Arc<Host>,
     /// The server is stopping: calls end, jails are killed.
     pub shutdown: CancellationToken,
+    /// The sessions of every table together.
+    pub slots: SessionSlots,
     table: Mutex<Table>,
 }
 
@@ -79,6 +106,8 @@ pub struct Entry {
     pub slot: Option<Slot>,
     /// The call holding the jail, if one does.
     pub running: Option<Running>,
+    /// Its place among every client's sessions, given back with the entry.
+    pub _slot: OwnedSemaphorePermit,
 }
 
 /// An idle session's jail; `Empty` when its restart failed (the next call
@@ -94,6 +123,7 @@ impl Inner {
         wrapper_env: WrapperEnv,
         host: Arc<Host>,
         shutdown: CancellationToken,
+        slots: SessionSlots,
         server_named: bool,
     ) -> Self {
         Self {
@@ -102,6 +132,7 @@ impl Inner {
             wrapper_env,
             host,
             shutdown,
+            slots,
             table: Mutex::new(Table::default()),
         }
     }
@@ -151,6 +182,54 @@ impl Inner {
         slots
     }
 
+    /// Removes the idle sessions whose processes used their CPU budget,
+    /// background ones included; their jails are returned, to be dropped
+    /// (killed). The processes are looked at without the table locked.
+    pub fn end_over_budget(&self) -> Vec<Slot> {
+        let idle: Vec<(String, i32, CpuSource, Duration)> = {
+            let table = self.lock();
+            table
+                .open
+                .iter()
+                .filter_map(|(name, e)| match &e.slot {
+                    Some(Slot::Jail(jail)) => Some((
+                        name.clone(),
+                        jail.pid(),
+                        jail.cpu_source(),
+                        cpu_budget(&e.env),
+                    )),
+                    _ => None,
+                })
+                .collect()
+        };
+        let over: Vec<(String, i32, Duration, Duration)> = idle
+            .into_iter()
+            .filter_map(|(name, pid, cpu, budget)| {
+                let used = cpu.read()?;
+                (used >= budget).then_some((name, pid, budget, used))
+            })
+            .collect();
+        if over.is_empty() {
+            return Vec::new();
+        }
+        let mut table = self.lock();
+        let mut slots = Vec::new();
+        for (name, pid, budget, used) in over {
+            // Still idle, in the same jail.
+            let same = table
+                .open
+                .get(&name)
+                .is_some_and(|e| matches!(&e.slot, Some(Slot::Jail(jail)) if jail.pid() == pid));
+            if same && let Some(entry) = table.open.remove(&name) {
+                let why = cpu_spent(budget);
+                tracing::warn!(session = %name, used_ms = used.as_millis() as u64, "session ended: {why}");
+                slots.extend(entry.slot);
+                remember(&mut table, name, why);
+            }
+        }
+        slots
+    }
+
     /// Starts the reaper task, once, with the first session.
     pub fn start_reaper(self: &Arc<Self>) {
         {
@@ -164,6 +243,7 @@ impl Inner {
         let shutdown = self.shutdown.clone();
         let tick = self.settings.tick();
         tokio::spawn(async move {
+            let mut cpu_checked = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => {
@@ -180,6 +260,10 @@ impl Inner {
                     inner.expire(&mut table, Instant::now())
                 };
                 drop(expired);
+                if cpu_checked.elapsed() >= CPU_CHECK_EVERY {
+                    cpu_checked = tokio::time::Instant::now();
+                    drop(inner.end_over_budget());
+                }
             }
         });
     }

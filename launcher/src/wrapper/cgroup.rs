@@ -2,17 +2,20 @@
 //! the host gives this launcher a cgroup (CONTRIBUTING.md, contract 2,
 //! `NIX_SANDBOX_CGROUP`).
 //!
-//! - cgroup v2, delegated (for example `systemd-run --user --scope -p
-//!   Delegate=yes`): the launcher moves itself into a leaf `server` of its
-//!   own cgroup, enables the memory and pids controllers there, and makes
-//!   one `run-PID-N` beside it per run.
+//! - cgroup v2, delegated (a unit with `Delegate=yes`, or a scope the
+//!   launcher asked systemd for: delegation.rs says which, never taken
+//!   from write access alone), or the launcher's own as root: the launcher
+//!   moves itself into a leaf `server` of that cgroup and the jails' init
+//!   into a leaf `init`, enables the memory and pids controllers there, and
+//!   makes one `run-PID-N` beside them per run or session jail.
 //! - cgroup v1 (root, or hierarchies writable by the caller): one
 //!   `nix-sandbox-mcp.PID` under the launcher's own cgroup in the pids and
 //!   memory hierarchies, one `run-N` in each per run.
 //!
 //! The launcher makes a run's cgroup, writes the memory and process limits
-//! the environment's manifest states ([`RunLimits`]), moves the wrapper in
-//! between fork and exec ([`RunCgroup::procs`], before a root launcher's
+//! the environment's manifest states ([`RunLimits`]), creates the wrapper
+//! in it (v2: clone.rs) or moves it in between fork and exec
+//! ([`RunCgroup::procs`], before a root launcher's
 //! wrapper drops to the jails' user: jailuser.rs), reads the counters, and
 //! removes the cgroup once the run's processes are gone. The directories
 //! and files stay the launcher's: the jail's uid can write no limit. The
@@ -24,6 +27,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use super::delegation::{self, Facts};
 
 /// How long removal waits for a killed jail's processes to leave the cgroup.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
@@ -44,6 +49,8 @@ pub struct Cgroups {
     /// v2: the delegated cgroup; v1: this launcher's directory in each
     /// hierarchy it may use.
     parents: Vec<PathBuf>,
+    /// v2: how it is known to be delegated (or that root uses it without).
+    how: String,
     pub memory: bool,
     pub pids: bool,
     next: AtomicU64,
@@ -75,6 +82,25 @@ impl From<&crate::catalog::Limits> for RunLimits {
 pub struct RunCgroup {
     version: Version,
     dirs: Vec<PathBuf>,
+}
+
+/// The CPU time of one run's or session's cgroup: every process that was
+/// ever in it, ended ones and those no parent waited for included.
+#[derive(Debug, Clone)]
+pub struct CpuMeter {
+    path: PathBuf,
+    version: Version,
+}
+
+impl CpuMeter {
+    /// The CPU time so far; `None` once the cgroup is gone.
+    pub fn read(&self) -> Option<Duration> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        match self.version {
+            Version::V2 => Some(Duration::from_micros(keyed(&text, "usage_usec"))),
+            Version::V1 => text.trim().parse().ok().map(Duration::from_nanos),
+        }
+    }
 }
 
 /// What a run's cgroup counted. `None`: not known here.
@@ -117,8 +143,9 @@ impl Cgroups {
             _ => "processes",
         };
         let version = match self.version {
-            Version::V1 => "v1",
-            Version::V2 => "v2 (delegated)",
+            Version::V1 => "v1".to_owned(),
+            Version::V2 if self.how.starts_with("root") => format!("v2 ({})", self.how),
+            Version::V2 => format!("v2 (delegated: {})", self.how),
         };
         let at: Vec<String> = self
             .parents
@@ -141,6 +168,7 @@ impl Cgroups {
         Self {
             version: Version::V2,
             parents: Vec::new(),
+            how: "a test".into(),
             memory,
             pids,
             next: AtomicU64::new(0),
@@ -171,6 +199,22 @@ impl Cgroups {
         }
     }
 
+    /// Moves the jails' init (lifetime.rs) into a leaf `init` of its own
+    /// beside the server's (v2; v1 leaves it where it is): the server's
+    /// leaf then holds the server alone.
+    pub fn place_init(&self, pid: i32) -> io::Result<()> {
+        let (Version::V2, Some(parent)) = (self.version, self.parents.first()) else {
+            return Ok(());
+        };
+        let leaf = parent.join("init");
+        match std::fs::create_dir(&leaf) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(at(&leaf, e)),
+            _ => {}
+        }
+        let procs = leaf.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string()).map_err(|e| at(&procs, e))
+    }
+
     /// Removes what `setup` made that can be removed (v1's directories);
     /// runs' cgroups are removed by their runs.
     pub fn teardown(&self) {
@@ -190,6 +234,15 @@ impl RunCgroup {
         std::env::join_paths(&self.dirs).unwrap_or_default()
     }
 
+    /// Its one directory when it is a cgroup v2 (what `clone3` can create
+    /// a process in).
+    pub fn v2_dir(&self) -> Option<&Path> {
+        match (self.version, self.dirs.as_slice()) {
+            (Version::V2, [dir]) => Some(dir),
+            _ => None,
+        }
+    }
+
     /// Each directory's `cgroup.procs`, open for writing: writing `0` to
     /// one moves the writing process in (the wrapper, between fork and
     /// exec). Opened by the launcher, so the move is the launcher's to make.
@@ -204,6 +257,23 @@ impl RunCgroup {
                     .map_err(|e| at(&file, e))
             })
             .collect()
+    }
+
+    /// What reads this cgroup's CPU time as it goes, `None` when no
+    /// hierarchy counts it (a v1 host without cpuacct).
+    pub fn cpu_meter(&self) -> Option<CpuMeter> {
+        let file = match self.version {
+            Version::V2 => "cpu.stat",
+            Version::V1 => "cpuacct.usage",
+        };
+        self.dirs
+            .iter()
+            .map(|dir| dir.join(file))
+            .find(|path| path.exists())
+            .map(|path| CpuMeter {
+                path,
+                version: self.version,
+            })
     }
 
     /// Reads the counters (call before [`RunCgroup::remove`]).
@@ -355,24 +425,42 @@ fn setup_v2(own: &str, mounts: &str) -> Result<Cgroups, String> {
     let (mount, _) = mounts_of(mounts, "cgroup2")
         .next()
         .ok_or_else(|| no("cgroup2 is not mounted".into()))?;
-    let dir = join(mount, path);
+    let judged = |path: &str| {
+        let dir = join(mount, path);
+        let judged = Facts::read(&dir, path).and_then(|facts| facts.judge());
+        (dir, judged)
+    };
+    let (dir, how) = match judged(path) {
+        (dir, Ok(how)) => (dir, how.to_owned()),
+        (dir, Err(why)) => {
+            let here = format!("{}: {why}", dir.display());
+            match delegation::ask_systemd(own_v2_path) {
+                Ok(scope) => match judged(&scope) {
+                    (dir, Ok(how)) => (dir, format!("{how}, a scope systemd made for it")),
+                    (dir, Err(why)) => {
+                        return Err(no(format!(
+                            "{here}; the scope systemd made, {}: {why}",
+                            dir.display()
+                        )));
+                    }
+                },
+                Err(asked) if delegation::euid() != 0 => {
+                    return Err(no(format!("{here}; {asked}")));
+                }
+                // Root may write anywhere: its own cgroup, as before.
+                Err(asked) => (dir, format!("root, not delegated ({here}; {asked})")),
+            }
+        }
+    };
     let controllers = std::fs::read_to_string(dir.join("cgroup.controllers"))
         .map_err(|e| no(format!("{}: {e}", dir.display())))?;
     let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
     if !has("memory") || !has("pids") {
         return Err(no(format!(
-            "{} offers controllers [{}], not memory and pids",
+            "{} ({how}) offers controllers [{}], not memory and pids",
             dir.display(),
             controllers.trim()
         )));
-    }
-    for file in ["cgroup.procs", "cgroup.subtree_control"] {
-        if !writable(&dir.join(file)) {
-            return Err(no(format!(
-                "{} is not delegated to this user",
-                dir.display()
-            )));
-        }
     }
     let leaf = dir.join("server");
     match std::fs::create_dir(&leaf) {
@@ -391,11 +479,18 @@ fn setup_v2(own: &str, mounts: &str) -> Result<Cgroups, String> {
     Ok(Cgroups {
         version: Version::V2,
         parents: vec![dir],
+        how,
         memory: true,
         pids: true,
         next: AtomicU64::new(0),
         favordynmods: favors_dynmods(mounts),
     })
+}
+
+/// This process' path in the v2 hierarchy, read afresh.
+fn own_v2_path() -> Option<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    own_path(&own, |c| c.is_empty()).map(str::to_owned)
 }
 
 fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
@@ -442,6 +537,7 @@ fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
     Ok(Cgroups {
         version: Version::V1,
         parents,
+        how: String::new(),
         memory,
         pids,
         next: AtomicU64::new(0),

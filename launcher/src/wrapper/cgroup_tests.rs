@@ -109,6 +109,7 @@ fn a_v1_host_without_favordynmods_is_told_what_each_run_costs() {
         pids: true,
         next: AtomicU64::new(0),
         favordynmods: false,
+        how: String::new(),
     };
     assert!(
         slow.describe().contains("favordynmods"),
@@ -124,4 +125,40 @@ fn a_v1_host_without_favordynmods_is_told_what_each_run_costs() {
         "{}",
         fast.describe()
     );
+}
+
+/// A session's CPU time as it goes: v2's cpu.stat, v1's cpuacct.usage;
+/// none once the cgroup is gone.
+#[test]
+fn the_cpu_meter_reads_the_cgroups_counter() {
+    let dir = tempfile::tempdir().unwrap();
+    let v2 = dir.path().join("v2");
+    std::fs::create_dir(&v2).unwrap();
+    std::fs::write(
+        v2.join("cpu.stat"),
+        "usage_usec 2500000\nuser_usec 2000000\n",
+    )
+    .unwrap();
+    let cg = RunCgroup {
+        version: Version::V2,
+        dirs: vec![v2.clone()],
+    };
+    let meter = cg.cpu_meter().unwrap();
+    assert_eq!(meter.read(), Some(Duration::from_millis(2500)));
+    std::fs::remove_dir_all(&v2).unwrap();
+    assert_eq!(meter.read(), None);
+    let (pids, cpuacct) = (dir.path().join("pids"), dir.path().join("cpuacct"));
+    std::fs::create_dir(&pids).unwrap();
+    std::fs::create_dir(&cpuacct).unwrap();
+    std::fs::write(cpuacct.join("cpuacct.usage"), "3000000000\n").unwrap();
+    let cg = RunCgroup {
+        version: Version::V1,
+        dirs: vec![pids.clone(), cpuacct],
+    };
+    assert_eq!(cg.cpu_meter().unwrap().read(), Some(Duration::from_secs(3)));
+    let cg = RunCgroup {
+        version: Version::V1,
+        dirs: vec![pids],
+    };
+    assert!(cg.cpu_meter().is_none());
 }

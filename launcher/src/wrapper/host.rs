@@ -6,7 +6,7 @@
 //!
 //! | limit | how |
 //! | --- | --- |
-//! | memory | cgroup memory limit, else RLIMIT_AS (address space) |
+//! | memory | cgroup memory limit (per run, tmpfs pages counted): a delegated cgroup v2 (cgroup.rs, delegation.rs), or as root the server's own cgroup; else RLIMIT_AS (address space, per process: a run's processes together up to pids x memory_mb) |
 //! | processes | cgroup pids.max, else RLIMIT_NPROC in the jail's user namespace |
 //! | CPU time, file size, open files | RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE |
 //! | /tmp, /workspace | tmpfs size |
@@ -134,9 +134,11 @@ impl Host {
             (None, None) => "cgroups: none usable".into(),
         });
         let memory = if self.memory_by_cgroup() {
-            "memory by cgroup"
+            "memory by cgroup, per run, /tmp and /workspace (tmpfs) counted"
         } else {
-            "memory by RLIMIT_AS (address space)"
+            "memory PER PROCESS only, by RLIMIT_AS (address space): a run's processes \
+             together may use up to pids x memory_mb, and its /tmp and /workspace (tmpfs) \
+             besides"
         };
         let pids = if self.pids_by_cgroup() {
             "processes by cgroup pids.max"
@@ -144,7 +146,8 @@ impl Host {
             "processes by RLIMIT_NPROC in the jail's user namespace"
         };
         lines.push(format!(
-            "limits: {memory}; {pids}; CPU time, file size, open files by rlimits; \
+            "limits: {memory}; {pids}; CPU time, file size, open files by rlimits \
+             (a session's CPU time, all its processes together, by the launcher); \
              /tmp and /workspace by tmpfs size; time and output by the launcher"
         ));
         lines

@@ -17,9 +17,12 @@
 //! a wrapper really holds its environment's limits is probed (probe.rs).
 
 pub mod cgroup;
+pub mod clone;
+pub mod delegation;
 pub mod host;
 pub mod jailuser;
 pub mod probe;
+pub mod proctree;
 pub mod reaper;
 
 use std::ffi::{OsStr, OsString};
@@ -42,6 +45,7 @@ use crate::catalog::{Env, Limits};
 use crate::config;
 use crate::egress::{self, Gate};
 use cgroup::RunCgroup;
+use clone::Started;
 use host::Host;
 use jailuser::JailUser;
 
@@ -169,7 +173,7 @@ pub fn spawn(
         None => None,
     };
     let started = start(program, args, env, host, cgroup.as_ref(), gate);
-    let mut child = match started {
+    let child = match started {
         Ok(child) => child,
         Err(e) => {
             if let Some(cgroup) = cgroup {
@@ -178,28 +182,22 @@ pub fn spawn(
             return Err(e);
         }
     };
-    let group = Group::new(child.id());
-    let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-    // The std handle neither kills nor waits on drop; the reaper owns the pid.
-    drop(child);
+    let group = Group::new(child.pid);
     let reaped = group.start_reaper();
-    let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
-        return Err(StartError::Spawn(io::Error::other(
-            "the wrapper's pipes were not created",
-        )));
-    };
     let pipe_error = StartError::Spawn;
     Ok(Spawned {
         group,
         reaped,
-        stdin: pipe::Sender::from_owned_fd(OwnedFd::from(stdin)).map_err(pipe_error)?,
-        stdout: pipe::Receiver::from_owned_fd(OwnedFd::from(stdout)).map_err(pipe_error)?,
-        stderr: pipe::Receiver::from_owned_fd(OwnedFd::from(stderr)).map_err(pipe_error)?,
+        stdin: pipe::Sender::from_owned_fd(child.stdin).map_err(pipe_error)?,
+        stdout: pipe::Receiver::from_owned_fd(child.stdout).map_err(pipe_error)?,
+        stderr: pipe::Receiver::from_owned_fd(child.stderr).map_err(pipe_error)?,
         cgroup,
     })
 }
 
-/// Spawns the wrapper, moved into `cgroup` when there is one.
+/// Spawns the wrapper in `cgroup` when there is one: created there with
+/// `clone3` when the kernel can (a cgroup v2; clone.rs), else forked and
+/// moved in between fork and exec.
 fn start(
     program: &str,
     args: &[String],
@@ -207,90 +205,135 @@ fn start(
     host: &Host,
     cgroup: Option<&RunCgroup>,
     gate: Option<&Gate>,
-) -> Result<std::process::Child, StartError> {
+) -> Result<Started, StartError> {
+    let mut vars = wrapper_vars(env, cgroup, host.jail_user.as_ref());
+    if let Some(gate) = gate {
+        vars.extend(gate.vars());
+    }
+    let ids = host.jail_user.as_ref().map(|u| u.ids);
+    if let Some(dir) = cgroup.and_then(RunCgroup::v2_dir) {
+        let fd = clone::open_cgroup(dir).map_err(StartError::Cgroup)?;
+        let vars = vars.iter().map(|(k, v)| (*k, v.as_os_str()));
+        let prepared = clone::Program::new(program, args, vars).ok_or_else(|| {
+            StartError::Spawn(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a NUL byte in the wrapper's argv or environment",
+            ))
+        })?;
+        let setup = child_setup(Vec::new(), ids);
+        let cloned = crate::lifetime::on_spawner(move || {
+            clone::spawn_into(&prepared, std::os::fd::AsFd::as_fd(&fd), &setup)
+        })
+        .map_err(StartError::Spawn)?;
+        match cloned {
+            Ok(started) => return Ok(started),
+            Err(Err(e)) => return Err(StartError::Spawn(e)),
+            Err(Ok(clone::Refused(why))) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::info!(
+                        error = %why,
+                        "no clone3 into a cgroup here: wrappers are moved into their cgroups"
+                    );
+                });
+            }
+        }
+    }
     // Open until the wrapper has started (the child's copies close at exec).
     let procs = match cgroup {
         Some(cgroup) => cgroup.procs().map_err(StartError::Cgroup)?,
         None => Vec::new(),
     };
-    let placement = Placement {
-        cgroup: cgroup.map(RunCgroup::env_value),
-        procs: procs.iter().map(AsRawFd::as_raw_fd).collect(),
-        user: host.jail_user.as_ref(),
-    };
-    let mut command = command(program, args, env, placement);
-    if let Some(gate) = gate {
-        command.envs(gate.vars());
-    }
-    crate::lifetime::spawn(command).map_err(StartError::Spawn)
-}
-
-/// Where a wrapper goes between fork and exec.
-struct Placement<'a> {
-    /// `NIX_SANDBOX_CGROUP`, and its directories' `cgroup.procs` open for
-    /// writing.
-    cgroup: Option<OsString>,
-    procs: Vec<RawFd>,
-    /// The jails' user, when the launcher is root.
-    user: Option<&'a JailUser>,
-}
-
-/// The command that starts a wrapper: a process group of its own, only the
-/// allowed environment plus its cgroup, piped stdio, moved into its cgroup,
-/// the jails' user when the launcher is root, and SIGKILL when the launcher
-/// dies.
-fn command(
-    program: &str,
-    args: &[String],
-    env: &WrapperEnv,
-    placement: Placement<'_>,
-) -> std::process::Command {
+    let setup = child_setup(procs.iter().map(AsRawFd::as_raw_fd).collect(), ids);
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .env_clear()
-        .envs(env.vars())
+        .envs(vars)
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Some(cgroup) = &placement.cgroup {
-        cmd.env("NIX_SANDBOX_CGROUP", cgroup);
-    }
-    if let Some(user) = placement.user {
-        cmd.env("HOME", user.home());
-    }
-    let (procs, ids) = (placement.procs, placement.user.map(|u| u.ids));
-    // The wrapper gets SIGKILL when the thread that spawned it dies: the
-    // jails' spawner thread (lifetime.rs), else the current-thread
-    // runtime's; either lives as long as the launcher, so even a crashed
-    // launcher leaves no run behind. A launcher that died between fork and
-    // the prctl sent no signal: the child then has another parent already,
-    // and must not start the jail. (In the jails' pid namespace its parent
-    // has no id, and the namespace's end kills such a child.)
-    let launcher = crate::lifetime::launcher_as_seen_by_children();
-    // SAFETY: write, fchown, setgroups, setresgid, setresuid, prctl and
-    // getppid are async-signal-safe and touch no memory of the parent; the
-    // fds in `procs` stay open in the parent until the spawn returns.
+    // SAFETY: the setup makes only system calls (child_setup).
     unsafe {
-        cmd.pre_exec(move || {
-            // Into the run's cgroup first: its files are the launcher's, so
-            // the jails' user could not move there itself.
-            for &fd in &procs {
-                nix::unistd::write(std::os::fd::BorrowedFd::borrow_raw(fd), b"0")?;
-            }
-            if let Some(ids) = ids {
-                jailuser::give_stdio(ids)?;
-                ids.become_user()?;
-            }
-            // After the change of user, which clears the parent-death signal.
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
-            if nix::unistd::getppid() != launcher {
-                return Err(io::Error::other("the launcher is gone"));
-            }
-            Ok(())
-        });
+        cmd.pre_exec(setup);
     }
-    cmd
+    let mut child = crate::lifetime::spawn(cmd).map_err(StartError::Spawn)?;
+    let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let pid = child.id();
+    // The std handle neither kills nor waits on drop; the reaper owns the pid.
+    drop(child);
+    match pipes {
+        (Some(stdin), Some(stdout), Some(stderr)) => Ok(Started {
+            pid,
+            stdin: OwnedFd::from(stdin),
+            stdout: OwnedFd::from(stdout),
+            stderr: OwnedFd::from(stderr),
+        }),
+        _ => {
+            kill_group(i32::try_from(pid).unwrap_or(0));
+            Err(StartError::Spawn(io::Error::other(
+                "the wrapper's pipes were not created",
+            )))
+        }
+    }
+}
+
+/// A wrapper's whole environment: contract 2's variables, its cgroup
+/// (`NIX_SANDBOX_CGROUP`), and the jails' home as `HOME` when the launcher
+/// is root.
+fn wrapper_vars(
+    env: &WrapperEnv,
+    cgroup: Option<&RunCgroup>,
+    user: Option<&JailUser>,
+) -> Vec<(&'static str, OsString)> {
+    let mut vars: Vec<(&'static str, OsString)> = env
+        .vars()
+        .filter(|(k, _)| !(user.is_some() && *k == "HOME"))
+        .map(|(k, v)| (k, v.to_owned()))
+        .collect();
+    if let Some(cgroup) = cgroup {
+        vars.push(("NIX_SANDBOX_CGROUP", cgroup.env_value()));
+    }
+    if let Some(user) = user {
+        vars.push(("HOME", user.home().into()));
+    }
+    vars
+}
+
+/// What a wrapper does between fork and exec, system calls only: into its
+/// cgroup (writing `0` to each of `procs`, the `cgroup.procs` files the
+/// launcher opened: they are the launcher's, so the jails' user could not
+/// move there itself; none when it was created there), the jails' user
+/// when the launcher is root, then SIGKILL when the launcher dies.
+///
+/// The wrapper gets SIGKILL when the thread that spawned it dies: the
+/// jails' spawner thread (lifetime.rs), else the current-thread runtime's;
+/// either lives as long as the launcher, so even a crashed launcher leaves
+/// no run behind. A launcher that died between fork and the prctl sent no
+/// signal: the child then has another parent already, and must not start
+/// the jail. (In the jails' pid namespace its parent has no id, and the
+/// namespace's end kills such a child.)
+fn child_setup(
+    procs: Vec<RawFd>,
+    ids: Option<jailuser::Ids>,
+) -> impl Fn() -> io::Result<()> + Send + Sync + 'static {
+    let launcher = crate::lifetime::launcher_as_seen_by_children();
+    move || {
+        for &fd in &procs {
+            // SAFETY: the fds stay open in the parent until the spawn returns.
+            nix::unistd::write(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, b"0")?;
+        }
+        if let Some(ids) = ids {
+            jailuser::give_stdio(ids)?;
+            ids.become_user()?;
+        }
+        // After the change of user, which clears the parent-death signal.
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+        if nix::unistd::getppid() != launcher {
+            return Err(io::Error::other("the launcher is gone"));
+        }
+        Ok(())
+    }
 }
 
 /// The wrapper's process group. Dropping it kills the group unless the

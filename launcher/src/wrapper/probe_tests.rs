@@ -8,7 +8,7 @@ const OUTPUT: &str = "\
 Limit                     Soft Limit           Hard Limit           Units
 Max cpu time              60                   61                   seconds
 Max file size             268435456            268435456            bytes
-Max processes             256                  256                  processes
+Max processes             32                   32                   processes
 Max open files            1024                 1024                 files
 Max address space         1073741824           1073741824           bytes
 Max locked memory         unlimited            unlimited            bytes
@@ -57,7 +57,7 @@ fn limits_that_hold_pass_and_missing_ones_are_named() {
 #[test]
 fn the_process_limit_is_checked_by_rlimit_or_cgroup() {
     let many = Seen::parse(&OUTPUT.replace(
-        "Max processes             256 ",
+        "Max processes             32 ",
         "Max processes             9999 ",
     ));
     assert!(
@@ -73,7 +73,7 @@ fn the_process_limit_is_checked_by_rlimit_or_cgroup() {
     ));
     let held = Stats {
         memory_limit: Some(1 << 30),
-        pids_limit: Some(256),
+        pids_limit: Some(32),
         ..Stats::default()
     };
     assert_eq!(verify(&env(false), &cg, &no_as, Some(&held)), Ok(()));

@@ -110,6 +110,13 @@ impl User {
         }
     }
 
+    /// User 65534 when the test runs as root, else the test's own: an
+    /// ordinary user's server (no cgroup, rlimits only), for attacks an
+    /// ordinary user's clients could make.
+    pub fn unprivileged() -> User {
+        User::all().pop().unwrap_or(User::Own)
+    }
+
     /// The server's command, run as this user (`setpriv` execs it, so the
     /// child's pid is the server's).
     pub fn command(self) -> tokio::process::Command {
@@ -152,22 +159,13 @@ impl Server {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> Self {
-        Self::start_through(&[], manifests, args, envs).await
+        Self::start_command(User::Own.command(), manifests, args, envs).await
     }
 
     /// [`Server::start`] through `through`, a command that runs the server
     /// (`setpriv ...` to start it as another user).
     pub async fn start_as(manifests: Vec<Manifest>, through: &[&str]) -> Self {
-        Self::start_through(through, manifests, &["--allow-wrappers-outside-store"], &[]).await
-    }
-
-    async fn start_through(
-        through: &[&str],
-        manifests: Vec<Manifest>,
-        args: &[&str],
-        envs: &[(&str, &str)],
-    ) -> Self {
-        let mut cmd = match through.split_first() {
+        let cmd = match through.split_first() {
             Some((program, rest)) => {
                 let mut cmd = tokio::process::Command::new(program);
                 cmd.args(rest).arg(BIN);
@@ -175,6 +173,16 @@ impl Server {
             }
             None => tokio::process::Command::new(BIN),
         };
+        Self::start_command(cmd, manifests, &["--allow-wrappers-outside-store"], &[]).await
+    }
+
+    /// [`Server::start_with`] running `cmd` ([`User::command`]).
+    pub async fn start_command(
+        mut cmd: tokio::process::Command,
+        manifests: Vec<Manifest>,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         for m in &manifests {
             cmd.arg("--manifest").arg(&m.path);
         }
@@ -292,6 +300,18 @@ pub fn signal_pid(pid: u32, signal: nix::sys::signal::Signal) {
     let pid = i32::try_from(pid).unwrap();
     assert!(pid > 1, "not a server's pid: {pid}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+}
+
+/// How many processes named `comm` have `marker` in their command line
+/// (the fixture's `python3`: one per run; `agent`: one per session jail).
+pub fn count_named(marker: &str, comm: &str) -> usize {
+    pids_with(marker)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|name| name.trim() == comm)
+        })
+        .count()
 }
 
 /// Pids whose command line contains `marker`.

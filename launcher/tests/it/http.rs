@@ -18,9 +18,9 @@ use crate::common::*;
 const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// The server running with `--http 127.0.0.1:0`.
-struct HttpServer {
-    child: tokio::process::Child,
-    addr: SocketAddr,
+pub struct HttpServer {
+    pub child: tokio::process::Child,
+    pub addr: SocketAddr,
     stderr: Arc<Mutex<String>>,
     _token_dir: tempfile::TempDir,
     _manifests: Vec<Manifest>,
@@ -33,11 +33,21 @@ impl HttpServer {
 
     /// [`HttpServer::start`], run as `user`.
     async fn start_as(user: User, manifests: Vec<Manifest>, extra: &[&str]) -> Self {
+        Self::start_command(user.command(), manifests, extra, &[]).await
+    }
+
+    /// [`HttpServer::start`] running `cmd` ([`User::command`]) with `envs`.
+    pub async fn start_command(
+        mut cmd: tokio::process::Command,
+        manifests: Vec<Manifest>,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         let token_dir = tempfile::tempdir().unwrap();
         readable_by_all(token_dir.path());
         let token_file = token_dir.path().join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-        let mut cmd = user.command();
+        cmd.envs(envs.iter().copied());
         cmd.args(["--http", "127.0.0.1:0", "--allow-wrappers-outside-store"])
             .arg("--token-file")
             .arg(&token_file)
@@ -67,11 +77,11 @@ impl HttpServer {
         }
     }
 
-    fn stderr(&self) -> String {
+    pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
-    fn client(&self) -> Client {
+    pub fn client(&self) -> Client {
         Client {
             addr: self.addr,
             token: Some(TOKEN.into()),
@@ -89,19 +99,19 @@ fn listening(log: &str) -> Option<SocketAddr> {
 }
 
 /// One MCP client: its token, Origin and MCP session.
-struct Client {
+pub struct Client {
     addr: SocketAddr,
-    token: Option<String>,
+    pub token: Option<String>,
     origin: Option<String>,
-    session: Option<String>,
+    pub session: Option<String>,
     next_id: u64,
 }
 
 /// A response whose body may still be streaming; dropping it closes the
 /// connection.
-struct Reply {
-    status: u16,
-    headers: ::http::HeaderMap,
+pub struct Reply {
+    pub status: u16,
+    pub headers: ::http::HeaderMap,
     body: Incoming,
     connection: tokio::task::JoinHandle<()>,
 }
@@ -114,7 +124,7 @@ impl Drop for Reply {
 
 impl Reply {
     /// Reads the body to its end.
-    async fn text(mut self) -> String {
+    pub async fn text(mut self) -> String {
         let mut out = Vec::new();
         while let Some(frame) = tokio::time::timeout(GUARD, self.body.frame())
             .await
@@ -128,7 +138,7 @@ impl Reply {
     }
 
     /// Reads server-sent events until the JSON-RPC message with `id`.
-    async fn message(mut self, id: u64) -> Value {
+    pub async fn message(mut self, id: u64) -> Value {
         let mut text = String::new();
         loop {
             let frame = tokio::time::timeout(GUARD, self.body.frame())
@@ -152,11 +162,11 @@ impl Reply {
 }
 
 impl Client {
-    async fn post(&self, body: &Value) -> Reply {
+    pub async fn post(&self, body: &Value) -> Reply {
         self.post_with(body, &[]).await
     }
 
-    async fn post_with(&self, body: &Value, extra: &[(&str, &str)]) -> Reply {
+    pub async fn post_with(&self, body: &Value, extra: &[(&str, &str)]) -> Reply {
         let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -198,7 +208,7 @@ impl Client {
         }
     }
 
-    fn request(&mut self, method: &str, params: Value) -> (u64, Value) {
+    pub fn request(&mut self, method: &str, params: Value) -> (u64, Value) {
         self.next_id += 1;
         let id = self.next_id;
         (
@@ -208,7 +218,7 @@ impl Client {
     }
 
     /// Sends `initialize`; returns the reply whose status was not 200.
-    async fn try_initialize(&mut self) -> Result<Value, Reply> {
+    pub async fn try_initialize(&mut self) -> Result<Value, Reply> {
         let (id, body) = self.request(
             "initialize",
             json!({
@@ -239,7 +249,7 @@ impl Client {
         Ok(init)
     }
 
-    async fn initialize(&mut self) -> Value {
+    pub async fn initialize(&mut self) -> Value {
         match self.try_initialize().await {
             Ok(init) => init,
             Err(reply) => {
@@ -250,7 +260,7 @@ impl Client {
     }
 
     /// Starts `run`; the reply streams its answer.
-    async fn start_run(&mut self, env: &str, code: &str) -> (u64, Reply) {
+    pub async fn start_run(&mut self, env: &str, code: &str) -> (u64, Reply) {
         let (id, body) = self.request(
             "tools/call",
             json!({"name": "run", "arguments": {"env": env, "code": code}}),
@@ -261,13 +271,18 @@ impl Client {
     }
 
     /// Calls `run`; returns the tool result's text.
-    async fn run(&mut self, env: &str, code: &str) -> String {
+    pub async fn run(&mut self, env: &str, code: &str) -> String {
         let (id, reply) = self.start_run(env, code).await;
         result_text(&reply.message(id).await)
     }
 
     /// Starts `run` in session `session` of `env`.
-    async fn start_session_run(&mut self, env: &str, session: &str, code: &str) -> (u64, Reply) {
+    pub async fn start_session_run(
+        &mut self,
+        env: &str,
+        session: &str,
+        code: &str,
+    ) -> (u64, Reply) {
         let (id, body) = self.request(
             "tools/call",
             json!({"name": "run", "arguments": {"env": env, "session": session, "code": code}}),
@@ -278,19 +293,19 @@ impl Client {
     }
 
     /// Calls `run` in session `session` of `env`; returns the text.
-    async fn session_run(&mut self, env: &str, session: &str, code: &str) -> String {
+    pub async fn session_run(&mut self, env: &str, session: &str, code: &str) -> String {
         let (id, reply) = self.start_session_run(env, session, code).await;
         result_text(&reply.message(id).await)
     }
 
     /// Ends the MCP session (HTTP DELETE); returns the status.
-    async fn end_session(&mut self) -> u16 {
+    pub async fn end_session(&mut self) -> u16 {
         let session = self.session.take().expect("in a session");
         self.delete(&session).await
     }
 
     /// `DELETE /mcp` of MCP session `session`; returns the status.
-    async fn delete(&self, session: &str) -> u16 {
+    pub async fn delete(&self, session: &str) -> u16 {
         let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -312,7 +327,7 @@ impl Client {
 }
 
 /// The text of a `tools/call` answer.
-fn result_text(message: &Value) -> String {
+pub fn result_text(message: &Value) -> String {
     message["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_else(|| panic!("no text in {message}"))

@@ -1,12 +1,14 @@
 //! Integration tests: the built `nix-sandbox-mcp` against real bubblewrap and
 //! the host's interpreters (launcher/tests/fixtures), through a real MCP client.
 
+mod bounds;
 mod cli;
 mod common;
 mod deadline;
 mod errors;
 mod hostile;
 mod http;
+mod http_bounds;
 mod jail;
 mod lifetime;
 mod outputs;

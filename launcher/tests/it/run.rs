@@ -256,9 +256,11 @@ async fn tools_list_and_instructions_describe_the_environments() {
         lines[3],
         "- shell: Bash with coreutils (host, fixture); packages: bash, coreutils"
     );
+    // Memory "per process" where the server has no cgroup (rlimits).
+    let limits = lines[4].replace("memory per process 1 GiB", "memory 1 GiB");
     assert_eq!(
-        lines[4],
-        "Limits per run: time 30 s, memory 1 GiB, processes 256, CPU 60 s, \
+        limits,
+        "Limits per run: time 30 s, memory 1 GiB, processes 32, CPU 60 s, \
          files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
     );
     assert!(lines[5].starts_with("Results: "));

@@ -1070,6 +1070,15 @@ def c_forged_reply(args, sandboxes, project, scratch, tight):
         check(text == "alive\n", f"the server stopped serving: {result}")
     finally:
         s.close()
+def comm(pid):
+    """pid's command name, or "" once it is gone (reading /proc of a process
+    that is exiting fails with ENOENT or ESRCH)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return ""
+
+
 def jail_pids(expected, server):
     """Processes in the safety net other than this script's and the
     servers' (a server's own include its jails' init)."""
@@ -1089,9 +1098,7 @@ def c_runs_at_once(args, sandboxes, project, scratch, expected):
             [{"env": "tight-python", "code": "import time; time.sleep(2); print('done')"}] * 30)))
         worker.start()
         while worker.is_alive():
-            interpreters = [p for p in jail_pids(expected, s)
-                            if Path(f"/proc/{p}/comm").exists()
-                            and Path(f"/proc/{p}/comm").read_text().startswith("python")]
+            interpreters = [p for p in jail_pids(expected, s) if comm(p).startswith("python")]
             most = max(most, len(interpreters))
             time.sleep(0.02)
         worker.join()

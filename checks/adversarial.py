@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e import DEADLINE, Failed, McpClient, Suite, check, facts  # noqa: E402
+from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, processes  # noqa: E402
 
 SAFETY_PIDS = 4096
 SAFETY_MEMORY = 4 << 30
@@ -225,19 +225,7 @@ class Server:
 def jails_init(server_pid):
     """The server's child named jails-init, as a set (empty when the server
     could not give its jails a pid namespace)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        parent = int(stat[stat.rindex(")") + 2:].split()[1])
-        if parent == server_pid and comm == "jails-init":
-            found.add(int(entry))
-    return found
+    return {pid for pid, (parent, comm) in processes().items() if parent == server_pid and comm == "jails-init"}
 
 
 def described(pids):

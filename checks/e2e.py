@@ -85,6 +85,40 @@ def show(proc):
     )
 
 
+def pids():
+    """The pids in /proc now."""
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def processes():
+    """pid -> (parent pid, command name) of every process in /proc now; a
+    process that ends while it is read is left out."""
+    table = {}
+    for pid in pids():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) is in parentheses and may hold spaces.
+        rest = stat[stat.rindex(")") + 2:].split()
+        table[pid] = (int(rest[1]), stat[stat.index("(") + 1:stat.rindex(")")])
+    return table
+
+
+def descendants(top, table=None):
+    """The pids of every process under `top` (not `top` itself), from
+    `table` (processes()) or a fresh look."""
+    children = {}
+    for pid, (parent, _) in (processes() if table is None else table).items():
+        children.setdefault(parent, []).append(pid)
+    found, queue = [], list(children.get(top, []))
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue.extend(children.get(pid, []))
+    return found
+
+
 def expect_stdout(proc, want):
     check(
         proc.returncode == 0 and proc.stdout.decode() == want,

@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e import Failed, McpClient, Suite, call_run, check  # noqa: E402
+from e2e import Failed, McpClient, Suite, call_run, check, descendants, processes  # noqa: E402
 
 ADDR = "198.51.100.10"
 SECRET = "egress-secret-7f3c9a1e5b2d4068"
@@ -343,26 +343,6 @@ print(open('/etc/resolv.conf').read() if __import__('os').path.exists('/etc/reso
     suite.test("the secret is nowhere in the jail: environ, memory of its processes, files", secret_invisible)
 
 
-def descendants(top):
-    """The pids of every process under `top` (not `top` itself)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, queue = [], list(children.get(top, []))
-    while queue:
-        pid = queue.pop()
-        found.append(pid)
-        queue.extend(children.get(pid, []))
-    return found
-
-
 def jailed(server_pid):
     """The processes of the server's jails: those under it in a pid
     namespace of their own, not the server's, nor that of its direct
@@ -373,15 +353,10 @@ def jailed(server_pid):
             return os.readlink(f"/proc/{pid}/ns/pid")
         except OSError:
             return None
-    outer = {pid_ns(server_pid)}
-    for pid in descendants(server_pid):
-        try:
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        if ppid == server_pid:
-            outer.add(pid_ns(pid))
-    return [pid for pid in descendants(server_pid) if pid_ns(pid) not in outer]
+    table = processes()
+    under = descendants(server_pid, table)
+    outer = {pid_ns(server_pid)} | {pid_ns(pid) for pid in under if table[pid][0] == server_pid}
+    return [pid for pid in under if pid_ns(pid) not in outer]
 
 
 def scan(server_pid, secret):

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, only_env
+from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, only_env, pids
 
 SHORT_TIMEOUT = 3  # seconds: the deadline of the servers that test interrupts
 KEPT = "(variables lost, /workspace files kept)"
@@ -38,16 +38,15 @@ RESET = "session reset: interpreter state and /workspace files lost"
 
 
 def pids_with(needle):
+    """The processes whose command line holds `needle`."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in pids():
         try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
         if needle.encode() in cmdline:
-            found.append(int(entry))
+            found.append(pid)
     return found
 
 

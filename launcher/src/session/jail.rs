@@ -31,9 +31,12 @@ use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, StartError, WrapperEnv};
 
 /// Read buffer for the agent's replies, one per open session: a reply of
-/// full output caps takes a few reads, and 32 idle sessions hold 512 KiB.
+/// full output caps takes a few reads. Reserved, never zeroed: a page of it
+/// is backed only once a read reaches it, so a session of short replies
+/// holds one page, not four.
 const READ_CHUNK: usize = 16 * 1024;
-/// Read buffer for the agent's log, whose lines are cut at [`LOG_LINE`].
+/// Read buffer for the agent's log, whose lines are cut at [`LOG_LINE`];
+/// reserved as [`READ_CHUNK`] is (an agent that logs nothing backs none).
 const LOG_CHUNK: usize = 4 * 1024;
 /// How much of the agent's log is kept to explain a jail that died.
 const LOG_TAIL: usize = 1024;
@@ -154,7 +157,7 @@ impl Jail {
             stdin: wrapper.stdin,
             stdout: wrapper.stdout,
             frames: Splitter::new(),
-            buf: vec![0; READ_CHUNK],
+            buf: Vec::with_capacity(READ_CHUNK),
             // Ids nobody can guess, so a frame forged inside the jail is
             // caught as a reply to nothing.
             next_id: RandomState::new().hash_one(pid) >> 1,
@@ -210,11 +213,16 @@ impl Jail {
                     Split::TooLarge => Err(Broken::TooLarge),
                 };
             }
-            let n = self.stdout.read(&mut self.buf).await.map_err(Broken::Io)?;
+            self.buf.clear();
+            let n = self
+                .stdout
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(Broken::Io)?;
             if n == 0 {
                 return Err(Broken::Closed);
             }
-            self.frames.push(&self.buf[..n]);
+            self.frames.push(&self.buf);
         }
     }
 
@@ -265,14 +273,15 @@ impl Drop for Jail {
 
 /// Passes the agent's log on, line by line, and keeps its tail.
 async fn forward_log(mut stderr: pipe::Receiver, label: String, tail: Arc<Mutex<String>>) {
-    let mut buf = vec![0u8; LOG_CHUNK];
+    let mut buf = Vec::with_capacity(LOG_CHUNK);
     let mut line = Vec::new();
     loop {
-        let n = match stderr.read(&mut buf).await {
+        buf.clear();
+        match stderr.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        for &byte in &buf[..n] {
+            Ok(_) => {}
+        }
+        for &byte in &buf {
             if byte == b'\n' {
                 let text = String::from_utf8_lossy(&line).into_owned();
                 tracing::debug!(session = %label, "agent: {text}");

@@ -6,8 +6,11 @@ side by side with its baseline (standard library only; bench/run starts it).
 
 --server is the Nix-built server package (bin/nix-sandbox-mcp, the three
 presets), --launcher the Nix-built launcher package (release build), --fixtures
-the repository's launcher/tests/fixtures. Figures are printed section by section, then
-one summary table: figure, value, target, PASS or MISS. A missed target is a
+the repository's launcher/tests/fixtures (without it the fixture figures are
+left out), --tokens the tokenizer (without it tokens are not counted; the
+output says so). --context says where it runs (bench/vm.py: "cgroup v2, VM
+under TCG"), in the header and the summary. Figures are printed section by
+section, then one summary table: figure, value, target, PASS or MISS. A missed target is a
 finding, not an error; the exit status is 1 only when a figure could not be
 measured (a failed call, a missing piece). Nothing here is a test.
 """
@@ -27,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import cgroups  # noqa: E402
 import procs  # noqa: E402
-from cgroups import RunCgroups  # noqa: E402
 from mcp_client import Client, McpError  # noqa: E402
 from stats import mib, ms, summary, table  # noqa: E402
 
@@ -106,6 +109,9 @@ class Bench:
     def __init__(self, args, scratch):
         self.args = args
         self.scratch = scratch
+        # First: on cgroup v2 this moves the benchmark into a leaf of its
+        # cgroup, before it starts any server (cgroups.py).
+        self.cgroups, self.no_cgroups = cgroups.setup()
         self.rows = []  # the summary: figure, value, target, verdict
         self.results = {}
         self.unmeasured = []
@@ -117,7 +123,15 @@ class Bench:
         empty.mkdir()
         # Only the three presets: no NIX_SANDBOX_ENVS, an empty NIX_SANDBOX_DIR.
         self.env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "NIX_SANDBOX_DIR": str(empty)}
+        # A user's systemd manager, when there is one: the launcher asks it
+        # for a delegated scope (its runs' cgroups), as under a desktop client.
+        for name in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"):
+            if name in os.environ:
+                self.env[name] = os.environ[name]
         self.jail_env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"}
+        self.fixture_manifest = self.fixture_server = None
+        if not args.fixtures:
+            return
         # The fixtures' manifest with its wrappers and the built agent filled in.
         wrappers = Path(args.fixtures).resolve() / "wrappers"
         text = (Path(args.fixtures) / "manifests/fixtures.json").read_text()
@@ -155,10 +169,28 @@ class Bench:
         client = Client(argv, {**self.env, **(extra_env or {})})
         try:
             client.initialize()
+            if self.args.warm_call:
+                self.warm(client)
         except McpError:
             client.close()
             raise
         return client
+
+    def warm(self, client):
+        """--warm-call: an untimed print(1) in python once the server's
+        start-up probes are done, made once more when the python probe did
+        not finish within its time (an emulated CPU running the three
+        probes at once can miss it; the server then answers the next call
+        `sandbox_unavailable` and probes again at the one after), so that
+        no timed call meets that. Said when it happens."""
+        self.wait_idle(client.pid, settle=0.2)
+        result, text = client.run("print(1)", env="python")
+        if result.get("isError") and "sandbox_unavailable" in text and "did not finish within" in text:
+            self.lines([f"(the server's start-up probe of python timed out; its warm-up call was made again: "
+                        f"{text.strip()[:160]})"])
+            result, text = client.run("print(1)", env="python")
+        if result.get("isError") or not text.startswith("1" + JSON_NOTE):
+            raise McpError(f"the warm-up print(1) gave {text[-300:]!r}")
 
     @staticmethod
     def mcp_print(client, env_name, files=None):
@@ -172,21 +204,22 @@ class Bench:
             raise Unmeasured(f"{argv[0]} gave exit {proc.returncode}, {proc.stdout[-200:]!r}, {proc.stderr[-400:]!r}")
 
     def interleaved(self, kinds, runs):
-        """Times each kind `runs` times (after WARMUP), round robin, the order
+        """Times each kind `runs` times (after --warmup), round robin, the order
         rotated every round so that no kind always follows another, each run
         --gap seconds after the one before. (Without a gap, a run that moves
         a process into a cgroup right after another did is cheaper than one
         on its own, as a model's calls are: see cgroups.py.)"""
         names = list(kinds)
         samples = {name: [] for name in names}
-        for i in range(WARMUP + runs):
+        warmup = self.args.warmup
+        for i in range(warmup + runs):
             shift = i % len(names)
             for name in names[shift:] + names[:shift]:
                 time.sleep(self.args.gap)
                 t0 = time.perf_counter()
                 kinds[name]()
                 elapsed = time.perf_counter() - t0
-                if i >= WARMUP:
+                if i >= warmup:
                     samples[name].append(elapsed)
         return {name: summary(s) for name, s in samples.items()}
 
@@ -220,6 +253,10 @@ class Bench:
         try:
             tools = client.request("tools/list", {})["tools"]
             self.wait_idle(client.pid)
+            # What the server found for its runs' limits (its self-test).
+            said = [line.split("self-test: ", 1)[1].strip() for line in list(client.stderr)
+                    if "self-test: cgroups:" in line]
+            self.lines([f"the server's {said[0]}" if said else "the server said nothing of its cgroups"])
             exe = os.readlink(f"/proc/{client.pid}/exe")
             idle = procs.status_kib(client.pid, "VmRSS")
             kinds = {
@@ -231,15 +268,11 @@ class Bench:
                 "python3 -c (floor)": lambda: self.direct(PYTHON_FLOOR),
                 "bwrap true (floor)": lambda: self.direct_true(BWRAP_FLOOR),
             }
-            cgroups = RunCgroups.setup()
-            if cgroups:
-                kinds[CGROUP_KIND] = lambda: self.direct_in_cgroups(cgroups, entry)
-            try:
-                stats = self.interleaved(kinds, self.args.runs)
-                migration = summary(cgroups.migration_times(MIGRATIONS)) if cgroups else None
-            finally:
-                if cgroups:
-                    cgroups.teardown()
+            run_cgroups = self.cgroups
+            if run_cgroups:
+                kinds[CGROUP_KIND] = lambda: self.direct_in_cgroups(run_cgroups, entry)
+            stats = self.interleaved(kinds, self.args.runs)
+            costs = run_cgroups.start_costs(MIGRATIONS) if run_cgroups else {}
             self.wait_idle(client.pid)
             idle_after = procs.status_kib(client.pid, "VmRSS")
             instructions = client.init_result.get("instructions", "")
@@ -251,15 +284,17 @@ class Bench:
         lines = [f"MCP overhead p50: {mcp['p50'] - direct['p50']:.2f} ms over the wrapper run directly"]
         if CGROUP_KIND in stats:
             cg = stats[CGROUP_KIND]
-            lines += [
-                f"the MCP path gives the wrapper a run cgroup, the direct run does not; the wrapper run directly "
-                f"with one costs {cg['p50'] - direct['p50']:.2f} ms more at p50 ({CGROUP_KIND!r})",
-                f"moving one process into a fresh v1 cgroup (writing cgroup.procs), {MIGRATIONS} times, 50 ms apart: "
-                f"min {ms(migration['min'])}, p50 {ms(migration['p50'])}, p99 {ms(migration['p99'])}",
-            ]
-            self.results["cgroup_migration"] = migration
+            how = "created in it by clone3" if run_cgroups.version == "v2" else "moved into it"
+            lines.append(f"the MCP path gives the wrapper a run cgroup, the direct run does not; the wrapper run "
+                         f"directly with one ({how}, as the launcher does on {run_cgroups.version}) costs "
+                         f"{cg['p50'] - direct['p50']:.2f} ms more at p50 ({CGROUP_KIND!r})")
+            for what, times in costs.items():
+                cost = summary(times)
+                lines.append(f"{what}, a fresh {run_cgroups.version} cgroup each, {MIGRATIONS} times, 50 ms apart: "
+                             f"min {ms(cost['min'])}, p50 {ms(cost['p50'])}, p99 {ms(cost['p99'])}")
+                self.results.setdefault("cgroup_start_costs", {})[what] = cost
         else:
-            lines.append("(no writable cgroup v1 here: the cost of the run's cgroup is not measured apart)")
+            lines.append(f"(the cost of the run's cgroup is not measured apart: {self.no_cgroups})")
         self.lines(lines)
         self.results["ephemeral"] = stats
         self.row("ephemeral print(1): MCP / wrapper direct, p50", f"{ratio:.2f}x ({ms(mcp['p50'])} / {ms(direct['p50'])})",
@@ -276,26 +311,24 @@ class Bench:
                  f"{ms(stats['python3 -c (floor)']['p50'])} / {ms(stats['bwrap true (floor)']['p50'])}")
 
         self.section("launcher memory at rest (VmRSS of the server process, " + exe + ")")
-        self.lines([f"idle after start: {mib(idle)}", f"idle after {len(kinds) * (self.args.runs + WARMUP)} calls: {mib(idle_after)}"])
+        self.lines([f"idle after start: {mib(idle)}", f"idle after {len(kinds) * (self.args.runs + self.args.warmup)} calls: {mib(idle_after)}"])
         self.results["idle_rss_kib"] = {"after_start": idle, "after_runs": idle_after}
         self.row("launcher idle RSS after start", mib(idle), "< 15 MiB", idle < TARGET_IDLE_RSS_KIB)
         self.row("launcher idle RSS after the ephemeral runs", mib(idle_after), "< 15 MiB", idle_after < TARGET_IDLE_RSS_KIB)
 
         self.tokens(instructions, tools)
 
-    def direct_in_cgroups(self, cgroups, entry):
+    def direct_in_cgroups(self, run_cgroups, entry):
         argv = entry["run"]
-        dirs = cgroups.create(entry["limits"])
+        dirs = run_cgroups.create(entry["limits"])
         try:
-            proc = subprocess.run(
-                argv, input=b"print(1)\n", capture_output=True, timeout=DEADLINE,
-                env={**self.jail_env, "NIX_SANDBOX_CGROUP": ":".join(map(str, dirs))},
-                preexec_fn=cgroups.enter(dirs),
-            )
+            status, out, err = run_cgroups.run(
+                dirs, argv, b"print(1)\n", {**self.jail_env, "NIX_SANDBOX_CGROUP": ":".join(map(str, dirs))},
+                DEADLINE)
         finally:
-            cgroups.remove(dirs)
-        if proc.returncode != 0 or proc.stdout != b"1\n":
-            raise Unmeasured(f"{argv[0]} in cgroups gave exit {proc.returncode}, {proc.stderr[-400:]!r}")
+            run_cgroups.remove(dirs)
+        if status != 0 or out != b"1\n":
+            raise Unmeasured(f"{argv[0]} in cgroups gave exit {status}, {err[-400:]!r}")
 
     def direct_true(self, argv):
         proc = subprocess.run(argv, capture_output=True, env=self.jail_env, timeout=DEADLINE)
@@ -325,6 +358,11 @@ class Bench:
 
     def tokens(self, instructions, tools):
         self.section("tokens of tools/list + instructions (o200k, gpt-tokenizer), three presets")
+        if not self.args.tokens:
+            # They do not depend on the host: one count, the host pass's.
+            self.lines(["not counted in this pass (no --tokens): bench/run's pass on the host counts them"])
+            self.row("tokens: tools/list + instructions", "not counted here (the host pass counts them)")
+            return
         counts, lines = self.count_tokens(instructions, tools, Path(self.args.work) / "surface.txt")
         self.lines(lines)
         self.results["tokens"] = counts
@@ -413,10 +451,9 @@ class Bench:
     def sessions(self):
         """Sessions on the Nix-built server, and on the fixture wrappers with
         the release launcher (the figures are labelled by which)."""
-        kinds = [
-            ("Nix-built", [self.server_bin, "--stdio"], self.manifest),
-            ("fixtures", self.fixture_server, self.fixture_manifest),
-        ]
+        kinds = [("Nix-built", [self.server_bin, "--stdio"], self.manifest)]
+        if self.fixture_manifest:
+            kinds.append(("fixtures", self.fixture_server, self.fixture_manifest))
         for label, argv, manifest in kinds:
             if not manifest.get("python", {}).get("session"):
                 reason = f"the {label} python environment has no session wrapper (manifest session = [])"
@@ -722,13 +759,18 @@ def main():
     parser.add_argument("--server", required=True)
     parser.add_argument("--launcher", required=True)
     parser.add_argument("--built-from", default="?", help="which source the server was built from")
-    parser.add_argument("--fixtures", required=True)
-    parser.add_argument("--tokens", required=True, help="bench/tokens.mjs")
+    parser.add_argument("--fixtures", help="launcher/tests/fixtures (without it: no fixture figures)")
+    parser.add_argument("--tokens", help="bench/tokens.mjs (without it: tokens not counted)")
+    parser.add_argument("--context", help="where this runs, said in the header and the summary")
     parser.add_argument("--node", default="/usr/bin/node")
     parser.add_argument("--work", required=True, help="where results.json and surface.txt go")
     parser.add_argument("--runs", type=int, default=200, help="ephemeral runs of each kind")
     parser.add_argument("--fixture-runs", type=int, default=100)
     parser.add_argument("--gap", type=float, default=0.03, help="seconds between two timed ephemeral runs")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="untimed rounds before the timed ephemeral runs")
+    parser.add_argument("--warm-call", action="store_true",
+                        help="an untimed print(1) on each server before its figures (bench/vm.py: under emulation "
+                             "a start-up probe can time out; the call is made again then, and said)")
     parser.add_argument("--starts", type=int, default=20)
     parser.add_argument("--session-calls", type=int, default=300, help="timed `x += 1` calls in one session")
     parser.add_argument("--creations", type=int, default=10, help="sessions created one after another")
@@ -746,9 +788,13 @@ def main():
     print(f"nix-sandbox-mcp benchmark, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
     print(f"machine: {machine()}; load average at start {os.getloadavg()[0]:.2f}")
     print(f"built from {args.built_from}\nserver: {args.server}\nlauncher: {args.launcher}")
+    if args.context:
+        print(f"context: {args.context}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:
         bench = Bench(args, Path(tmp))
-        steps = [bench.ephemeral, bench.fixtures, bench.sessions, bench.startup]
+        steps = [bench.ephemeral, bench.sessions, bench.startup]
+        if args.fixtures:
+            steps.insert(1, bench.fixtures)
         if args.packages_server:
             steps.append(bench.packages)
         if args.only:
@@ -759,14 +805,17 @@ def main():
             except (McpError, Unmeasured, subprocess.SubprocessError, OSError) as e:
                 bench.unmeasured.append(f"{step.__name__}: {e}")
                 print(f"   could not measure: {e}", flush=True)
-    print(f"\n== summary ({datetime.date.today()}, {machine()}, load average at end {os.getloadavg()[0]:.2f}, "
+        if bench.cgroups:
+            bench.cgroups.teardown()
+    context = f"{args.context}, " if args.context else ""
+    print(f"\n== summary ({context}{datetime.date.today()}, {machine()}, load average at end {os.getloadavg()[0]:.2f}, "
           f"{time.monotonic() - started:.0f} s)")
     for line in table(["figure", "value", "target", "verdict"], bench.rows):
         print(line)
     for line in bench.unmeasured:
         print(f"NOT MEASURED: {line}")
     (Path(args.work) / "results.json").write_text(json.dumps(
-        {"date": str(datetime.date.today()), "machine": machine(), "results": bench.results,
+        {"date": str(datetime.date.today()), "machine": machine(), "context": args.context, "results": bench.results,
          "summary": bench.rows, "unmeasured": bench.unmeasured}, indent=2) + "\n")
     sys.exit(1 if bench.unmeasured else 0)
 

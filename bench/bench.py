@@ -754,7 +754,8 @@ def machine():
     return f"{os.cpu_count()} cores ({model or platform.processor()}), Linux {platform.release()}"
 
 
-def main():
+def parser():
+    """bench.py's options (bench/vm.py checks what it passes on with them)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True)
     parser.add_argument("--launcher", required=True)
@@ -780,7 +781,11 @@ def main():
     parser.add_argument("--package-runs", type=int, default=5, help="fresh servers composing python + jq")
     parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "startup", "packages"],
                         help="one step only")
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    args = parser().parse_args()
     # The unprivileged pass gets a fresh --work under its own home.
     Path(args.work).mkdir(parents=True, exist_ok=True)
 

@@ -16,6 +16,7 @@ measured (a failed call, a missing piece). Nothing here is a test.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -272,7 +273,7 @@ class Bench:
             if run_cgroups:
                 kinds[CGROUP_KIND] = lambda: self.direct_in_cgroups(run_cgroups, entry)
             stats = self.interleaved(kinds, self.args.runs)
-            costs = run_cgroups.start_costs(MIGRATIONS) if run_cgroups else {}
+            costs = run_cgroups.start_costs(self.args.start_costs) if run_cgroups else {}
             self.wait_idle(client.pid)
             idle_after = procs.status_kib(client.pid, "VmRSS")
             instructions = client.init_result.get("instructions", "")
@@ -290,7 +291,7 @@ class Bench:
                          f"{cg['p50'] - direct['p50']:.2f} ms more at p50 ({CGROUP_KIND!r})")
             for what, times in costs.items():
                 cost = summary(times)
-                lines.append(f"{what}, a fresh {run_cgroups.version} cgroup each, {MIGRATIONS} times, 50 ms apart: "
+                lines.append(f"{what}, a fresh {run_cgroups.version} cgroup each, {self.args.start_costs} times, 50 ms apart: "
                              f"min {ms(cost['min'])}, p50 {ms(cost['p50'])}, p99 {ms(cost['p99'])}")
                 self.results.setdefault("cgroup_start_costs", {})[what] = cost
         else:
@@ -558,11 +559,13 @@ class Bench:
         directs = [DirectSession(argv, self.jail_env) for _ in range(sessions)]
         latencies, errors, lock = [], [], threading.Lock()
         ready = threading.Barrier(sessions)
+        creating = self.creation_slots()
 
         def worker(direct):
             mine = []
             try:
-                direct.call("x = 0")
+                with creating:
+                    direct.call("x = 0")
                 ready.wait(DEADLINE)
                 for _ in range(calls):
                     t0 = time.perf_counter()
@@ -587,11 +590,22 @@ class Bench:
             raise Unmeasured(f"{len(errors)} direct session calls failed: {errors[0]}")
         return latencies
 
+    def creation_slots(self):
+        """What a load's session creation holds: --create-at-once sessions
+        are created at a time (0: all at once, no limit)."""
+        n = self.args.create_at_once
+        return threading.BoundedSemaphore(n) if n > 0 else contextlib.nullcontext()
+
+    def created_how(self):
+        n = self.args.create_at_once
+        return f" (the sessions created {n} at a time first, untimed)" if n > 0 else ""
+
     def session_load(self, label, argv, manifest):
         sessions, calls = self.args.sessions, self.args.calls
-        self.section(f"sessions ({label}): {sessions} sessions x {calls} calls at once")
+        self.section(f"sessions ({label}): {sessions} sessions x {calls} calls at once{self.created_how()}")
         client = self.start(argv)
         errors, latencies, lock = [], [], threading.Lock()
+        creating = self.creation_slots()
         ready = threading.Barrier(sessions + 1)
         peak = {"rss": 0}
         stop = threading.Event()
@@ -608,7 +622,8 @@ class Bench:
                         errors.append(f"{name} {what}: {e}")
                     return None
 
-            call("x = 0", "creation")
+            with creating:
+                call("x = 0", "creation")
             try:
                 ready.wait(DEADLINE)
             except threading.BrokenBarrierError:
@@ -777,6 +792,11 @@ def parser():
     parser.add_argument("--creations", type=int, default=10, help="sessions created one after another")
     parser.add_argument("--sessions", type=int, default=32, help="sessions at once")
     parser.add_argument("--calls", type=int, default=50, help="calls per session at once")
+    parser.add_argument("--create-at-once", type=int, default=0, metavar="N",
+                        help="create the load's sessions N at a time (0: all at once; bench/vm.py: an emulated "
+                             "CPU cannot start 32 within a call's time)")
+    parser.add_argument("--start-costs", type=int, default=MIGRATIONS, metavar="N",
+                        help="processes started in a fresh cgroup, each way (with run cgroups)")
     parser.add_argument("--packages-server", help="checks/packagesServers.nix's packages-server (as root only)")
     parser.add_argument("--package-runs", type=int, default=5, help="fresh servers composing python + jq")
     parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "startup", "packages"],

@@ -77,6 +77,16 @@ class Options(unittest.TestCase):
         self.assertIn("invalid int value", vm.bench_args_error(["--runs", "five"]))
 
 
+class Boot(unittest.TestCase):
+    def test_the_guest_boots_on_cgroup_v2_with_the_benchmark_shared(self):
+        argv = vm.guest_argv(vm.vm_run(), Path("/images"), "tcg", Path("/share"), 3072, 2)
+        kernel = argv[argv.index("-append") + 1].split()
+        self.assertIn("systemd.unified_cgroup_hierarchy=1", kernel)
+        self.assertNotIn("systemd.unified_cgroup_hierarchy=0", kernel)
+        self.assertIn("local,id=vmtest,path=/share,security_model=none,readonly=on", argv)
+        self.assertIn(f"file,id=results,path={vm.WORK / 'results.log'}", argv)
+
+
 if __name__ == "__main__":
     result = unittest.main(exit=False, verbosity=1).result
     failed = len(result.failures) + len(result.errors)

@@ -85,6 +85,12 @@ def vm_run():
     return module
 
 
+def guest_argv(vm, images, accel, shared, memory, cpus):
+    """qemu's command line for the benchmark: checks/vm/run's, with its
+    kernel arguments (cgroup v2 alone), this benchmark's share and logs."""
+    return vm.qemu_argv(images, accel, shared, WORK / "results.log", WORK / "console.log", memory, cpus)
+
+
 class Stream:
     """What boot() (checks/vm/run) hands each line of the guest to: shown as
     it comes and kept; a failure to boot or finish is kept too."""
@@ -215,7 +221,7 @@ def main():
     }
     shared = share(config)
     results, console = WORK / "results.log", WORK / "console.log"
-    argv = vm.qemu_argv(images, accel, shared, results, console, args.memory, cpus)
+    argv = guest_argv(vm, images, accel, shared, args.memory, cpus)
     stream = Stream()
     vm.boot(argv, results, console, stream, 180, args.timeout)
 

@@ -46,7 +46,7 @@ from stats import table  # noqa: E402
 MODULES = ["bench.py", "cgroups.py", "mcp_client.py", "procs.py", "stats.py"]
 
 # What each pass runs, sized for an emulated CPU (a jailed print(1) takes
-# about 35 times as long as on the host): fewer ephemeral runs after fewer
+# 25 to 40 times as long as on the host): fewer ephemeral runs after fewer
 # warm-up rounds, fewer cgroup start costs; the load's 32 sessions are
 # created 4 at a time before their calls at once (32 at once cannot start
 # within a call's 30 s there). bench.py says the counts in every heading.

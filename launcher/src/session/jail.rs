@@ -23,6 +23,7 @@ use proto::frame::{self, Reply, Request, Split, Splitter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
+use super::cpu::{self, CpuWatch};
 use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
@@ -107,6 +108,8 @@ pub struct Jail {
     /// Reads the CPU time of the jail's cgroup, when it has one (boxed:
     /// an idle jail sits in the session table).
     cpu: Option<Box<CpuMeter>>,
+    /// The last reading of its CPU time (cpu.rs; boxed, as `cpu`).
+    cpu_watch: Box<CpuWatch>,
 }
 
 impl Jail {
@@ -164,6 +167,7 @@ impl Jail {
             log_tail,
             gate,
             cpu,
+            cpu_watch: Box::default(),
         })
     }
 
@@ -246,6 +250,23 @@ impl Jail {
             return None;
         }
         self.cpu_source().read()
+    }
+
+    /// Whether the jail's processes used `budget` of CPU time, all of them
+    /// together; false once the jail is gone. The counter is read only
+    /// when they could have used it since the last reading (cpu.rs).
+    pub fn used_budget(&mut self, budget: std::time::Duration) -> bool {
+        let now = std::time::Instant::now();
+        if !self.cpu_watch.must_read(budget, now, cpu::machine_cpus()) {
+            return false;
+        }
+        match self.cpu_used() {
+            Some(used) => {
+                self.cpu_watch.note(used, now);
+                used >= budget
+            }
+            None => false,
+        }
     }
 
     /// Where the jail's CPU time is read: its cgroup's counter, which

@@ -32,11 +32,14 @@
 //!   killed and a fresh one started.
 //! - A session's processes together, across its calls and between them,
 //!   get its environment's `cpu_s` (RLIMIT_CPU holds each process alone):
-//!   read in /proc after each call, and every 2 s for idle sessions by the
-//!   reaper; past it the session is reset (after a call) or ended (idle).
+//!   its cgroup's counter or its process tree in /proc is read after a
+//!   call that could have reached it (cpu.rs), and every 2 s for idle
+//!   sessions by the reaper; past it the session is reset (after
+//!   a call) or ended (idle).
 //! - Server shutdown (the token) and dropping the table kill every jail.
 
 pub mod call;
+mod cpu;
 pub mod jail;
 pub mod lease;
 mod names;
@@ -209,7 +212,7 @@ impl Sessions {
         // left running between calls (the reaper looks at idle sessions).
         let budget = table::cpu_budget(env);
         let settled = match settled {
-            Ok(JailAfter::Kept) if jail.cpu_used().is_some_and(|used| used >= budget) => {
+            Ok(JailAfter::Kept) if jail.used_budget(budget) => {
                 let why = table::cpu_spent(budget);
                 tracing::warn!(session = name, "session reset: {why}");
                 jail.kill();
@@ -247,9 +250,13 @@ impl Sessions {
         self.inner.lock().open.contains_key(name)
     }
 
-    /// The environment of session `name`, when it is open.
-    pub fn env_of(&self, name: &str) -> Option<Arc<Env>> {
-        self.inner.lock().open.get(name).map(|e| Arc::clone(&e.env))
+    /// The environment of session `name`, when it is open, and whether its
+    /// jail is running and idle (a call to it starts no jail).
+    pub fn env_of(&self, name: &str) -> Option<(Arc<Env>, bool)> {
+        self.inner.lock().open.get(name).map(|e| {
+            let running = matches!(&e.slot, Some(Slot::Jail(jail)) if !jail.has_exited());
+            (Arc::clone(&e.env), running)
+        })
     }
 
     /// Reads output `path` of session `name` (for `resources/read`), at most

@@ -253,7 +253,11 @@ impl Server {
             Some(name) => client.sessions.env_of(name),
             None => None,
         };
-        let open = open.filter(|env| args.env.as_deref().is_none_or(|name| name == env.name));
+        let open = open.filter(|(env, _)| args.env.as_deref().is_none_or(|name| name == env.name));
+        let (open, running) = match open {
+            Some((env, running)) => (Some(env), running),
+            None => (None, false),
+        };
         let env = match (open, &args.packages) {
             (Some(env), None) => env,
             (open, packages) => {
@@ -269,7 +273,10 @@ impl Server {
             }
         };
         let (code, files) = (&args.code, &args.files);
-        match self.precheck(&env, &args).await? {
+        // A call to a running session's jail with the packages it was made
+        // with starts no jail: its wrapper is not looked at.
+        let starts_jail = !(running && args.packages.is_none());
+        match self.precheck(&env, &args, starts_jail).await? {
             Target::Run => {
                 let _slot = self.admit_run(&ct).await?;
                 let cx = run::Context {
@@ -309,9 +316,14 @@ impl Server {
     /// calls alike, in the order their refusals are told: where it runs
     /// (a valid session name, an environment with a session agent when one
     /// is needed), the code (not empty, not too large, no NUL for the
-    /// agent's frames), the wrapper (there and executable), the sandbox
-    /// (its probe passed).
-    async fn precheck(&self, env: &Env, args: &RunArgs) -> Result<Target, Refusal> {
+    /// agent's frames), the wrapper (there and executable, when the call
+    /// may start a jail: `starts_jail`), the sandbox (its probe passed).
+    async fn precheck(
+        &self,
+        env: &Env,
+        args: &RunArgs,
+        starts_jail: bool,
+    ) -> Result<Target, Refusal> {
         let target = match &args.session {
             Some(name) => Target::Session(
                 SessionName::new(name).ok_or_else(|| Refusal::bad_session_name(name))?,
@@ -347,7 +359,7 @@ impl Server {
         } else {
             &env.run[0]
         };
-        if !probe::wrapper_ready(wrapper) {
+        if starts_jail && !probe::wrapper_ready(wrapper) {
             return Err(Refusal::wrapper_missing(&env.name, wrapper));
         }
         self.shared

@@ -193,17 +193,7 @@ async fn a_sessions_cpu_budget_counts_all_its_processes_across_calls() {
     // The fixture jails with RLIMIT_CPU at 2 s: the run wrapper (the probe
     // checks it) through a script of its own, the session's by argument.
     let dir = tempfile::tempdir().unwrap();
-    readable_by_all(dir.path());
-    let run = dir.path().join("python-run-cpu2");
-    std::fs::write(
-        &run,
-        format!(
-            "#!/bin/sh\nJAIL_CPU_S=2 exec {} \"$@\"\n",
-            wrappers().join("python-run").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let run = wrapper_script(dir.path(), "python-run-cpu2", "JAIL_CPU_S=2 ", "python-run");
     let mut manifest = template();
     let python = &mut manifest["environments"]["python"];
     python["run"] = json!([run]);

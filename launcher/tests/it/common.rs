@@ -88,6 +88,19 @@ pub fn readable_by_all(dir: &Path) {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// A fixture wrapper run through a script `name` in `dir` (made readable
+/// by all), `env` set before it: a wrapper of its own for one test.
+pub fn wrapper_script(dir: &Path, name: &str, env: &str, wrapper: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    readable_by_all(dir);
+    let path = dir.join(name);
+    let target = wrappers().join(wrapper);
+    let text = format!("#!/bin/sh\n{env}exec {} \"$@\"\n", target.display());
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
 /// Who a server under test runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum User {

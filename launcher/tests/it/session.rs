@@ -389,3 +389,35 @@ async fn open_sessions_hold_no_launcher_thread_each() {
         "{SESSIONS} more sessions took the launcher from {before} to {after} threads"
     );
 }
+
+/// A running session needs no wrapper to take its next call: one removed
+/// meanwhile (a store path collected) leaves the session answering, and
+/// is named to a call that must start a jail with it.
+#[tokio::test]
+async fn a_running_session_answers_without_its_wrapper_and_a_new_one_is_refused() {
+    let mark = marker("no-wrapper");
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = wrapper_script(dir.path(), "session", "", "session");
+    let mut manifest = template();
+    let session = manifest["environments"]["python"]["session"]
+        .as_array_mut()
+        .unwrap();
+    session[0] = serde_json::json!(wrapper);
+    session.push(serde_json::json!(mark));
+    let s = Server::start_with(
+        vec![Manifest::new(&manifest)],
+        &["--allow-wrappers-outside-store"],
+        &[],
+    )
+    .await;
+    let r = s.session("python", "kept", "x = 1\nprint(x)").await;
+    assert!(text(&r).starts_with("1\n"), "{r:?}");
+    std::fs::remove_file(&wrapper).unwrap();
+    let r = s.session("python", "kept", "x += 1\nprint(x)").await;
+    assert!(text(&r).starts_with("2\n"), "{r:?}");
+    let msg = assert_refused(
+        &s.session("python", "new", "print(1)").await,
+        "wrapper_missing",
+    );
+    assert!(msg.contains(wrapper.to_str().unwrap()), "{msg}");
+}

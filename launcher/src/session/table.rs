@@ -184,8 +184,11 @@ impl Inner {
 
     /// Removes the idle sessions whose processes used their CPU budget,
     /// background ones included; their jails are returned, to be dropped
-    /// (killed). The processes are looked at without the table locked.
-    pub fn end_over_budget(&self) -> Vec<Slot> {
+    /// (killed). The processes are looked at without the table locked, and
+    /// off the runtime's thread: as an unprivileged user each session's
+    /// reading walks its tree in /proc, dozens of syscalls, which would
+    /// hold up every call running meanwhile.
+    pub async fn end_over_budget(&self) -> Vec<Slot> {
         let idle: Vec<(String, i32, CpuSource, Duration)> = {
             let table = self.lock();
             table
@@ -202,13 +205,19 @@ impl Inner {
                 })
                 .collect()
         };
-        let over: Vec<(String, i32, Duration, Duration)> = idle
-            .into_iter()
-            .filter_map(|(name, pid, cpu, budget)| {
-                let used = cpu.read()?;
-                (used >= budget).then_some((name, pid, budget, used))
-            })
-            .collect();
+        if idle.is_empty() {
+            return Vec::new();
+        }
+        let over = tokio::task::spawn_blocking(move || {
+            idle.into_iter()
+                .filter_map(|(name, pid, cpu, budget)| {
+                    let used = cpu.read()?;
+                    (used >= budget).then_some((name, pid, budget, used))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
         if over.is_empty() {
             return Vec::new();
         }
@@ -262,7 +271,7 @@ impl Inner {
                 drop(expired);
                 if cpu_checked.elapsed() >= CPU_CHECK_EVERY {
                     cpu_checked = tokio::time::Instant::now();
-                    drop(inner.end_over_budget());
+                    drop(inner.end_over_budget().await);
                 }
             }
         });

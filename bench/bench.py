@@ -166,8 +166,8 @@ class Bench:
 
     # --- building blocks --------------------------------------------------
 
-    def start(self, argv, extra_env=None):
-        client = Client(argv, {**self.env, **(extra_env or {})})
+    def start(self, argv, extra_env=None, lean=False):
+        client = Client(argv, {**self.env, **(extra_env or {})}, lean=lean)
         try:
             client.initialize()
             if self.args.warm_call:
@@ -482,7 +482,9 @@ class Bench:
     def session_calls(self, label, argv, manifest):
         n, creations = self.args.session_calls, self.args.creations
         self.section(f"sessions ({label}): creation ({creations} sessions), then `x += 1` round trips ({n} calls)")
-        client = self.start(argv)
+        # One call at a time: the thread that sends reads the answer, on the
+        # MCP side as on the wrapper's (mcp_client.py, `lean`).
+        client = self.start(argv, lean=True)
         try:
             self.wait_idle(client.pid, settle=0.2)
             created = []
@@ -509,7 +511,8 @@ class Bench:
                  "x += 1 round trip": summary(calls),
                  "round trip, wrapper direct": summary(direct_calls)}
         self.lines(self.stat_rows(stats))
-        self.lines(self.agent_lines(agents, creations))
+        self.lines(["one call at a time, each side read by the thread that sent it (no reader thread): "
+                    "the same client costs in both"] + self.agent_lines(agents, creations))
         self.results[f"sessions {label}"] = {**stats, "agents": agents}
         rt, rt_direct = stats["x += 1 round trip"], stats["round trip, wrapper direct"]
         self.row(f"session x += 1 round trip p50 ({label}): MCP / wrapper direct",

@@ -2,7 +2,12 @@
 
 Newline-delimited JSON-RPC, like checks/e2e.py's client, but requests may be
 in flight from several threads at once: a reader thread hands each answer to
-the thread waiting for its id. The server's stderr is kept (tail) for reports.
+the thread waiting for its id. A `lean` client has no reader thread: the one
+thread that calls it reads its own answer, as a session wrapper run directly
+is read (bench.py's DirectSession), so that a round trip through the server
+and one straight to a wrapper carry the same client costs (the hand-off from
+a reader thread costs Python tens of microseconds a call). The server's
+stderr is kept (tail) for reports.
 """
 
 import collections
@@ -20,9 +25,10 @@ class McpError(Exception):
 
 
 class Client:
-    """Starts `argv` with `env` and speaks MCP to it over stdin/stdout."""
+    """Starts `argv` with `env` and speaks MCP to it over stdin/stdout;
+    `lean`: one request at a time, from one thread."""
 
-    def __init__(self, argv, env):
+    def __init__(self, argv, env, lean=False):
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
@@ -34,7 +40,10 @@ class Client:
         self._waiting = {}  # id -> [Event, message]
         self._closed = False
         self.stderr = collections.deque(maxlen=200)
-        threading.Thread(target=self._read, daemon=True).start()
+        self._lean = lean
+        self._since = None  # when a lean request began waiting
+        reader = self._watch if lean else self._read
+        threading.Thread(target=reader, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
     def _read(self):
@@ -64,8 +73,47 @@ class Client:
             self.proc.stdin.write(data)
             self.proc.stdin.flush()
 
+    def _watch(self):
+        """Kills the server when a lean request waits past DEADLINE."""
+        while self.proc.poll() is None:
+            time.sleep(1)
+            since = self._since
+            if since is not None and time.monotonic() - since > DEADLINE:
+                self.proc.kill()
+                return
+
+    def _answer_lean(self, request_id):
+        """The answer to `request_id`, read by the calling thread; None if
+        the server closed stdout."""
+        self._since = time.monotonic()
+        try:
+            for line in self.proc.stdout:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if message.get("id") == request_id:
+                    return message
+            return None
+        finally:
+            self._since = None
+
     def request(self, method, params):
         """Sends one request and waits for its answer; returns `result`."""
+        if self._lean:
+            self._next_id += 1
+            self.send({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
+            message = self._answer_lean(self._next_id)
+        else:
+            message = self._request_threaded(method, params)
+        if message is None:
+            raise McpError(f"the server closed stdout; stderr: {self.stderr_tail()}")
+        if "error" in message:
+            raise McpError(f"{method} failed: {message['error']}")
+        return message["result"]
+
+    def _request_threaded(self, method, params):
+        """The answer to one request, handed over by the reader thread."""
         slot = [threading.Event(), None]
         with self._lock:
             if self._closed:
@@ -80,12 +128,7 @@ class Client:
         finally:
             with self._lock:
                 self._waiting.pop(request_id, None)
-        message = slot[1]
-        if message is None:
-            raise McpError(f"the server closed stdout; stderr: {self.stderr_tail()}")
-        if "error" in message:
-            raise McpError(f"{method} failed: {message['error']}")
-        return message["result"]
+        return slot[1]
 
     def initialize(self):
         """The handshake; its answer (instructions...) is kept in init_result."""

@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import async_load  # noqa: E402
 import cgroups  # noqa: E402
 import procs  # noqa: E402
 from mcp_client import Client, McpError  # noqa: E402
@@ -670,6 +671,7 @@ class Bench:
             stop.set()
             client.close()
         direct = summary(self.direct_load(manifest, sessions, calls))
+        lean, lean_direct, lean_wall = self.async_load(argv, manifest, sessions, calls)
         done = len(latencies)
         stats = summary(latencies) if latencies else None
         lines = [f"errors: {len(errors)}; calls answered: {done} of {sessions * calls}; wall {wall:.2f} s; "
@@ -679,18 +681,29 @@ class Bench:
                          f"max {ms(max(latencies) * 1000)}")
         lines.append(f"the same load on {sessions} session wrappers run directly (no launcher): p50 "
                      f"{ms(direct['p50'])}, p90 {ms(direct['p90'])}, p99 {ms(direct['p99'])}")
+        lines.append(f"one asyncio client instead (one thread, answers matched by id, as MCP clients do; "
+                     f"the same for the wrappers run directly): {sessions * calls / lean_wall:.0f} calls/s, "
+                     f"p50 {ms(lean['p50'])}, p90 {ms(lean['p90'])}, p99 {ms(lean['p99'])}; "
+                     f"wrappers directly: p50 {ms(lean_direct['p50'])}, p90 {ms(lean_direct['p90'])}, "
+                     f"p99 {ms(lean_direct['p99'])}")
         lines.append(f"launcher RSS: {mib(before)} before, {mib(peak['rss'])} peak sampled, VmHWM {mib(hwm)}")
         lines.extend(errors[:5])
         self.lines(lines + self.agent_lines(agents, sessions))
         self.results[f"load {label}"] = {"errors": errors, "wall_s": wall, "latency": stats, "direct": direct,
+                                         "asyncio": lean, "asyncio_direct": lean_direct,
                                          "rss_before_kib": before,
                                          "vmhwm_kib": hwm, "agents": agents}
         self.row(f"{sessions} sessions x {calls} calls: errors ({label})", str(len(errors)), "0", not errors)
+        self.row(f"{sessions} x {calls}, one asyncio client: throughput, p50 / p99 ({label})",
+                 f"{sessions * calls / lean_wall:.0f} calls/s, {ms(lean['p50'])} / {ms(lean['p99'])}",
+                 f"p99 < {TARGET_LOAD_P99_MS:.0f} ms", lean["p99"] < TARGET_LOAD_P99_MS)
+        self.row(f"{sessions} x {calls}, one asyncio client: MCP / wrapper direct, p50 / p99 ({label})",
+                 f"{ratio_of(lean, lean_direct, 'p50')} / {ratio_of(lean, lean_direct, 'p99')} "
+                 f"(direct {ms(lean_direct['p50'])} / {ms(lean_direct['p99'])})")
         if stats:
-            self.row(f"{sessions} x {calls}: throughput, p50 / p99 ({label})",
-                     f"{done / wall:.0f} calls/s, {ms(stats['p50'])} / {ms(stats['p99'])}",
-                     f"p99 < {TARGET_LOAD_P99_MS:.0f} ms", stats["p99"] < TARGET_LOAD_P99_MS)
-            self.row(f"{sessions} x {calls}: MCP / wrapper direct, p50 / p99 ({label})",
+            self.row(f"{sessions} x {calls}, {sessions} client threads: throughput, p50 / p99 ({label})",
+                     f"{done / wall:.0f} calls/s, {ms(stats['p50'])} / {ms(stats['p99'])}")
+            self.row(f"{sessions} x {calls}, {sessions} client threads: MCP / wrapper direct, p50 / p99 ({label})",
                      f"{ratio_of(stats, direct, 'p50')} / {ratio_of(stats, direct, 'p99')} "
                      f"(direct {ms(direct['p50'])} / {ms(direct['p99'])})")
         self.row(f"launcher peak RSS (VmHWM) under {sessions} x {calls} ({label})", mib(hwm),
@@ -698,6 +711,17 @@ class Bench:
         if agents:
             self.row(f"agent RSS per session under load, median ({label})",
                      mib(statistics.median(a["agent"] for a in agents)))
+
+    def async_load(self, argv, manifest, sessions, calls):
+        """The load of session_load from one asyncio client (async_load.py),
+        through a fresh server and on the wrappers run directly: the two
+        summaries and the server's wall time."""
+        try:
+            latencies, wall = async_load.mcp(argv, self.env, sessions, calls)
+            direct, _ = async_load.direct(manifest["python"]["session"], self.jail_env, sessions, calls)
+        except (async_load.Failed, OSError, ValueError, TimeoutError) as e:
+            raise Unmeasured(f"{sessions} sessions from one asyncio client: {e}") from None
+        return summary(latencies), summary(direct), wall
 
     @staticmethod
     def session_call(client, session, code):

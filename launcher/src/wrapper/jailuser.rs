@@ -23,6 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
+use nix::libc;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{AccessFlags, ForkResult, Gid, Uid};
 
@@ -62,11 +63,28 @@ pub struct Ids {
 impl Ids {
     /// Becomes `uid`:`gid` with no supplementary group (real, effective
     /// and saved ids). Only system calls, no allocation: safe between fork
-    /// and exec.
+    /// and exec. Raw system calls, which change the calling thread alone:
+    /// glibc's wrappers change every thread of the process it believes it
+    /// has, and in a child made by a bare `clone3` (clone.rs) it still
+    /// believes in the parent's threads, whose locks and thread records
+    /// were copied in whatever state they had: its wrapper can wait for a
+    /// thread being created, which never comes, for ever. Every caller is
+    /// a child of one thread, whose thread is the whole process.
     pub fn become_user(self) -> nix::Result<()> {
-        nix::unistd::setgroups(&[])?;
-        nix::unistd::setresgid(self.gid, self.gid, self.gid)?;
-        nix::unistd::setresuid(self.uid, self.uid, self.uid)
+        // SAFETY: system calls on plain integers (no supplementary group
+        // list: a null pointer of length 0).
+        unsafe {
+            Errno::result(libc::syscall(
+                libc::SYS_setgroups,
+                0,
+                std::ptr::null::<libc::gid_t>(),
+            ))?;
+            let gid = self.gid.as_raw();
+            Errno::result(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
+            let uid = self.uid.as_raw();
+            Errno::result(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
+        }
+        Ok(())
     }
 }
 

@@ -14,9 +14,10 @@
 //!
 //! The launcher makes a run's cgroup, writes the memory and process limits
 //! the environment's manifest states ([`RunLimits`]), creates the wrapper
-//! in it (v2: clone.rs) or moves it in between fork and exec
-//! ([`RunCgroup::procs`], before a root launcher's
-//! wrapper drops to the jails' user: jailuser.rs), reads the counters, and
+//! in it (v2: clone.rs; v1: hop.rs) or, where the kernel refuses those,
+//! moves it in between fork and exec ([`RunCgroup::procs`], before a root
+//! launcher's wrapper drops to the jails' user: jailuser.rs), reads the
+//! counters, and
 //! removes the cgroup once the run's processes are gone. The directories
 //! and files stay the launcher's: the jail's uid can write no limit. The
 //! wrapper checks that it is in each and that each limit is at most its
@@ -29,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::delegation::{self, Facts};
+use super::hop::{Home, Hop};
 
 /// How long removal waits for a killed jail's processes to leave the cgroup.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
@@ -55,9 +57,12 @@ pub struct Cgroups {
     pub pids: bool,
     next: AtomicU64,
     /// A cgroup hierarchy is mounted with `favordynmods`: moving a process
-    /// into a cgroup does not wait for an RCU grace period (on v1, where no
-    /// process can be started in its cgroup, every run moves its wrapper).
+    /// into a cgroup does not wait for an RCU grace period.
     favordynmods: bool,
+    /// v1: the way home of a thread that hops into a run's cgroups to fork
+    /// its wrapper there (hop.rs), or why there is none (then each wrapper
+    /// is moved in).
+    hop: Result<Home, String>,
 }
 
 /// The limits a run's cgroup holds: the environment's `memory_mb` (memory
@@ -153,11 +158,23 @@ impl Cgroups {
             .map(|p| p.display().to_string())
             .collect();
         let mut line = format!("cgroup {version} for {what} at {}", at.join(", "));
-        if self.version == Version::V1 && !self.favordynmods {
-            line.push_str(
-                "; each run's move into its cgroup waits for an RCU grace period (about 10 ms): \
-                 mount the hierarchies with favordynmods (Linux 6.0 and later) to save it",
-            );
+        if self.version == Version::V1 {
+            match &self.hop {
+                Ok(_) => line.push_str(
+                    "; each wrapper is forked in its run's cgroups (the forking thread steps in \
+                     and back out: no process is moved)",
+                ),
+                Err(why) => line.push_str(&format!(
+                    "; each wrapper is moved into its run's cgroups (the forking thread cannot \
+                     step into them: {why})"
+                )),
+            }
+            if self.hop.is_err() && !self.favordynmods {
+                line.push_str(
+                    ", and each move waits for an RCU grace period (about 10 ms): mount the \
+                     hierarchies with favordynmods (Linux 6.0 and later) to save it",
+                );
+            }
         }
         line
     }
@@ -173,6 +190,17 @@ impl Cgroups {
             pids,
             next: AtomicU64::new(0),
             favordynmods: true,
+            hop: Err("a test".into()),
+        }
+    }
+
+    /// The hop that forks the wrapper of `run` (holding `limits`) in its
+    /// cgroups v1: `None` where there is none (v2, or refused at start),
+    /// an error when its files cannot be opened.
+    pub fn hop(&self, run: &RunCgroup, limits: RunLimits) -> Option<io::Result<Hop>> {
+        match (self.version, &self.hop) {
+            (Version::V1, Ok(home)) => Some(Hop::open(&run.dirs, limits.pids, home)),
+            _ => None,
         }
     }
 
@@ -484,6 +512,7 @@ fn setup_v2(own: &str, mounts: &str) -> Result<Cgroups, String> {
         pids: true,
         next: AtomicU64::new(0),
         favordynmods: favors_dynmods(mounts),
+        hop: Err("cgroup v2".into()),
     })
 }
 
@@ -534,6 +563,7 @@ fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
         }
         return Err(format!("no writable cgroup v1 ({})", reasons.join("; ")));
     }
+    let hop = home_of(&parents);
     Ok(Cgroups {
         version: Version::V1,
         parents,
@@ -542,7 +572,21 @@ fn setup_v1(own: &str, mounts: &str) -> Result<Cgroups, String> {
         pids,
         next: AtomicU64::new(0),
         favordynmods: favors_dynmods(mounts),
+        hop,
     })
+}
+
+/// The way home from a hop into a run's cgroups (v1: the launcher's own
+/// cgroup in each hierarchy, where `parents`, this launcher's directories,
+/// are), tried once into `parents` and back; else why there is none.
+fn home_of(parents: &[PathBuf]) -> Result<Home, String> {
+    let homes: Vec<PathBuf> = parents
+        .iter()
+        .filter_map(|p| p.parent().map(Path::to_path_buf))
+        .collect();
+    let home = Home::open(&homes).map_err(|e| e.to_string())?;
+    home.try_hop(parents).map_err(|e| e.to_string())?;
+    Ok(home)
 }
 
 /// Whether a cgroup hierarchy (v1 or v2) of `mountinfo` is mounted with

@@ -96,7 +96,7 @@ fn v2_stats_are_read() {
 }
 
 #[test]
-fn a_v1_host_without_favordynmods_is_told_what_each_run_costs() {
+fn a_v1_host_that_moves_wrappers_without_favordynmods_is_told_what_each_run_costs() {
     assert!(!favors_dynmods(MOUNTINFO));
     let with = MOUNTINFO.replace("rw,memory", "rw,favordynmods,memory");
     assert!(favors_dynmods(&with));
@@ -110,6 +110,7 @@ fn a_v1_host_without_favordynmods_is_told_what_each_run_costs() {
         next: AtomicU64::new(0),
         favordynmods: false,
         how: String::new(),
+        hop: Err("EACCES".into()),
     };
     assert!(
         slow.describe().contains("favordynmods"),
@@ -125,6 +126,15 @@ fn a_v1_host_without_favordynmods_is_told_what_each_run_costs() {
         "{}",
         fast.describe()
     );
+    // Born in their cgroups: no move, nothing to save.
+    let hopping = Cgroups {
+        favordynmods: false,
+        hop: Ok(Home::open(&[]).unwrap()),
+        ..fast
+    };
+    let line = hopping.describe();
+    assert!(!line.contains("favordynmods"), "{line}");
+    assert!(line.contains("no process is moved"), "{line}");
 }
 
 /// A session's CPU time as it goes: v2's cpu.stat, v1's cpuacct.usage;

@@ -1,17 +1,20 @@
-//! A wrapper started straight into its run's cgroup v2: `clone3` with
-//! `CLONE_INTO_CGROUP` (Linux 5.7), so no process is ever moved between
-//! cgroups for a run. Moving one (a write to `cgroup.procs`) takes the
-//! kernel's cgroup lock for writing, which waits for an RCU grace period:
-//! milliseconds a run. Where the kernel (or a seccomp policy) refuses
-//! `clone3`, [`Refused`] says so and the caller starts the wrapper as
-//! before and moves it in (wrapper/mod.rs).
+//! A wrapper started straight into its run's cgroup: on cgroup v2 by
+//! `clone3` with `CLONE_INTO_CGROUP` (Linux 5.7) ([`spawn_into`]); on v1
+//! by a `clone3` from a thread that stands in the run's cgroups for the
+//! moment (hop.rs, [`spawn_held`]). Either way no process is ever moved
+//! between cgroups for a run: moving one (a write to `cgroup.procs`)
+//! takes the kernel's cgroup lock for writing, which waits for an RCU
+//! grace period, milliseconds a run. Where the kernel (or a seccomp
+//! policy) refuses `clone3`, [`Refused`] says so and the caller starts the
+//! wrapper as before and moves it in (wrapper/mod.rs).
 //!
 //! Everything the child needs (argv, environment, pipes) is made before
 //! the `clone3`; the child, a copy of a thread of a process with other
-//! threads, then makes only system calls: its stdio, a process group of
-//! its own, the default signal mask and SIGPIPE, the caller's `setup`
-//! (the same as std's `pre_exec`), `execve`. An error before the exec
-//! comes back as an errno on a close-on-exec pipe.
+//! threads, then makes only system calls: (held) it waits until the
+//! parent lets it go, its stdio, a process group of its own, the default
+//! signal mask and SIGPIPE, the caller's `setup` (the same as std's
+//! `pre_exec`), `execve`. An error before the exec comes back as an errno
+//! on a close-on-exec pipe.
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -112,12 +115,38 @@ pub fn spawn_into(
     cgroup: BorrowedFd<'_>,
     setup: &dyn Fn() -> io::Result<()>,
 ) -> Result<Started, Result<Refused, io::Error>> {
+    spawn(program, Some(cgroup), setup, None)
+}
+
+/// Starts `program` as [`spawn_into`] does, but in the calling thread's
+/// own cgroups, and holds the child before its first step until `forked`
+/// ran in the parent: the child does nothing while the parent is still
+/// where it was forked. An error of `forked` ends the child (it never
+/// runs `setup`) and is the result.
+pub fn spawn_held(
+    program: &Program,
+    setup: &dyn Fn() -> io::Result<()>,
+    forked: &mut dyn FnMut() -> io::Result<()>,
+) -> Result<Started, Result<Refused, io::Error>> {
+    spawn(program, None, setup, Some(forked))
+}
+
+fn spawn(
+    program: &Program,
+    cgroup: Option<BorrowedFd<'_>>,
+    setup: &dyn Fn() -> io::Result<()>,
+    forked: Option<&mut dyn FnMut() -> io::Result<()>>,
+) -> Result<Started, Result<Refused, io::Error>> {
     let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from);
     let fail = |e: io::Error| Err(Err(e));
     let (in_r, in_w) = pipe().or_else(fail)?;
     let (out_r, out_w) = pipe().or_else(fail)?;
     let (err_r, err_w) = pipe().or_else(fail)?;
     let (status_r, status_w) = pipe().or_else(fail)?;
+    let gate = match forked {
+        Some(_) => Some(pipe().or_else(fail)?),
+        None => None,
+    };
     let child_ends = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
     // dup2 onto 0, 1 and 2 would clobber a pipe that is itself one of them
     // (a launcher started with a standard fd closed).
@@ -127,11 +156,14 @@ pub fn spawn_into(
         ))));
     }
     let mut args = CloneArgs {
-        flags: CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup.as_raw_fd() as u64,
         ..CloneArgs::default()
     };
+    if let Some(cgroup) = cgroup {
+        args.flags = CLONE_INTO_CGROUP;
+        args.cgroup = cgroup.as_raw_fd() as u64;
+    }
+    let held = gate.as_ref().map(|(r, w)| (r.as_raw_fd(), w.as_raw_fd()));
     // SAFETY: clone3 reads `args` (of the size given) and, with no stack
     // given, the child runs on a copy of this thread's stack like fork's:
     // it only makes system calls on memory prepared above and never
@@ -144,7 +176,7 @@ pub fn spawn_into(
         )
     };
     if pid == 0 {
-        child(program, child_ends, status_w.as_raw_fd(), setup);
+        child(program, child_ends, status_w.as_raw_fd(), held, setup);
     }
     if pid < 0 {
         let e = io::Error::last_os_error();
@@ -155,6 +187,20 @@ pub fn spawn_into(
     }
     drop((in_r, out_w, err_w, status_w));
     let pid = pid as libc::pid_t;
+    // The held child goes on once one byte is written; at the end of file
+    // (`forked` failed) it exits.
+    let mut not_let_go = None;
+    if let (Some(forked), Some((gate_r, gate_w))) = (forked, gate) {
+        drop(gate_r);
+        match forked() {
+            Ok(()) => {
+                if let Err(e) = nix::unistd::write(&gate_w, b"g") {
+                    not_let_go = Some(io::Error::from(e));
+                }
+            }
+            Err(e) => not_let_go = Some(e),
+        }
+    }
     // End of file: the exec happened (the pipe was close-on-exec).
     let mut errno = [0u8; 4];
     let mut got = 0;
@@ -173,7 +219,8 @@ pub fn spawn_into(
     if got == errno.len() {
         // It never ran: reap it here, it is nobody else's.
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-        return Err(Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno))));
+        let error = io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+        return Err(Err(not_let_go.unwrap_or(error)));
     }
     Ok(Started {
         pid: pid as u32,
@@ -183,17 +230,31 @@ pub fn spawn_into(
     })
 }
 
-/// The child: stdio, process group, signals, `setup`, exec; on an error
-/// its errno on `status`, then exit 127.
+/// The child: (`held`: the gate's read and write ends) waits for one byte
+/// on the gate, then stdio, process group, signals, `setup`, exec; on an
+/// error its errno on `status`, then exit 127.
 fn child(
     program: &Program,
     stdio: [RawFd; 3],
     status: RawFd,
+    held: Option<(RawFd, RawFd)>,
     setup: &dyn Fn() -> io::Result<()>,
 ) -> ! {
     // SAFETY: system calls on fds and memory prepared before the clone.
     unsafe {
         let error = (|| {
+            if let Some((gate, parents_end)) = held {
+                // Its own copy of the write end would keep the gate open.
+                libc::close(parents_end);
+                let mut byte = 0u8;
+                loop {
+                    match libc::read(gate, (&raw mut byte).cast(), 1) {
+                        1 => break,
+                        n if n < 0 && *libc::__errno_location() == libc::EINTR => {}
+                        _ => return io::Error::from_raw_os_error(libc::ECANCELED),
+                    }
+                }
+            }
             for (fd, target) in stdio.iter().zip(0..) {
                 if libc::dup2(*fd, target) < 0 {
                     return io::Error::last_os_error();

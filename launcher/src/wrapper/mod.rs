@@ -19,6 +19,7 @@
 pub mod cgroup;
 pub mod clone;
 pub mod delegation;
+pub mod hop;
 pub mod host;
 pub mod jailuser;
 pub mod probe;
@@ -31,7 +32,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -172,9 +173,20 @@ pub fn spawn(
         ),
         None => None,
     };
-    let started = start(program, args, env, host, cgroup.as_ref(), gate);
+    let started = place(
+        program,
+        args,
+        env,
+        host,
+        cgroup.as_ref(),
+        limits.into(),
+        gate,
+    );
     let child = match started {
-        Ok(child) => child,
+        Ok((child, placed)) => {
+            tracing::debug!(pid = child.pid, placed = placed.name(), "wrapper started");
+            child
+        }
         Err(e) => {
             if let Some(cgroup) = cgroup {
                 cgroup.remove();
@@ -195,48 +207,90 @@ pub fn spawn(
     })
 }
 
-/// Spawns the wrapper in `cgroup` when there is one: created there with
-/// `clone3` when the kernel can (a cgroup v2; clone.rs), else forked and
-/// moved in between fork and exec.
-fn start(
+/// How a wrapper got into its run's cgroup, for the log.
+#[derive(Debug, Clone, Copy)]
+enum Placed {
+    /// Created there by `clone3` (v2).
+    Clone3,
+    /// Forked there by a thread standing in it for the moment (v1).
+    Hop,
+    /// Forked, then moved in between fork and exec.
+    Move,
+    /// The launcher has no cgroups.
+    Nowhere,
+}
+
+impl Placed {
+    fn name(self) -> &'static str {
+        match self {
+            Placed::Clone3 => "clone3",
+            Placed::Hop => "hop",
+            Placed::Move => "move",
+            Placed::Nowhere => "none",
+        }
+    }
+}
+
+/// Starts the wrapper in `cgroup` (holding `limits`) when there is one:
+/// created there with `clone3` (a cgroup v2; clone.rs) or forked there
+/// by a hop (v1; hop.rs) when the kernel can, else forked and moved in
+/// between fork and exec.
+fn place(
     program: &str,
     args: &[String],
     env: &WrapperEnv,
     host: &Host,
     cgroup: Option<&RunCgroup>,
+    limits: cgroup::RunLimits,
     gate: Option<&Gate>,
-) -> Result<Started, StartError> {
+) -> Result<(Started, Placed), StartError> {
     let mut vars = wrapper_vars(env, cgroup, host.jail_user.as_ref());
     if let Some(gate) = gate {
         vars.extend(gate.vars());
     }
     let ids = host.jail_user.as_ref().map(|u| u.ids);
-    if let Some(dir) = cgroup.and_then(RunCgroup::v2_dir) {
-        let fd = clone::open_cgroup(dir).map_err(StartError::Cgroup)?;
+    let prepared = || {
         let vars = vars.iter().map(|(k, v)| (*k, v.as_os_str()));
-        let prepared = clone::Program::new(program, args, vars).ok_or_else(|| {
+        clone::Program::new(program, args, vars).ok_or_else(|| {
             StartError::Spawn(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a NUL byte in the wrapper's argv or environment",
             ))
-        })?;
+        })
+    };
+    if let Some(dir) = cgroup.and_then(RunCgroup::v2_dir) {
+        let fd = clone::open_cgroup(dir).map_err(StartError::Cgroup)?;
+        let prepared = prepared()?;
         let setup = child_setup(Vec::new(), ids);
         let cloned = crate::lifetime::on_spawner(move || {
             clone::spawn_into(&prepared, std::os::fd::AsFd::as_fd(&fd), &setup)
         })
         .map_err(StartError::Spawn)?;
-        match cloned {
-            Ok(started) => return Ok(started),
-            Err(Err(e)) => return Err(StartError::Spawn(e)),
-            Err(Ok(clone::Refused(why))) => {
-                static SAID: std::sync::Once = std::sync::Once::new();
-                SAID.call_once(|| {
-                    tracing::info!(
-                        error = %why,
-                        "no clone3 into a cgroup here: wrappers are moved into their cgroups"
-                    );
-                });
+        static SAID: Once = Once::new();
+        let refusal = "no clone3 into a cgroup here: wrappers are moved into their cgroups";
+        if let Some(done) = settled(cloned, Placed::Clone3, &SAID, refusal) {
+            return done;
+        }
+    }
+    let hop = match (cgroup, &host.cgroups) {
+        (Some(run), Some(cgroups)) => cgroups.hop(run, limits),
+        _ => None,
+    };
+    if let Some(hop) = hop {
+        let hopped = match hop {
+            Ok(hop) => {
+                let prepared = prepared()?;
+                let setup = child_setup(Vec::new(), ids);
+                crate::lifetime::on_spawner(move || hop.spawn(&prepared, &setup))
+                    .map_err(StartError::Spawn)?
             }
+            Err(e) => Err(Ok(clone::Refused(e))),
+        };
+        static SAID: Once = Once::new();
+        let refusal = "no hop into a run's cgroups v1 here: wrappers are moved into their \
+                       cgroups, each move waiting for the kernel's cgroup lock";
+        if let Some(done) = settled(hopped, Placed::Hop, &SAID, refusal) {
+            return done;
         }
     }
     // Open until the wrapper has started (the child's copies close at exec).
@@ -257,23 +311,51 @@ fn start(
     unsafe {
         cmd.pre_exec(setup);
     }
+    let placed = if cgroup.is_some() {
+        Placed::Move
+    } else {
+        Placed::Nowhere
+    };
     let mut child = crate::lifetime::spawn(cmd).map_err(StartError::Spawn)?;
     let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let pid = child.id();
     // The std handle neither kills nor waits on drop; the reaper owns the pid.
     drop(child);
     match pipes {
-        (Some(stdin), Some(stdout), Some(stderr)) => Ok(Started {
-            pid,
-            stdin: OwnedFd::from(stdin),
-            stdout: OwnedFd::from(stdout),
-            stderr: OwnedFd::from(stderr),
-        }),
+        (Some(stdin), Some(stdout), Some(stderr)) => Ok((
+            Started {
+                pid,
+                stdin: OwnedFd::from(stdin),
+                stdout: OwnedFd::from(stdout),
+                stderr: OwnedFd::from(stderr),
+            },
+            placed,
+        )),
         _ => {
             kill_group(i32::try_from(pid).unwrap_or(0));
             Err(StartError::Spawn(io::Error::other(
                 "the wrapper's pipes were not created",
             )))
+        }
+    }
+}
+
+/// The outcome of a way of starting a wrapper in its cgroup (`placed`):
+/// started or failed, or `None` when the kernel refused that way here,
+/// which is said once (`said`, `refusal`) and the caller moves the
+/// wrapper in instead.
+fn settled(
+    result: Result<Started, Result<clone::Refused, io::Error>>,
+    placed: Placed,
+    said: &'static Once,
+    refusal: &'static str,
+) -> Option<Result<(Started, Placed), StartError>> {
+    match result {
+        Ok(started) => Some(Ok((started, placed))),
+        Err(Err(e)) => Some(Err(StartError::Spawn(e))),
+        Err(Ok(clone::Refused(why))) => {
+            said.call_once(|| tracing::info!(error = %why, "{refusal}"));
+            None
         }
     }
 }

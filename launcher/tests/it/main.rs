@@ -2,6 +2,7 @@
 //! the host's interpreters (launcher/tests/fixtures), through a real MCP client.
 
 mod bounds;
+mod cgroup_v1;
 mod cli;
 mod common;
 mod deadline;

@@ -52,7 +52,9 @@ def setup(vm):
 # process forked, then moved in by a write to cgroup.procs (what the
 # launcher did), against one forked by a thread that stood in those
 # cgroups (0 written to each `tasks`, back to its own after the fork: the
-# launcher's hop), next to a plain fork; ms a run.
+# launcher's hop), next to a plain fork; ms a run. Each run comes 50 ms
+# after the one before, as a model's calls come seconds apart: a move
+# right after another skips the grace period the first one waited for.
 HOP_COST = r"""
 import os, sys, time
 RUNS = int(sys.argv[1])
@@ -111,6 +113,7 @@ def per_run(start):
         dirs = [f"{b}/run-{n}" for b in base]
         for d in dirs:
             os.mkdir(d)
+        time.sleep(0.05)
         took.append(start(dirs))
         for d in dirs:
             os.rmdir(d)
@@ -128,10 +131,10 @@ def test_hop_cost(vm):
     """a fork moved into new cgroups v1 and a fork from a thread that stepped in both work (ms a run said, not judged)"""
     v1_only()
     mounts = [f"{c}={mount}{path.rstrip('/')}" for c, (mount, path) in hierarchies().items()]
-    proc = vm.sh(["python3", "-c", HOP_COST, "60", *mounts], check_ok=False)
+    proc = vm.sh(["python3", "-c", HOP_COST, "40", *mounts], check_ok=False)
     check(proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-600:]}")
     fork, move, hop = (float(x) for x in proc.stdout.split())
-    info(f"v1: a process started in new cgroups (pids, memory, cpuacct), ms a run, p50 of 60: plain fork "
+    info(f"v1: a process started in new cgroups (pids, memory, cpuacct), ms a run, p50 of 40, 50 ms apart: plain fork "
          f"{fork:.2f}, fork and a write to cgroup.procs {move:.2f}, the launcher's hop (0 to each tasks, "
          f"fork, 0 back) {hop:.2f}")
     # Timings are the benchmark's to compare, never a test's: this checks
@@ -146,12 +149,17 @@ def server_argv(vm):
     return [entry["command"], *entry["args"]]
 
 
+def printed_one(text):
+    """The text of a run of print(1): its output, then its exit code."""
+    return text.split("\n", 1)[0] == "1" and not text.startswith("error")
+
+
 def started(vm, argv, label):
     env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "RUST_LOG": "info,nix_sandbox_mcp::wrapper=debug"}
     client = McpClient(argv, env)
     client.initialize("nix-sandbox-mcp-vm")
     result, text = reprobed(lambda: call_run(client, "python", "print(1)"), f"v1, {label}")
-    check(not result.get("isError") and text.strip() == "1", f"{label}: {result}")
+    check(not result.get("isError") and printed_one(text), f"{label}: {result}")
     return client
 
 
@@ -161,7 +169,7 @@ def p50_print(client, label, runs=15):
         t = time.perf_counter()
         result, text = call_run(client, "python", "print(1)")
         took.append(time.perf_counter() - t)
-        check(text.strip() == "1", f"{label}: {result}")
+        check(printed_one(text), f"{label}: {result}")
     return statistics.median(took) * 1000
 
 
@@ -230,4 +238,4 @@ def attacked(vm, client):
     vm.wait_until("the runs' cgroups removed",
                   lambda: not [r for d in dirs for r in d.glob("run-*")], timeout=15)
     result, text = call_run(client, "python", "print(1)")
-    check(text.strip() == "1", f"after the attacks: {result}")
+    check(printed_one(text), f"after the attacks: {result}")

@@ -222,6 +222,18 @@ fn spawn(
         let error = io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
         return Err(Err(not_let_go.unwrap_or(error)));
     }
+    if let Some(e) = not_let_go {
+        // Never so while the child is held; should it have run anyway,
+        // it is ended here, unreaped, so its id is still this one's.
+        if pid > 1 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        return Err(Err(e));
+    }
     Ok(Started {
         pid: pid as u32,
         stdin: in_w,

@@ -89,3 +89,44 @@ fn a_wrapper_starts_in_its_cgroup_and_its_errors_come_back() {
     assert_eq!(left, "", "processes left in the cgroup");
     std::fs::remove_dir(&dir).unwrap();
 }
+
+/// A held child runs nothing until the parent's `forked` succeeded: when
+/// it fails, the child ends before its setup, the error is the result and
+/// the program never ran.
+#[test]
+fn a_held_child_waits_for_the_parent_and_ends_when_it_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("ran");
+    let env = [("PATH", OsStr::new("/usr/bin:/bin"))];
+    let script = format!("echo ran >{}; echo ran", mark.display());
+    let sh = Program::new("/bin/sh", &["-c".into(), script], env.into_iter()).unwrap();
+    let mut failing = || Err(io::Error::from_raw_os_error(libc::EROFS));
+    match spawn_held(&sh, &|| Ok(()), &mut failing) {
+        Err(Err(e)) => assert_eq!(e.raw_os_error(), Some(libc::EROFS)),
+        other => panic!("{:?}", other.map(|s| s.pid)),
+    }
+    assert!(
+        !mark.exists(),
+        "the held child ran though the parent failed"
+    );
+    let mut called = false;
+    let mut letting_go = || {
+        called = true;
+        Ok(())
+    };
+    let started = match spawn_held(&sh, &|| Ok(()), &mut letting_go) {
+        Ok(started) => started,
+        Err(e) => panic!("not started: {:?}", e.map(|r| r.0)),
+    };
+    assert!(called);
+    let mut out = String::new();
+    std::fs::File::from(started.stdout)
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(out, "ran\n");
+    assert_eq!(
+        wait(started.pid),
+        nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(started.pid as i32), 0)
+    );
+    assert!(mark.exists());
+}

@@ -133,11 +133,12 @@ class RunCgroups:
         """{what: seconds of each of `n` tries}: writing a fresh process'
         pid into a fresh run cgroup's cgroup.procs (the first controller's
         hierarchy), `gap` seconds after the previous one: the kernel's cost
-        of moving a process, which every run pays once when the launcher
-        gives it a cgroup (it moves the wrapper in between fork and exec).
-        (Here a move costs an RCU grace period, about 13 ms, unless another
-        came within about 20 ms: runs seconds apart, as a model makes them,
-        pay it every time.)"""
+        of moving a process, which a run pays only when the launcher cannot
+        fork its wrapper inside the run's cgroups (its forking thread steps
+        into them through `tasks` first, which takes no global lock). (A
+        move costs an RCU grace period, about 13 ms on a default kernel,
+        unless another came within about 20 ms: runs seconds apart, as a
+        model makes them, would pay it every time.)"""
         return {"move (write to cgroup.procs)": move_times(self, n, gap)}
 
 

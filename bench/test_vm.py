@@ -77,6 +77,19 @@ class Options(unittest.TestCase):
         self.assertIn("invalid int value", vm.bench_args_error(["--runs", "five"]))
 
 
+class Share(unittest.TestCase):
+    def test_every_module_bench_py_imports_goes_to_the_guest(self):
+        here = Path(vm.__file__).parent
+        imported = set()
+        for path in [here / name for name in vm.MODULES]:
+            for line in path.read_text().splitlines():
+                found = re.match(r"(?:from (\w+) import|import (\w+))", line.strip())
+                name = found and (found.group(1) or found.group(2))
+                if name and (here / f"{name}.py").exists():
+                    imported.add(f"{name}.py")
+        self.assertEqual(sorted(imported - set(vm.MODULES)), [])
+
+
 class Boot(unittest.TestCase):
     def test_the_guest_boots_on_cgroup_v2_with_the_benchmark_shared(self):
         argv = vm.guest_argv(vm.vm_run(), Path("/images"), "tcg", Path("/share"), 3072, 2)

@@ -4,8 +4,8 @@ mode, unlike a host where a hierarchy was once mounted with
 favordynmods): what moving a process into its run's cgroups costs against
 the launcher's hop (the forking thread stepping in and back), as `info`
 lines, never judged; and a run killed at its own cgroup's memory limit,
-its cgroups removed afterwards. On the default cgroup v2 boot each test
-says it is skipped."""
+its cgroups removed afterwards. The default cgroup v2 boot leaves it out;
+asked for there (`--only v1`), each test says it is skipped."""
 
 import json
 import statistics

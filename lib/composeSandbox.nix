@@ -1,7 +1,7 @@
 # Takes { recipe, request }, the paths of two JSON files, as strings: the
 # compose helper (composeHelper.nix) passes them with --argstr. `recipe`
 # is one environment of a server as mkServer wrote it at build time
-# (mkSandbox's arguments with its packages as store paths, and the store
+# (`sandbox`: mkSandbox's arguments, its packages as store paths; the store
 # paths of the server's nixpkgs, jail.nix and this flake's source);
 # `request` is the list of nixpkgs attribute names a call asks for, which
 # the launcher has checked already (attribute paths, the allowlist).
@@ -71,25 +71,21 @@ let
 
   # Python modules go on the module path too; every package goes into the
   # profile, whose runtime closure is what the jail mounts.
-  python = environment.interpreter == "python";
+  inherit (environment) sandbox;
+  python = sandbox.interpreter == "python";
   modules = lib.filter (package: python && package ? pythonModule) requested;
   pythonPath = lib.concatStringsSep ":" (
     lib.optional (modules != [ ]) (pkgs.python3Packages.makePythonPath modules)
-    ++ lib.optional (environment.env ? PYTHONPATH) environment.env.PYTHONPATH
+    ++ lib.optional (sandbox.env ? PYTHONPATH) sandbox.env.PYTHONPATH
   );
 in
 [
-  (mkSandbox pkgs {
-  inherit (environment)
-    name
-    interpreter
-    description
-    limits
-    network
-    seccomp
-    ;
-  packages = map lib.toDerivation environment.packages ++ requested;
-  env = environment.env // lib.optionalAttrs (modules != [ ]) { PYTHONPATH = pythonPath; };
-})
+  (mkSandbox pkgs (
+    sandbox
+    // {
+      packages = map lib.toDerivation sandbox.packages ++ requested;
+      env = sandbox.env // lib.optionalAttrs (modules != [ ]) { PYTHONPATH = pythonPath; };
+    }
+  ))
 ]
 ++ requested

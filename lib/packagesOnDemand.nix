@@ -76,16 +76,20 @@ let
     in
     pkgs.writeText "nix-sandbox-mcp-recipe-${environment.name}.json" (
       builtins.toJSON {
-        inherit (environment)
-          name
-          interpreter
-          description
-          limits
-          network
-          seccomp
-          env
-          ;
-        packages = map (package: "${package}") environment.packages;
+        # mkSandbox's arguments for this environment, its packages as
+        # store paths: what composeSandbox.nix passes back, packages added.
+        sandbox = {
+          inherit (environment)
+            name
+            interpreter
+            description
+            limits
+            network
+            seccomp
+            env
+            ;
+          packages = map (package: "${package}") environment.packages;
+        };
         inherit source nixpkgs;
         jailNix = "${jail-nix}";
         system = pkgs.stdenv.hostPlatform.system or pkgs.system;

@@ -169,12 +169,25 @@ class Vm:
         """The cgroups named prefix* in the cgroup at path that hold no
         process (a run's or an ended session's, not removed)."""
         directory = Path("/sys/fs/cgroup") / path.lstrip("/")
-        return sorted(d.name for d in directory.glob(f"{prefix}*")
-                      if "populated 0" in (d / "cgroup.events").read_text())
+        left = []
+        for d in directory.glob(f"{prefix}*"):
+            try:
+                events = (d / "cgroup.events").read_text()
+            except OSError:
+                continue  # removed since the listing: not left
+            if "populated 0" in events:
+                left.append(d.name)
+        return sorted(left)
 
     @staticmethod
     def command_line(pid):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        """The command line of pid, or "" once it has ended: a process
+        listed a moment ago may exit before it is read."""
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return ""
+        return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
     @staticmethod
     def as_user(uid, argv, env):

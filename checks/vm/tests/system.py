@@ -2,6 +2,7 @@
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 from vmlib import check, info
@@ -37,3 +38,15 @@ def test_store(vm):
 def test_userns(vm):
     """an unprivileged user can make a user namespace (the jails need one)"""
     vm.sh(vm.as_user(65534, ["unshare", "--user", "--map-root-user", "true"], {"PATH": "/usr/bin:/bin"}))
+
+
+def test_ended_process(vm):
+    """the tests' /proc readers take a process that has ended for gone, not for an error"""
+    child = subprocess.Popen(["sleep", "30"])
+    # Its command line can read empty for a moment after the spawn.
+    vm.wait_until("sleep's command line", lambda: "sleep 30" in vm.command_line(child.pid), timeout=10)
+    child.kill()
+    child.wait()
+    # Reaped: its /proc entry is gone, as for a process that exits between
+    # a listing of /proc and the read of its command line.
+    check(vm.command_line(child.pid) == "", f"an ended process reads {vm.command_line(child.pid)!r}")

@@ -35,7 +35,7 @@ import async_load  # noqa: E402
 import cgroups  # noqa: E402
 import procs  # noqa: E402
 from mcp_client import Client, McpError  # noqa: E402
-from stats import mib, ms, summary, table  # noqa: E402
+from stats import cpu_times, mib, ms, steal_share, summary, table  # noqa: E402
 
 MANIFEST = "share/nix-sandbox-mcp/manifest.json"
 WARMUP = 5
@@ -70,6 +70,9 @@ TARGET_PEAK_RSS_KIB = 8 * 1024
 TARGET_IDLE_RSS_KIB = 15 * 1024
 TARGET_TOKENS = 350
 TARGET_START_MS = 50.0
+# A verdict reached while the hypervisor took this share of the CPUs'
+# time or more says so (the figure is the machine's as much as ours).
+STEAL_NOTED = 0.02
 
 
 class Unmeasured(Exception):
@@ -482,38 +485,64 @@ class Bench:
 
     def session_calls(self, label, argv, manifest):
         n, creations = self.args.session_calls, self.args.creations
-        self.section(f"sessions ({label}): creation ({creations} sessions), then `x += 1` round trips ({n} calls)")
+        relay = self.args.relay
+        self.section(f"sessions ({label}): creation ({creations} sessions), then `x += 1` round trips ({n} calls), "
+                     f"each kind in turn")
         # One call at a time: the thread that sends reads the answer, on the
-        # MCP side as on the wrapper's (mcp_client.py, `lean`).
+        # MCP side as on the wrapper's (mcp_client.py, `lean`). The kinds
+        # take turns call by call (the order rotating), so a change in the
+        # machine's speed during the run weighs on all of them alike.
+        wrapper = manifest["python"]["session"]
         client = self.start(argv, lean=True)
+        opened = []
         try:
             self.wait_idle(client.pid, settle=0.2)
-            created = []
+            created, direct_created = [], []
             for i in range(creations):
                 t0 = time.perf_counter()
                 self.session_call(client, f"new{i}", "x = 0")
                 created.append(time.perf_counter() - t0)
-            agents = self.agents(client.pid)
-            self.session_call(client, "bench", "x = 0")
-            calls = []
-            for i in range(WARMUP * 4 + n):
                 t0 = time.perf_counter()
-                self.session_call(client, "bench", "x += 1")
-                if i >= WARMUP * 4:
-                    calls.append(time.perf_counter() - t0)
+                direct = DirectSession(wrapper, self.jail_env)
+                try:
+                    direct.call("x = 0")
+                    direct_created.append(time.perf_counter() - t0)
+                finally:
+                    direct.close()
+            agents = self.agents(client.pid)
+            kinds = {"x += 1 round trip": lambda code: self.session_call(client, "bench", code)}
+            for name, command in (("round trip, wrapper direct", wrapper),
+                                  ("round trip, through a bare relay", [relay, *wrapper] if relay else None)):
+                if command:
+                    opened.append(DirectSession(command, self.jail_env))
+                    kinds[name] = opened[-1].call
+            for call in kinds.values():
+                call("x = 0")
+            names = list(kinds)
+            calls = {name: [] for name in names}
+            for i in range(WARMUP * 4 + n):
+                for k in range(len(names)):
+                    name = names[(i + k) % len(names)]
+                    t0 = time.perf_counter()
+                    kinds[name]("x += 1")
+                    if i >= WARMUP * 4:
+                        calls[name].append(time.perf_counter() - t0)
             _, text = self.session_call(client, "bench", "print(x)")
             if text != f"{WARMUP * 4 + n}{JSON_NOTE}":
                 raise Unmeasured(f"the session lost its state: x is {text!r}, not {WARMUP * 4 + n}")
         finally:
             client.close()
-        direct_created, direct_calls = self.direct_session_calls(manifest, creations, n)
+            for direct in opened:
+                direct.close()
         stats = {"session creation (first call)": summary(created),
                  "creation, wrapper direct": summary(direct_created),
-                 "x += 1 round trip": summary(calls),
-                 "round trip, wrapper direct": summary(direct_calls)}
+                 **{name: summary(samples) for name, samples in calls.items()}}
         self.lines(self.stat_rows(stats))
         self.lines(["one call at a time, each side read by the thread that sent it (no reader thread): "
                     "the same client costs in both"] + self.agent_lines(agents, creations))
+        if relay:
+            self.lines(["the bare relay (bench/relay.rs) runs the wrapper and copies bytes both ways from one thread "
+                        "waiting in poll(2): the cost of a process between client and wrapper, without the launcher's work"])
         self.results[f"sessions {label}"] = {**stats, "agents": agents}
         rt, rt_direct = stats["x += 1 round trip"], stats["round trip, wrapper direct"]
         self.row(f"session x += 1 round trip p50 ({label}): MCP / wrapper direct",
@@ -521,39 +550,17 @@ class Bench:
                  f"< {TARGET_SESSION_P50_MS} ms", rt["p50"] < TARGET_SESSION_P50_MS)
         self.row(f"session x += 1 round trip p99 ({label}): MCP / wrapper direct",
                  f"{ratio_of(rt, rt_direct, 'p99')} ({ms(rt['p99'])} / {ms(rt_direct['p99'])})")
+        if relay:
+            hop = stats["round trip, through a bare relay"]
+            self.row(f"session x += 1 round trip p50 ({label}): MCP / bare relay",
+                     f"{ratio_of(rt, hop, 'p50')} ({ms(rt['p50'])} / {ms(hop['p50'])}; the relay over direct "
+                     f"+{ms(hop['p50'] - rt_direct['p50'])})")
         new, new_direct = stats["session creation (first call)"], stats["creation, wrapper direct"]
         self.row(f"session creation p50 ({label}): MCP / wrapper direct",
                  f"{ratio_of(new, new_direct, 'p50')} ({ms(new['p50'])} / {ms(new_direct['p50'])})",
                  f"< {TARGET_CREATION_P50_MS:.0f} ms", new["p50"] < TARGET_CREATION_P50_MS)
         if agents:
             self.row(f"agent RSS per session, median ({label})", mib(statistics.median(a["agent"] for a in agents)))
-
-    def direct_session_calls(self, manifest, creations, n):
-        """The baselines of session_calls: the python session wrapper run
-        directly, `creations` times to its first reply, then `n` round trips
-        in one (seconds)."""
-        argv = manifest["python"]["session"]
-        created = []
-        for _ in range(creations):
-            t0 = time.perf_counter()
-            direct = DirectSession(argv, self.jail_env)
-            try:
-                direct.call("x = 0")
-                created.append(time.perf_counter() - t0)
-            finally:
-                direct.close()
-        direct = DirectSession(argv, self.jail_env)
-        calls = []
-        try:
-            direct.call("x = 0")
-            for i in range(WARMUP * 4 + n):
-                t0 = time.perf_counter()
-                direct.call("x += 1")
-                if i >= WARMUP * 4:
-                    calls.append(time.perf_counter() - t0)
-        finally:
-            direct.close()
-        return created, calls
 
     def direct_load(self, manifest, sessions, calls):
         """The baseline of session_load: `sessions` session wrappers run
@@ -781,6 +788,18 @@ class Bench:
             self.row(f"start to first initialize, {label}, p50", ms(p50), f"< {TARGET_START_MS:.0f} ms", p50 < TARGET_START_MS)
 
 
+def note_steal(rows, steal):
+    """Marks the verdicts on time of `rows` (a step's summary rows: a
+    target in ms, or a ratio) reached while the hypervisor took `steal` of
+    the CPUs' time, from STEAL_NOTED up; memory and tokens are left be."""
+    if steal is None or steal < STEAL_NOTED:
+        return
+    for row in rows:
+        timed = " ms" in row[2] or row[2].endswith("x")
+        if row[3] != "-" and timed:
+            row[3] += f" (steal {steal:.0%})"
+
+
 def ratio_of(a, b, key):
     """a[key] / b[key] of two summaries, as `1.23x`."""
     return f"{a[key] / b[key]:.2f}x"
@@ -826,6 +845,7 @@ def parser():
                         help="processes started in a fresh cgroup, each way (with run cgroups)")
     parser.add_argument("--packages-server", help="checks/packagesServers.nix's packages-server (as root only)")
     parser.add_argument("--package-runs", type=int, default=5, help="fresh servers composing python + jq")
+    parser.add_argument("--relay", help="bench/relay.rs built (without it: no relay baseline for the round trips)")
     parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "startup", "packages"],
                         help="one step only")
     return parser
@@ -851,15 +871,27 @@ def main():
             steps.append(bench.packages)
         if args.only:
             steps = [step for step in steps if step.__name__ == args.only]
+        steals = {}
         for step in steps:
+            first_row, before = len(bench.rows), cpu_times()
             try:
                 step()
             except (McpError, Unmeasured, subprocess.SubprocessError, OSError) as e:
                 bench.unmeasured.append(f"{step.__name__}: {e}")
                 print(f"   could not measure: {e}", flush=True)
+            steal = steal_share(before, cpu_times())
+            steals[step.__name__] = steal
+            if steal is not None:
+                bench.lines([f"CPU steal during {step.__name__}: {steal:.1%} of the CPUs' time went to other guests "
+                             f"of the hypervisor"])
+                note_steal(bench.rows[first_row:], steal)
+        bench.results["steal"] = steals
         if bench.cgroups:
             bench.cgroups.teardown()
     context = f"{args.context}, " if args.context else ""
+    # Before the summary's heading: bench/vm.py reads the table after it.
+    print("\nCPU steal by step: " + ", ".join(
+        f"{name} {'unknown' if steal is None else f'{steal:.1%}'}" for name, steal in steals.items()))
     print(f"\n== summary ({context}{datetime.date.today()}, {machine()}, load average at end {os.getloadavg()[0]:.2f}, "
           f"{time.monotonic() - started:.0f} s)")
     for line in table(["figure", "value", "target", "verdict"], bench.rows):

@@ -39,3 +39,25 @@ def table(header, rows):
     out = [line(cells[0]), line(["-" * w for w in widths])]
     out.extend(line(row) for row in cells[1:])
     return out
+
+
+def cpu_times(path="/proc/stat"):
+    """The machine's CPU time so far, in ticks: all of it, and what the
+    hypervisor gave to others (steal); None where /proc/stat does not say."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is in user).
+    ticks = [int(v) for v in fields[1:9]]
+    return {"total": sum(ticks), "steal": ticks[7]}
+
+
+def steal_share(before, after):
+    """The share of the CPUs' time stolen between two cpu_times()."""
+    if before is None or after is None or after["total"] <= before["total"]:
+        return None
+    return (after["steal"] - before["steal"]) / (after["total"] - before["total"])

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Tests of the benchmark's own tools: the CPU steal it reports beside each
+step, and the bare relay (relay.rs) the session round trips are compared
+with (no server, no timing).
+
+  python3 bench/test_bench.py      ends with `bench tools: N passed, N failed`
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import bench  # noqa: E402
+from stats import cpu_times, steal_share  # noqa: E402
+
+
+def proc_stat(directory, user, idle, steal):
+    """A /proc/stat whose first line has these ticks (the others 0)."""
+    path = Path(directory) / "stat"
+    path.write_text(f"cpu  {user} 0 0 {idle} 0 0 0 {steal} 0 0\ncpu0 {user} 0 0 {idle} 0 0 0 {steal} 0 0\n")
+    return str(path)
+
+
+class Steal(unittest.TestCase):
+    def test_the_share_of_time_stolen_between_two_readings(self):
+        with tempfile.TemporaryDirectory() as d:
+            before = cpu_times(proc_stat(d, user=100, idle=800, steal=100))
+            after = cpu_times(proc_stat(d, user=150, idle=1020, steal=130))
+        self.assertEqual(before, {"total": 1000, "steal": 100})
+        # 300 ticks passed, 30 of them stolen.
+        self.assertAlmostEqual(steal_share(before, after), 0.1)
+
+    def test_no_reading_or_no_time_passed_is_unknown(self):
+        with tempfile.TemporaryDirectory() as d:
+            same = cpu_times(proc_stat(d, user=1, idle=1, steal=0))
+            self.assertIsNone(cpu_times(str(Path(d) / "missing")))
+        self.assertIsNone(steal_share(None, same))
+        self.assertIsNone(steal_share(same, same))
+
+    def test_this_machine_reports_its_cpu_time(self):
+        self.assertIsNotNone(cpu_times(), "/proc/stat has no cpu line")
+
+    def test_verdicts_of_a_step_under_steal_say_so(self):
+        rows = [["round trip", "0.30 ms", "< 0.25 ms", "MISS"], ["its p99", "0.60 ms", "-", "-"],
+                ["print(1)", "1.02x", "<= 1.1x", "PASS"], ["peak RSS", "7.0 MiB", "< 8.0 MiB", "PASS"],
+                ["tokens", "350", "<= 350", "PASS"]]
+        bench.note_steal(rows, 0.01)
+        self.assertEqual(rows[0][3], "MISS")
+        bench.note_steal(rows, 0.12)
+        self.assertEqual([row[3] for row in rows], ["MISS (steal 12%)", "-", "PASS (steal 12%)", "PASS", "PASS"])
+
+
+class Relay(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        rustc = shutil.which("rustc")
+        if rustc is None:
+            raise AssertionError("rustc is missing: bench/run builds relay.rs with it (install Rust)")
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.relay = os.path.join(cls.tmp.name, "relay")
+        subprocess.run([rustc, "--edition", "2024", "-O", "-o", cls.relay, str(HERE / "relay.rs")], check=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_frames_go_through_both_ways_one_at_a_time(self):
+        proc = subprocess.Popen([self.relay, "cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            for frame in (b'{"op":"exec","id":1}\n', b"x" * 100_000 + b"\n"):
+                proc.stdin.write(frame)
+                proc.stdin.flush()
+                got = b""
+                while len(got) < len(frame):
+                    got += proc.stdout.read1(1 << 16)
+                self.assertEqual(got, frame)
+            proc.stdin.close()
+            # The wrapper's end of input is passed on; both end.
+            self.assertEqual(proc.stdout.read(), b"")
+            self.assertEqual(proc.wait(timeout=10), 0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def test_a_wrapper_that_cannot_start_is_said(self):
+        proc = subprocess.run([self.relay, "/nonexistent/wrapper"], capture_output=True, timeout=10)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn(b"cannot run /nonexistent/wrapper", proc.stderr)
+
+
+if __name__ == "__main__":
+    result = unittest.main(exit=False, verbosity=1).result
+    failed = len(result.failures) + len(result.errors)
+    print(f"bench tools: {result.testsRun - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)

@@ -2,9 +2,10 @@
 """The benchmark's driver inside the VM (bench/vm.py boots it; not a test).
 
 The guest image's unit starts /mnt/vmtest/guest/driver.py once the system
-is up (checks/vm/image.py), as root; bench/vm.py puts this file there, with
-bench.py and its modules in /mnt/vmtest/bench/ and config.json (the store
-paths, the passes). It runs bench.py once per pass and copies its output,
+is up (checks/vm/image.py), as root; bench/vm.py puts this file there,
+beside the VM test's guest library (vmlib.py: its helpers for systemd and
+users), with bench.py and its modules in /mnt/vmtest/bench/ and
+config.json (the store paths, the passes). It runs bench.py once per pass and copies its output,
 line by line, to its own stdout, the virtconsole the host reads:
 
 - root: in a transient scope of the system manager with `Delegate=yes`
@@ -21,11 +22,11 @@ the last line is `vm-driver-end`. The machine powers off when it exits.
 """
 
 import json
-import pwd
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from vmlib import Failed, Vm
 
 SHARE = Path(__file__).resolve().parent.parent
 BENCH = SHARE / "bench" / "bench.py"
@@ -36,32 +37,12 @@ def say(line):
     print(line, flush=True)
 
 
-def sh(argv, timeout=60):
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-600:]}")
-    return proc.stdout
-
-
-def wait_until(what, predicate, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {timeout} s")
-        time.sleep(0.1)
-
-
 def user_session():
     """Creates the user, lingering; the environment of a process of her
     session (her runtime directory, her manager's bus)."""
-    sh(["useradd", "--create-home", "--shell", "/bin/bash", USER])
-    uid = pwd.getpwnam(USER).pw_uid
-    sh(["loginctl", "enable-linger", USER])
-    manager = f"user@{uid}.service"
-    wait_until(f"{manager} active", lambda: subprocess.run(
-        ["systemctl", "is-active", "--quiet", manager]).returncode == 0)
+    Vm.sh(["useradd", "--create-home", "--shell", "/bin/bash", USER])
+    uid = Vm.linger(USER)
     runtime = f"/run/user/{uid}"
-    wait_until(f"{runtime}/bus", lambda: Path(f"{runtime}/bus").exists(), timeout=30)
     return uid, {"HOME": f"/home/{USER}", "USER": USER, "PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime,
                  "DBUS_SESSION_BUS_ADDRESS": f"unix:path={runtime}/bus"}
 
@@ -97,7 +78,7 @@ def main():
         else:
             try:
                 uid, env = user_session()
-            except (RuntimeError, subprocess.SubprocessError) as e:
+            except (Failed, subprocess.SubprocessError) as e:
                 say(f"vm-bench-pass {name}: {config['what'][name]}")
                 say(f"vm-bench: the user's manager did not come up: {e}")
                 say(f"vm-bench-pass-end {name}: exit 2")

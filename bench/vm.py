@@ -170,15 +170,17 @@ def combined(found, order=("root", "user")):
     return table(["figure"] + [f"as {name}" for name in names] + ["target (the host's)"], rows)
 
 
-def share(config):
+def share(vm, config):
     """The directory the guest mounts at /mnt/vmtest: this benchmark's guest
-    driver where the image's unit looks for one, bench.py and its modules,
-    config.json."""
+    driver where the image's unit looks for one, beside the VM test's guest
+    library (`vm`: checks/vm/run), bench.py and its modules, config.json."""
     directory = WORK / "share"
     shutil.rmtree(directory, ignore_errors=True)
     (directory / "guest").mkdir(parents=True)
     (directory / "bench").mkdir()
     shutil.copy(HERE / "guest.py", directory / "guest" / "driver.py")
+    for path in vm.GUEST_LIBRARY:
+        shutil.copy(path, directory / "guest" / path.name)
     for name in MODULES:
         shutil.copy(HERE / name, directory / "bench" / name)
     (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n")
@@ -219,7 +221,7 @@ def main():
         "passes": names, "what": {name: PASSES[name][0] for name in names},
         "args": {name: PASSES[name][1] + bench_args for name in names},
     }
-    shared = share(config)
+    shared = share(vm, config)
     results, console = WORK / "results.log", WORK / "console.log"
     argv = guest_argv(vm, images, accel, shared, args.memory, cpus)
     stream = Stream()

@@ -3,6 +3,7 @@ harness's MCP clients (e2e.py's McpClient over stdio, served.py's HttpMcp
 over streamable HTTP, copied beside this file by checks/vm/run), `check`
 and `Failed`, and `Vm`: the run's config and small helpers for systemd."""
 
+import pwd
 import subprocess
 import time
 from pathlib import Path
@@ -110,6 +111,18 @@ class Vm:
         argv = ["journalctl", "-b", "--no-pager", "-o", "cat", "-n", str(lines),
                 f"UNIT={unit}", "+", f"_SYSTEMD_UNIT={unit}"]
         return self.sh(argv, check_ok=False).stdout.strip()
+
+    @classmethod
+    def linger(cls, user):
+        """Makes `user` (an account) linger and waits until her systemd user
+        manager is up and its bus is there; her uid."""
+        uid = pwd.getpwnam(user).pw_uid
+        cls.sh(["loginctl", "enable-linger", user])
+        manager = f"user@{uid}.service"
+        cls.wait_until(f"{manager} active", lambda: cls.sh(
+            ["systemctl", "is-active", manager], check_ok=False).stdout.strip() == "active", timeout=60)
+        cls.wait_until(f"/run/user/{uid}/bus", lambda: Path(f"/run/user/{uid}/bus").exists(), timeout=30)
+        return uid
 
     @staticmethod
     def wait_until(what, predicate, timeout=60, pause=0.1):

@@ -66,11 +66,7 @@ def setup(vm):
     (config / "mcp.json").symlink_to(vm.config["mcp_json"])
     for path in [Path(f"/home/{USER}/.config"), config, Path(f"/home/{USER}/src"), PROJECT, PROJECT / "notes.txt"]:
         os.lchown(path, uid(), uid())
-    vm.sh(["loginctl", "enable-linger", USER])
-    manager = f"user@{uid()}.service"
-    vm.wait_until(f"{manager} active", lambda: vm.sh(
-        ["systemctl", "is-active", manager], check_ok=False).stdout.strip() == "active", timeout=60)
-    vm.wait_until(f"/run/user/{uid()}/bus", lambda: Path(f"/run/user/{uid()}/bus").exists(), timeout=30)
+    vm.linger(USER)
 
 
 def test_manager(vm):

@@ -13,17 +13,18 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Write};
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, mkdirat};
 use proto::files::{self, MAX_FILES, MAX_FILES_BYTES, OUTPUTS_DIR, SNIFF_BYTES};
 use proto::frame::{FileIn, FileReply, MAX_OUTPUTS_LISTED, MAX_READ_BYTES, Output};
+use rustix::fs::RawDir;
 
 /// Most entries looked at under `outputs` (a call that writes more gets
 /// the first ones listed).
@@ -92,17 +93,27 @@ impl Workspace {
 
     /// The outputs directory's regular files now; the directory is made when
     /// missing. A symbolic link in its place gives an empty snapshot.
+    ///
+    /// Every call takes two snapshots, so they cost few system calls: the
+    /// directory is opened before it is made (it is there on all calls but
+    /// the first), and listed with `getdents64` straight into a buffer.
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = Snapshot::default();
-        match mkdirat(
-            self.root.as_fd(),
-            OUTPUTS_DIR,
-            Mode::from_bits_truncate(0o755),
-        ) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => tracing::warn!("cannot make {OUTPUTS_DIR}: {e}"),
-        }
-        match open_dir(self.root.as_fd(), OUTPUTS_DIR) {
+        let opened = match open_dir(self.root.as_fd(), OUTPUTS_DIR) {
+            Err(Errno::ENOENT) => {
+                match mkdirat(
+                    self.root.as_fd(),
+                    OUTPUTS_DIR,
+                    Mode::from_bits_truncate(0o755),
+                ) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => tracing::warn!("cannot make {OUTPUTS_DIR}: {e}"),
+                }
+                open_dir(self.root.as_fd(), OUTPUTS_DIR)
+            }
+            opened => opened,
+        };
+        match opened {
             Ok(dir) => {
                 let mut budget = MAX_SCANNED;
                 scan(dir, "", 1, &mut budget, &mut snapshot.0);
@@ -288,11 +299,11 @@ fn scan(
     budget: &mut usize,
     found: &mut BTreeMap<String, Stamp>,
 ) {
-    let Ok(mut listing) = Dir::from_fd(dir) else {
-        return;
-    };
     let mut names: Vec<PathBuf> = Vec::new();
-    for entry in listing.iter().flatten() {
+    // Fifteen entries of the longest name fit; `RawDir` reads on when done.
+    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    let mut listing = RawDir::new(&dir, &mut buf);
+    while let Some(Ok(entry)) = listing.next() {
         let name = OsStr::from_bytes(entry.file_name().to_bytes());
         if name != "." && name != ".." {
             names.push(PathBuf::from(name));
@@ -312,7 +323,7 @@ fn scan(
             files::escape_name(name.as_os_str().as_bytes())
         );
         let Ok(stat) = nix::sys::stat::fstatat(
-            listing.as_fd(),
+            dir.as_fd(),
             name.as_os_str(),
             nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
         ) else {
@@ -323,7 +334,7 @@ fn scan(
             found.insert(path, Stamp::of(&stat));
         } else if kind == SFlag::S_IFDIR
             && depth < files::MAX_PATH_DEPTH
-            && let Ok(sub) = open_dir(listing.as_fd(), name.as_os_str())
+            && let Ok(sub) = open_dir(dir.as_fd(), name.as_os_str())
         {
             scan(sub, &format!("{path}/"), depth + 1, budget, found);
         }
@@ -476,5 +487,37 @@ mod tests {
         let (listed, more) = ws.changed(&before, &ws.snapshot());
         assert_eq!((listed.len(), more), (MAX_OUTPUTS_LISTED, 3));
         assert_eq!(listed[0].path, "f000");
+    }
+
+    #[test]
+    fn a_listing_longer_than_one_read_of_the_directory_is_whole() {
+        let (dir, ws) = workspace();
+        ws.snapshot();
+        // 100 entries of 203 bytes: several times the listing's buffer.
+        let names: Vec<String> = (0..100)
+            .map(|i| format!("{i:03}{}", "x".repeat(200)))
+            .collect();
+        for name in &names {
+            std::fs::write(dir.path().join(OUTPUTS_DIR).join(name), "x").unwrap();
+        }
+        let listed: Vec<String> = ws.snapshot().0.into_keys().collect();
+        assert_eq!(listed, names);
+    }
+
+    #[test]
+    fn the_outputs_directory_is_made_when_missing_and_a_link_there_lists_nothing() {
+        let (dir, ws) = workspace();
+        let outputs = dir.path().join(OUTPUTS_DIR);
+        assert!(ws.snapshot().0.is_empty());
+        assert!(outputs.is_dir());
+        std::fs::write(outputs.join("kept"), "x").unwrap();
+        assert_eq!(ws.snapshot().0.len(), 1);
+        std::fs::remove_file(outputs.join("kept")).unwrap();
+        std::fs::remove_dir(&outputs).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "x").unwrap();
+        symlink(outside.path(), &outputs).unwrap();
+        assert!(ws.snapshot().0.is_empty());
+        assert!(outputs.is_symlink());
     }
 }

@@ -27,7 +27,10 @@ pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Read> {
 }
 
 /// Reads what `pipe` has now, up to about `budget` bytes, into `cap`; drops
-/// the pipe (sets it to `None`) at end of file.
+/// the pipe (sets it to `None`) at end of file. A pipe's read returns less
+/// than asked only when the pipe held no more, so that ends the reading
+/// without one more read to hear "nothing": what comes later wakes the
+/// agent's poll.
 pub fn pump(pipe: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: usize) {
     let mut taken = 0;
     while let Some(fd) = pipe {
@@ -35,7 +38,7 @@ pub fn pump(pipe: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: u
             Ok(Read::Data(n)) => {
                 cap.push(&buf[..n]);
                 taken += n;
-                if taken >= budget {
+                if taken >= budget || n < buf.len() {
                     return;
                 }
             }

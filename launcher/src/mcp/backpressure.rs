@@ -27,6 +27,20 @@ use tokio::sync::Notify;
 /// Most requests read and not answered yet.
 pub const MAX_PENDING: usize = 64;
 
+/// Counts the bytes written to it.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// rmcp's stdio transport, reading no more while the client lags behind.
 pub struct Bounded<R: AsyncRead, W: AsyncWrite> {
     inner: AsyncRwTransport<RoleServer, R, W>,
@@ -89,9 +103,10 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        // Its size as the writer will write it (one more serialisation:
-        // cheap next to running code, and exact).
-        let size = serde_json::to_vec(&item).map_or(0, |bytes| bytes.len() + 1);
+        // Its size as the writer will write it: serialised once more into a
+        // counter, which is exact and keeps no copy of a large answer.
+        let mut counted = Counter(0);
+        let size = serde_json::to_writer(&mut counted, &item).map_or(0, |()| counted.0 + 1);
         let answers = match &item {
             JsonRpcMessage::Response(response) => Some(response.id.clone()),
             JsonRpcMessage::Error(error) => error.id.clone(),

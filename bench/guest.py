@@ -5,8 +5,9 @@ The guest image's unit starts /mnt/vmtest/guest/driver.py once the system
 is up (checks/vm/image.py), as root; bench/vm.py puts this file there,
 beside the VM test's guest library (vmlib.py: its helpers for systemd and
 users), with bench.py and its modules in /mnt/vmtest/bench/ and
-config.json (the store paths, the passes). It runs bench.py once per pass and copies its output,
-line by line, to its own stdout, the virtconsole the host reads:
+config.json (the store paths, the passes). It runs bench.py once per pass
+and copies its output, line by line, to its own stdout, the virtconsole
+the host reads:
 
 - root: in a transient scope of the system manager with `Delegate=yes`
   (`systemd-run --scope`), as a service with `Delegate=yes` runs it;

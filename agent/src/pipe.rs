@@ -26,11 +26,16 @@ pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Read> {
     }
 }
 
+/// Whether a read of `n` bytes into `buf` emptied the pipe. A pipe's read
+/// returns less than asked only when the pipe held no more, so the reader
+/// can stop there without one more read to hear "nothing": what comes
+/// later, end of file included, wakes the agent's poll.
+pub fn emptied(n: usize, buf: &[u8]) -> bool {
+    n < buf.len()
+}
+
 /// Reads what `pipe` has now, up to about `budget` bytes, into `cap`; drops
-/// the pipe (sets it to `None`) at end of file. A pipe's read returns less
-/// than asked only when the pipe held no more, so that ends the reading
-/// without one more read to hear "nothing": what comes later wakes the
-/// agent's poll.
+/// the pipe (sets it to `None`) at end of file.
 pub fn pump(pipe: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: usize) {
     let mut taken = 0;
     while let Some(fd) = pipe {
@@ -38,7 +43,7 @@ pub fn pump(pipe: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: u
             Ok(Read::Data(n)) => {
                 cap.push(&buf[..n]);
                 taken += n;
-                if taken >= budget || n < buf.len() {
+                if taken >= budget || emptied(n, buf) {
                     return;
                 }
             }

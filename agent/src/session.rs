@@ -313,9 +313,7 @@ impl Session {
                 let line: Vec<u8> = self.from_driver.drain(..=end).collect();
                 self.on_driver_message(&line[..line.len() - 1])?;
             }
-            // A short read emptied the pipe (see `pipe::pump`); its end of
-            // file, if it comes, wakes the poll.
-            if n < self.buf.len() {
+            if pipe::emptied(n, &self.buf) {
                 return Ok(true);
             }
         }

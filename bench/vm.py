@@ -51,9 +51,11 @@ MODULES = ["bench.py", "async_load.py", "cgroups.py", "mcp_client.py", "procs.py
 # created 4 at a time before their calls at once (32 at once cannot start
 # within a call's 30 s there). bench.py says the counts in every heading.
 # Every server gets an untimed print(1) first (--warm-call: under emulation
-# its start-up probe can time out, which that call absorbs and says).
+# its start-up probe can time out, which that call absorbs and says). One
+# asyncio load, not three: each costs tens of seconds there.
 COMMON = ["--warmup", "2", "--warm-call", "--start-costs", "20", "--starts", "5", "--session-calls", "100",
-          "--creations", "5", "--sessions", "32", "--calls", "50", "--create-at-once", "4"]
+          "--creations", "5", "--sessions", "32", "--calls", "50", "--create-at-once", "4",
+          "--load-repeats", "1"]
 PASSES = {
     "root": ("as root in a delegated scope of the system manager (per-run cgroups v2, clone3)",
              ["--runs", "12", *COMMON]),

@@ -709,13 +709,13 @@ class Bench:
         lines.append(f"the same load on {sessions} session wrappers run directly (no launcher): p50 "
                      f"{ms(direct['p50'])}, p90 {ms(direct['p90'])}, p99 {ms(direct['p99'])}")
         repeats = self.args.load_repeats
+        loads = "one load" if repeats == 1 else f"{repeats} loads, all their calls together"
         lines.append(f"one asyncio client instead (one thread, answers matched by id, as MCP clients do; "
-                     f"the same for the wrappers run directly), {repeats} loads, all their calls together: "
+                     f"the same for the wrappers run directly), {loads}: "
                      f"{repeats * sessions * calls / lean_wall:.0f} calls/s, "
-                     f"p50 {ms(lean['p50'])}, p90 {ms(lean['p90'])}, p99 {ms(lean['p99'])} "
-                     f"(each load's p99: {each_p99(lean)}); "
+                     f"p50 {ms(lean['p50'])}, p90 {ms(lean['p90'])}, p99 {ms(lean['p99'])}{each_p99(lean)}; "
                      f"wrappers directly: p50 {ms(lean_direct['p50'])}, p90 {ms(lean_direct['p90'])}, "
-                     f"p99 {ms(lean_direct['p99'])} (each: {each_p99(lean_direct)})")
+                     f"p99 {ms(lean_direct['p99'])}{each_p99(lean_direct)}")
         lines.append(f"launcher RSS: {mib(before)} before, {mib(peak['rss'])} peak sampled, VmHWM {mib(hwm)}")
         lines.extend(errors[:5])
         self.lines(lines + self.agent_lines(agents, sessions))
@@ -724,10 +724,10 @@ class Bench:
                                          "rss_before_kib": before,
                                          "vmhwm_kib": hwm, "agents": agents}
         self.row(f"{sessions} sessions x {calls} calls: errors ({label})", str(len(errors)), "0", not errors)
-        self.row(f"{sessions} x {calls}, one asyncio client, {repeats} loads together: throughput, p50 / p99 "
-                 f"({label})",
-                 f"{repeats * sessions * calls / lean_wall:.0f} calls/s, {ms(lean['p50'])} / {ms(lean['p99'])} "
-                 f"(each load's p99: {each_p99(lean)})",
+        together = "" if repeats == 1 else f", {repeats} loads together"
+        self.row(f"{sessions} x {calls}, one asyncio client{together}: throughput, p50 / p99 ({label})",
+                 f"{repeats * sessions * calls / lean_wall:.0f} calls/s, {ms(lean['p50'])} / {ms(lean['p99'])}"
+                 f"{each_p99(lean)}",
                  f"p99 < {TARGET_LOAD_P99_MS:.0f} ms", lean["p99"] < TARGET_LOAD_P99_MS)
         self.row(f"{sessions} x {calls}, one asyncio client: MCP / wrapper direct, p50 / p99 ({label})",
                  f"{ratio_of(lean, lean_direct, 'p50')} / {ratio_of(lean, lean_direct, 'p99')} "
@@ -841,8 +841,11 @@ def note_steal(rows, steal):
 
 
 def each_p99(stats):
-    """The p99 of each load pooled in `stats` (Bench.async_load)."""
-    return " / ".join(f"{p:.1f}" for p in stats["each_p99"]) + " ms"
+    """The p99 of each load pooled in `stats` (Bench.async_load), said in
+    brackets; nothing for one load."""
+    if len(stats["each_p99"]) < 2:
+        return ""
+    return " (each load's p99: " + " / ".join(f"{p:.1f}" for p in stats["each_p99"]) + " ms)"
 
 
 def ratio_of(a, b, key):

@@ -546,11 +546,11 @@ class Bench:
             client.close()
             for direct in opened:
                 direct.close()
+        apart = {name: summary(samples) for name, samples in spaced.items() if samples}
         stats = {"session creation (first call)": summary(created),
                  "creation, wrapper direct": summary(direct_created),
                  **{name: summary(samples) for name, samples in calls.items()},
-                 **{f"{name}, {self.args.spaced_gap:g} s apart": summary(samples)
-                    for name, samples in spaced.items() if samples}}
+                 **{f"{name}, {self.args.spaced_gap:g} s apart": s for name, s in apart.items()}}
         self.lines(self.stat_rows(stats))
         self.lines(["one call at a time, each side read by the thread that sent it (no reader thread): "
                     "the same client costs in both"] + self.agent_lines(agents, creations))
@@ -569,9 +569,8 @@ class Bench:
             self.row(f"session x += 1 round trip p50 ({label}): MCP / bare relay",
                      f"{ratio_of(rt, hop, 'p50')} ({ms(rt['p50'])} / {ms(hop['p50'])}; the relay over direct "
                      f"+{ms(hop['p50'] - rt_direct['p50'])})")
-        apart = f", {self.args.spaced_gap:g} s apart"
-        if f"x += 1 round trip{apart}" in stats:
-            far, far_direct = stats[f"x += 1 round trip{apart}"], stats[f"round trip, wrapper direct{apart}"]
+        if apart:
+            far, far_direct = apart["x += 1 round trip"], apart["round trip, wrapper direct"]
             self.row(f"session x += 1 round trip p50, calls {self.args.spaced_gap:g} s apart ({label}): "
                      f"MCP / wrapper direct",
                      f"{ratio_of(far, far_direct, 'p50')} ({ms(far['p50'])} / {ms(far_direct['p50'])})")
@@ -709,9 +708,9 @@ class Bench:
         lines.append(f"the same load on {sessions} session wrappers run directly (no launcher): p50 "
                      f"{ms(direct['p50'])}, p90 {ms(direct['p90'])}, p99 {ms(direct['p99'])}")
         repeats = self.args.load_repeats
-        loads = "one load" if repeats == 1 else f"{repeats} loads, all their calls together"
+        together = "" if repeats == 1 else f", {repeats} loads together"
         lines.append(f"one asyncio client instead (one thread, answers matched by id, as MCP clients do; "
-                     f"the same for the wrappers run directly), {loads}: "
+                     f"the same for the wrappers run directly){together}: "
                      f"{repeats * sessions * calls / lean_wall:.0f} calls/s, "
                      f"p50 {ms(lean['p50'])}, p90 {ms(lean['p90'])}, p99 {ms(lean['p99'])}{each_p99(lean)}; "
                      f"wrappers directly: p50 {ms(lean_direct['p50'])}, p90 {ms(lean_direct['p90'])}, "
@@ -724,7 +723,6 @@ class Bench:
                                          "rss_before_kib": before,
                                          "vmhwm_kib": hwm, "agents": agents}
         self.row(f"{sessions} sessions x {calls} calls: errors ({label})", str(len(errors)), "0", not errors)
-        together = "" if repeats == 1 else f", {repeats} loads together"
         self.row(f"{sessions} x {calls}, one asyncio client{together}: throughput, p50 / p99 ({label})",
                  f"{repeats * sessions * calls / lean_wall:.0f} calls/s, {ms(lean['p50'])} / {ms(lean['p99'])}"
                  f"{each_p99(lean)}",

@@ -485,7 +485,7 @@ class Bench:
 
     def session_calls(self, label, argv, manifest):
         n, creations = self.args.session_calls, self.args.creations
-        relay = self.args.relay
+        relay, floor = self.args.relay, self.args.json_floor
         self.section(f"sessions ({label}): creation ({creations} sessions), then `x += 1` round trips ({n} calls), "
                      f"each kind in turn, then {self.args.spaced_calls} of MCP and the wrapper direct "
                      f"{self.args.spaced_gap:g} s apart")
@@ -495,7 +495,7 @@ class Bench:
         # machine's speed during the run weighs on all of them alike.
         wrapper = manifest["python"]["session"]
         client = self.start(argv, lean=True)
-        opened = []
+        opened, floors = [], []
         try:
             self.wait_idle(client.pid, settle=0.2)
             created, direct_created = [], []
@@ -517,6 +517,11 @@ class Bench:
                 if command:
                     opened.append(DirectSession(command, self.jail_env))
                     kinds[name] = opened[-1].call
+            if floor:
+                floors.append(Client([floor, *wrapper], self.jail_env, lean=True))
+                floors[0].initialize()
+                kinds["round trip, through a JSON-RPC floor"] = (
+                    lambda code: self.session_call(floors[0], "bench", code))
             for call in kinds.values():
                 call("x = 0")
             names = list(kinds)
@@ -544,7 +549,7 @@ class Bench:
                 raise Unmeasured(f"the session lost its state: x is {text!r}, not {made}")
         finally:
             client.close()
-            for direct in opened:
+            for direct in opened + floors:
                 direct.close()
         apart = {name: summary(samples) for name, samples in spaced.items() if samples}
         stats = {"session creation (first call)": summary(created),
@@ -557,6 +562,10 @@ class Bench:
         if relay:
             self.lines(["the bare relay (bench/relay.rs) runs the wrapper and copies bytes both ways from one thread "
                         "waiting in poll(2): the cost of a process between client and wrapper, without the launcher's work"])
+        if floor:
+            self.lines(["the JSON-RPC floor (bench/floor) answers MCP's initialize and tools/call with serde_json and "
+                        "blocking reads, one thread: what parsing and answering a call costs, without the launcher's "
+                        "runtime, protocol library, session table, checks and limits"])
         self.results[f"sessions {label}"] = {**stats, "agents": agents}
         rt, rt_direct = stats["x += 1 round trip"], stats["round trip, wrapper direct"]
         self.row(f"session x += 1 round trip p50 ({label}): MCP / wrapper direct",
@@ -569,6 +578,11 @@ class Bench:
             self.row(f"session x += 1 round trip p50 ({label}): MCP / bare relay",
                      f"{ratio_of(rt, hop, 'p50')} ({ms(rt['p50'])} / {ms(hop['p50'])}; the relay over direct "
                      f"+{ms(hop['p50'] - rt_direct['p50'])})")
+        if floor:
+            least = stats["round trip, through a JSON-RPC floor"]
+            self.row(f"session x += 1 round trip p50 ({label}): MCP / JSON-RPC floor",
+                     f"{ratio_of(rt, least, 'p50')} ({ms(rt['p50'])} / {ms(least['p50'])}; the floor over direct "
+                     f"+{ms(least['p50'] - rt_direct['p50'])})")
         if apart:
             far, far_direct = apart["x += 1 round trip"], apart["round trip, wrapper direct"]
             self.row(f"session x += 1 round trip p50, calls {self.args.spaced_gap:g} s apart ({label}): "
@@ -897,6 +911,7 @@ def parser():
     parser.add_argument("--packages-server", help="checks/packagesServers.nix's packages-server (as root only)")
     parser.add_argument("--package-runs", type=int, default=5, help="fresh servers composing python + jq")
     parser.add_argument("--relay", help="bench/relay.rs built (without it: no relay baseline for the round trips)")
+    parser.add_argument("--json-floor", help="bench/floor built (without it: no JSON-RPC floor for the round trips)")
     parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "startup", "packages"],
                         help="one step only")
     return parser

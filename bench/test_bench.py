@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tests of the benchmark's own tools: the CPU steal it reports beside each
-step, and the bare relay (relay.rs) the session round trips are compared
-with (no server, no timing).
+step, and the bare relay (relay.rs) and the JSON-RPC floor (floor/) the
+session round trips are compared with (no server, no timing).
 
   python3 bench/test_bench.py      ends with `bench tools: N passed, N failed`
 """
@@ -11,12 +11,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench  # noqa: E402
+from mcp_client import Client, McpError  # noqa: E402
 from stats import cpu_times, steal_share  # noqa: E402
 
 
@@ -93,6 +95,77 @@ class Relay(unittest.TestCase):
         proc = subprocess.run([self.relay, "/nonexistent/wrapper"], capture_output=True, timeout=10)
         self.assertEqual(proc.returncode, 2)
         self.assertIn(b"cannot run /nonexistent/wrapper", proc.stderr)
+
+
+
+# A session wrapper's stand-in for the floor: answers each exec frame with
+# the code it was given, status 1 for code "fail".
+FAKE_AGENT = """
+import json, sys
+for line in sys.stdin:
+    frame = json.loads(line)
+    status = 1 if frame["code"] == "fail" else 0
+    reply = {"id": frame["id"], "status": status, "stdout": "ran " + frame["code"], "stderr": "e"}
+    sys.stdout.write(json.dumps(reply) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+class Floor(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cargo = shutil.which("cargo")
+        if cargo is None:
+            raise AssertionError("cargo is missing: bench/run builds bench/floor with it (install Rust)")
+        cls.tmp = tempfile.TemporaryDirectory()
+        subprocess.run([cargo, "build", "--offline", "--quiet", "--manifest-path", str(HERE / "floor" / "Cargo.toml"),
+                        "--target-dir", cls.tmp.name], check=True)
+        cls.floor = os.path.join(cls.tmp.name, "debug", "json-floor")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_calls_are_answered_as_mcp_from_the_agents_replies(self):
+        client = Client([self.floor, sys.executable, "-c", FAKE_AGENT], dict(os.environ), lean=True)
+        try:
+            client.initialize()
+            self.assertEqual(client.init_result["protocolVersion"], "2025-06-18")
+            result, text = client.run("x = 1", env="python", session="s")
+            self.assertEqual(text, "ran x = 1")
+            self.assertFalse(result["isError"])
+            self.assertEqual(result["_meta"]["json-floor/result"], {"id": 1, "status": 0})
+            result, text = client.run("fail")
+            self.assertTrue(result["isError"])
+            self.assertEqual(result["_meta"]["json-floor/result"]["id"], 2)
+            with self.assertRaisesRegex(McpError, "method not found"):
+                client.request("tools/list", {})
+        finally:
+            client.close()
+            client.proc.stdout.close()
+        self.assertEqual(client.proc.returncode, 0)
+
+    def test_a_wrapper_that_cannot_start_is_said(self):
+        proc = subprocess.run([self.floor, "/nonexistent/wrapper"], capture_output=True, timeout=10)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn(b"cannot run /nonexistent/wrapper", proc.stderr)
+
+    def test_a_wrapper_that_closes_is_said(self):
+        client = Client([self.floor, "true"], dict(os.environ), lean=True)
+        try:
+            client.initialize()
+            with self.assertRaisesRegex(McpError, "closed stdout"):
+                client.run("x")
+        finally:
+            client.close()
+            client.proc.stdout.close()
+        self.assertEqual(client.proc.returncode, 1)
+        # The stderr reader thread may still be handing over the last line.
+        for _ in range(50):
+            if "the wrapper closed its output" in client.stderr_tail():
+                break
+            time.sleep(0.1)
+        self.assertIn("the wrapper closed its output", client.stderr_tail())
 
 
 if __name__ == "__main__":

@@ -495,7 +495,7 @@ class Bench:
         # machine's speed during the run weighs on all of them alike.
         wrapper = manifest["python"]["session"]
         client = self.start(argv, lean=True)
-        opened, floors = [], []
+        opened = []
         try:
             self.wait_idle(client.pid, settle=0.2)
             created, direct_created = [], []
@@ -518,10 +518,11 @@ class Bench:
                     opened.append(DirectSession(command, self.jail_env))
                     kinds[name] = opened[-1].call
             if floor:
-                floors.append(Client([floor, *wrapper], self.jail_env, lean=True))
-                floors[0].initialize()
+                least = Client([floor, *wrapper], self.jail_env, lean=True)
+                opened.append(least)
+                least.initialize()
                 kinds["round trip, through a JSON-RPC floor"] = (
-                    lambda code: self.session_call(floors[0], "bench", code))
+                    lambda code: self.session_call(least, "bench", code))
             for call in kinds.values():
                 call("x = 0")
             names = list(kinds)
@@ -549,7 +550,7 @@ class Bench:
                 raise Unmeasured(f"the session lost its state: x is {text!r}, not {made}")
         finally:
             client.close()
-            for direct in opened + floors:
+            for direct in opened:
                 direct.close()
         apart = {name: summary(samples) for name, samples in spaced.items() if samples}
         stats = {"session creation (first call)": summary(created),

@@ -168,3 +168,7 @@ class Client:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self._lean:
+            # Only the caller reads a lean client's stdout; a reader
+            # thread's stdout is left to the thread.
+            self.proc.stdout.close()

@@ -97,7 +97,6 @@ class Relay(unittest.TestCase):
         self.assertIn(b"cannot run /nonexistent/wrapper", proc.stderr)
 
 
-
 # A session wrapper's stand-in for the floor: answers each exec frame with
 # the code it was given, status 1 for code "fail".
 FAKE_AGENT = """
@@ -142,7 +141,6 @@ class Floor(unittest.TestCase):
                 client.request("tools/list", {})
         finally:
             client.close()
-            client.proc.stdout.close()
         self.assertEqual(client.proc.returncode, 0)
 
     def test_a_wrapper_that_cannot_start_is_said(self):
@@ -160,7 +158,6 @@ class Floor(unittest.TestCase):
                 client.run("x")
         finally:
             client.close()
-            client.proc.stdout.close()
         self.assertEqual(client.proc.returncode, 1)
         # The stderr reader thread may still be handing over the last line.
         for _ in range(50):

@@ -35,6 +35,13 @@ struct Arguments {
     code: String,
 }
 
+/// `value` as one line of JSON, newline included.
+fn line_of(value: &Value) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(value).expect("a Value serialises");
+    bytes.push(b'\n');
+    bytes
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((program, rest)) = args.split_first() else {
@@ -100,11 +107,9 @@ fn main() -> ExitCode {
                 next_id += 1;
                 let frame =
                     json!({"op": "exec", "id": next_id, "code": code, "output_bytes": 65536});
-                let mut bytes = serde_json::to_vec(&frame).expect("a Value serialises");
-                bytes.push(b'\n');
                 reply.clear();
                 let read = to_agent
-                    .write_all(&bytes)
+                    .write_all(&line_of(&frame))
                     .and_then(|()| from_agent.read_line(&mut reply));
                 let mut fields: Map<String, Value> = match read {
                     Ok(n) if n > 0 => match serde_json::from_str(&reply) {
@@ -139,9 +144,10 @@ fn main() -> ExitCode {
         };
         answer["jsonrpc"] = json!("2.0");
         answer["id"] = id;
-        let mut bytes = serde_json::to_vec(&answer).expect("a Value serialises");
-        bytes.push(b'\n');
-        if let Err(e) = output.write_all(&bytes).and_then(|()| output.flush()) {
+        if let Err(e) = output
+            .write_all(&line_of(&answer))
+            .and_then(|()| output.flush())
+        {
             eprintln!("json-floor: writing stdout: {e}");
             return ExitCode::FAILURE;
         }

@@ -26,6 +26,8 @@ use proto::files::{self, MAX_FILES, MAX_FILES_BYTES, OUTPUTS_DIR, SNIFF_BYTES};
 use proto::frame::{FileIn, FileReply, MAX_OUTPUTS_LISTED, MAX_READ_BYTES, Output};
 use rustix::fs::RawDir;
 
+use crate::watch::Watch;
+
 /// Most entries looked at under `outputs` (a call that writes more gets
 /// the first ones listed).
 const MAX_SCANNED: usize = 10_000;
@@ -33,6 +35,15 @@ const MAX_SCANNED: usize = 10_000;
 /// The workspace directory, opened once.
 pub struct Workspace {
     root: OwnedFd,
+    /// What tells whether `listed` still holds; `None` where inotify is
+    /// unusable (watch.rs).
+    watch: Option<Watch>,
+    /// The last whole listing of the outputs directory, every part of it
+    /// watched since.
+    listed: Option<Snapshot>,
+    /// How many times the directory was read, for the tests.
+    #[cfg(test)]
+    listings: usize,
 }
 
 /// What the outputs directory held: size and times of each regular file.
@@ -68,7 +79,13 @@ impl Workspace {
                 format!("{}: {e}", path.display()),
             )
         })?;
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            watch: Watch::new(),
+            listed: None,
+            #[cfg(test)]
+            listings: 0,
+        })
     }
 
     /// Writes the files passed in; the error names the file and says why.
@@ -94,10 +111,36 @@ impl Workspace {
     /// The outputs directory's regular files now; the directory is made when
     /// missing. A symbolic link in its place gives an empty snapshot.
     ///
-    /// Every call takes two snapshots, so they cost few system calls: the
-    /// directory is opened before it is made (it is there on all calls but
-    /// the first), and listed with `getdents64` straight into a buffer.
-    pub fn snapshot(&self) -> Snapshot {
+    /// Every call takes two snapshots, so they cost few system calls: while
+    /// nothing under the directory changed since it was last read (watch.rs)
+    /// that listing is the snapshot; else the directory is opened before it
+    /// is made (it is there on all calls but the first), and listed with
+    /// `getdents64` straight into a buffer.
+    pub fn snapshot(&mut self) -> Snapshot {
+        let quiet = match self.watch.as_ref().map(Watch::quiet) {
+            Some(Ok(quiet)) => quiet,
+            Some(Err(e)) => {
+                tracing::warn!("reading inotify: {e}; every call lists the outputs directory");
+                self.watch = None;
+                false
+            }
+            None => false,
+        };
+        if quiet && let Some(listed) = &self.listed {
+            return listed.clone();
+        }
+        let (snapshot, whole) = self.list();
+        self.listed = whole.then(|| snapshot.clone());
+        snapshot
+    }
+
+    /// Reads the outputs directory, watching every part of it before it is
+    /// read; whether the listing is whole and all of it watched.
+    fn list(&mut self) -> (Snapshot, bool) {
+        #[cfg(test)]
+        {
+            self.listings += 1;
+        }
         let mut snapshot = Snapshot::default();
         let opened = match open_dir(self.root.as_fd(), OUTPUTS_DIR) {
             Err(Errno::ENOENT) => {
@@ -113,14 +156,36 @@ impl Workspace {
             }
             opened => opened,
         };
-        match opened {
-            Ok(dir) => {
-                let mut budget = MAX_SCANNED;
-                scan(dir, "", 1, &mut budget, &mut snapshot.0);
+        let dir = match opened {
+            Ok(dir) => dir,
+            Err(e) => {
+                tracing::warn!("cannot open {OUTPUTS_DIR}: {e}");
+                return (snapshot, false);
             }
-            Err(e) => tracing::warn!("cannot open {OUTPUTS_DIR}: {e}"),
+        };
+        let watched = match self.watch.as_ref().map(|w| w.directory(dir.as_fd())) {
+            Some(Ok(())) => self.watch.as_ref(),
+            Some(Err(e)) => {
+                tracing::warn!("inotify: {e}; every call lists the outputs directory");
+                None
+            }
+            None => None,
+        };
+        let mut scan = Scan {
+            watch: watched,
+            unwatched: None,
+            budget: MAX_SCANNED,
+            found: &mut snapshot.0,
+        };
+        scan.dir(dir, "", 1);
+        let whole = scan.watch.is_some() && scan.budget > 0;
+        if let Some(e) = scan.unwatched {
+            tracing::warn!("inotify: {e}; every call lists the outputs directory");
         }
-        snapshot
+        if watched.is_none() || scan.unwatched.is_some() {
+            self.watch = None;
+        }
+        (snapshot, whole)
     }
 
     /// The outputs that are new or changed in `after` compared with
@@ -290,53 +355,70 @@ fn why(e: Errno, part: &str) -> String {
     }
 }
 
-/// Adds the regular files of `dir` (and of its subdirectories, down to
-/// [`files::MAX_PATH_DEPTH`]) to `found`, keyed by path under `outputs`.
-fn scan(
-    dir: OwnedFd,
-    prefix: &str,
-    depth: usize,
-    budget: &mut usize,
-    found: &mut BTreeMap<String, Stamp>,
-) {
-    let mut names: Vec<PathBuf> = Vec::new();
-    // Fifteen entries of the longest name fit; `RawDir` reads on when done.
-    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-    let mut listing = RawDir::new(&dir, &mut buf);
-    while let Some(Ok(entry)) = listing.next() {
-        let name = OsStr::from_bytes(entry.file_name().to_bytes());
-        if name != "." && name != ".." {
-            names.push(PathBuf::from(name));
+/// One listing of the outputs directory under way.
+struct Scan<'a> {
+    /// Where each entry is watched before it is read; `None` when nothing is.
+    watch: Option<&'a Watch>,
+    /// Why an entry could not be watched (the listing goes on unwatched).
+    unwatched: Option<Errno>,
+    /// How many more entries may be looked at.
+    budget: usize,
+    found: &'a mut BTreeMap<String, Stamp>,
+}
+
+impl Scan<'_> {
+    /// Adds the regular files of `dir` (and of its subdirectories, down to
+    /// [`files::MAX_PATH_DEPTH`]) to `found`, keyed by path under `outputs`.
+    /// `dir` itself is watched already.
+    fn dir(&mut self, dir: OwnedFd, prefix: &str, depth: usize) {
+        let mut names: Vec<PathBuf> = Vec::new();
+        // Fifteen entries of the longest name fit; `RawDir` reads on when done.
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        let mut listing = RawDir::new(&dir, &mut buf);
+        while let Some(Ok(entry)) = listing.next() {
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name != "." && name != ".." {
+                names.push(PathBuf::from(name));
+            }
         }
-    }
-    names.sort();
-    for name in names {
-        if *budget == 0 {
-            return;
-        }
-        *budget -= 1;
-        // Every name is listed, escaped where it would not show as it is
-        // (not UTF-8, control or bidirectional characters); a path too long
-        // once escaped is listed too, and the launcher says it cannot read it.
-        let path = format!(
-            "{prefix}{}",
-            files::escape_name(name.as_os_str().as_bytes())
-        );
-        let Ok(stat) = nix::sys::stat::fstatat(
-            dir.as_fd(),
-            name.as_os_str(),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        ) else {
-            continue;
-        };
-        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
-        if kind == SFlag::S_IFREG {
-            found.insert(path, Stamp::of(&stat));
-        } else if kind == SFlag::S_IFDIR
-            && depth < files::MAX_PATH_DEPTH
-            && let Ok(sub) = open_dir(dir.as_fd(), name.as_os_str())
-        {
-            scan(sub, &format!("{path}/"), depth + 1, budget, found);
+        names.sort();
+        for name in names {
+            if self.budget == 0 {
+                return;
+            }
+            self.budget -= 1;
+            // Before its state is read: a change after that is an event.
+            if let Some(watch) = self.watch
+                && let Err(e) = watch.entry(dir.as_fd(), name.as_os_str())
+                && e != Errno::ENOENT
+            {
+                self.unwatched = Some(e);
+                self.watch = None;
+            }
+            // Every name is listed, escaped where it would not show as it is
+            // (not UTF-8, control or bidirectional characters); a path too
+            // long once escaped is listed too, and the launcher says it
+            // cannot read it.
+            let path = format!(
+                "{prefix}{}",
+                files::escape_name(name.as_os_str().as_bytes())
+            );
+            let Ok(stat) = nix::sys::stat::fstatat(
+                dir.as_fd(),
+                name.as_os_str(),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) else {
+                continue;
+            };
+            let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+            if kind == SFlag::S_IFREG {
+                self.found.insert(path, Stamp::of(&stat));
+            } else if kind == SFlag::S_IFDIR
+                && depth < files::MAX_PATH_DEPTH
+                && let Ok(sub) = open_dir(dir.as_fd(), name.as_os_str())
+            {
+                self.dir(sub, &format!("{path}/"), depth + 1);
+            }
         }
     }
 }
@@ -402,7 +484,7 @@ mod tests {
 
     #[test]
     fn outputs_that_changed_are_listed_and_read() {
-        let (dir, ws) = workspace();
+        let (dir, mut ws) = workspace();
         let before = ws.snapshot();
         let outputs = dir.path().join("outputs");
         assert!(outputs.is_dir(), "the snapshot makes outputs/");
@@ -453,14 +535,17 @@ mod tests {
     #[test]
     fn every_output_is_listed_by_an_escaped_name_and_read_by_it() {
         use std::os::unix::ffi::OsStrExt;
-        let (dir, ws) = workspace();
+        let (dir, mut ws) = workspace();
         let before = ws.snapshot();
         let names: [&[u8]; 4] = [b"new\nline", b"bad\xff", "rlo\u{202e}x".as_bytes(), b"a\\b"];
         for (i, name) in names.iter().enumerate() {
             let path = dir.path().join("outputs").join(OsStr::from_bytes(name));
             std::fs::write(path, vec![b'x'; i + 1]).unwrap();
         }
-        let (listed, more) = ws.changed(&before, &ws.snapshot());
+        let (listed, more) = {
+            let after = ws.snapshot();
+            ws.changed(&before, &after)
+        };
         let paths: Vec<&str> = listed.iter().map(|o| o.path.as_str()).collect();
         assert_eq!(
             paths,
@@ -479,19 +564,22 @@ mod tests {
 
     #[test]
     fn a_listing_is_capped() {
-        let (dir, ws) = workspace();
+        let (dir, mut ws) = workspace();
         let before = ws.snapshot();
         for i in 0..MAX_OUTPUTS_LISTED + 3 {
             std::fs::write(dir.path().join(format!("outputs/f{i:03}")), "x").unwrap();
         }
-        let (listed, more) = ws.changed(&before, &ws.snapshot());
+        let (listed, more) = {
+            let after = ws.snapshot();
+            ws.changed(&before, &after)
+        };
         assert_eq!((listed.len(), more), (MAX_OUTPUTS_LISTED, 3));
         assert_eq!(listed[0].path, "f000");
     }
 
     #[test]
     fn a_listing_longer_than_one_read_of_the_directory_is_whole() {
-        let (dir, ws) = workspace();
+        let (dir, mut ws) = workspace();
         ws.snapshot();
         // 100 entries of 203 bytes: several times the listing's buffer.
         let names: Vec<String> = (0..100)
@@ -506,7 +594,7 @@ mod tests {
 
     #[test]
     fn the_outputs_directory_is_made_when_missing_and_a_link_there_lists_nothing() {
-        let (dir, ws) = workspace();
+        let (dir, mut ws) = workspace();
         let outputs = dir.path().join(OUTPUTS_DIR);
         assert!(ws.snapshot().0.is_empty());
         assert!(outputs.is_dir());
@@ -519,5 +607,185 @@ mod tests {
         symlink(outside.path(), &outputs).unwrap();
         assert!(ws.snapshot().0.is_empty());
         assert!(outputs.is_symlink());
+    }
+
+    /// A listing of `dir`'s outputs by a workspace that knows nothing yet.
+    fn fresh(dir: &Path) -> Snapshot {
+        Workspace::open(dir).unwrap().snapshot()
+    }
+
+    #[test]
+    fn a_listing_is_read_again_only_after_a_change() {
+        let (dir, mut ws) = workspace();
+        assert!(ws.watch.is_some(), "inotify works here");
+        let empty = ws.snapshot();
+        assert_eq!((ws.snapshot(), ws.listings), (empty.clone(), 1));
+        let outputs = dir.path().join(OUTPUTS_DIR);
+        std::fs::write(outputs.join("a"), "1").unwrap();
+        let one = ws.snapshot();
+        assert_eq!((one.0.len(), ws.listings), (1, 2));
+        assert_eq!((ws.snapshot(), ws.listings), (one, 2));
+        // Files written elsewhere in the workspace are no change.
+        std::fs::write(dir.path().join("data.csv"), "x").unwrap();
+        ws.snapshot();
+        assert_eq!(ws.listings, 2);
+        // Nor is reading an output.
+        ws.read(1, "a", 0, 10).unwrap();
+        {
+            let after = ws.snapshot();
+            ws.changed(&empty, &after)
+        };
+        assert_eq!(ws.listings, 2);
+    }
+
+    #[test]
+    fn every_change_a_listing_holds_is_seen() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, mut ws) = workspace();
+        let outputs = dir.path().join(OUTPUTS_DIR);
+        ws.snapshot();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, "linked").unwrap();
+        type Change<'a> = (&'a str, Box<dyn Fn(&Path)>);
+        let changes: Vec<Change> = vec![
+            (
+                "a file made",
+                Box::new(|o| std::fs::write(o.join("a"), "1").unwrap()),
+            ),
+            (
+                "rewritten, same size",
+                Box::new(|o| std::fs::write(o.join("a"), "2").unwrap()),
+            ),
+            (
+                "its mode set",
+                Box::new(|o| {
+                    let mode = std::fs::Permissions::from_mode(0o600);
+                    std::fs::set_permissions(o.join("a"), mode).unwrap();
+                }),
+            ),
+            (
+                "its time set back",
+                Box::new(|o| {
+                    let file = File::options().write(true).open(o.join("a")).unwrap();
+                    file.set_modified(std::time::UNIX_EPOCH).unwrap();
+                }),
+            ),
+            (
+                "truncated",
+                Box::new(|o| {
+                    File::options()
+                        .write(true)
+                        .open(o.join("a"))
+                        .unwrap()
+                        .set_len(0)
+                        .unwrap()
+                }),
+            ),
+            (
+                "renamed",
+                Box::new(|o| std::fs::rename(o.join("a"), o.join("b")).unwrap()),
+            ),
+            (
+                "a directory made with a file",
+                Box::new(|o| {
+                    std::fs::create_dir_all(o.join("d/e")).unwrap();
+                    std::fs::write(o.join("d/e/f"), "deep").unwrap();
+                }),
+            ),
+            (
+                "a deep file written",
+                Box::new(|o| std::fs::write(o.join("d/e/f"), "deeper").unwrap()),
+            ),
+            (
+                "a file moved in",
+                Box::new(|o| {
+                    let outside = o.parent().unwrap().join("in");
+                    std::fs::write(&outside, "moved").unwrap();
+                    std::fs::rename(outside, o.join("d/in")).unwrap();
+                }),
+            ),
+            (
+                "a hard link made in from outside",
+                Box::new(|o| {
+                    std::fs::hard_link(o.parent().unwrap().join("elsewhere"), o.join("l")).unwrap()
+                }),
+            ),
+            (
+                "written through its other name",
+                Box::new(|o| {
+                    std::fs::write(o.parent().unwrap().join("elsewhere"), "LINKED").unwrap()
+                }),
+            ),
+            (
+                "a file removed",
+                Box::new(|o| std::fs::remove_file(o.join("b")).unwrap()),
+            ),
+            (
+                "a directory moved out",
+                Box::new(|o| std::fs::rename(o.join("d"), o.parent().unwrap().join("d")).unwrap()),
+            ),
+            (
+                "outputs moved away and made anew",
+                Box::new(|o| {
+                    std::fs::rename(o, o.parent().unwrap().join("old")).unwrap();
+                    std::fs::create_dir(o).unwrap();
+                    std::fs::write(o.join("new"), "n").unwrap();
+                }),
+            ),
+            (
+                "outputs a symbolic link",
+                Box::new(|o| {
+                    std::fs::remove_file(o.join("new")).unwrap();
+                    std::fs::remove_dir(o).unwrap();
+                    symlink(o.parent().unwrap().join("old"), o).unwrap();
+                }),
+            ),
+            (
+                "outputs a directory again",
+                Box::new(|o| {
+                    std::fs::remove_file(o).unwrap();
+                    std::fs::create_dir(o).unwrap();
+                    std::fs::write(o.join("back"), "b").unwrap();
+                }),
+            ),
+        ];
+        for (what, change) in changes {
+            let listings = ws.listings;
+            change(&outputs);
+            let seen = ws.snapshot();
+            assert_eq!(seen, fresh(dir.path()), "{what}");
+            assert!(ws.listings > listings, "{what}: not read again");
+        }
+    }
+
+    #[test]
+    fn without_inotify_every_snapshot_reads_the_directory() {
+        let (dir, mut ws) = workspace();
+        ws.watch = None;
+        let before = ws.snapshot();
+        std::fs::write(dir.path().join("outputs/a"), "1").unwrap();
+        let (listed, _) = {
+            let after = ws.snapshot();
+            ws.changed(&before, &after)
+        };
+        assert_eq!(listed.len(), 1);
+        ws.snapshot();
+        assert_eq!(ws.listings, 3);
+    }
+
+    #[test]
+    fn a_listing_that_is_not_whole_is_not_kept() {
+        let (dir, mut ws) = workspace();
+        let outputs = dir.path().join(OUTPUTS_DIR);
+        ws.snapshot();
+        std::fs::remove_dir(&outputs).unwrap();
+        symlink(dir.path(), &outputs).unwrap();
+        ws.snapshot();
+        ws.snapshot();
+        assert_eq!(
+            ws.listings, 3,
+            "a link in place of outputs lists nothing, every time"
+        );
+        assert!(ws.watch.is_some());
     }
 }

@@ -10,6 +10,7 @@ mod init;
 mod interpreter;
 mod pipe;
 mod session;
+mod watch;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -458,8 +458,11 @@ impl Session {
         };
         let stdout = std::mem::replace(&mut self.stdout, Cap::new(self.cap_limit));
         let stderr = std::mem::replace(&mut self.stderr, Cap::new(self.cap_limit));
-        let (outputs, outputs_more) = match (&self.workspace, self.outputs_before.take()) {
-            (Some(workspace), Some(before)) => workspace.changed(&before, &workspace.snapshot()),
+        let (outputs, outputs_more) = match (&mut self.workspace, self.outputs_before.take()) {
+            (Some(workspace), Some(before)) => {
+                let after = workspace.snapshot();
+                workspace.changed(&before, &after)
+            }
             _ => (Vec::new(), 0),
         };
         let reply = ExecReply {
@@ -621,7 +624,7 @@ impl Session {
             }
         }
         // After the files passed in, so that those are not listed as outputs.
-        self.outputs_before = self.workspace.as_ref().map(Workspace::snapshot);
+        self.outputs_before = self.workspace.as_mut().map(Workspace::snapshot);
         self.call = Some(Call {
             id,
             started: Instant::now(),

@@ -75,19 +75,21 @@ const ARGUMENTS: [(&str, bool); 5] = [
 const FILE_FIELDS: [(&str, bool); 2] = [("path", true), ("content", true)];
 
 impl RunArgs {
-    /// Reads `arguments` (none counts as `{}`).
-    pub fn parse(arguments: Option<&JsonObject>) -> Result<Self, Refusal> {
-        let given: Given = read(arguments.cloned().unwrap_or_default(), &ARGUMENTS).map_err(
-            |(fault, field)| match (fault, field.as_deref()) {
-                (Fault::UnknownField(key), _) => invalid(&format!("unknown argument `{key}`")),
-                (Fault::MissingField(field), _) => invalid(&format!("`{field}` is missing")),
-                (_, Some("files")) => invalid("`files` must be a list"),
-                (_, Some("packages")) => invalid("`packages` must be a list of strings"),
-                (_, Some(field)) => invalid(&format!("`{field}` must be a string")),
-                (Fault::Other(problem), None) => invalid(&problem),
-                (Fault::WrongType, None) => invalid("the arguments must be an object"),
-            },
-        )?;
+    /// Reads `arguments` (none counts as `{}`), taking them: their strings
+    /// become the call's, not copies.
+    pub fn parse(arguments: Option<JsonObject>) -> Result<Self, Refusal> {
+        let given: Given =
+            read(arguments.unwrap_or_default(), &ARGUMENTS).map_err(|(fault, field)| {
+                match (fault, field.as_deref()) {
+                    (Fault::UnknownField(key), _) => invalid(&format!("unknown argument `{key}`")),
+                    (Fault::MissingField(field), _) => invalid(&format!("`{field}` is missing")),
+                    (_, Some("files")) => invalid("`files` must be a list"),
+                    (_, Some("packages")) => invalid("`packages` must be a list of strings"),
+                    (_, Some(field)) => invalid(&format!("`{field}` must be a string")),
+                    (Fault::Other(problem), None) => invalid(&problem),
+                    (Fault::WrongType, None) => invalid("the arguments must be an object"),
+                }
+            })?;
         Ok(Self {
             code: given.code,
             env: given.env,

@@ -10,7 +10,7 @@ fn parse(files: Option<&Value>) -> Result<Vec<FileIn>, Refusal> {
     if let Some(files) = files {
         arguments["files"] = files.clone();
     }
-    RunArgs::parse(arguments.as_object()).map(|args| args.files)
+    RunArgs::parse(arguments.as_object().cloned()).map(|args| args.files)
 }
 
 fn code_of(value: Value) -> String {
@@ -74,12 +74,16 @@ fn caps_and_shapes_are_checked() {
 #[test]
 fn files_are_an_argument() {
     let args = RunArgs::parse(
-        json!({"code": "1", "files": [{"path": "a.csv", "content": "x"}]}).as_object(),
+        json!({"code": "1", "files": [{"path": "a.csv", "content": "x"}]})
+            .as_object()
+            .cloned(),
     )
     .unwrap();
     assert_eq!(args.files.len(), 1);
     let e = RunArgs::parse(
-        json!({"code": "1", "files": [{"path": "../a", "content": "x"}]}).as_object(),
+        json!({"code": "1", "files": [{"path": "../a", "content": "x"}]})
+            .as_object()
+            .cloned(),
     )
     .unwrap_err();
     assert_eq!(e.code.as_str(), "bad_file_path");
@@ -87,7 +91,7 @@ fn files_are_an_argument() {
 
 #[test]
 fn arguments_are_checked() {
-    let parse = |v: Value| RunArgs::parse(v.as_object());
+    let parse = |v: Value| RunArgs::parse(v.as_object().cloned());
     assert_eq!(
         parse(json!({"code": "1", "env": "node"})).unwrap(),
         RunArgs {
@@ -125,7 +129,7 @@ fn arguments_are_checked() {
 #[test]
 fn faults_are_told_in_their_words_and_in_order() {
     let problem = |v: Value| {
-        let e = RunArgs::parse(v.as_object()).unwrap_err();
+        let e = RunArgs::parse(v.as_object().cloned()).unwrap_err();
         let problem = e.message.split(';').next().unwrap().to_owned();
         (e.code.as_str(), problem)
     };
@@ -177,14 +181,14 @@ fn faults_are_told_in_their_words_and_in_order() {
 #[test]
 fn packages_are_a_list_of_strings() {
     let given = json!({"code": "1", "packages": ["jq", "ripgrep"]});
-    let args = RunArgs::parse(given.as_object()).unwrap();
+    let args = RunArgs::parse(given.as_object().cloned()).unwrap();
     assert_eq!(
         args.packages,
         Some(vec!["jq".to_owned(), "ripgrep".to_owned()])
     );
     for bad in [json!("jq"), json!(["jq", 1]), json!({"jq": true})] {
         let given = json!({"code": "1", "packages": bad});
-        let refusal = RunArgs::parse(given.as_object()).unwrap_err();
+        let refusal = RunArgs::parse(given.as_object().cloned()).unwrap_err();
         assert!(
             refusal
                 .message

@@ -492,7 +492,7 @@ impl ServerHandler for Server {
                 None,
             ));
         }
-        let called = match RunArgs::parse(request.arguments.as_ref()) {
+        let called = match RunArgs::parse(request.arguments) {
             Ok(args) => {
                 let client = self.client(&context);
                 let resource_links = takes_resource_links(&context);

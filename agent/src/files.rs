@@ -26,7 +26,7 @@ use proto::files::{self, MAX_FILES, MAX_FILES_BYTES, OUTPUTS_DIR, SNIFF_BYTES};
 use proto::frame::{FileIn, FileReply, MAX_OUTPUTS_LISTED, MAX_READ_BYTES, Output};
 use rustix::fs::RawDir;
 
-use crate::watch::Watch;
+use crate::watch::{self, Watch};
 
 /// Most entries looked at under `outputs` (a call that writes more gets
 /// the first ones listed).
@@ -120,7 +120,7 @@ impl Workspace {
         let quiet = match self.watch.as_ref().map(Watch::quiet) {
             Some(Ok(quiet)) => quiet,
             Some(Err(e)) => {
-                tracing::warn!("reading inotify: {e}; every call lists the outputs directory");
+                watch::unusable(e);
                 self.watch = None;
                 false
             }
@@ -163,26 +163,24 @@ impl Workspace {
                 return (snapshot, false);
             }
         };
-        let watched = match self.watch.as_ref().map(|w| w.directory(dir.as_fd())) {
+        let watching = match self.watch.as_ref().map(|w| w.directory(dir.as_fd())) {
             Some(Ok(())) => self.watch.as_ref(),
             Some(Err(e)) => {
-                tracing::warn!("inotify: {e}; every call lists the outputs directory");
+                watch::unusable(e);
                 None
             }
             None => None,
         };
         let mut scan = Scan {
-            watch: watched,
-            unwatched: None,
+            watch: watching,
             budget: MAX_SCANNED,
             found: &mut snapshot.0,
         };
         scan.dir(dir, "", 1);
-        let whole = scan.watch.is_some() && scan.budget > 0;
-        if let Some(e) = scan.unwatched {
-            tracing::warn!("inotify: {e}; every call lists the outputs directory");
-        }
-        if watched.is_none() || scan.unwatched.is_some() {
+        // Watched from the directory to its last entry, or given up on.
+        let watched = scan.watch.is_some();
+        let whole = watched && scan.budget > 0;
+        if !watched {
             self.watch = None;
         }
         (snapshot, whole)
@@ -357,10 +355,9 @@ fn why(e: Errno, part: &str) -> String {
 
 /// One listing of the outputs directory under way.
 struct Scan<'a> {
-    /// Where each entry is watched before it is read; `None` when nothing is.
+    /// Where each entry is watched before it is read; `None` when nothing
+    /// is, or an entry could not be (the listing goes on unwatched).
     watch: Option<&'a Watch>,
-    /// Why an entry could not be watched (the listing goes on unwatched).
-    unwatched: Option<Errno>,
     /// How many more entries may be looked at.
     budget: usize,
     found: &'a mut BTreeMap<String, Stamp>,
@@ -392,7 +389,7 @@ impl Scan<'_> {
                 && let Err(e) = watch.entry(dir.as_fd(), name.as_os_str())
                 && e != Errno::ENOENT
             {
-                self.unwatched = Some(e);
+                watch::unusable(e);
                 self.watch = None;
             }
             // Every name is listed, escaped where it would not show as it is

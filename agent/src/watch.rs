@@ -48,7 +48,7 @@ impl Watch {
         match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(inotify) => Some(Watch { inotify }),
             Err(e) => {
-                tracing::warn!("inotify: {e}; every call lists the outputs directory");
+                unusable(e);
                 None
             }
         }
@@ -86,4 +86,10 @@ impl Watch {
             }
         }
     }
+}
+
+/// Says in the log why inotify is given up on; the caller drops its
+/// [`Watch`], so this is said once.
+pub fn unusable(e: Errno) {
+    tracing::warn!("inotify: {e}; every call lists the outputs directory");
 }

@@ -206,18 +206,17 @@ where
             _ => None,
         };
         let mut line = Vec::with_capacity(LINE_CAPACITY);
-        let encoded = serde_json::to_writer(&mut line, &item);
+        let encoded = serde_json::to_writer(&mut line, &item).map(|()| {
+            line.push(b'\n');
+            self.state.unwritten.fetch_add(line.len(), Ordering::SeqCst);
+            line
+        });
         drop(item);
-        line.push(b'\n');
         let (out, state) = (Arc::clone(&self.out), Arc::clone(&self.state));
-        state.unwritten.fetch_add(line.len(), Ordering::SeqCst);
         async move {
             let sent = match encoded {
-                Ok(()) => write_out(&out, line, &state).await,
-                Err(e) => {
-                    state.unwritten.fetch_sub(line.len(), Ordering::SeqCst);
-                    Err(e.into())
-                }
+                Ok(line) => write_out(&out, line, &state).await,
+                Err(e) => Err(e.into()),
             };
             match answers {
                 Some(id) => state.answered(&id),

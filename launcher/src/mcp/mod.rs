@@ -1,6 +1,6 @@
 //! The MCP surface: one tool, `run` (tool.rs: its schema and the server's
 //! instructions), and the session outputs as resources (resources.rs),
-//! served over stdio (stdio.rs) or streamable HTTP (http.rs).
+//! served over stdio (stdio.rs, sockets.rs) or streamable HTTP (http.rs).
 //!
 //! A call reads top-down from [`Server::call_tool`]: its arguments
 //! (args.rs), its environment, the checks every call passes before anything
@@ -21,6 +21,7 @@ mod connections;
 pub mod http;
 pub mod refusal;
 mod resources;
+mod sockets;
 pub mod stdio;
 mod token;
 mod tool;

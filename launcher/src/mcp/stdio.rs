@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backpressure::Bounded;
 use super::http::stop_signal;
+use super::sockets;
 use super::{Config, Server};
 
 /// Serves until the client closes stdin, or SIGTERM or SIGINT (clients
@@ -24,7 +25,7 @@ use super::{Config, Server};
 /// started no jail: the sandbox probes start with the first handshake.
 pub async fn serve(config: Config, max_unread_bytes: usize) -> Result<(), String> {
     let shutdown = config.shutdown.clone();
-    let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
+    let (stdin, stdout) = streams();
     let stdin = EofCancels::new(stdin, shutdown.clone());
     let stdout = SilentAfter::new(stdout, shutdown.clone());
     let transport = Bounded::new(stdin, stdout, max_unread_bytes);
@@ -60,6 +61,21 @@ pub async fn serve(config: Config, max_unread_bytes: usize) -> Result<(), String
     let quit = quit.map_err(|e| format!("the MCP service task failed: {e}"))?;
     tracing::info!(reason = ?quit, "client gone, server stopping");
     Ok(())
+}
+
+/// Standard input and output, read and written on the runtime's reactor
+/// when they are sockets (sockets.rs) or pipes (rmcp's `stdio_pipes`), on
+/// tokio's blocking handles otherwise (a terminal, a file).
+fn streams() -> (
+    Box<dyn AsyncRead + Send + Unpin>,
+    Box<dyn AsyncWrite + Send + Unpin>,
+) {
+    if let Some((input, output)) = sockets::stdio() {
+        tracing::debug!("stdio: sockets, read and written on the reactor");
+        return (Box::new(input), Box::new(output));
+    }
+    let (input, output) = rmcp::transport::io::stdio_pipes();
+    (Box::new(input), Box::new(output))
 }
 
 /// The MCP input: cancels `token` when the stream it wraps ends (EOF or

@@ -3,7 +3,6 @@
 //! root), with rlimits and no cgroup. Limits are set through their
 //! environment variables.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -84,6 +83,18 @@ fn rss_kib(pid: u32) -> u64 {
 /// client reads, every request is answered.
 #[tokio::test]
 async fn a_client_that_never_reads_does_not_grow_the_server() {
+    never_reads(Transport::Pipes).await;
+}
+
+/// The same over a socketpair each, as Node's clients connect a server:
+/// there the server writes its answers straight to the socket and waits on
+/// the reactor only once the socket is full.
+#[tokio::test]
+async fn a_client_on_sockets_that_never_reads_does_not_grow_the_server() {
+    never_reads(Transport::Sockets).await;
+}
+
+async fn never_reads(transport: Transport) {
     const REQUESTS: u64 = 20_000;
     let manifest = Manifest::new(&template());
     let mut cmd = User::unprivileged().command();
@@ -93,15 +104,11 @@ async fn a_client_that_never_reads_does_not_grow_the_server() {
         .env("RUST_LOG", "warn")
         .env("NIX_SANDBOX_MAX_UNREAD_BYTES", "1048576")
         .env_remove("NIX_SANDBOX_MANIFEST")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
+    let (mut child, mut stdin, stdout) = spawn_over(cmd, transport);
     let pid = child.id().unwrap();
     let log = collect(child.stderr.take().unwrap());
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stdout = tokio::io::BufReader::new(stdout).lines();
     let line = |v: Value| format!("{v}\n").into_bytes();
     stdin
         .write_all(&line(json!({

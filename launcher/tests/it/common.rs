@@ -481,6 +481,107 @@ impl Server {
     }
 }
 
+/// How a client connects a server's stdin and stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Pipes, as Python's and Rust's subprocess modules make them.
+    Pipes,
+    /// A socketpair each, as Node's `child_process` (libuv) makes them: how
+    /// Claude Code, Gemini CLI and the TypeScript SDK start a server.
+    Sockets,
+    /// One socket for both, as inetd, systemd's `StandardInput=socket` and
+    /// socat give it.
+    OneSocket,
+}
+
+/// The client's end of a server's stdin.
+pub type ToServer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+/// The client's end of a server's stdout.
+pub type FromServer = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+
+/// Spawns `cmd` with its stdin and stdout over `transport`, and its stderr
+/// piped.
+pub fn spawn_over(
+    mut cmd: tokio::process::Command,
+    transport: Transport,
+) -> (tokio::process::Child, ToServer, FromServer) {
+    cmd.stderr(Stdio::piped());
+    match transport {
+        Transport::Pipes => {
+            let mut child = cmd
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("the server starts");
+            let stdin = child.stdin.take().unwrap();
+            let stdout = child.stdout.take().unwrap();
+            (child, Box::new(stdin), Box::new(stdout))
+        }
+        Transport::Sockets | Transport::OneSocket => {
+            let (input, to_server) = std::os::unix::net::UnixStream::pair().unwrap();
+            let (output, from_server) = if transport == Transport::Sockets {
+                std::os::unix::net::UnixStream::pair().unwrap()
+            } else {
+                (input.try_clone().unwrap(), to_server.try_clone().unwrap())
+            };
+            let child = cmd
+                .stdin(std::os::fd::OwnedFd::from(input))
+                .stdout(std::os::fd::OwnedFd::from(output))
+                .spawn()
+                .expect("the server starts");
+            // `cmd` holds the server's ends until it is dropped: a client
+            // holding them would never see the server's end of output.
+            drop(cmd);
+            let client = |end: std::os::unix::net::UnixStream| {
+                end.set_nonblocking(true).unwrap();
+                tokio::net::UnixStream::from_std(end).unwrap()
+            };
+            (
+                child,
+                Box::new(ShutOnDrop(client(to_server))),
+                Box::new(client(from_server)),
+            )
+        }
+    }
+}
+
+/// The client's writing end of a socket: dropped, it shuts the socket for
+/// writing, so that the server reads the end of its input even where the
+/// same socket still carries its output.
+struct ShutOnDrop(tokio::net::UnixStream);
+
+impl Drop for ShutOnDrop {
+    fn drop(&mut self) {
+        use nix::sys::socket::{Shutdown, shutdown};
+        use std::os::fd::AsRawFd;
+        let _ = shutdown(self.0.as_raw_fd(), Shutdown::Write);
+    }
+}
+
+impl tokio::io::AsyncWrite for ShutOnDrop {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 /// What a server writes to `stderr`, collected as it comes by a task of its
 /// own.
 pub fn collect(mut stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
@@ -504,8 +605,8 @@ pub fn collect(mut stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
 /// hides: the bytes on stdout, and closing stdin.
 pub struct RawServer {
     pub child: tokio::process::Child,
-    stdin: Option<tokio::process::ChildStdin>,
-    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stdin: Option<ToServer>,
+    stdout: tokio::io::Lines<tokio::io::BufReader<FromServer>>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -532,20 +633,18 @@ impl RawServer {
     }
 
     /// Spawns `cmd` with piped stdio; stderr is collected as it comes.
-    pub fn from_command(mut cmd: tokio::process::Command) -> Self {
+    pub fn from_command(cmd: tokio::process::Command) -> Self {
+        Self::from_command_over(cmd, Transport::Pipes)
+    }
+
+    /// [`RawServer::from_command`] with stdin and stdout over `transport`.
+    pub fn from_command_over(cmd: tokio::process::Command, transport: Transport) -> Self {
         use tokio::io::AsyncBufReadExt;
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the server starts");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
+        let (mut child, stdin, stdout) = spawn_over(cmd, transport);
         let stderr = collect(child.stderr.take().unwrap());
         Self {
             child,
-            stdin,
+            stdin: Some(stdin),
             stdout: tokio::io::BufReader::new(stdout).lines(),
             stderr,
         }

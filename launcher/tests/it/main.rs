@@ -18,4 +18,5 @@ mod protocol;
 mod run;
 mod session;
 mod session_table;
+mod stdio;
 mod takeover;

@@ -8,10 +8,15 @@ is read (bench.py's DirectSession), so that a round trip through the server
 and one straight to a wrapper carry the same client costs (the hand-off from
 a reader thread costs Python tens of microseconds a call). The server's
 stderr is kept (tail) for reports.
+
+The server's stdin and stdout are pipes, as Python's and Rust's clients
+make them, or with `sockets` a socketpair each, as Node's `child_process`
+makes them (Claude Code, Gemini CLI, the TypeScript SDK).
 """
 
 import collections
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -28,11 +33,25 @@ class Client:
     """Starts `argv` with `env` and speaks MCP to it over stdin/stdout;
     `lean`: one request at a time, from one thread."""
 
-    def __init__(self, argv, env, lean=False):
+    def __init__(self, argv, env, lean=False, sockets=False):
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-        )
+        self._sockets = []
+        if sockets:
+            (to_server, stdin), (from_server, stdout) = socket.socketpair(), socket.socketpair()
+            try:
+                self.proc = subprocess.Popen(
+                    argv, stdin=stdin.fileno(), stdout=stdout.fileno(), stderr=subprocess.PIPE, env=env
+                )
+            finally:
+                stdin.close()
+                stdout.close()
+            self._sockets = [to_server, from_server]
+            self._to, self._from = to_server.makefile("wb"), from_server.makefile("rb")
+        else:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+            )
+            self._to, self._from = self.proc.stdin, self.proc.stdout
         self.pid = self.proc.pid
         self.init_result = None
         self._lock = threading.Lock()
@@ -47,7 +66,7 @@ class Client:
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
     def _read(self):
-        for line in self.proc.stdout:
+        for line in self._from:
             try:
                 message = json.loads(line)
             except ValueError:
@@ -70,8 +89,8 @@ class Client:
     def send(self, message):
         data = json.dumps(message).encode() + b"\n"
         with self._lock:
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
+            self._to.write(data)
+            self._to.flush()
 
     def _watch(self):
         """Kills the server when a lean request waits past DEADLINE."""
@@ -87,7 +106,7 @@ class Client:
         the server closed stdout."""
         self._since = time.monotonic()
         try:
-            for line in self.proc.stdout:
+            for line in self._from:
                 try:
                     message = json.loads(line)
                 except ValueError:
@@ -160,7 +179,10 @@ class Client:
 
     def close(self):
         try:
-            self.proc.stdin.close()
+            self._to.close()
+            if self._sockets:
+                # The socket itself closes once its file and it are closed.
+                self._sockets[0].close()
         except OSError:
             pass
         try:
@@ -171,4 +193,6 @@ class Client:
         if self._lean:
             # Only the caller reads a lean client's stdout; a reader
             # thread's stdout is left to the thread.
-            self.proc.stdout.close()
+            self._from.close()
+            for end in self._sockets[1:]:
+                end.close()

@@ -2,12 +2,11 @@
 //! runtime's reactor.
 //!
 //! Node's `child_process` (libuv) gives a server socketpairs, not pipes, so
-//! Claude Code, Gemini CLI and every client on the TypeScript SDK start us
-//! on sockets. rmcp's `stdio_pipes` drives pipes on the reactor but falls
-//! back to tokio's stdin and stdout for anything else, and those read and
-//! write on the blocking pool: every message then crosses threads, several
-//! wake-ups a call (a session round trip took 0.41 ms where pipes took
-//! 0.25).
+//! Claude Code, Gemini CLI, opencode and the TypeScript SDK start us on
+//! sockets. rmcp's `stdio_pipes` drives pipes on the reactor but falls back
+//! to tokio's stdin and stdout for anything else, and those read and write
+//! on the blocking pool: every message then crosses threads, several
+//! wake-ups of other threads a call.
 //!
 //! A pipe is reopened through `/proc/self/fd` to get an open file
 //! description of its own, on which `O_NONBLOCK` is private; a socket
@@ -95,39 +94,39 @@ impl Output {
     pub fn new(fd: OwnedFd) -> Self {
         Self { fd, full: None }
     }
+}
 
-    fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        // MSG_NOSIGNAL: a client gone is an EPIPE to report, not a signal.
-        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
-        without_waiting(|| send(self.fd.as_raw_fd(), buf, flags))
-    }
+/// Sends what of `buf` the socket `fd` takes now.
+fn send_now(fd: &OwnedFd, buf: &[u8]) -> io::Result<usize> {
+    // MSG_NOSIGNAL: a client gone is an EPIPE to report, not a signal.
+    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+    without_waiting(|| send(fd.as_raw_fd(), buf, flags))
 }
 
 impl AsyncWrite for Output {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.full.is_none() {
-            match self.send(buf) {
+        let Self { fd, full } = self.get_mut();
+        let full = match full {
+            Some(full) => full,
+            None => match send_now(fd, buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let fd = self.fd.try_clone()?;
                     // SAFETY: the AsyncFd owns this duplicate, which is
                     // neither closed nor replaced while registered.
-                    let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::WRITABLE)? };
-                    self.full = Some(fd);
+                    let writable = unsafe {
+                        AsyncFd::register_with_interest(fd.try_clone()?, Interest::WRITABLE)?
+                    };
+                    full.insert(writable)
                 }
                 done => return Poll::Ready(done),
-            }
-        }
-        let this = &*self;
-        let Some(full) = &this.full else {
-            unreachable!("registered above")
+            },
         };
         loop {
             let mut ready = ready!(full.poll_write_ready(cx))?;
-            match ready.try_io(|_| this.send(buf)) {
+            match ready.try_io(|_| send_now(fd, buf)) {
                 Ok(result) => return Poll::Ready(result),
                 Err(_would_block) => continue,
             }
@@ -215,7 +214,13 @@ mod tests {
             (&theirs).read_exact(&mut got).unwrap();
             got
         });
-        writing.await.unwrap();
+        // A guard against a hang, not a timing: a write that is never woken
+        // fails here.
+        let guard = std::time::Duration::from_secs(30);
+        tokio::time::timeout(guard, writing)
+            .await
+            .expect("the write is woken once the peer reads")
+            .unwrap();
         assert!(reading.await.unwrap() == big);
     }
 

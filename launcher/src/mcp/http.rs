@@ -196,6 +196,15 @@ async fn serve_until_stopped(
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    // Each answer goes out as several writes (the headers,
+                    // then each event of its stream): with Nagle's
+                    // algorithm on, the kernel holds the second until the
+                    // client acknowledges the first, which a client that
+                    // delays its acknowledgements does 40 ms later, on
+                    // every call.
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(%peer, error = %e, "TCP_NODELAY not set");
+                    }
                     let Some(connection) = connections.admit() else {
                         // Filled by authenticated connections since room():
                         // this one is closed, its client may retry.

@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import platform
+import secrets
 import statistics
 import subprocess
 import sys
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import async_load  # noqa: E402
 import cgroups  # noqa: E402
 import procs  # noqa: E402
-from mcp_client import Client, McpError  # noqa: E402
+from mcp_client import Client, HttpClient, McpError  # noqa: E402
 from stats import cpu_times, mib, ms, steal_share, summary, table  # noqa: E402
 
 MANIFEST = "share/nix-sandbox-mcp/manifest.json"
@@ -67,6 +68,8 @@ TARGET_SESSION_P50_MS = 0.25
 # How Node's clients (Claude Code, Gemini CLI, the TypeScript SDK) connect
 # a server: a socketpair for stdin and one for stdout, not pipes.
 OVER_SOCKETS = "over socketpairs, as Node clients connect"
+# The same calls over streamable HTTP (`--http`), one kept-alive connection.
+OVER_HTTP = "over streamable HTTP"
 TARGET_CREATION_P50_MS = 40.0
 TARGET_LOAD_P99_MS = 20.0
 TARGET_PEAK_RSS_KIB = 8 * 1024
@@ -469,6 +472,7 @@ class Bench:
                 for figure, target in [
                     ("session x += 1 round trip p50", f"< {TARGET_SESSION_P50_MS} ms"),
                     (f"session x += 1 round trip p50 {OVER_SOCKETS}", f"< {TARGET_SESSION_P50_MS} ms"),
+                    (f"session x += 1 round trip p50 {OVER_HTTP}", None),
                     ("session creation p50", None),
                     (f"{self.args.sessions} sessions x {self.args.calls} calls: errors", "0"),
                     ("launcher peak RSS under load", None),
@@ -505,6 +509,14 @@ class Bench:
             # stdout a socketpair each, not pipes.
             node_like = self.start(argv, lean=True, sockets=True)
             opened.append(node_like)
+            # And over streamable HTTP, one kept-alive connection.
+            token = self.scratch / "http-token"
+            token.write_text(secrets.token_hex(16) + "\n")
+            token.chmod(0o600)
+            web = HttpClient([a for a in argv if a != "--stdio"], self.env, str(token))
+            opened.append(web)
+            web.initialize()
+            self.wait_idle(web.pid, settle=0.2)
             self.wait_idle(node_like.pid, settle=0.2)
             self.wait_idle(client.pid, settle=0.2)
             created, direct_created = [], []
@@ -529,6 +541,8 @@ class Bench:
                     if name == "round trip, wrapper direct":
                         kinds[f"x += 1 round trip {OVER_SOCKETS}"] = (
                             lambda code: self.session_call(node_like, "bench", code))
+                        kinds[f"x += 1 round trip {OVER_HTTP}"] = (
+                            lambda code: self.session_call(web, "bench", code))
             if floor:
                 least = Client([floor, *wrapper], self.jail_env, lean=True)
                 opened.append(least)
@@ -557,7 +571,7 @@ class Bench:
                     kinds[name]("x += 1")
                     spaced[name].append(time.perf_counter() - t0)
             made = WARMUP * 4 + n + self.args.spaced_calls
-            for server, expected in ((client, made), (node_like, WARMUP * 4 + n)):
+            for server, expected in ((client, made), (node_like, WARMUP * 4 + n), (web, WARMUP * 4 + n)):
                 _, text = self.session_call(server, "bench", "print(x)")
                 if text != f"{expected}{JSON_NOTE}":
                     raise Unmeasured(f"the session lost its state: x is {text!r}, not {expected}")
@@ -591,6 +605,9 @@ class Bench:
         self.row(f"session x += 1 round trip p50 {OVER_SOCKETS} ({label}): MCP / wrapper direct",
                  f"{ratio_of(node, rt_direct, 'p50')} ({ms(node['p50'])} / {ms(rt_direct['p50'])})",
                  f"< {TARGET_SESSION_P50_MS} ms", node["p50"] < TARGET_SESSION_P50_MS)
+        web = stats[f"x += 1 round trip {OVER_HTTP}"]
+        self.row(f"session x += 1 round trip p50 {OVER_HTTP} ({label}): MCP over HTTP / over pipes",
+                 f"{ratio_of(web, rt, 'p50')} ({ms(web['p50'])} / {ms(rt['p50'])})")
         if relay:
             hop = stats["round trip, through a bare relay"]
             self.row(f"session x += 1 round trip p50 ({label}): MCP / bare relay",

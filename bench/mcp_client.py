@@ -11,10 +11,12 @@ stderr is kept (tail) for reports.
 
 The server's stdin and stdout are pipes, as Python's and Rust's clients
 make them, or with `sockets` a socketpair each, as Node's `child_process`
-makes them (Claude Code, Gemini CLI, the TypeScript SDK).
+makes them (Claude Code, Gemini CLI, the TypeScript SDK). HttpClient
+speaks to a server started with `--http` instead.
 """
 
 import collections
+import http.client
 import json
 import socket
 import subprocess
@@ -196,3 +198,74 @@ class Client:
             self._from.close()
             for end in self._sockets[1:]:
                 end.close()
+
+
+class HttpClient(Client):
+    """The server started with `--http 127.0.0.1:0` and a token, spoken to
+    over streamable HTTP on one kept-alive connection (http.client), one
+    request at a time; answers in JSON or in an event stream."""
+
+    def __init__(self, argv, env, token_file):
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            argv + ["--http", "127.0.0.1:0", "--token-file", token_file],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        )
+        self.pid = self.proc.pid
+        self.init_result = None
+        self._next_id = 0
+        self.stderr = collections.deque(maxlen=200)
+        port = None
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace")
+            self.stderr.append(line)
+            if "listening on http://" in line:
+                port = int(line.split("listening on http://")[1].split("/")[0].rsplit(":", 1)[1])
+                break
+        if port is None:
+            raise McpError(f"the server over HTTP did not start; stderr: {self.stderr_tail()}")
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        with open(token_file) as f:
+            token = f.read().strip()
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                         "Accept": "application/json, text/event-stream"}
+        self._http = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
+
+    def _post(self, message):
+        self._http.request("POST", "/mcp", json.dumps(message).encode(), self._headers)
+        response = self._http.getresponse()
+        body = response.read()
+        if response.status >= 300:
+            raise McpError(f"HTTP {response.status}: {body[:300]!r}; stderr: {self.stderr_tail()}")
+        return response, body
+
+    def send(self, message):
+        self._post(message)
+
+    def request(self, method, params):
+        self._next_id += 1
+        response, body = self._post({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
+        session = response.getheader("mcp-session-id")
+        if session:
+            self._headers["Mcp-Session-Id"] = session
+            self._headers["MCP-Protocol-Version"] = PROTOCOL
+        if response.getheader("content-type", "").startswith("text/event-stream"):
+            events = [json.loads(line[5:]) for line in body.decode().splitlines()
+                      if line.startswith("data:") and line[5:].strip()]
+            message = next((m for m in events if m.get("id") == self._next_id), None)
+        else:
+            message = json.loads(body)
+        if message is None:
+            raise McpError(f"no answer to {method} in {body[:300]!r}")
+        if "error" in message:
+            raise McpError(f"{method} failed: {message['error']}")
+        return message["result"]
+
+    def close(self):
+        self._http.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

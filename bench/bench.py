@@ -532,17 +532,15 @@ class Bench:
                 finally:
                     direct.close()
             agents = self.agents(client.pid)
-            kinds = {"x += 1 round trip": lambda code: self.session_call(client, "bench", code)}
-            for name, command in (("round trip, wrapper direct", wrapper),
-                                  ("round trip, through a bare relay", [relay, *wrapper] if relay else None)):
-                if command:
-                    opened.append(DirectSession(command, self.jail_env))
-                    kinds[name] = opened[-1].call
-                    if name == "round trip, wrapper direct":
-                        kinds[f"x += 1 round trip {OVER_SOCKETS}"] = (
-                            lambda code: self.session_call(node_like, "bench", code))
-                        kinds[f"x += 1 round trip {OVER_HTTP}"] = (
-                            lambda code: self.session_call(web, "bench", code))
+            # MCP and the wrapper direct first: the spaced calls take those two.
+            opened.append(DirectSession(wrapper, self.jail_env))
+            kinds = {"x += 1 round trip": lambda code: self.session_call(client, "bench", code),
+                     "round trip, wrapper direct": opened[-1].call,
+                     f"x += 1 round trip {OVER_SOCKETS}": lambda code: self.session_call(node_like, "bench", code),
+                     f"x += 1 round trip {OVER_HTTP}": lambda code: self.session_call(web, "bench", code)}
+            if relay:
+                opened.append(DirectSession([relay, *wrapper], self.jail_env))
+                kinds["round trip, through a bare relay"] = opened[-1].call
             if floor:
                 least = Client([floor, *wrapper], self.jail_env, lean=True)
                 opened.append(least)

@@ -187,17 +187,22 @@ class Client:
                 self._sockets[0].close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=DEADLINE)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self._wait()
         if self._lean:
             # Only the caller reads a lean client's stdout; a reader
             # thread's stdout is left to the thread.
             self._from.close()
             for end in self._sockets[1:]:
                 end.close()
+
+
+    def _wait(self):
+        """Waits for the server to exit, killing it past DEADLINE."""
+        try:
+            self.proc.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class HttpClient(Client):
@@ -264,8 +269,4 @@ class HttpClient(Client):
     def close(self):
         self._http.close()
         self.proc.terminate()
-        try:
-            self.proc.wait(timeout=DEADLINE)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self._wait()

@@ -186,10 +186,16 @@ impl Workspace {
         (snapshot, whole)
     }
 
+    /// [`Workspace::changed`] from `before` to a snapshot taken now.
+    pub fn changed_since(&mut self, before: &Snapshot) -> (Vec<Output>, u64) {
+        let after = self.snapshot();
+        self.changed(before, &after)
+    }
+
     /// The outputs that are new or changed in `after` compared with
     /// `before`, sorted by path, at most [`MAX_OUTPUTS_LISTED`], and how many
     /// more there are.
-    pub fn changed(&self, before: &Snapshot, after: &Snapshot) -> (Vec<Output>, u64) {
+    fn changed(&self, before: &Snapshot, after: &Snapshot) -> (Vec<Output>, u64) {
         let fresh: Vec<(&String, &Stamp)> = after
             .0
             .iter()
@@ -539,10 +545,7 @@ mod tests {
             let path = dir.path().join("outputs").join(OsStr::from_bytes(name));
             std::fs::write(path, vec![b'x'; i + 1]).unwrap();
         }
-        let (listed, more) = {
-            let after = ws.snapshot();
-            ws.changed(&before, &after)
-        };
+        let (listed, more) = ws.changed_since(&before);
         let paths: Vec<&str> = listed.iter().map(|o| o.path.as_str()).collect();
         assert_eq!(
             paths,
@@ -566,10 +569,7 @@ mod tests {
         for i in 0..MAX_OUTPUTS_LISTED + 3 {
             std::fs::write(dir.path().join(format!("outputs/f{i:03}")), "x").unwrap();
         }
-        let (listed, more) = {
-            let after = ws.snapshot();
-            ws.changed(&before, &after)
-        };
+        let (listed, more) = ws.changed_since(&before);
         assert_eq!((listed.len(), more), (MAX_OUTPUTS_LISTED, 3));
         assert_eq!(listed[0].path, "f000");
     }
@@ -628,10 +628,7 @@ mod tests {
         assert_eq!(ws.listings, 2);
         // Nor is reading an output.
         ws.read(1, "a", 0, 10).unwrap();
-        {
-            let after = ws.snapshot();
-            ws.changed(&empty, &after)
-        };
+        ws.changed_since(&empty);
         assert_eq!(ws.listings, 2);
     }
 
@@ -761,10 +758,7 @@ mod tests {
         ws.watch = None;
         let before = ws.snapshot();
         std::fs::write(dir.path().join("outputs/a"), "1").unwrap();
-        let (listed, _) = {
-            let after = ws.snapshot();
-            ws.changed(&before, &after)
-        };
+        let (listed, _) = ws.changed_since(&before);
         assert_eq!(listed.len(), 1);
         ws.snapshot();
         assert_eq!(ws.listings, 3);

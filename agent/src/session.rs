@@ -459,10 +459,7 @@ impl Session {
         let stdout = std::mem::replace(&mut self.stdout, Cap::new(self.cap_limit));
         let stderr = std::mem::replace(&mut self.stderr, Cap::new(self.cap_limit));
         let (outputs, outputs_more) = match (&mut self.workspace, self.outputs_before.take()) {
-            (Some(workspace), Some(before)) => {
-                let after = workspace.snapshot();
-                workspace.changed(&before, &after)
-            }
+            (Some(workspace), Some(before)) => workspace.changed_since(&before),
             _ => (Vec::new(), 0),
         };
         let reply = ExecReply {

@@ -519,10 +519,12 @@ pub fn spawn_over(
         }
         Transport::Sockets | Transport::OneSocket => {
             let (input, to_server) = std::os::unix::net::UnixStream::pair().unwrap();
-            let (output, from_server) = if transport == Transport::Sockets {
-                std::os::unix::net::UnixStream::pair().unwrap()
-            } else {
-                (input.try_clone().unwrap(), to_server.try_clone().unwrap())
+            let (output, from_server) = match transport {
+                Transport::Sockets => {
+                    let (output, from_server) = std::os::unix::net::UnixStream::pair().unwrap();
+                    (output, Some(from_server))
+                }
+                _ => (input.try_clone().unwrap(), None),
             };
             let child = cmd
                 .stdin(std::os::fd::OwnedFd::from(input))
@@ -536,49 +538,21 @@ pub fn spawn_over(
                 end.set_nonblocking(true).unwrap();
                 tokio::net::UnixStream::from_std(end).unwrap()
             };
-            (
-                child,
-                Box::new(ShutOnDrop(client(to_server))),
-                Box::new(client(from_server)),
-            )
+            match from_server {
+                Some(from_server) => (
+                    child,
+                    Box::new(client(to_server)),
+                    Box::new(client(from_server)),
+                ),
+                // One socket: its write half, dropped, shuts the socket for
+                // writing, so that the server reads the end of its input
+                // while the socket still carries its output.
+                None => {
+                    let (read, write) = client(to_server).into_split();
+                    (child, Box::new(write), Box::new(read))
+                }
+            }
         }
-    }
-}
-
-/// The client's writing end of a socket: dropped, it shuts the socket for
-/// writing, so that the server reads the end of its input even where the
-/// same socket still carries its output.
-struct ShutOnDrop(tokio::net::UnixStream);
-
-impl Drop for ShutOnDrop {
-    fn drop(&mut self) {
-        use nix::sys::socket::{Shutdown, shutdown};
-        use std::os::fd::AsRawFd;
-        let _ = shutdown(self.0.as_raw_fd(), Shutdown::Write);
-    }
-}
-
-impl tokio::io::AsyncWrite for ShutOnDrop {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
 

@@ -161,19 +161,33 @@ impl Reply {
     }
 }
 
+/// A new HTTP/1 connection to `addr`: what sends on it, the task that
+/// drives it, and its local port.
+pub async fn connect(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<()>,
+    u16,
+) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let port = stream.local_addr().unwrap().port();
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let driving = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (sender, driving, port)
+}
+
 impl Client {
     pub async fn post(&self, body: &Value) -> Reply {
         self.post_with(body, &[]).await
     }
 
     pub async fn post_with(&self, body: &Value, extra: &[(&str, &str)]) -> Reply {
-        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        let connection = tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let (mut sender, connection, _) = connect(self.addr).await;
         let mut request = ::http::Request::post("/mcp")
             .header("host", self.addr.to_string())
             .header("content-type", "application/json")
@@ -306,11 +320,7 @@ impl Client {
 
     /// `DELETE /mcp` of MCP session `session`; returns the status.
     pub async fn delete(&self, session: &str) -> u16 {
-        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        let (mut sender, _, _) = connect(self.addr).await;
         let request = ::http::Request::delete("/mcp")
             .header("host", self.addr.to_string())
             .header("authorization", format!("Bearer {TOKEN}"))
@@ -432,11 +442,7 @@ async fn a_foreign_origin_is_refused() {
 #[tokio::test]
 async fn only_the_mcp_path_is_served() {
     let server = HttpServer::start(vec![Manifest::new(&template())], &[]).await;
-    let stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let (mut sender, _, _) = connect(server.addr).await;
     let request = ::http::Request::get("/")
         .header("host", server.addr.to_string())
         .header("authorization", format!("Bearer {TOKEN}"))
@@ -767,12 +773,7 @@ async fn http_without_a_token_does_not_start() {
 #[tokio::test]
 async fn the_servers_connections_send_without_delay() {
     let server = HttpServer::start(vec![Manifest::new(&template())], &[]).await;
-    let stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let ours = stream.local_addr().unwrap().port();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let (mut sender, _, ours) = connect(server.addr).await;
     let request = ::http::Request::get("/")
         .header("host", server.addr.to_string())
         .body(Full::new(Bytes::new()))

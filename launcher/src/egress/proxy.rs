@@ -87,7 +87,16 @@ impl Shared {
         let mut last = String::from("no address");
         for addr in usable {
             match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-                Ok(Ok(tcp)) => return Ok(tcp),
+                Ok(Ok(tcp)) => {
+                    // Bytes go on as they come: the jail's client chose
+                    // when to write, and Nagle's algorithm would hold a
+                    // second small write until the first is acknowledged,
+                    // up to the upstream's delayed ACK (40 ms).
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(%addr, error = %e, "TCP_NODELAY not set");
+                    }
+                    return Ok(tcp);
+                }
                 Ok(Err(e)) => last = format!("cannot connect to {addr}: {e}"),
                 Err(_) => last = format!("cannot connect to {addr}: timed out"),
             }

@@ -120,6 +120,10 @@ fn serve(listener: &TcpListener, socket: &std::path::Path) {
     }
     for stream in listener.incoming() {
         let Ok(tcp) = stream else { continue };
+        // The proxy answers in pieces (a head, then a body): each goes on
+        // as it comes, not held by Nagle's algorithm until the client
+        // acknowledges the one before, up to its delayed ACK (40 ms).
+        let _ = tcp.set_nodelay(true);
         let socket = socket.to_owned();
         let _ = std::thread::Builder::new().spawn(move || {
             if let Ok(unix) = UnixStream::connect(&socket) {

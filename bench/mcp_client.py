@@ -195,7 +195,6 @@ class Client:
             for end in self._sockets[1:]:
                 end.close()
 
-
     def _wait(self):
         """Waits for the server to exit, killing it past DEADLINE."""
         try:

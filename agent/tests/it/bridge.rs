@@ -24,7 +24,7 @@ struct Bridge {
     stdout: std::io::BufReader<std::process::ChildStdout>,
     /// The entry's first line: once it is read, the bridge listens.
     first: String,
-    listen: String,
+    /// Where the bridge listens, on 127.0.0.1.
     port: u16,
     _dir: tempfile::TempDir,
 }
@@ -58,21 +58,23 @@ impl Bridge {
             entry,
             stdout,
             first,
-            listen,
             port,
             _dir: dir,
         }
+    }
+
+    fn listen(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 }
 
 #[test]
 fn the_bridge_carries_bytes_and_leaves_the_entry_its_stdio() {
-    let bridge = Bridge::start("echo entry $$; exec sleep 2");
-    let (mut entry, mut stdout, listen, first) =
-        (bridge.entry, bridge.stdout, bridge.listen, bridge.first);
+    let mut bridge = Bridge::start("echo entry $$; exec sleep 2");
+    let listen = bridge.listen();
     assert_eq!(
-        first,
-        format!("entry {}\n", entry.id()),
+        bridge.first,
+        format!("entry {}\n", bridge.entry.id()),
         "the entry keeps the pid (exec)"
     );
     let mut tcp = TcpStream::connect(&listen).expect("the bridge listens before the entry runs");
@@ -84,10 +86,10 @@ fn the_bridge_carries_bytes_and_leaves_the_entry_its_stdio() {
     // is the agent, whose stdin and stdout are the launcher's channel, which
     // no other process of the jail may hold.
     let children =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", entry.id())).unwrap();
-    let bridge: Vec<&str> = children.split_whitespace().collect();
-    assert!(!bridge.is_empty(), "no serving child");
-    for child in bridge {
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", bridge.entry.id())).unwrap();
+    let serving: Vec<&str> = children.split_whitespace().collect();
+    assert!(!serving.is_empty(), "no serving child");
+    for child in serving {
         for fd in 0..3 {
             let target = std::fs::read_link(format!("/proc/{child}/fd/{fd}")).unwrap();
             assert_eq!(
@@ -102,10 +104,10 @@ fn the_bridge_carries_bytes_and_leaves_the_entry_its_stdio() {
     // copy.
     let started = Instant::now();
     let mut rest = String::new();
-    stdout.read_to_string(&mut rest).unwrap();
+    bridge.stdout.read_to_string(&mut rest).unwrap();
     assert_eq!(rest, "");
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(entry.wait().unwrap().success());
+    assert!(bridge.entry.wait().unwrap().success());
     // And the bridge died with it.
     std::thread::sleep(Duration::from_millis(300));
     assert!(
@@ -123,7 +125,7 @@ fn the_bridge_carries_bytes_and_leaves_the_entry_its_stdio() {
 #[test]
 fn the_bridges_connections_send_without_delay() {
     let mut bridge = Bridge::start("echo ready; exec sleep 5");
-    let mut tcp = TcpStream::connect(&bridge.listen).unwrap();
+    let mut tcp = TcpStream::connect(bridge.listen()).unwrap();
     // Answered: the bridge accepted the connection and carries it.
     tcp.write_all(b"ping").unwrap();
     let mut answer = [0u8; 4];

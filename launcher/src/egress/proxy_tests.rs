@@ -240,9 +240,8 @@ async fn a_dropped_gate_removes_its_socket() {
     assert!(!socket.exists());
 }
 
-/// This process's TCP socket connected from `local` to `peer`: a copy of
-/// its descriptor.
-fn socket_between(local: u16, peer: u16) -> Option<std::net::TcpStream> {
+/// A copy of this process's TCP socket connected to port `peer`.
+fn socket_to(peer: u16) -> Option<std::net::TcpStream> {
     use std::os::fd::BorrowedFd;
     for entry in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
         let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -254,10 +253,7 @@ fn socket_between(local: u16, peer: u16) -> Option<std::net::TcpStream> {
             continue;
         };
         let socket = std::net::TcpStream::from(copy);
-        let (Ok(here), Ok(there)) = (socket.local_addr(), socket.peer_addr()) else {
-            continue;
-        };
-        if here.port() == local && there.port() == peer {
+        if socket.peer_addr().is_ok_and(|there| there.port() == peer) {
             return Some(socket);
         }
     }
@@ -269,34 +265,19 @@ fn socket_between(local: u16, peer: u16) -> Option<std::net::TcpStream> {
 /// (Nagle's algorithm on the proxy's connection held it 44 ms a time).
 #[tokio::test]
 async fn the_proxys_upstream_connections_send_without_delay() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let up = listener.local_addr().unwrap().port();
-    let env = testing::env("t")
-        .with(
-            "network",
-            json!({"allow": [{"host": "127.0.0.1", "port": up}]}),
-        )
-        .build();
-    let catalog = testing::catalog([env]);
-    let settings = Settings {
-        hosts_file: None,
-        extra_roots: None,
-    };
-    let egress = Arc::new(Egress::start(&catalog, &settings, None, |_| None));
-    let gate = egress.gate(&catalog.envs["t"]).unwrap().unwrap();
-
-    let mut stream = UnixStream::connect(gate.vars()[0].1.clone()).await.unwrap();
-    let connect = format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\nHost: 127.0.0.1:{up}\r\n\r\n");
+    let f = fixture().await;
+    let p = f.port;
+    let mut stream = f.connect().await;
+    let connect = format!("CONNECT 127.0.0.1:{p} HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\n\r\n");
     stream.write_all(connect.as_bytes()).await.unwrap();
-    let (tcp, from) = listener.accept().await.unwrap();
+    // Answered once the proxy holds its connection to the upstream.
     let mut buf = vec![0u8; 1024];
     let n = stream.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
 
-    let proxys = socket_between(from.port(), up).expect("the proxy's socket to the upstream");
+    let proxys = socket_to(p).expect("the proxy's socket to the upstream");
     assert!(
         proxys.nodelay().unwrap(),
         "TCP_NODELAY is off on the proxy's upstream connection"
     );
-    drop(tcp);
 }

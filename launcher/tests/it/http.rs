@@ -782,63 +782,47 @@ async fn the_servers_connections_send_without_delay() {
     sender.send_request(request).await.unwrap();
     let pid = server.child.id().unwrap();
     let theirs = server_socket(pid, server.addr.port(), ours);
-    let nodelay =
-        nix::sys::socket::getsockopt(&theirs, nix::sys::socket::sockopt::TcpNoDelay).unwrap();
     assert!(
-        nodelay,
+        theirs.nodelay().unwrap(),
         "the server's end of the connection waits for acknowledgements (Nagle)"
     );
 }
 
-/// A duplicate of the descriptor process `pid` holds for its end of the
-/// TCP connection from local port `port` to `peer_port` (/proc/net/tcp
-/// names the socket's inode, /proc/PID/fd the descriptor).
-fn server_socket(pid: u32, port: u16, peer_port: u16) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let port_of =
-        |address: &str| u16::from_str_radix(address.rsplit(':').next().unwrap(), 16).unwrap();
-    let inode = table
-        .lines()
-        .skip(1)
-        .map(|line| line.split_whitespace().collect::<Vec<_>>())
-        .find(|f| port_of(f[1]) == port && port_of(f[2]) == peer_port)
-        .map(|f| f[9].to_owned())
-        .expect("the server's end of the connection in /proc/net/tcp");
-    let link = format!("socket:[{inode}]");
-    let fd: i32 = std::fs::read_dir(format!("/proc/{pid}/fd"))
+/// A duplicate of the TCP socket process `pid` holds from local port
+/// `port` to `peer_port`, taken with pidfd_getfd.
+fn server_socket(pid: u32, port: u16, peer_port: u16) -> std::net::TcpStream {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: a plain system call on numbers; a descriptor it returns is
+    // ours alone.
+    let pidfd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: just returned, owned by nothing else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
-        .filter_map(Result::ok)
-        .find(|entry| {
-            std::fs::read_link(entry.path()).is_ok_and(|target| target.as_os_str() == link.as_str())
-        })
-        .expect("the server holds the socket")
-        .file_name()
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    // SAFETY: plain system calls on numbers; each result is checked, and
-    // the descriptors they return are ours alone.
-    unsafe {
-        let pidfd = nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0);
-        assert!(
-            pidfd >= 0,
-            "pidfd_open: {}",
-            std::io::Error::last_os_error()
-        );
-        let pidfd = std::os::fd::OwnedFd::from_raw_fd(pidfd as i32);
-        let taken = nix::libc::syscall(
-            nix::libc::SYS_pidfd_getfd,
-            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-            fd,
-            0,
-        );
-        assert!(
-            taken >= 0,
-            "pidfd_getfd: {}",
-            std::io::Error::last_os_error()
-        );
-        std::os::fd::OwnedFd::from_raw_fd(taken as i32)
+        .flatten()
+    {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: as above; a descriptor closed meanwhile fails here.
+        let taken =
+            unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+        if taken < 0 {
+            continue;
+        }
+        // SAFETY: just returned, owned by nothing else.
+        let socket = std::net::TcpStream::from(unsafe { OwnedFd::from_raw_fd(taken as i32) });
+        if let (Ok(here), Ok(there)) = (socket.local_addr(), socket.peer_addr())
+            && here.port() == port
+            && there.port() == peer_port
+        {
+            return socket;
+        }
     }
+    panic!("process {pid} holds no socket from port {port} to {peer_port}");
 }

@@ -202,8 +202,8 @@ in
       };
       default = { };
       description = ''
-        Limits of one run or session; every limit is enforced (see the
-        README's security model). Those not set keep their defaults.
+        Limits of one run or session; every limit is enforced (see
+        docs/security.md). Those not set keep their defaults.
       '';
       example = {
         timeout_s = 120;

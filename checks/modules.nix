@@ -2,7 +2,7 @@
 # source; returns the offline harness's tests of the NixOS and home-manager
 # modules, each evaluated with lib.evalModules: home-manager's real
 # programs/mcp.nix with homeManagerStubs.nix, and nixosStubs.nix.
-#   packages:     what the README snippets (snippets/) configure, to build
+#   packages:     what the module snippets (snippets/) configure, to build
 #                 and run: home-server, home-mcp-json (~/.config/mcp/mcp.json),
 #                 nixos-server; and two sandboxes named like bundled presets,
 #                 python-replacement and node-replacement, each with jq, for

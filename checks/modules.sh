@@ -4,9 +4,9 @@
 # builds; uses its ok, fail, build, counted, log_tail, store_path, $root, $work and
 # $override.
 #
-# 0. README.md shows each README snippet (checks/snippets/) verbatim.
+# 0. docs/modules.md shows each module snippet (checks/snippets/) verbatim.
 # 1. checks/modules-flake.nix, a user's flake over this checkout, evaluates
-#    the README snippets (checks/snippets/) and more configurations with
+#    the module snippets (checks/snippets/) and more configurations with
 #    lib.evalModules (checks/modules.nix): every `expectations` entry must
 #    have got == want, every `failures` entry must fail with its message.
 # 2. It builds the server each snippet configures, and home-manager's
@@ -28,17 +28,14 @@ served() {
   counted served.py "$label" /usr/bin/python3 "$root/checks/served.py" --label "$label" "$@"
 }
 
-# The README shows the snippets these tests evaluate, verbatim.
+# docs/modules.md shows the snippets these tests evaluate, verbatim.
 for snippet in home-manager nixos; do
-  name="README.md shows checks/snippets/$snippet.nix verbatim"
-  if [ ! -f "$root/README.md" ]; then
-    echo "skip - $name: there is no README.md"
-    skipped=$((skipped + 1))
-  elif python3 -c 'import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())' \
-    "$root/README.md" "$root/checks/snippets/$snippet.nix"; then
+  name="docs/modules.md shows checks/snippets/$snippet.nix verbatim"
+  if python3 -c 'import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())' \
+    "$root/docs/modules.md" "$root/checks/snippets/$snippet.nix"; then
     ok "$name"
   else
-    fail "$name" "paste it whole into a nix code block (the README's snippets are the ones tested)"
+    fail "$name" "paste it whole into a nix code block (the docs' module snippets are the ones tested)"
   fi
 done
 

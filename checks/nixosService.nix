@@ -1,5 +1,5 @@
 # Takes pkgs (real nixpkgs) and this flake's NixOS module; returns a NixOS
-# VM test of services.nix-sandbox-mcp as the README snippet configures it
+# VM test of services.nix-sandbox-mcp as the docs' snippet configures it
 # (snippets/nixos.nix): the hardened unit starts, answers 401 without the
 # bearer token, and runs code in its data-science environment over HTTP,
 # jailed under the service's own dynamic user, in a session too. It needs KVM and the binary

@@ -7,7 +7,7 @@ and exits 1 when any test failed.
 
   served.py home --mcp-json FILE --name SERVER
       the server home-manager registered in ~/.config/mcp/mcp.json (the
-      README snippet, checks/snippets/home-manager.nix), started the way a
+      docs' snippet, checks/snippets/home-manager.nix), started the way a
       client starts it: its command, args and env from that file.
   served.py nixos --server OUT --service FILE
       the server package the NixOS module puts in systemPackages

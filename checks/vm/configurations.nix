@@ -1,12 +1,12 @@
 # Takes pkgs and the offline harness's module evaluators (checks/modules.nix:
 # `nixos` and `home`, each a list of modules to an evaluated configuration);
 # returns what the VM test (checks/vm/run) boots with:
-#   service:  the unit file of services.nix-sandbox-mcp as the README's
+#   service:  the unit file of services.nix-sandbox-mcp as the docs'
 #             NixOS snippet configures it, plus an `online` environment
 #             (network = true), rendered from the evaluated
 #             systemd.services entry by unit.nix;
 #   mcp-json: ~/.config/mcp/mcp.json as home-manager writes it for the
-#             README's home-manager snippet plus a `tight` environment
+#             docs' home-manager snippet plus a `tight` environment
 #             (cpu_s = 4, for a session's CPU budget), the server and its
 #             env.
 {

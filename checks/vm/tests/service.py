@@ -1,6 +1,6 @@
 """services.nix-sandbox-mcp under systemd: the NixOS module's unit, rendered
 from its evaluated systemd.services entry (checks/vm/unit.nix) for the
-README's NixOS snippet plus an `online` environment (network = true),
+docs' NixOS snippet plus an `online` environment (network = true),
 installed, enabled and started by the guest's systemd with all its
 hardening, then used over streamable HTTP."""
 

@@ -1,6 +1,6 @@
 """home-manager's programs.nix-sandbox-mcp under a systemd user manager: an
 unprivileged user (alice, lingering, so her manager runs without a login)
-has ~/.config/mcp/mcp.json as home-manager writes it for the README's
+has ~/.config/mcp/mcp.json as home-manager writes it for the docs'
 home-manager snippet, and starts the server it names over stdio the way a
 client launched from a desktop session is: in a `systemd-run --user
 --scope` of her manager."""

@@ -1,8 +1,8 @@
 //! The configuration: every flag and environment variable of the server,
 //! declared once with its default ([`SETTINGS`]), and read into [`Options`]
-//! (flags with lexopt). `--help` is rendered from the declarations; tests
-//! hold README.md's configuration table and the Nix module's defaults to
-//! them (config_tests.rs).
+//! (flags with lexopt). `--help` and the table of docs/configuration.md are
+//! rendered from the declarations; tests hold that page and the Nix
+//! module's defaults to them (config_tests.rs).
 //!
 //! A flag overrides its variable. An empty variable counts as unset.
 //!
@@ -49,7 +49,7 @@ pub enum VarRole {
     ServerPackage,
 }
 
-/// A default value, as `--help` and README.md show it.
+/// A default value, as `--help` and docs/configuration.md show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Default {
     Number(u64),
@@ -173,15 +173,15 @@ pub const MANIFEST: Setting = Setting {
     ..setting(
         Key::Manifest,
         "manifest",
-        "an environments manifest; repeatable, a later file adds environments or replaces \
-         them by name",
+        "an environments manifest (the server package passes its own); repeatable, a later \
+         file adds environments or replaces them by name",
     )
 };
 pub const CHECK: Setting = setting(
     Key::Check,
     "check",
-    "run a trivial program in every environment, print one line each (ok / FAIL: reason), \
-     exit 1 if any fails",
+    "self-test: can this host build the jails, and which limits hold; runs a trivial program \
+     in every environment, prints one line each (ok / FAIL: reason), exits 1 if any fails",
 );
 pub const MAX_CODE_BYTES: Setting = Setting {
     value: Some("N"),
@@ -209,7 +209,8 @@ pub const MAX_SESSIONS_TOTAL: Setting = Setting {
     ..setting(
         Key::MaxSessionsTotal,
         "max-sessions-total",
-        "most sessions open at once, all clients together (and so per client)",
+        "most sessions open at once, all clients together (and so per client); past them a \
+         new session gets server_busy",
     )
 };
 pub const MAX_RUNS: Setting = Setting {
@@ -219,8 +220,8 @@ pub const MAX_RUNS: Setting = Setting {
     ..setting(
         Key::MaxRuns,
         "max-runs",
-        "most runs without a session at once, all clients together; one more waits up \
-         to 10 s, then is refused",
+        "most runs without a session (each a jail; runs given files too) at once, all \
+         clients together; one more waits up to 10 s for a slot, then gets server_busy",
     )
 };
 pub const MAX_MCP_SESSIONS: Setting = Setting {
@@ -240,8 +241,8 @@ pub const MCP_SESSION_IDLE_TIMEOUT: Setting = Setting {
     ..setting(
         Key::McpSessionIdleTimeout,
         "mcp-session-idle-timeout",
-        "an MCP session over HTTP ends S seconds after its last request (at least the \
-         session idle timeout, and the longest run's)",
+        "an MCP session over HTTP ends S seconds after its last request (at least \
+         SESSION_IDLE_TIMEOUT, and the longest timeout_s plus a few seconds' grace)",
     )
 };
 pub const MAX_CONNECTIONS: Setting = Setting {
@@ -262,7 +263,8 @@ pub const REQUEST_READ_TIMEOUT: Setting = Setting {
     ..setting(
         Key::RequestReadTimeout,
         "request-read-timeout",
-        "seconds an HTTP request's headers may take to arrive, and as many its body",
+        "seconds an HTTP request's headers may take to arrive, and as many its body (an \
+         idle keep-alive connection is closed after them too)",
     )
 };
 pub const MAX_UNREAD_BYTES: Setting = Setting {
@@ -342,7 +344,8 @@ pub const PROJECT_MOUNT: Setting = Setting {
     ..variable(
         "PROJECT_MOUNT",
         VarRole::Fallback,
-        "where the jail sees PROJECT_DIR",
+        "where the jail sees PROJECT_DIR: an absolute path on, in or above none of the \
+         jail's own (/nix, /workspace, /tmp, /home/sandbox, /proc, /dev, /etc, /bin, /usr/bin)",
     )
 };
 pub const OUTPUT_DIR: Setting = Setting {
@@ -762,6 +765,45 @@ fn entry(text: &mut String, name: &str, setting: &Setting, mut notes: Vec<String
     text.push_str(&line);
     text.push('\n');
     *text = text.replace('\u{a0}', " ");
+}
+
+/// The line before docs/configuration.md's table, which says how to
+/// regenerate it, and the line after it.
+#[cfg(test)]
+pub const DOC_BEGIN: &str = "<!-- Generated from launcher/src/config.rs; regenerate with \
+                             `UPDATE_DOCS=1 cargo test -p launcher config_doc`. -->";
+#[cfg(test)]
+pub const DOC_END: &str = "<!-- End of the generated table. -->";
+
+/// docs/configuration.md's table, rendered from [`SETTINGS`] as `--help` is:
+/// one row a setting, with its flag, its variable, its default and its
+/// help. Only a test uses it, to keep the page equal to the declarations.
+#[cfg(test)]
+pub fn markdown() -> String {
+    let mut text =
+        String::from("| flag | variable | default | meaning |\n| --- | --- | --- | --- |\n");
+    for setting in SETTINGS {
+        let flag = setting.flag.map_or(String::new(), |flag| {
+            let short = setting.short.map_or(String::new(), |c| format!("`-{c}`, "));
+            let value = setting.value.map_or(String::new(), |v| format!(" {v}"));
+            format!("{short}`--{flag}{value}`")
+        });
+        let var = setting
+            .var
+            .map_or(String::new(), |(name, role)| match role {
+                VarRole::Fallback => format!("`{name}`"),
+                VarRole::ListFirst => format!("`{name}` (colon-separated, read before the flags)"),
+                VarRole::ServerPackage => format!("`{name}` (read by the server package)"),
+            });
+        let default = match setting.default {
+            Some(Default::Number(n)) => n.to_string(),
+            Some(Default::Text(t)) => format!("`{t}`"),
+            None => String::new(),
+        };
+        let help = setting.help.replace('|', "\\|");
+        text.push_str(&format!("| {flag} | {var} | {default} | {help} |\n"));
+    }
+    text
 }
 
 #[cfg(test)]

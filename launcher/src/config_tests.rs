@@ -1,6 +1,6 @@
 //! Tests of the configuration: flags and variables as they are read, the
-//! help rendered from the declarations, and the declarations held to
-//! README.md's configuration table and to the Nix module's defaults.
+//! help and docs/configuration.md's table rendered from the declarations,
+//! and the declarations held to the Nix module's defaults.
 
 use super::*;
 
@@ -264,86 +264,44 @@ fn default_text(setting: &Setting) -> Option<String> {
     })
 }
 
-/// Flags README.md's configuration table leaves out, and why: none of them
-/// configures the server.
-const NOT_IN_THE_TABLE: [&str; 4] = [
-    // The default mode: the table gives it as `--http`'s default.
-    "--stdio",
-    // For tests only: the README's Development section names it.
-    "--allow-wrappers-outside-store",
-    // They print and exit.
-    "--help",
-    "--version",
-];
-
-/// README.md's configuration table and the declarations agree: every flag
-/// and variable declared has a row (but [`NOT_IN_THE_TABLE`]), every name
-/// in the table is declared, and a row's default is the declared one.
+/// docs/configuration.md's table is the one [`markdown`] renders from the
+/// declarations. `UPDATE_DOCS=1 cargo test -p launcher config_doc` rewrites
+/// it; the prose around the markers is the page's own.
 #[test]
-fn the_readme_table_agrees_with_the_declarations() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md is next to launcher/");
-    let table = readme
-        .split("\n## Configuration\n")
-        .nth(1)
-        .expect("README.md has a Configuration section");
-    // Each row: the names in its first cell (backticked, without the value
-    // name: `--http ADDR` is --http) and its default cell.
-    let rows: Vec<(Vec<String>, String)> = table
-        .lines()
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-        .map(|row| {
-            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-            let names = cells[1]
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(|n| n.split(' ').next().unwrap_or(n).to_owned())
-                .collect();
-            (names, cells[2].to_owned())
-        })
-        .collect();
-    assert!(rows.len() > 10, "the table was not found: {rows:?}");
-    for setting in SETTINGS {
-        for name in names(setting) {
-            if NOT_IN_THE_TABLE.contains(&name.as_str()) {
-                assert!(
-                    !rows.iter().any(|(names, _)| names.contains(&name)),
-                    "{name} is in README.md's table: take it off NOT_IN_THE_TABLE"
-                );
-                // Off the table, but not unsaid: README.md names it elsewhere.
-                let named = readme.match_indices(name.as_str()).any(|(at, _)| {
-                    !readme[at + name.len()..]
-                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
-                });
-                assert!(
-                    named,
-                    "{name} is neither in README.md's table nor anywhere else in README.md"
-                );
-                continue;
-            }
-            let row = rows.iter().find(|(names, _)| names.contains(&name));
-            let Some((_, default)) = row else {
-                panic!("{name} is declared but not in README.md's configuration table");
-            };
-            if let Some(want) = default_text(setting) {
-                assert!(
-                    default.contains(&want),
-                    "README.md gives {name} the default {default:?}, config.rs {want:?}"
-                );
-            }
-        }
+fn config_doc_is_rendered_from_the_declarations() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+    let page = std::fs::read_to_string(path).expect("docs/configuration.md is next to launcher/");
+    let (head, rest) = page
+        .split_once(DOC_BEGIN)
+        .expect("docs/configuration.md holds the line DOC_BEGIN");
+    let (_, tail) = rest
+        .split_once(DOC_END)
+        .expect("docs/configuration.md holds the line DOC_END after DOC_BEGIN");
+    let want = format!("{head}{DOC_BEGIN}\n\n{}\n{DOC_END}{tail}", markdown());
+    if page == want {
+        return;
     }
-    let declared: Vec<String> = SETTINGS.iter().flat_map(|s| names(s)).collect();
-    for (names, _) in &rows {
-        for name in names {
-            assert!(
-                declared.contains(name),
-                "README.md's configuration table names {name}, which config.rs does not declare"
-            );
-        }
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(path, want).expect("docs/configuration.md is writable");
+        eprintln!("rewrote the table of {path}");
+        return;
+    }
+    panic!(
+        "docs/configuration.md's table is not launcher/src/config.rs's declarations: \
+         regenerate it with `UPDATE_DOCS=1 cargo test -p launcher config_doc`"
+    );
+}
+
+/// `PROJECT_MOUNT`'s help names every path the project may not be mounted
+/// on, in or above, as the start-up check refuses them.
+#[test]
+fn project_mount_help_names_the_jail_paths() {
+    for path in crate::preflight::JAIL_PATHS {
+        assert!(
+            PROJECT_MOUNT.help.contains(&format!("{path},"))
+                || PROJECT_MOUNT.help.contains(&format!("{path})")),
+            "{path} is not in PROJECT_MOUNT's help"
+        );
     }
 }
 

@@ -1,8 +1,8 @@
 {
   description = "nix-sandbox-mcp offline harness: evaluation checks against the pinned nixpkgs lib, jail.nix and home-manager";
 
-  # checks/run needs every input below in the Nix store (see CONTRIBUTING.md,
-  # "The offline harness"); the product flake.lock and checks/hostpkgs pin
+  # checks/run needs every input below in the Nix store (see checks/README.md,
+  # "Seeding the store"); the product flake.lock and checks/hostpkgs pin
   # the same jail.nix and nixpkgs lib, and checks/run tests that they agree.
   inputs = {
     nixpkgs-lib.url = "github:nix-community/nixpkgs.lib";

@@ -1,7 +1,7 @@
 # Takes an evaluated environment (evalEnvironment.nix), the sandbox's store
 # path (a placeholder while it builds) and the nixpkgs revision (or null);
 # returns the sandbox's manifest, version 1 with this one environment
-# (CONTRIBUTING.md contract 1), as an attribute set.
+# (docs/contracts.md contract 1), as an attribute set.
 #
 # `packages` names what the model can use: a Python made by
 # python3.withPackages (a buildEnv whose passthru has `python` and

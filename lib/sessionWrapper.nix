@@ -1,7 +1,7 @@
 # Takes pkgs, jail.nix's `jail`, an evaluated environment
 # (evalEnvironment.nix), its profile (one tree of its packages) and its
 # jail's policy (what jail/default.nix returns, one permission); returns
-# the session wrapper, bin/sandbox-NAME-session (CONTRIBUTING.md, contract 3): the same
+# the session wrapper, bin/sandbox-NAME-session (docs/contracts.md, contract 3): the same
 # jail as the run wrapper, with the session agent (package.nix) as its entry
 # and the jail's pid 1.
 # The agent drives the environment's own interpreter from the profile (so

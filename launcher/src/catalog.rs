@@ -1,5 +1,5 @@
 //! The catalog: the environments the server offers, read from the manifests
-//! Nix wrote (CONTRIBUTING.md, contract 1). A problem names the file and the
+//! Nix wrote (docs/contracts.md, contract 1). A problem names the file and the
 //! field (`environments.python.limits.timeout_s`).
 //!
 //! A bad file does not stop the server: its problems are collected, its

@@ -1,4 +1,4 @@
-//! One run: code fed to an environment's `run` wrapper (CONTRIBUTING.md,
+//! One run: code fed to an environment's `run` wrapper (docs/contracts.md,
 //! contract 2) in a fresh jail, its output captured, and nothing of it left
 //! afterwards. The `run` tool without `session` or `files` is one
 //! ([`in_env`]); so is a sandbox probe (wrapper/probe.rs).

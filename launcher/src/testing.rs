@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::catalog::{Catalog, Env};
 
 /// One environment as a manifest declares it: Python, the limits of
-/// CONTRIBUTING.md's example, no network, no packages, no sessions.
+/// docs/contracts.md's example, no network, no packages, no sessions.
 pub fn env_json() -> Value {
     json!({
         "description": "d", "interpreter": "python",

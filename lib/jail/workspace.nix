@@ -1,7 +1,7 @@
 # Takes { environment, ... } and jail.nix's combinators; returns the
 # permission that makes /workspace, an empty tmpfs of limits.workspace_mb,
 # the working directory. It lives as long as the jail: one ephemeral run,
-# or one session (CONTRIBUTING.md, contract 3).
+# or one session (docs/contracts.md, contract 3).
 { environment, ... }:
 c:
 c.compose [

@@ -15,7 +15,7 @@
 //!   host, within the mirror's caps; what is not copied says why.
 //!
 //! The bytes come from the agent (`read` frames), never from the jail's
-//! files directly (CONTRIBUTING.md, contract 3). Reading is bounded in time,
+//! files directly (docs/contracts.md, contract 3). Reading is bounded in time,
 //! and each answer to what was asked (session/verify.rs); an agent that
 //! fails to answer, or answers with more or elsewhere, gets the caller's
 //! jail killed.

@@ -1,4 +1,4 @@
-//! One session jail (CONTRIBUTING.md, contract 3): an environment's `session`
+//! One session jail (docs/contracts.md, contract 3): an environment's `session`
 //! wrapper, which starts the agent as the jail's entry, and the agent's
 //! frames (`proto::frame`) on the wrapper's stdin and stdout.
 //!

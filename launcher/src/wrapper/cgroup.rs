@@ -1,5 +1,5 @@
 //! Per-run cgroups: the mechanism behind the memory and process limits when
-//! the host gives this launcher a cgroup (CONTRIBUTING.md, contract 2,
+//! the host gives this launcher a cgroup (docs/contracts.md, contract 2,
 //! `NIX_SANDBOX_CGROUP`).
 //!
 //! - cgroup v2, delegated (a unit with `Delegate=yes`, or a scope the

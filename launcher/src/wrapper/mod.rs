@@ -1,4 +1,4 @@
-//! The launcher's side of the wrapper contracts (CONTRIBUTING.md, contracts
+//! The launcher's side of the wrapper contracts (docs/contracts.md, contracts
 //! 2 and 3): how a wrapper Nix generated is started, watched and killed,
 //! for runs (run.rs) and session jails (session/jail.rs) alike.
 //!

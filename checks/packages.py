@@ -327,7 +327,8 @@ def t_scope(server, unreachable):
                           ("python3Packages.pkgs", "not a package"),
                           ("python3Packages.pythonPackages", "not a package"),
                           ("python3Packages.lib", "not a package"),
-                          ("python3Packages.callPackage", "not a package")]:
+                          ("python3Packages.callPackage", "not a package"),
+                          ("python3Packages.pythonImportsCheckHook", "not a Python module of python3Packages")]:
             _, text, _ = call(client, {"code": "print(1)", "packages": [name]})
             if unreachable:
                 refused(text, "nix_unreachable")

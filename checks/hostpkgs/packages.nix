@@ -47,9 +47,9 @@ lib.fix (
     # python-packages-base.nix): besides the modules it carries lib, pkgs
     # (the whole package set), stdenv, python (the interpreter as a
     # module), pythonPackages (the scope itself), hasPythonModule,
-    # makePythonPath, and the scope's callPackage, newScope, overrideScope
-    # and packages; packages on demand must not reach out of it through
-    # them.
+    # makePythonPath, a setup hook, and the scope's callPackage, newScope,
+    # overrideScope and packages; packages on demand must not reach out of
+    # it through them.
     python3Packages = lib.makeScope self.newScope (
       ps:
       lib.mapAttrs (
@@ -79,6 +79,12 @@ lib.fix (
         };
         pythonPackages = ps;
         hasPythonModule = drv: drv ? pythonModule && drv.pythonModule == self.python3;
+        # A setup hook, as nixpkgs' Python package sets carry them
+        # (pythonImportsCheckHook and others): a derivation in the set that
+        # is not a Python module.
+        pythonImportsCheckHook = self.runCommand "python-imports-check-hook.sh" { } ''
+          echo "# hostpkgs stands in for nixpkgs' hook: nothing here runs it" >"$out"
+        '';
         # nixpkgs' makePythonPath: the module path of modules and what they
         # propagate.
         makePythonPath =

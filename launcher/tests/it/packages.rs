@@ -294,9 +294,7 @@ async fn each_failure_is_one_line_and_the_server_goes_on() {
         "a failing set was composed again"
     );
     assert!(
-        server
-            .stderr()
-            .contains("a failed composition remembered"),
+        server.stderr().contains("a failed composition remembered"),
         "{}",
         server.stderr()
     );
@@ -425,7 +423,7 @@ async fn the_cache_keeps_at_most_its_bound_least_recently_used_first() {
 
     // A session holds "s": it stays while two newer sets come and go.
     let r = server
-        .call(json!({"code": "x = 1", "session": "keep", "packages": ["s"]}))
+        .call(json!({"code": "x = 'kept'", "session": "keep", "packages": ["s"]}))
         .await;
     assert_eq!(r.is_error, Some(false), "{r:?}");
     ask("d").await;
@@ -434,7 +432,7 @@ async fn the_cache_keeps_at_most_its_bound_least_recently_used_first() {
     let r = server
         .call(json!({"code": "print(x)", "session": "keep"}))
         .await;
-    assert_eq!(text(&r).trim(), "1");
+    assert_eq!(text(&r).trim(), "kept");
 }
 
 /// A composed sandbox that is not one: its wrapper writes `marker` and
@@ -446,7 +444,10 @@ fn planted(dir: &Path, marker: &Path) -> PathBuf {
     let wrapper = tree.join("planted.sh");
     std::fs::write(
         &wrapper,
-        format!("#!/bin/sh\necho ran >{}\ncat >/dev/null\necho planted\n", marker.display()),
+        format!(
+            "#!/bin/sh\necho ran >{}\ncat >/dev/null\necho planted\n",
+            marker.display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -507,26 +508,39 @@ fn plant(cache: &Path, target: &Path, attacker: Option<u32>) {
 }
 
 /// A packages cache someone else made first, with an entry planted for
-/// python + jq: for a server without HOME or XDG_CACHE_HOME (which used to
-/// cache under a predictable name in TMPDIR) and for one whose
-/// XDG_CACHE_HOME others may write in. The planted wrapper never runs:
-/// the first composes in a directory of its own, the second refuses the
-/// cache in one line naming it.
+/// python + jq: for a root server without HOME or XDG_CACHE_HOME (which
+/// used to cache under a predictable name in TMPDIR) and for servers whose
+/// XDG_CACHE_HOME others may write in, as root and as user 65534 (each
+/// planted by another uid when the test is root). The planted wrapper
+/// never runs: the first composes in a directory of its own, the others
+/// refuse the cache in one line naming it.
 #[tokio::test]
 async fn a_cache_another_user_planted_never_runs() {
-    use std::os::unix::fs::PermissionsExt;
     // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { nix::libc::geteuid() } == 0;
-    let attacker = root.then_some(65534);
-    let f = Fixture::new();
+    let uid = unsafe { nix::libc::geteuid() };
+    let root = uid == 0;
+    planted_without_home(uid, root.then_some(65534)).await;
+    planted_in_an_open_cache(User::Own, root.then_some(65534)).await;
+    if root {
+        planted_in_an_open_cache(User::Nobody, Some(65533)).await;
+    }
+}
+
+/// A directory like /tmp (sticky, open to all) in `f`, and the marker the
+/// planted wrapper would write there.
+fn shared(f: &Fixture) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
     let shared = f.path("tmp");
     std::fs::create_dir(&shared).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let marker = shared.join("planted-ran");
-    let target = planted(f.dir.path(), &marker);
-    // SAFETY: as above.
-    let uid = unsafe { nix::libc::geteuid() };
+    (shared, marker)
+}
 
+async fn planted_without_home(uid: u32, attacker: Option<u32>) {
+    let f = Fixture::new();
+    let (shared, marker) = shared(&f);
+    let target = planted(f.dir.path(), &marker);
     let predictable = shared.join(format!("nix-sandbox-mcp-{uid}/nix-sandbox-mcp/packages"));
     plant(&predictable, &target, attacker);
     let tmpdir = shared.display().to_string();
@@ -542,25 +556,29 @@ async fn a_cache_another_user_planted_never_runs() {
     let r = server
         .call(json!({"code": "print(1)", "packages": ["jq"]}))
         .await;
-    assert!(!marker.exists(), "the planted wrapper ran: {r:?}");
+    assert!(!marker.exists(), "no HOME: the planted wrapper ran: {r:?}");
     assert_eq!(r.is_error, Some(false), "{r:?}");
     assert_eq!(store_path(&r), composed(&f, "jq"));
-    drop(server);
+}
 
-    let open = shared.join("xdg");
-    std::fs::create_dir(&open).unwrap();
-    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    plant(&open.join("nix-sandbox-mcp/packages"), &target, attacker);
-    let xdg = open.display().to_string();
+async fn planted_in_an_open_cache(user: User, attacker: Option<u32>) {
+    let f = Fixture::new();
+    let (shared, marker) = shared(&f);
+    let target = planted(f.dir.path(), &marker);
+    plant(&shared.join("nix-sandbox-mcp/packages"), &target, attacker);
+    let xdg = shared.display().to_string();
     let run = Run {
-        user: User::Own,
+        user,
         env: &[("XDG_CACHE_HOME", Some(&xdg))],
     };
     let server = f.server_as(json!("any"), 30, run).await;
     let r = server
         .call(json!({"code": "print(1)", "packages": ["jq"]}))
         .await;
-    assert!(!marker.exists(), "the planted wrapper ran: {r:?}");
+    assert!(
+        !marker.exists(),
+        "as {user:?}: the planted wrapper ran: {r:?}"
+    );
     let t = assert_refused(&r, "packages_failed");
     let why = match attacker {
         Some(uid) => format!("belongs to uid {uid}"),
@@ -568,7 +586,7 @@ async fn a_cache_another_user_planted_never_runs() {
     };
     assert!(
         t.contains(&format!("{xdg}/nix-sandbox-mcp")) && t.contains(&why),
-        "{t}"
+        "as {user:?}: {t}"
     );
     let r = server.run("python", "print('up')").await;
     assert_eq!(text(&r).trim(), "up");

@@ -377,10 +377,10 @@ impl Refusal {
             ComposeError::Busy(slots) => Self::new(
                 ErrorCode::ServerBusy,
                 format!(
-                    "the server is getting other packages ({slots} at once, \
-                     --max-compositions / NIX_SANDBOX_MAX_COMPOSITIONS) for as long as this \
-                     call may wait; nothing was run. Try again later, or call without \
-                     `packages`."
+                    "the server was getting other packages ({slots} at once, {}) for as long \
+                     as this call may wait; nothing was run. Try again later, or call without \
+                     `packages`.",
+                    admission::setting_names(&crate::config::MAX_COMPOSITIONS)
                 ),
             ),
             ComposeError::TimedOut(s) => Self::new(

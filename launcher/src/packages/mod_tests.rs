@@ -113,3 +113,26 @@ async fn a_call_that_waited_for_a_slot_in_vain_is_not_remembered() {
         "a set refused for a busy server was remembered"
     );
 }
+
+#[test]
+fn a_busy_server_and_a_name_outside_its_scope_are_told_in_one_line() {
+    use crate::mcp::refusal::Refusal;
+    let busy = Refusal::compose_failed("python", &ComposeError::Busy(1)).to_string();
+    assert!(
+        busy.starts_with("error[server_busy]: ")
+            && busy.contains("(1 at once, --max-compositions / NIX_SANDBOX_MAX_COMPOSITIONS)"),
+        "{busy}"
+    );
+    let line =
+        "python3Packages.stdenv is the build environment its scope carries, not a package of it";
+    let outside =
+        Refusal::compose_failed("python", &ComposeError::OutsideScope(line.into())).to_string();
+    assert!(
+        outside.starts_with(&format!("error[packages_not_allowed]: {line}: not allowed"))
+            && outside.contains("add the name itself to packagesOnDemand.allow"),
+        "{outside}"
+    );
+    for text in [busy, outside] {
+        assert!(!text.contains('\n'), "{text}");
+    }
+}

@@ -45,6 +45,7 @@ FROM_CACHE = "composed environment found in the cache"
 JQ = "import subprocess\nprint('jq:', subprocess.run(['jq', '-n', '1+1'], capture_output=True, text=True).stdout.strip())"
 RG = "import subprocess\nprint(subprocess.run(['rg', '--version'], capture_output=True, text=True).stdout.split()[0])"
 WHICH = "import shutil\nprint(shutil.which('{}'))"
+PLANTED = "the-planted-wrapper-ran"
 
 
 # How the servers run: as whom (argv prefix), with which Nix variables.
@@ -358,14 +359,14 @@ def as_other(uid, script):
 def planted_sandbox(scratch, server, marker):
     """A store path (added as root: through the daemon, any user may add
     one) that looks like a composed python sandbox, whose wrapper writes
-    `marker` and says `planted`: what must never run."""
+    `marker` and says PLANTED: what must never run."""
     entry = json.loads((Path(server) / "share/nix-sandbox-mcp/manifest.json").read_text())["environments"]["python"]
     entry.pop("packages_on_demand", None)
     tree = Path(scratch) / "planted"
     (tree / "bin").mkdir(parents=True)
     (tree / "share/nix-sandbox-mcp").mkdir(parents=True)
     wrapper = tree / "bin/planted"
-    wrapper.write_text(f"#!/bin/sh\necho ran > {marker}\ncat >/dev/null\necho planted\n")
+    wrapper.write_text(f"#!/bin/sh\necho ran > {marker}\ncat >/dev/null\necho {PLANTED}\n")
     wrapper.chmod(0o755)
     added = subprocess.run(["nix-store", "--add", str(tree)], capture_output=True, text=True, timeout=DEADLINE)
     check(added.returncode == 0, f"nix-store --add: {added.stderr[-400:]}")
@@ -409,7 +410,7 @@ def t_planted(server, unreachable):
                                f"&& ln -s {planted} {cache}/{stem}")
             with served(server, env=env) as client:
                 result, text, _ = call(client, {"code": JQ, "packages": ["jq"]})
-                check(not marker.exists() and "planted" not in text,
+                check(not marker.exists() and PLANTED not in text,
                       f"{label}: the planted wrapper ran: {text!r}")
                 if label == "no HOME" and not unreachable:
                     ok(result, text, "jq: 2")

@@ -1,7 +1,7 @@
 # Takes pkgs and the flake's library; returns the servers the packages on
 # demand tests serve (checks/packages.py): `packages-server`, the python
-# and shell presets with an allowlist (jq, ripgrep, hello and every
-# python3Packages module) and building on, as the harness must (its Nix
+# and shell presets with an allowlist (jq, ripgrep, hello, slowBuild and
+# every python3Packages module) and building on, as the harness must (its Nix
 # has no binary cache, so nothing could be substituted), and
 # `packages-nobuild`, the python preset taking any attribute from the
 # binary cache only, which shows what a package that is not there gets.
@@ -20,6 +20,7 @@ in
         "jq"
         "ripgrep"
         "hello"
+        "slowBuild"
         "python3Packages."
       ];
       build = true;

@@ -15,8 +15,9 @@
 # A failure is one line on stderr and an exit status the launcher maps to
 # what the model is told: 65 an unknown attribute (the line names it and
 # close names), 66 not in the binary cache and building is off (the line
-# names the derivation), 69 the Nix store or daemon unreachable, 70
-# anything else (nix's first error line).
+# names the derivation), 67 a name its allowlist prefix lets in that is not
+# a package of that scope (the line names it and why), 69 the Nix store or
+# daemon unreachable, 70 anything else (nix's first error line).
 { recipes, build }:
 ''
   if [ $# -ne 3 ]; then
@@ -35,6 +36,9 @@
   fi
   log=$(mktemp)
   trap 'rm -f "$log"' EXIT
+  # At a timeout the launcher stops this script, ends every process under
+  # it, then sends SIGTERM: it exits there, its log removed.
+  trap 'exit 143' TERM INT
 
   # fail: says why the last nix command failed, and exits.
   fail() {
@@ -42,6 +46,10 @@
     if line=$(grep -m1 -o 'nix-sandbox-mcp-compose: unknown .*' "$log"); then
       echo "''${line#nix-sandbox-mcp-compose: unknown }" >&2
       exit 65
+    fi
+    if line=$(grep -m1 -o 'nix-sandbox-mcp-compose: outside .*' "$log"); then
+      echo "''${line#nix-sandbox-mcp-compose: outside }" >&2
+      exit 67
     fi
     if grep -q 'unable to start any build' "$log"; then
       line=$(grep -m1 -o '/nix/store/[a-z0-9]*-[^ ]*\.drv' "$log" || true)

@@ -90,6 +90,8 @@ let
             ;
           packages = map (package: "${package}") environment.packages;
         };
+        # What composeSandbox.nix holds a name under a prefix to.
+        inherit (checked) allow;
         inherit source nixpkgs;
         jailNix = "${jail-nix}";
         system = pkgs.stdenv.hostPlatform.system or pkgs.system;

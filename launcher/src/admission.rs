@@ -97,8 +97,8 @@ impl SessionSlots {
     }
 }
 
-/// `--flag / VAR`.
-fn setting_names(setting: &config::Setting) -> String {
+/// A setting as a refusal names it: `--flag / VAR`.
+pub fn setting_names(setting: &config::Setting) -> String {
     format!(
         "--{} / {}",
         setting.flag.unwrap_or_default(),

@@ -69,6 +69,8 @@ enum Key {
     MaxSessions,
     MaxSessionsTotal,
     MaxRuns,
+    MaxCompositions,
+    PackagesCacheMax,
     MaxMcpSessions,
     McpSessionIdleTimeout,
     MaxConnections,
@@ -222,6 +224,28 @@ pub const MAX_RUNS: Setting = Setting {
         "max-runs",
         "most runs without a session (each a jail; runs given files too) at once, all \
          clients together; one more waits up to 10 s for a slot, then gets server_busy",
+    )
+};
+pub const MAX_COMPOSITIONS: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_COMPOSITIONS", VarRole::Fallback)),
+    default: Some(Default::Number(1)),
+    ..setting(
+        Key::MaxCompositions,
+        "max-compositions",
+        "most compositions of `packages` (Nix evaluations and builds) at once, all clients \
+         together; one more waits up to its policy's timeout, then is refused",
+    )
+};
+pub const PACKAGES_CACHE_MAX: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_PACKAGES_CACHE_MAX", VarRole::Fallback)),
+    default: Some(Default::Number(32)),
+    ..setting(
+        Key::PackagesCacheMax,
+        "packages-cache-max",
+        "most composed package sets kept on disk (each a GC root); past them the least \
+         recently used are dropped with their roots",
     )
 };
 pub const MAX_MCP_SESSIONS: Setting = Setting {
@@ -401,7 +425,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 30] = [
+pub const SETTINGS: [&Setting; 32] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -414,6 +438,8 @@ pub const SETTINGS: [&Setting; 30] = [
     &SESSION_IDLE_TIMEOUT,
     &SESSION_MAX_LIFETIME,
     &MAX_RUNS,
+    &MAX_COMPOSITIONS,
+    &PACKAGES_CACHE_MAX,
     &MAX_UNREAD_BYTES,
     &MAX_MCP_SESSIONS,
     &MCP_SESSION_IDLE_TIMEOUT,
@@ -475,6 +501,9 @@ pub struct Options {
 pub struct Bounds {
     /// Runs without a session (and runs given files) at once.
     pub max_runs: usize,
+    /// Compositions of `packages` at once, and composed sets kept on disk.
+    pub max_compositions: usize,
+    pub packages_cache_max: usize,
     /// Bytes of answers written for a stdio client and not read yet.
     pub max_unread_bytes: usize,
     /// MCP sessions over HTTP, and how long an idle one lives.
@@ -495,6 +524,8 @@ impl std::default::Default for Bounds {
         let count = |s: &Setting| usize::try_from(s.number()).unwrap_or(usize::MAX);
         Self {
             max_runs: count(&MAX_RUNS),
+            max_compositions: count(&MAX_COMPOSITIONS),
+            packages_cache_max: count(&PACKAGES_CACHE_MAX),
             max_unread_bytes: count(&MAX_UNREAD_BYTES),
             max_mcp_sessions: count(&MAX_MCP_SESSIONS),
             mcp_idle_timeout: Duration::from_secs(MCP_SESSION_IDLE_TIMEOUT.number()),
@@ -574,6 +605,8 @@ pub fn parse(
             Key::MaxSessions
             | Key::MaxSessionsTotal
             | Key::MaxRuns
+            | Key::MaxCompositions
+            | Key::PackagesCacheMax
             | Key::MaxMcpSessions
             | Key::McpSessionIdleTimeout
             | Key::MaxConnections
@@ -642,6 +675,8 @@ pub fn parse(
     };
     opts.bounds = Bounds {
         max_runs: count(&MAX_RUNS)?,
+        max_compositions: count(&MAX_COMPOSITIONS)?,
+        packages_cache_max: count(&PACKAGES_CACHE_MAX)?,
         max_unread_bytes: count(&MAX_UNREAD_BYTES)?,
         max_mcp_sessions: count(&MAX_MCP_SESSIONS)?,
         mcp_idle_timeout: secs(&MCP_SESSION_IDLE_TIMEOUT)?,

@@ -101,6 +101,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    // The packages cache is checked before the user namespace below, in
+    // which other users' files would show as the overflow uid.
+    let packages_cache = packages::cache::Cache::new(
+        |name| std::env::var_os(name),
+        opts.bounds.packages_cache_max,
+    );
+    if catalog
+        .envs
+        .values()
+        .any(|env| env.packages_on_demand.is_some())
+    {
+        packages_cache.prepare();
+    }
     // Before the runtime: a process makes a user namespace only while it
     // has one thread.
     let mut jails = Jails::contain(
@@ -148,7 +161,7 @@ fn main() -> ExitCode {
             }
         }
     } else {
-        serve(&runtime, opts, catalog, wrapper_env, host)
+        serve(&runtime, opts, catalog, wrapper_env, host, packages_cache)
     };
     // Every jail dies with the namespace's init, and the wrappers' reaper
     // tasks (wrapper/reaper.rs) reap them and remove their cgroups before
@@ -175,6 +188,7 @@ fn serve(
     catalog: Catalog,
     wrapper_env: WrapperEnv,
     host: Arc<Host>,
+    packages_cache: packages::cache::Cache,
 ) -> ExitCode {
     tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
     if let Some(dir) = &opts.project_dir {
@@ -196,10 +210,11 @@ fn serve(
             Mirror::new(dir, caps)
         }),
         max_runs: opts.bounds.max_runs,
-        composer: packages::Composer::new(
-            packages::Composer::default_dir(|name| std::env::var_os(name)),
-            opts.allow_outside_store,
-        ),
+        composer: packages::Composer::new(packages::Settings {
+            cache: packages_cache,
+            max_compositions: opts.bounds.max_compositions,
+            allow_outside_store: opts.allow_outside_store,
+        }),
     };
     let served = match opts.http_addr {
         Some(addr) => {

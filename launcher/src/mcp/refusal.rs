@@ -328,15 +328,24 @@ impl Refusal {
                     ),
                 )
             }
-            NameError::NotAllowed(name) => Self::new(
-                ErrorCode::PackagesNotAllowed,
-                format!(
-                    "`{name}` is not allowed on this server (allowed: {}); nothing was run. \
-                     Ask for an allowed package, or tell the user to add it to \
-                     packagesOnDemand.allow.",
-                    allow.describe()
-                ),
-            ),
+            NameError::NotAllowed(name) => {
+                let deeper = match allow.prefix_above(name) {
+                    Some(prefix) => format!(
+                        " A prefix allows the packages directly in its scope, `{prefix}NAME`, \
+                         not paths through its attributes."
+                    ),
+                    None => String::new(),
+                };
+                Self::new(
+                    ErrorCode::PackagesNotAllowed,
+                    format!(
+                        "`{name}` is not allowed on this server (allowed: {}); nothing was run.{deeper} \
+                         Ask for an allowed package, or tell the user to add it to \
+                         packagesOnDemand.allow.",
+                        allow.describe()
+                    ),
+                )
+            }
         }
     }
 
@@ -355,6 +364,23 @@ impl Refusal {
                     "{drv} is not in the binary cache and this server does not build from \
                      source; nothing was run. Ask for another package, or tell the user to \
                      set packagesOnDemand.build."
+                ),
+            ),
+            ComposeError::OutsideScope(line) => Self::new(
+                ErrorCode::PackagesNotAllowed,
+                format!(
+                    "{line}: not allowed (an allowlist prefix allows only the packages of its \
+                     own scope); nothing was run. Ask for a package of the scope, or tell the \
+                     user to add the name itself to packagesOnDemand.allow."
+                ),
+            ),
+            ComposeError::Busy(slots) => Self::new(
+                ErrorCode::ServerBusy,
+                format!(
+                    "the server was getting other packages ({slots} at once, {}) for as long \
+                     as this call may wait; nothing was run. Try again later, or call without \
+                     `packages`.",
+                    admission::setting_names(&crate::config::MAX_COMPOSITIONS)
                 ),
             ),
             ComposeError::TimedOut(s) => Self::new(

@@ -2,31 +2,43 @@
 //! names are checked here first (names.rs) against the syntax of an
 //! attribute path and the server's policy (`packages_on_demand` in the
 //! manifest, set in Nix); then the server's compose helper (a script Nix
-//! generated, named by the policy) realises mkSandbox of the environment
-//! with those packages added and prints the composed sandbox's store path,
-//! whose manifest gives the wrappers the call runs with.
+//! generated, named by the policy; helper.rs) realises mkSandbox of the
+//! environment with those packages added and prints the composed sandbox's
+//! store path, whose manifest gives the wrappers the call runs with.
 //!
 //! A composition is cached by (environment, its store path, the sorted set)
-//! in memory and on disk: a GC root per set in the cache directory keeps
-//! the store path alive, and a later server finds it there without
-//! evaluating anything. Concurrent calls for one set share one
-//! realisation; nothing global is held while one runs, so other calls go on.
+//! in memory and on disk (cache.rs: a GC root per set, at most
+//! `--packages-cache-max` of them, in a directory the server owns and
+//! checks), so a later server finds it there without evaluating anything.
+//! Concurrent calls for one set share one realisation; at most
+//! `--max-compositions` realisations run at once (one more waits for a slot
+//! up to its policy's timeout), since one evaluation of nixpkgs takes
+//! hundreds of MB. A failure is remembered for [`FAILURE_MEMORY`]: the same
+//! set asked again meanwhile gets the same answer without a helper. Nothing
+//! global is held while a realisation runs, so other calls go on.
 
+pub mod cache;
+mod helper;
 pub mod names;
+mod tree;
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde::Deserialize;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, Semaphore};
+use tokio::time::Instant;
 
 use crate::catalog::{self, Env};
+use cache::Cache;
 use names::Allow;
+
+/// How long a failed composition is remembered: the same set asked again
+/// within it gets the same failure without the helper running again.
+pub const FAILURE_MEMORY: Duration = Duration::from_secs(60);
 
 /// An environment's policy, as mkServer wrote it (lib/packagesOnDemand.nix).
 /// Its `build` (whether Nix may build what the binary cache does not have)
@@ -36,7 +48,7 @@ pub struct OnDemand {
     /// The compose helper's argv; the launcher appends ENV, REQUEST, OUT.
     pub compose: Vec<String>,
     pub allow: Allow,
-    /// How long a composition may take.
+    /// How long a composition may take (and wait for a slot).
     pub timeout_s: NonZeroU64,
 }
 
@@ -49,49 +61,60 @@ pub enum ComposeError {
     Unknown(String),
     /// Not in the binary cache, and building is off (the derivation).
     NotCached(String),
+    /// A name its allowlist prefix lets in that is not a package of that
+    /// scope (the helper's line: the name and why).
+    OutsideScope(String),
     /// The realisation took longer than the policy allows.
     TimedOut(u64),
     /// The Nix store (or its daemon) cannot be reached (nix's line).
     Unreachable(String),
-    /// Anything else (the helper's line).
+    /// Every composition slot stayed taken for the policy's timeout (the
+    /// number of slots). Not remembered: the set did not fail.
+    Busy(usize),
+    /// Anything else (the helper's line, or the cache's).
     Failed(String),
+}
+
+/// What the server composes with: the cache, the slots.
+#[derive(Debug)]
+pub struct Settings {
+    pub cache: Cache,
+    /// `--max-compositions`.
+    pub max_compositions: usize,
+    pub allow_outside_store: bool,
 }
 
 /// The environments composed so far, and those being composed.
 #[derive(Debug)]
 pub struct Composer {
-    /// Where the GC roots and their keys go.
-    cache_dir: PathBuf,
+    cache: Cache,
+    slots: Arc<Semaphore>,
+    max_compositions: usize,
     allow_outside_store: bool,
     cells: Mutex<HashMap<Key, Cell>>,
 }
 
 /// A composition: the environment, its store path, the sorted names.
 type Key = (String, String, Vec<String>);
-type Cell = Arc<OnceCell<Result<Arc<Env>, ComposeError>>>;
+type Cell = Arc<OnceCell<Outcome>>;
+
+/// A finished composition: the environment, or the failure and when.
+#[derive(Debug, Clone)]
+enum Outcome {
+    Ready(Arc<Env>),
+    Failed(ComposeError, Instant),
+}
 
 impl Composer {
-    pub fn new(cache_dir: PathBuf, allow_outside_store: bool) -> Self {
+    pub fn new(settings: Settings) -> Self {
+        let max = settings.max_compositions.max(1);
         Self {
-            cache_dir,
-            allow_outside_store,
+            cache: settings.cache,
+            slots: Arc::new(Semaphore::new(max)),
+            max_compositions: max,
+            allow_outside_store: settings.allow_outside_store,
             cells: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The cache directory of the server's environment: `$XDG_CACHE_HOME`
-    /// or `~/.cache`, then `nix-sandbox-mcp/packages`; a directory of its
-    /// own under the system's temporary one without either.
-    pub fn default_dir(lookup: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
-        let set = |name: &str| lookup(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let base = set("XDG_CACHE_HOME")
-            .or_else(|| set("HOME").map(|home| home.join(".cache")))
-            .unwrap_or_else(|| {
-                // SAFETY: geteuid has no preconditions and cannot fail.
-                let uid = unsafe { nix::libc::geteuid() };
-                std::env::temp_dir().join(format!("nix-sandbox-mcp-{uid}"))
-            });
-        base.join("nix-sandbox-mcp").join("packages")
     }
 
     /// `base` with `names` (checked, sorted, each once) added: from memory,
@@ -105,27 +128,71 @@ impl Composer {
         started: impl FnOnce(),
     ) -> Result<Arc<Env>, ComposeError> {
         let key: Key = (base.name.clone(), base.store_path.clone(), names.to_vec());
-        let cell = Arc::clone(
-            self.lock()
-                .entry(key.clone())
-                .or_insert_with(|| Arc::new(OnceCell::new())),
-        );
-        let result = cell
+        let cell = self.cell(&key)?;
+        let outcome = cell
             .get_or_init(|| self.realise(base, policy, names, started))
             .await
             .clone();
-        if result.is_err() {
-            // A failure is told to the calls that waited for it; the next
-            // call tries again.
-            let mut cells = self.lock();
-            if cells.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                cells.remove(&key);
+        match outcome {
+            Outcome::Ready(env) => Ok(env),
+            Outcome::Failed(ComposeError::Busy(n), _) => {
+                // The set did not fail: the next call tries again.
+                self.forget(&key, &cell);
+                Err(ComposeError::Busy(n))
             }
+            Outcome::Failed(e, _) => Err(e),
         }
-        result
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Cell>> {
+    /// The cell of `key`: a fresh one, the one being composed or composed
+    /// (if its GC root still holds it), or a failure still remembered.
+    fn cell(&self, key: &Key) -> Result<Cell, ComposeError> {
+        let mut cells = self.lock();
+        cells.retain(|_, cell| match cell.get() {
+            Some(Outcome::Failed(ComposeError::Busy(_), _)) => false,
+            Some(Outcome::Failed(_, at)) => at.elapsed() < FAILURE_MEMORY,
+            _ => true,
+        });
+        match cells.get(key).and_then(|cell| cell.get()) {
+            Some(Outcome::Failed(e, at)) => {
+                tracing::info!(env = %key.0, packages = ?key.2, ago_s = at.elapsed().as_secs(), "a failed composition remembered");
+                return Err(e.clone());
+            }
+            Some(Outcome::Ready(env)) if !self.still_cached(key, env) => {
+                cells.remove(key);
+            }
+            _ => {}
+        }
+        Ok(Arc::clone(
+            cells
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(OnceCell::new())),
+        ))
+    }
+
+    /// Whether `env`, composed for `key`, still has its GC root (another
+    /// server sharing the cache may have dropped it); if so it is marked
+    /// used now.
+    fn still_cached(&self, key: &Key, env: &Env) -> bool {
+        let Ok(dir) = self.cache.dir() else {
+            return false;
+        };
+        let stem = stem(key);
+        let held = Cache::holds(&dir, &stem, &env.store_path);
+        if held {
+            Cache::touch(&dir, &stem);
+        }
+        held
+    }
+
+    fn forget(&self, key: &Key, cell: &Cell) {
+        let mut cells = self.lock();
+        if cells.get(key).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            cells.remove(key);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Cell>> {
         self.cells.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -135,43 +202,71 @@ impl Composer {
         policy: &OnDemand,
         names: &[String],
         started: impl FnOnce(),
+    ) -> Outcome {
+        let key: Key = (base.name.clone(), base.store_path.clone(), names.to_vec());
+        match self.realise_key(&key, base, policy, started).await {
+            Ok(env) => Outcome::Ready(env),
+            Err(e) => Outcome::Failed(e, Instant::now()),
+        }
+    }
+
+    async fn realise_key(
+        &self,
+        key: &Key,
+        base: &Arc<Env>,
+        policy: &OnDemand,
+        started: impl FnOnce(),
     ) -> Result<Arc<Env>, ComposeError> {
-        let stem = format!("{}-{:016x}", base.name, fnv1a(base, names));
-        let root = self.cache_dir.join(&stem);
-        let key_file = self.cache_dir.join(format!("{stem}.json"));
-        let key = serde_json::json!({"store_path": base.store_path, "packages": names});
-        if std::fs::read(&key_file)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
-            .is_some_and(|cached| cached == key)
-            && let Ok(target) = std::fs::read_link(&root)
-            && let Ok(env) = self.load(base, names, &target)
+        let names = &key.2;
+        let dir = self.cache.dir().map_err(ComposeError::Failed)?;
+        let stem = stem(key);
+        let recorded = serde_json::json!({"store_path": base.store_path, "packages": names});
+        if let Some(hit) = Cache::find(&dir, &stem, &recorded)
+            && let Ok(env) = self.load(base, names, &hit.0)
         {
+            Cache::touch(&dir, &stem);
             tracing::info!(env = %base.name, packages = ?names, store_path = %env.store_path, "composed environment found in the cache");
             return Ok(env);
         }
+        let wait = Duration::from_secs(policy.timeout_s.get());
+        let Ok(Ok(_slot)) =
+            tokio::time::timeout(wait, Arc::clone(&self.slots).acquire_owned()).await
+        else {
+            tracing::warn!(env = %base.name, packages = ?names, max = self.max_compositions, "a composition waited for a slot in vain");
+            return Err(ComposeError::Busy(self.max_compositions));
+        };
         started();
         tracing::info!(env = %base.name, packages = ?names, "composing the environment with packages");
         let begun = Instant::now();
-        std::fs::create_dir_all(&self.cache_dir).map_err(|e| {
-            ComposeError::Failed(format!(
-                "cannot make the cache directory {}: {e}",
-                self.cache_dir.display()
-            ))
-        })?;
-        let request = self.cache_dir.join(format!("{stem}.request.json"));
+        let request = dir.join(format!("{stem}.request.json"));
         std::fs::write(&request, serde_json::to_vec(names).unwrap_or_default()).map_err(|e| {
             ComposeError::Failed(format!("cannot write {}: {e}", request.display()))
         })?;
-        let outcome = run_helper(policy, &base.name, &request, &root).await;
+        let outcome = helper::run(policy, &base.name, &request, &dir.join(&stem)).await;
         let _ = std::fs::remove_file(&request);
         let path = outcome?;
         let env = self
             .load(base, names, Path::new(&path))
             .map_err(ComposeError::Failed)?;
-        let _ = std::fs::write(&key_file, key.to_string());
+        if let Err(e) = Cache::record(&dir, &stem, &recorded) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot record a composition in the cache");
+        }
+        let dropped = self
+            .cache
+            .bound(&dir, |other| other == stem || self.in_use(other));
+        self.lock()
+            .retain(|key, _| !dropped.contains(&self::stem(key)));
         tracing::info!(env = %base.name, packages = ?names, store_path = %env.store_path, ms = begun.elapsed().as_millis() as u64, "composed the environment");
         Ok(env)
+    }
+
+    /// Whether a composition of this server with cache entry `stem` is held
+    /// by a session or a call (not only by this table).
+    fn in_use(&self, stem: &str) -> bool {
+        self.lock().iter().any(|(key, cell)| {
+            matches!(cell.get(), Some(Outcome::Ready(env)) if Arc::strong_count(env) > 1)
+                && self::stem(key) == stem
+        })
     }
 
     /// The composed sandbox at `path`, as an environment named like `base`.
@@ -196,107 +291,21 @@ impl Composer {
     }
 }
 
-/// Runs the helper in a process group of its own, killed at the policy's
-/// timeout; its stdout's last line is the composed store path.
-async fn run_helper(
-    policy: &OnDemand,
-    env: &str,
-    request: &Path,
-    root: &Path,
-) -> Result<String, ComposeError> {
-    let Some((program, args)) = policy.compose.split_first() else {
-        return Err(ComposeError::Failed(
-            "the policy names no compose helper".into(),
-        ));
-    };
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .arg(env)
-        .arg(request)
-        .arg(root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = cmd
-        .spawn()
-        .map_err(|e| ComposeError::Failed(format!("cannot start {program}: {e}")))?;
-    let pgid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .unwrap_or(0);
-    // Kills the helper's group (nix and its builders) when this call ends
-    // before the helper did: a timeout, or the call dropped.
-    let mut group = GroupGuard { pgid, armed: true };
-    let limit = Duration::from_secs(policy.timeout_s.get());
-    let output = match tokio::time::timeout(limit, child.wait_with_output()).await {
-        Err(_) => return Err(ComposeError::TimedOut(policy.timeout_s.get())),
-        Ok(waited) => {
-            // Reaped: the id is no longer ours to signal.
-            group.armed = false;
-            waited.map_err(|e| ComposeError::Failed(format!("{program}: {e}")))?
-        }
-    };
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let line = stderr
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-        .to_owned();
-    let line: String = line.chars().take(400).collect();
-    match output.status.code() {
-        Some(0) => {
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            stdout
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .map(|l| l.trim().to_owned())
-                .ok_or_else(|| ComposeError::Failed("the helper printed no store path".into()))
-        }
-        Some(65) => Err(ComposeError::Unknown(line)),
-        Some(66) => Err(ComposeError::NotCached(line)),
-        Some(69) => Err(ComposeError::Unreachable(line)),
-        Some(code) => {
-            tracing::warn!(env, code, %stderr, "the compose helper failed");
-            Err(ComposeError::Failed(line))
-        }
-        None => Err(ComposeError::Failed(format!(
-            "the helper was killed by signal {}",
-            output.status.signal().unwrap_or(0)
-        ))),
-    }
-}
-
-/// SIGKILL to the helper's process group when dropped while armed: its
-/// leader not yet reaped (tokio reaps a dropped child later, never within
-/// this drop), so the group id is still the helper's.
-struct GroupGuard {
-    pgid: i32,
-    armed: bool,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            crate::wrapper::kill_group(self.pgid);
-        }
-    }
-}
-
-/// FNV-1a of the store path and the names: the cache file's name. A
-/// collision is caught by the key file beside it.
-fn fnv1a(base: &Env, names: &[String]) -> u64 {
+/// The cache entry's name of `key`: the environment's name and the FNV-1a
+/// of its store path and the names. A collision is caught by the key file
+/// beside it.
+fn stem(key: &Key) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let text = std::iter::once(base.store_path.as_str()).chain(names.iter().map(String::as_str));
+    let text = std::iter::once(key.1.as_str()).chain(key.2.iter().map(String::as_str));
     for part in text {
         for byte in part.bytes().chain([0]) {
             hash ^= u64::from(byte);
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
     }
-    hash
+    format!("{}-{hash:016x}", key.0)
 }
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;

@@ -3,7 +3,12 @@
 //! of `A-Z a-z 0-9 _ + -`, at most [`MAX_NAME_BYTES`], at most
 //! [`MAX_PACKAGES`] of them) and allowed by the server's policy (`allow`
 //! in the manifest, set in Nix: `"any"`, or a list of names and of
-//! prefixes ending in `.`). The names reach Nix only as data (a JSON
+//! prefixes ending in `.`). A prefix names a scope and allows the
+//! attributes directly in it, one part past the prefix: never a path
+//! through an attribute of the scope (`python3Packages.pkgs.curl`), which
+//! would lead anywhere in nixpkgs. What the one attribute is (a package of
+//! the scope, not a set or the scope's stdenv) the compose helper checks
+//! (lib/composeSandbox.nix). The names reach Nix only as data (a JSON
 //! file), never as expression text; this check is what keeps shell or Nix
 //! syntax from getting that far.
 
@@ -23,8 +28,8 @@ pub const MAX_NAME_BYTES: usize = 100;
 pub enum Allow {
     /// Every attribute of the server's nixpkgs.
     Any,
-    /// These names, and the names under these prefixes (entries ending in
-    /// `.`, like `python3Packages.`).
+    /// These names, and the attributes directly under these prefixes
+    /// (entries ending in `.`, like `python3Packages.`).
     Only(Vec<String>),
 }
 
@@ -56,9 +61,26 @@ impl Allow {
             Allow::Only(entries) => entries.iter().any(|entry| match entry.strip_suffix('.') {
                 Some(_) => name
                     .strip_prefix(entry.as_str())
-                    .is_some_and(is_attribute_path),
+                    .is_some_and(|rest| !rest.contains('.') && is_attribute_path(rest)),
                 None => entry == name,
             }),
+        }
+    }
+
+    /// The prefix entry `name` goes deeper than (`python3Packages.` for
+    /// `python3Packages.pkgs.curl`), if any: what a refusal explains.
+    pub fn prefix_above(&self, name: &str) -> Option<&str> {
+        match self {
+            Allow::Any => None,
+            Allow::Only(entries) => entries
+                .iter()
+                .find(|e| {
+                    e.ends_with('.')
+                        && name
+                            .strip_prefix(e.as_str())
+                            .is_some_and(|rest| rest.contains('.'))
+                })
+                .map(String::as_str),
         }
     }
 
@@ -216,6 +238,27 @@ mod tests {
         );
         assert_eq!(allow.describe(), "jq, python3Packages.*");
         assert_eq!(Allow::Any.describe(), "any nixpkgs attribute");
+    }
+
+    #[test]
+    fn a_prefix_allows_one_attribute_past_it_and_no_path_through_one() {
+        let allow = Allow::Only(owned(&["python3Packages.", "haskell.packages."]));
+        assert!(allow.allows("python3Packages.numpy"));
+        assert!(allow.allows("haskell.packages.ghc98"));
+        for name in [
+            "python3Packages.pkgs.curl",
+            "python3Packages.pkgs.buildPackages.curl",
+            "python3Packages.pkgs.pkgsCross.gnu64.curl",
+            "python3Packages.pkgs.__splicedPackages.curl",
+            "python3Packages.pythonPackages.python.pkgs.curl",
+            "python3Packages.python.pkgs.numpy",
+            "python3Packages.numpy.dist",
+            "haskell.packages.ghc98.aeson",
+        ] {
+            assert!(!allow.allows(name), "{name}");
+        }
+        // "any" is any attribute path: the owner allowed all of nixpkgs.
+        assert!(Allow::Any.allows("python3Packages.pkgs.curl"));
     }
 
     #[test]

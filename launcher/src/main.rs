@@ -17,6 +17,7 @@ mod catalog;
 mod catalog_fuzz;
 mod config;
 mod egress;
+mod fdlimit;
 mod lifetime;
 mod mcp;
 mod outputs;
@@ -62,6 +63,15 @@ fn main() -> ExitCode {
         Mode::Stdio | Mode::Http | Mode::Check => {}
     }
     init_logging();
+    match fdlimit::raise() {
+        Ok(r) if r.now > r.was => tracing::info!(
+            "open files: the soft limit {} raised to the hard limit {}",
+            r.was,
+            r.now
+        ),
+        Ok(r) => tracing::info!("open files: the soft limit is the hard one, {}", r.now),
+        Err(e) => tracing::warn!(error = %e, "open files: the soft limit could not be raised"),
+    }
     let catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
     for error in &catalog.errors {
         tracing::error!(%error, "manifest refused; its environments are not served");

@@ -63,15 +63,6 @@ fn main() -> ExitCode {
         Mode::Stdio | Mode::Http | Mode::Check => {}
     }
     init_logging();
-    match fdlimit::raise() {
-        Ok(r) if r.now > r.was => tracing::info!(
-            "open files: the soft limit {} raised to the hard limit {}",
-            r.was,
-            r.now
-        ),
-        Ok(r) => tracing::info!("open files: the soft limit is the hard one, {}", r.now),
-        Err(e) => tracing::warn!(error = %e, "open files: the soft limit could not be raised"),
-    }
     let catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
     for error in &catalog.errors {
         tracing::error!(%error, "manifest refused; its environments are not served");
@@ -110,6 +101,16 @@ fn main() -> ExitCode {
             }
             return ExitCode::from(2);
         }
+    }
+    // Once the server will serve: a refused start says only why.
+    match fdlimit::raise() {
+        Ok(r) if r.now > r.was => tracing::info!(
+            "open files: the soft limit {} raised to the hard limit {}",
+            r.was,
+            r.now
+        ),
+        Ok(r) => tracing::info!("open files: the soft limit is the hard one, {}", r.now),
+        Err(e) => tracing::warn!(error = %e, "open files: the soft limit could not be raised"),
     }
     // Before the runtime: a process makes a user namespace only while it
     // has one thread.

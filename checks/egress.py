@@ -607,7 +607,7 @@ for send, host in ((plain, 'allowed.test'), (tls, 'api.test'), (plain, 'paths.te
     def raised_limit():
         soft, hard = open_files_limit(client.proc.pid)
         check(soft == hard, f"the server kept its soft open files limit: soft {soft}, hard {hard}")
-        logged = [line for line in client.stderr if "open files" in line]
+        logged = [line for line in client.stderr if "open files: the soft limit" in line]
         check(logged and str(hard) in logged[0], f"the server did not log its open files limit: {logged}")
 
     if NOFILE[1] > NOFILE[0]:

@@ -2,9 +2,10 @@
 """Network by policy, end to end (standard library, openssl and iproute2).
 
 Run by checks/run as root: it makes a network namespace of its own (no
-route to the host's network), with loopback and a interface holding
-198.51.100.10 (TEST-NET-2, an internet address to the proxy) on a veth, starts the
-test's HTTP and HTTPS servers there, and serves the `egress` environment
+route to the host's network), with loopback and a veth holding 100.51.100.10
+and 100.51.100.11 (public addresses, which the proxy lets through; nothing
+routes them out of the namespace) and addresses of IANA's special-purpose
+ranges, starts the test's HTTP and HTTPS servers there, and serves the `egress` environment
 (checks/environments.nix) through the Nix-built server, as root or, with
 --user, as that uid. The proxy resolves names from the test's hosts file
 (NIX_SANDBOX_EGRESS_HOSTS) and trusts the test's CA
@@ -18,6 +19,7 @@ import argparse
 import http.server
 import json
 import os
+import resource
 import socket
 import ssl
 import subprocess
@@ -29,11 +31,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e import Failed, McpClient, Suite, call_run, check, descendants, processes  # noqa: E402
 
-ADDR = "198.51.100.10"
+ADDR = "100.51.100.10"
+# Cleartext HTTP on port 443: what an eavesdropper sees of a request sent
+# in the clear to a TLS port.
+CLEAR_ADDR = "100.51.100.11"
+# Special-purpose addresses (IANA's registries), each with a listener, and
+# a name that resolves to it: benchmarking, IETF protocol assignments, and
+# IPv6 forms that carry an internal IPv4 address (6to4, SIIT, NAT64 local
+# use) or are internal themselves (documentation).
+SPECIAL = {
+    "bench.test": "198.18.0.10",
+    "ietf.test": "192.0.0.10",
+    "sixtofour.test": "2002:c612:a::1",
+    "siit.test": "::ffff:0:c612:a",
+    "nat64.test": "64:ff9b:1::c612:a",
+    "doc6.test": "2001:db8::10",
+}
 SECRET = "egress-secret-7f3c9a1e5b2d4068"
 PLACEHOLDER = "nix-sandbox-placeholder-API_TOKEN"
-NAMES = ["allowed.test", "a.wild.test", "api.test", "denied.test"]
+NAMES = ["allowed.test", "a.wild.test", "api.test", "denied.test", "paths.test"]
 MANIFEST = "share/nix-sandbox-mcp/manifest.json"
+# The most connections the proxy accepts from one jail at once.
+GATE_CONNECTIONS = 64
+# The server starts with a soft limit of 1,024 open files, what systemd
+# gives a unit, and the harness's own hard limit (524,288 under systemd;
+# raising it needs CAP_SYS_RESOURCE, which not every root has).
+NOFILE = (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
 
 WHEEL_NAME = "demo-1.0-py3-none-any.whl"
 
@@ -59,19 +82,55 @@ def make_wheel():
 
 WHEEL, WHEEL_SHA256 = make_wheel()
 
-# What the servers saw: (host, path, authorization) of each request.
+# What the servers saw: (host, path, authorization, port) of each request.
 SEEN = []
+# What reached a special-purpose address: (address, request line).
+SPECIAL_SEEN = []
+# The bytes the cleartext listener on CLEAR_ADDR:443 received.
+CLEAR_SEEN = []
 UDP_SEEN = []
 
 
+def lenient_reading(path):
+    """How the most lenient upstream reads a request's path (nginx, Tomcat,
+    IIS and their like, each for its part): every escape decoded once, `\\`
+    as `/`, `;` parameters cut from each segment, repeated slashes merged,
+    dot segments removed."""
+    from urllib.parse import unquote
+    path = unquote(path.split("?")[0].split("#")[0]).replace("\\", "/")
+    out = []
+    for segment in path.split("/"):
+        segment = segment.split(";")[0]
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if out:
+                out.pop()
+        else:
+            out.append(segment)
+    return "/" + "/".join(out)
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
+    # Kept alive, as most servers do: the bytes after a request (a GET's
+    # body, which it ignores) are read as the next request.
+    protocol_version = "HTTP/1.1"
+
     def log_message(self, *args):
         pass
 
     def do_GET(self):
         host = (self.headers.get("Host") or "").split(":")[0]
         auth = self.headers.get("Authorization") or ""
-        SEEN.append((host, self.path, auth))
+        SEEN.append((host, self.path, auth, self.server.server_address[1]))
+        if lenient_reading(self.path) == "/admin":
+            # The upstream resolves the path as it reads it.
+            body = b"admin reached with the secret" if SECRET in auth else b"admin reached"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path == "/redirect":
             self.send_response(302)
             self.send_header("Location", "http://denied.test/landed")
@@ -100,14 +159,63 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     do_POST = do_GET
+    do_HEAD = do_GET
 
 
-def serve(port, context=None, addr=ADDR):
-    server = http.server.ThreadingHTTPServer((addr, port), Handler)
+class SpecialHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        SPECIAL_SEEN.append((self.server.server_address[0], self.requestline))
+        body = b"special address reached"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a client gone before its answer (a refused HEAD, a timeout)
+
+
+class V6Server(Server):
+    address_family = socket.AF_INET6
+
+
+def serve(port, context=None, addr=ADDR, handler=Handler):
+    kind = V6Server if ":" in addr else Server
+    server = kind((addr, port), handler)
     if context:
         server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def clear_listen():
+    """Port 443 of CLEAR_ADDR in cleartext: records every byte it gets."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((CLEAR_ADDR, 443))
+    sock.listen(16)
+
+    def one(conn):
+        with conn:
+            conn.settimeout(10)
+            try:
+                data = conn.recv(65536)
+            except OSError:
+                return
+            CLEAR_SEEN.append(data)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    def loop():
+        while True:
+            conn, _ = sock.accept()
+            threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
 
 
 def udp_listen():
@@ -143,11 +251,13 @@ def make_certs(scratch):
 
 
 def network_namespace():
-    """Loopback and 198.51.100.10 on a veth interface (a pair, both ends
-    here: no dummy module needed), in this namespace."""
+    """Loopback, and the test's addresses on a veth interface (a pair, both
+    ends here: no dummy module needed), in this namespace."""
+    addrs = [[f"{ADDR}/24"], [f"{CLEAR_ADDR}/32"]]
+    addrs += [[f"{a}/128", "nodad"] if ":" in a else [f"{a}/32"] for a in SPECIAL.values()]
     for argv in (["ip", "link", "set", "lo", "up"],
                  ["ip", "link", "add", "nsm0", "type", "veth", "peer", "name", "nsm1"],
-                 ["ip", "addr", "add", f"{ADDR}/24", "dev", "nsm0"],
+                 *(["ip", "addr", "add", a[0], "dev", "nsm0", *a[1:]] for a in addrs),
                  ["ip", "link", "set", "nsm0", "up"],
                  ["ip", "link", "set", "nsm1", "up"]):
         subprocess.run(argv, check=True, capture_output=True)
@@ -182,11 +292,82 @@ def no_refusal(text):
     check("network: refused" not in text, f"an unexpected refusal: {text[-600:]!r}")
 
 
+# Targets a prefix test on the raw path lets through under `/v1/`, which an
+# upstream resolving dot segments, escapes, `;` parameters, backslashes or
+# repeated slashes reads as /admin (lenient_reading).
+PATH_ATTACKS = [
+    "/v1/../admin",
+    "/v1/%2e%2e/admin",
+    "/v1/%2E%2E/admin",
+    "/v1/.%2e/admin",
+    "/v1/%2e./admin",
+    "/v1/..%2fadmin",
+    "/v1/..%2Fadmin",
+    "/v1/./../admin",
+    "/v1//../admin",
+    "/v1/x/../../admin",
+    "/v1/../v1/../admin",
+    "/v1/..;/admin",
+    "/v1/;x/../../admin",
+    "/v1/..\\admin",
+    "/v1/..%5cadmin",
+    "/v1/..%5Cadmin",
+    "/v1/%2e%2e%5cadmin",
+    "/%76%31/../admin",
+    "/v1/x/..%2f..%2fadmin",
+    "/v1/..%3b/admin",
+    "/v1/%2e%2e/admin?q=/v1/",
+]
+
+# In the jail: each target sent through the bridge as it is (no client
+# normalises it), in origin form and absolute form over plain HTTP, and
+# inside a CONNECT tunnel the proxy terminates; prints what came back.
+RAW_CLIENT = """
+import json, os, socket, ssl
+TOKEN = os.environ['API_TOKEN']
+
+def exchange(sock, request):
+    sock.sendall(request)
+    data = b''
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data.decode(errors='replace')
+        data += chunk
+
+def request(method, target, host, extra=b''):
+    head = (f'{method} {target} HTTP/1.1\\r\\nHost: {host}\\r\\n'
+            f'Authorization: Bearer {TOKEN}\\r\\nConnection: close\\r\\n').encode()
+    return head + extra
+
+def plain(target, host, method='GET', extra=b'\\r\\n'):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=20)
+    return exchange(s, request(method, target, host, extra))
+
+def tls(target, host, method='GET', extra=b'\\r\\n'):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=20)
+    s.sendall(f'CONNECT {host}:443 HTTP/1.1\\r\\nHost: {host}:443\\r\\n\\r\\n'.encode())
+    answer = b''
+    while b'\\r\\n\\r\\n' not in answer:
+        chunk = s.recv(4096)
+        if not chunk:
+            return 'CONNECT closed: ' + answer.decode(errors='replace')
+        answer += chunk
+    if not answer.startswith(b'HTTP/1.1 200'):
+        return answer.decode(errors='replace')
+    t = ssl.create_default_context().wrap_socket(s, server_hostname=host)
+    return exchange(t, request(method, target, host, extra))
+
+def status(answer):
+    return answer.split('\\r\\n')[0] + ' | ' + answer.split('\\r\\n\\r\\n', 1)[-1][:200]
+"""
+
+
 def tests(client, suite):
     def instructions():
         init = client.init
         text = init.get("instructions", "")
-        check("network only to allowed.test, *.wild.test:8443, loop.test, api.test" in text,
+        check("network only to allowed.test, *.wild.test:8443, loop.test, api.test, paths.test" in text,
               f"the instructions do not list the reachable hosts: {text!r}")
 
     suite.test("the instructions say which hosts the environment reaches", instructions)
@@ -240,7 +421,7 @@ def tests(client, suite):
         _, text = run(client, PY_GET.format(url="http://allowed.test/redirect"))
         check("HTTP 403" in text and "hello" not in text, text)
         note(text, "network: refused denied.test:80 (not in allowlist)")
-        check(not any(h == "denied.test" for h, _, _ in SEEN), f"denied.test was reached: {SEEN}")
+        check(not any(h == "denied.test" for h, *_ in SEEN), f"denied.test was reached: {SEEN}")
 
     suite.test("a redirect to a denied host is refused", redirect)
 
@@ -261,7 +442,7 @@ except Exception as e:
         _, text = run(client, code)
         check("HTTP/1.1 200" in text and "ERROR" in text and "GOT" not in text, text)
         note(text, "network: refused allowed.test:443 (TLS server name denied.test is not the CONNECT host)")
-        check(not any(p == "/fronted" for _, p, _ in SEEN), f"the fronted request arrived: {SEEN}")
+        check(not any(p == "/fronted" for _, p, *_ in SEEN), f"the fronted request arrived: {SEEN}")
 
     suite.test("CONNECT to an allowed name with another TLS server name is refused", sni_fronting)
 
@@ -276,8 +457,8 @@ except Exception as e:
     def loopback_name():
         _, text = run(client, sh("curl -sS http://loop.test/internal; curl -sS https://loop.test/internal"))
         check("internal service" not in text, text)
-        note(text, "network: refused loop.test:80 (resolves to an internal address 127.0.0.1)")
-        note(text, "network: refused loop.test:443 (resolves to an internal address 127.0.0.1)")
+        note(text, "network: refused loop.test:80 (resolves to 127.0.0.1: loopback, a special-purpose range)")
+        note(text, "network: refused loop.test:443 (resolves to 127.0.0.1: loopback, a special-purpose range)")
 
     suite.test("an allowed name that resolves to loopback is refused", loopback_name)
 
@@ -321,7 +502,7 @@ print(open('/etc/resolv.conf').read() if __import__('os').path.exists('/etc/reso
         note(text, "network: refused api.test:443 (method POST not allowed)")
         # Only to the host whose rule names the credential.
         _, text = run(client, sh('curl -sS -H "Authorization: Bearer $API_TOKEN" https://allowed.test/leak'))
-        auths = [a for h, p, a in SEEN if p == "/leak"]
+        auths = [a for h, p, a, _ in SEEN if p == "/leak"]
         check(auths == [f"Bearer {PLACEHOLDER}"], f"allowed.test got {auths}")
 
     suite.test("a credential is put in by the proxy for its host only; paths and methods are held", credential)
@@ -341,6 +522,168 @@ print(open('/etc/resolv.conf').read() if __import__('os').path.exists('/etc/reso
               f"the scan saw too little to mean anything: {scanned}")
 
     suite.test("the secret is nowhere in the jail: environ, memory of its processes, files", secret_invisible)
+
+    def path_attacks():
+        code = RAW_CLIENT + f"""
+results = {{}}
+for attack in {PATH_ATTACKS!r}:
+    results['plain ' + attack] = status(plain(attack, 'paths.test'))
+    results['absolute ' + attack] = status(plain('http://paths.test' + attack, 'paths.test'))
+    results['tls ' + attack] = status(tls(attack, 'paths.test'))
+    results['tls-secret ' + attack] = status(tls(attack, 'api.test'))
+    results['tls-absolute ' + attack] = status(tls('https://api.test' + attack, 'api.test'))
+print(json.dumps(results))
+"""
+        before = len(SEEN)
+        _, text = run(client, code)
+        results = json.loads(next(line for line in text.splitlines() if line.startswith("{")))
+        check(len(results) == 5 * len(PATH_ATTACKS), text[-600:])
+        reached = [f"{k}: {v}" for k, v in results.items() if "admin reached" in v]
+        check(not reached, "the jail reached /admin:\n  " + "\n  ".join(reached))
+        outside = [(h, p, port) for h, p, a, port in SEEN[before:]
+                   if h in ("paths.test", "api.test") and not lenient_reading(p).startswith("/v1/")]
+        check(not outside, f"an upstream read a path outside /v1/: {outside}")
+        unanswered = [f"{k}: {v}" for k, v in results.items() if not v.startswith(("HTTP/1.1 403", "HTTP/1.1 200"))]
+        check(not unanswered, "\n  ".join(unanswered))
+        # One line each says why.
+        _, text = run(client, RAW_CLIENT + """
+print(status(plain('/v1/../admin', 'paths.test')))
+print(status(plain('/v1/..;/admin', 'paths.test')))
+print(status(tls('/v1/..%2fadmin', 'api.test')))
+print(status(plain('/v1/a/./b/%7Eme?x=/../y', 'paths.test')))
+""")
+        note(text, "network: refused paths.test:80 (path /v1/../admin not allowed: it is /admin)")
+        note(text, "network: refused paths.test:80 (ambiguous path /v1/..;/admin: a ; parameter)")
+        note(text, "network: refused api.test:443 (ambiguous path /v1/..%2fadmin: an encoded / \\ or ;)")
+        sent = [p for h, p, *_ in SEEN if h == "paths.test" and p.startswith("/v1/a/")]
+        check(sent == ["/v1/a/b/~me?x=/../y"], f"the decided path was not what was sent: {sent}")
+
+    suite.test("path rules hold against dot segments, escapes, ; and \\ (HTTP and terminated TLS)", path_attacks)
+
+    def cleartext_credential():
+        before = len(SEEN)
+        _, text = run(client, sh('curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.test/v1/check; '
+                                 'curl -sS -H "Authorization: Bearer $API_TOKEN" http://clear.test:443/v1/check'))
+        check("secret ok" not in text, text)
+        leaked = [s for s in SEEN[before:] if SECRET in s[2]] + [b for b in CLEAR_SEEN if SECRET.encode() in b]
+        check(not leaked, f"the secret went out in cleartext: {leaked}")
+        note(text, "network: refused api.test:80 (a credential goes only over HTTPS: use https://)")
+        note(text, "network: refused clear.test:443 (a credential goes only over HTTPS: use https://)")
+
+    suite.test("a credential never goes out in cleartext HTTP, not even to port 443", cleartext_credential)
+
+    def get_body():
+        smuggled = "GET /admin HTTP/1.1\r\nHost: {}\r\n\r\n"
+        code = RAW_CLIENT + f"""
+for send, host in ((plain, 'allowed.test'), (tls, 'api.test'), (plain, 'paths.test')):
+    for method in ('GET', 'HEAD'):
+        body = {smuggled!r}.format(host).encode()
+        extra = b'Content-Length: ' + str(len(body)).encode() + b'\\r\\n\\r\\n' + body
+        print(method, host, status(send('/v1/body', host, method, extra)))
+"""
+        before = len(SEEN)
+        _, text = run(client, code)
+        smuggled_seen = [s for s in SEEN[before:] if lenient_reading(s[1]) == "/admin"]
+        check(not smuggled_seen, f"a request hidden in a GET's body reached the upstream: {smuggled_seen}")
+        check("admin reached" not in text, text)
+        note(text, "network: refused allowed.test:80 (a GET with a body: send data with POST)")
+        note(text, "network: refused api.test:443 (a HEAD with a body: send data with POST)")
+
+    suite.test("a GET or HEAD with a body is refused: no second request hides in it", get_body)
+
+    def special_addresses():
+        names = " ".join(f"http://{n}/special" for n in SPECIAL)
+        _, text = run(client, sh(f"for u in {names}; do curl -sS -m 20 $u; echo; done"))
+        check(not SPECIAL_SEEN, f"a special-purpose address was reached: {SPECIAL_SEEN}")
+        check("special address reached" not in text, text)
+        for name, addr in SPECIAL.items():
+            start = f"network: refused {name}:80 (resolves to {addr}: "
+            check(any(line.startswith(start) and line.endswith(", a special-purpose range)")
+                      for line in text.splitlines()), f"no note {start!r}...: {text[-800:]!r}")
+
+    suite.test("names resolving to IANA special-purpose addresses (and 6to4, SIIT, NAT64 forms) are refused",
+               special_addresses)
+
+    def raised_limit():
+        soft, hard = open_files_limit(client.proc.pid)
+        check(soft == hard, f"the server kept its soft open files limit: soft {soft}, hard {hard}")
+        logged = [line for line in client.stderr if "open files: the soft limit" in line]
+        check(logged and str(hard) in logged[0], f"the server did not log its open files limit: {logged}")
+
+    if NOFILE[1] > NOFILE[0]:
+        suite.test("the server raises its soft open files limit to the hard one, and logs it", raised_limit)
+    else:
+        suite.skip("the server raises its soft open files limit to the hard one, and logs it",
+                   f"the harness's hard limit is {NOFILE[1]}: nothing to raise to")
+
+    def flood():
+        server = client.proc.pid
+        base = len(os.listdir(f"/proc/{server}/fd"))
+        # One jail holds thousands of idle connections to its gate, past the
+        # bridge, from three processes (each under the jail's own nofile).
+        holder = """
+import os, socket, sys, time
+held, refused = [], 0
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_UNIX)
+    s.setblocking(False)
+    try:
+        s.connect('/run/nix-sandbox/egress.sock')
+        held.append(s)
+    except OSError:
+        s.close()
+        refused += 1
+with open('/tmp/flood-%d' % os.getpid(), 'w') as f:
+    f.write('%d %d' % (len(held), refused))
+time.sleep(3600)
+"""
+        start = f"""
+import glob, subprocess, sys, time
+for _ in range(3):
+    subprocess.Popen([sys.executable, '-c', {holder!r}, '1000'], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+deadline = time.time() + 60
+while len(glob.glob('/tmp/flood-*')) < 3 and time.time() < deadline:
+    time.sleep(0.2)
+print('FLOOD', sorted(open(f).read() for f in glob.glob('/tmp/flood-*')))
+"""
+        result = client.request("tools/call", {"name": "run", "arguments": {
+            "env": "egress", "session": "flood", "code": start}})
+        text = "".join(c.get("text", "") for c in result["content"] if c.get("type") == "text")
+        counts = [line for line in text.splitlines() if line.startswith("FLOOD")]
+        check(counts and counts[0].count("'") == 6, f"the flood did not start: {text[-600:]}")
+        pairs = [pair.split() for pair in counts[0][len("FLOOD ["):-1].replace("'", "").split(",")]
+        held = sum(int(connected) for connected, _ in pairs)
+        tried = sum(int(connected) + int(refused) for connected, refused in pairs)
+        # Connected: accepted, or waiting in the gate's backlog (the rest
+        # found it full).
+        check(tried == 3000 and held > 4 * GATE_CONNECTIONS, f"the flood did not flood: {counts}")
+        during = len(os.listdir(f"/proc/{server}/fd"))
+        # Other environments, and other jails of this one, keep working.
+        _, text = call_run(client, "python", "print(6 * 7)")
+        check(text.startswith("42"), f"another environment failed during the flood: {text[-600:]}")
+        _, text = run(client, sh("curl -sS https://allowed.test/during-flood"))
+        check("hello from allowed.test/during-flood" in text, f"another jail's network failed: {text[-600:]}")
+        after = len(os.listdir(f"/proc/{server}/fd"))
+        check(max(during, after) - base <= GATE_CONNECTIONS + 40,
+              f"the server holds {max(during, after)} descriptors ({base} before the flood): "
+              f"one jail took more than its {GATE_CONNECTIONS} connections")
+        # The holders, by the pids they wrote (the server's end kills them too).
+        client.request("tools/call", {"name": "run", "arguments": {
+            "env": "egress", "session": "flood",
+            "code": "import glob, os, signal\nfor f in glob.glob('/tmp/flood-*'):\n"
+                    "    os.kill(int(f.rsplit('-', 1)[1]), signal.SIGKILL)\n"}})
+
+    suite.test("one jail flooding its gate with idle connections takes no descriptors from the rest", flood)
+
+
+def open_files_limit(pid):
+    """The soft and hard RLIMIT_NOFILE of process `pid`."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise Failed(f"no open files limit in /proc/{pid}/limits")
 
 
 def jailed(server_pid):
@@ -425,13 +768,17 @@ def main():
             if f.suffix != ".key":
                 f.chmod(0o644)
         hosts = scratch / "hosts"
-        hosts.write_text(f"{ADDR} {' '.join(NAMES)}\n127.0.0.1 loop.test\n")
+        hosts.write_text(f"{ADDR} {' '.join(NAMES)}\n127.0.0.1 loop.test\n{CLEAR_ADDR} clear.test\n"
+                         + "".join(f"{addr} {name}\n" for name, addr in SPECIAL.items()))
         hosts.chmod(0o644)
         serve(80)
         serve(443, context)
         serve(8443, context)
         serve(80, addr="127.0.0.1")  # the "host's" internal service
         serve(443, context, addr="127.0.0.1")
+        for addr in SPECIAL.values():
+            serve(80, addr=addr, handler=SpecialHandler)
+        clear_listen()
         udp_listen()
         manifest = str(Path(args.egress) / MANIFEST)
         env = {
@@ -444,6 +791,7 @@ def main():
         argv = [args.server + "/bin/nix-sandbox-mcp", "--stdio", "--manifest", manifest]
         if args.user is not None:
             argv = ["setpriv", f"--reuid={args.user}", f"--regid={args.user}", "--clear-groups", *argv]
+        argv = ["prlimit", f"--nofile={NOFILE[0]}:{NOFILE[1]}", "--", *argv]
         client = McpClient(argv, env)
         try:
             client.init = client.initialize("nix-sandbox-mcp-egress")

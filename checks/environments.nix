@@ -5,7 +5,8 @@
 # matplotlib (for artifacts.py's plt.show()), the adversarial suite's
 # `tight-python` and `tight-shell`, with limits small enough to hit fast,
 # and `egress`, a Python with pip and curl whose network is a policy (egress.py:
-# the test's own hosts, a path-and-method rule with a credential).
+# the test's own hosts, path rules with and without a credential, a
+# credential on the TLS port, names of special-purpose addresses).
 { pkgs, mkSandbox }:
 let
   # Files hit file_mb in /workspace and the tmpfs size in /tmp.
@@ -83,6 +84,26 @@ in
           methods = [ "GET" ];
           credentials = [ "API_TOKEN" ];
         }
+        # A path rule without a credential, over HTTP and HTTPS.
+        {
+          host = "paths.test";
+          paths = [ "/v1/" ];
+        }
+        # A credential pinned to the TLS port, asked for in cleartext.
+        {
+          host = "clear.test";
+          port = 443;
+          credentials = [ "API_TOKEN" ];
+        }
+      ]
+      # Names that resolve to special-purpose addresses: refused all the same.
+      ++ map (host: { inherit host; }) [
+        "bench.test"
+        "ietf.test"
+        "sixtofour.test"
+        "siit.test"
+        "nat64.test"
+        "doc6.test"
       ];
       credentials.API_TOKEN.fromEnv = "NSM_EGRESS_SECRET";
     };

@@ -19,4 +19,6 @@
   Delegate = true;
   # bwrap --hostname (network = true jails) needs sethostname.
   ProtectHostname = false;
+  # More than systemd's 1,024: every jail's network gate may hold 128.
+  LimitNOFILE = 65536;
 }

@@ -21,8 +21,8 @@ let
         description = ''
           The host: a name (`pypi.org`), `*.suffix` for every name under
           the suffix (not the suffix itself), or an address literal (IPv6
-          without brackets; the only way to reach a private, loopback or
-          link-local address).
+          without brackets; the only way to reach a private, loopback,
+          link-local or other special-purpose address).
         '';
         example = "*.pythonhosted.org";
       };
@@ -36,10 +36,14 @@ let
         type = types.listOf (types.strMatching "/.*");
         default = [ ];
         description = ''
-          Path prefixes allowed; empty allows every path. For HTTPS the
-          proxy must see the requests, so it terminates the TLS to this
-          host with the server's own CA, which only this environment's
-          jails trust.
+          Path prefixes allowed, in normal form (no dot segments, no
+          escapes of unreserved characters); empty allows every path. A
+          prefix ending in `/` holds the paths that start with it, another
+          one itself and the paths under it. Requests are decided on their
+          path's normal form, which is what is sent; ambiguous paths
+          (`%2F`, `\`, `;`, ...) are refused. For HTTPS the proxy must see
+          the requests, so it terminates the TLS to this host with the
+          server's own CA, which only this environment's jails trust.
         '';
         example = [ "/simple/" ];
       };
@@ -55,7 +59,7 @@ let
         description = ''
           Names of {option}`network.credentials` whose secrets the proxy
           puts into requests to this host (TLS is terminated as for
-          {option}`paths`).
+          {option}`paths`); plain HTTP to the host is then refused.
         '';
         example = [ "GITHUB_TOKEN" ];
       };

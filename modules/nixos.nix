@@ -203,6 +203,12 @@ in
           # A run killed at its memory limit is the limit working: systemd's
           # default (stop) would stop the whole server for it.
           OOMPolicy = "continue";
+          # Open files, soft and hard: systemd's default soft limit (1,024)
+          # is less than the server can need (every run, session and
+          # connection, and up to 128 for each jail's network gate). The
+          # launcher raises a lower soft limit to the hard one itself; its
+          # jails set their own (`limits.nofile`).
+          LimitNOFILE = 65536;
           LockPersonality = true;
           RestrictRealtime = true;
           RestrictSUIDSGID = true;

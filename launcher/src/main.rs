@@ -17,6 +17,7 @@ mod catalog;
 mod catalog_fuzz;
 mod config;
 mod egress;
+mod fdlimit;
 mod lifetime;
 mod mcp;
 mod outputs;
@@ -100,6 +101,16 @@ fn main() -> ExitCode {
             }
             return ExitCode::from(2);
         }
+    }
+    // Once the server will serve: a refused start says only why.
+    match fdlimit::raise() {
+        Ok(r) if r.now > r.was => tracing::info!(
+            "open files: the soft limit {} raised to the hard limit {}",
+            r.was,
+            r.now
+        ),
+        Ok(r) => tracing::info!("open files: the soft limit is the hard one, {}", r.now),
+        Err(e) => tracing::warn!(error = %e, "open files: the soft limit could not be raised"),
     }
     // The packages cache is checked before the user namespace below, in
     // which other users' files would show as the overflow uid.

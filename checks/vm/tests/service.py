@@ -91,6 +91,10 @@ def test_hardening(vm):
                    "RestrictNamespaces,ProtectHostname,ControlGroup", UNIT]).stdout.split()
     props = dict(p.split("=", 1) for p in shown)
     check(props["DynamicUser"] == "yes" and props["Delegate"] == "yes", f"{props}")
+    # The unit's LimitNOFILE, the soft limit raised to it by the launcher.
+    nofile = next(line.split()[3:5] for line in Path(f"/proc/{pid}/limits").read_text().splitlines()
+                  if line.startswith("Max open files"))
+    check(nofile == ["65536", "65536"], f"open files (soft, hard): {nofile}")
     cgroup = vm.cgroup_of(pid)
     check(cgroup.startswith(props["ControlGroup"]), f"main process in {cgroup}, unit's cgroup {props['ControlGroup']}")
     info(f"service: uid {uid}, process cgroup {cgroup}, unit {props}")

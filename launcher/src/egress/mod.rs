@@ -13,8 +13,9 @@
 //! - The proxy (proxy.rs) decides every CONNECT by host and port, every
 //!   plain HTTP request by host, port, method and path, checks that a
 //!   tunnel's TLS server name is the CONNECT host (tls.rs), resolves names
-//!   itself (resolve.rs) and refuses the host's own networks unless a rule
-//!   names the address. It logs each decision.
+//!   itself (resolve.rs) and refuses addresses that are not the internet
+//!   (special.rs) unless a rule names the address. It logs each decision. A gate holds a bounded
+//!   number of connections, and closes those that send no request.
 //! - Credentials: a rule may attach secrets the server reads at start-up
 //!   (a file or a variable of its own, never the store). The jail holds a
 //!   placeholder; for those hosts the proxy terminates the TLS with a CA of
@@ -22,11 +23,14 @@
 //!   that only these jails trust (`NIX_SANDBOX_EGRESS_CA`, a bundle with
 //!   the environment's own roots), puts the secret in place of the
 //!   placeholder in the headers the credential names, and connects on to
-//!   the real host with normal verification.
+//!   the real host with normal verification. Plain HTTP to such a host is
+//!   refused: a secret never goes out in cleartext.
 
 pub mod policy;
 mod proxy;
 pub mod resolve;
+mod special;
+mod target;
 mod tls;
 
 use std::collections::HashMap;
@@ -104,6 +108,8 @@ pub struct Egress {
     next: AtomicU64,
     /// Who the gates' sockets belong to, when not the launcher.
     owner: Option<Ids>,
+    /// What each gate may hold.
+    bounds: proxy::Bounds,
 }
 
 impl fmt::Debug for Egress {
@@ -125,7 +131,19 @@ impl Egress {
             envs: HashMap::new(),
             next: AtomicU64::new(0),
             owner: None,
+            bounds: proxy::Bounds::default(),
         }
+    }
+
+    /// The same, each gate holding at most `connections` connections and
+    /// waiting `header_timeout` for a request head (tests).
+    #[cfg(test)]
+    fn bounded(mut self, connections: usize, header_timeout: std::time::Duration) -> Self {
+        self.bounds = proxy::Bounds {
+            connections,
+            header_timeout,
+        };
+        self
     }
 
     /// Sets up the proxy for every environment of `catalog` with a policy,
@@ -221,6 +239,7 @@ impl Egress {
             secrets: Arc::clone(&ready.secrets),
             egress: Arc::clone(self),
             refusals: Mutex::new(Refusals::default()),
+            bounds: self.bounds,
         });
         let stop = CancellationToken::new();
         tokio::spawn(proxy::accept(listener, Arc::clone(&shared), stop.clone()));

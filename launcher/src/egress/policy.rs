@@ -7,9 +7,13 @@
 //! port (443 or 80 when it names none), and optionally path prefixes and
 //! methods, which the proxy can only see in plain HTTP and in TLS it
 //! terminates: a rule with paths, methods or credentials makes the proxy
-//! terminate TLS to that host (proxy.rs). A field of the policy this server
-//! does not know refuses the environment: it may be a restriction this
-//! server would not enforce.
+//! terminate TLS to that host (proxy.rs). For a host whose rules name
+//! paths, a request's path is decided, and sent, in its normal form
+//! (target.rs), or refused when upstreams could read it otherwise. A host
+//! whose rules attach a credential is reached only over TLS the proxy
+//! terminated: plain HTTP to it is refused. A field of the policy this
+//! server does not know refuses the environment: it may be a restriction
+//! this server would not enforce.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +21,8 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+
+use super::target;
 
 /// The manifest's `network`.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,7 +113,18 @@ pub struct Credential {
 pub enum Refusal {
     NotAllowed,
     Method(String),
-    Path(String),
+    /// The path sent, and its normal form, which the rules decided on.
+    Path {
+        sent: String,
+        normal: String,
+    },
+    /// A path upstreams could read otherwise than the rules would.
+    Ambiguous {
+        sent: String,
+        why: target::Ambiguous,
+    },
+    /// Plain HTTP to a host whose rules attach a credential.
+    Cleartext,
 }
 
 impl fmt::Display for Refusal {
@@ -115,9 +132,33 @@ impl fmt::Display for Refusal {
         match self {
             Refusal::NotAllowed => f.write_str("not in allowlist"),
             Refusal::Method(m) => write!(f, "method {m} not allowed"),
-            Refusal::Path(p) => write!(f, "path {p} not allowed"),
+            Refusal::Path { sent, normal } if sent == normal => {
+                write!(f, "path {sent} not allowed")
+            }
+            Refusal::Path { sent, normal } => write!(f, "path {sent} not allowed: it is {normal}"),
+            Refusal::Ambiguous { sent, why } => write!(f, "ambiguous path {sent}: {why}"),
+            Refusal::Cleartext => f.write_str("a credential goes only over HTTPS: use https://"),
         }
     }
+}
+
+/// How a request reached the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Plain HTTP, readable on the way.
+    Cleartext,
+    /// Inside TLS the proxy terminated, sent on over verified TLS.
+    Tls,
+}
+
+/// An allowed request: what the proxy sends, and what it puts in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowed<'a> {
+    /// The path to send: the one the rules decided on (its normal form
+    /// when they name paths, else the path as it came).
+    pub path: String,
+    /// The names of the credentials the allowing rules attach.
+    pub credentials: Vec<&'a str>,
 }
 
 /// What the proxy does with a CONNECT the rules allow.
@@ -155,12 +196,17 @@ impl Rule {
         !self.paths.is_empty() || !self.methods.is_empty() || !self.credentials.is_empty()
     }
 
-    fn allows(&self, method: &str, path: &str) -> Result<(), Refusal> {
+    /// Whether the rule allows `method` on `path` (normalised when the
+    /// rule names paths), as `sent`.
+    fn allows(&self, method: &str, path: &str, sent: &str) -> Result<(), Refusal> {
         if !self.methods.is_empty() && !self.methods.iter().any(|m| m == method) {
             return Err(Refusal::Method(method.to_owned()));
         }
-        if !self.paths.is_empty() && !self.paths.iter().any(|p| path.starts_with(p.as_str())) {
-            return Err(Refusal::Path(path.to_owned()));
+        if !self.paths.is_empty() && !self.paths.iter().any(|p| target::under(p, path)) {
+            return Err(Refusal::Path {
+                sent: sent.to_owned(),
+                normal: path.to_owned(),
+            });
         }
         Ok(())
     }
@@ -201,22 +247,39 @@ impl Policy {
         }
     }
 
-    /// A request (plain HTTP, or inside terminated TLS): allowed when some
-    /// rule naming the host allows its method and path. Returns the names
-    /// of the credentials the allowing rules attach.
+    /// A request (plain HTTP, or inside terminated TLS) for `path` (no
+    /// query): allowed when some rule naming the host allows its method
+    /// and path, and, for a host whose rules attach a credential, only
+    /// inside TLS.
     pub fn request(
         &self,
         host: &str,
         port: u16,
         method: &str,
         path: &str,
-    ) -> Result<Vec<&str>, Refusal> {
+        transport: Transport,
+    ) -> Result<Allowed<'_>, Refusal> {
         let host = normal_host(host);
+        let rules = self.rules_for(&host, port);
+        if rules.is_empty() {
+            return Err(Refusal::NotAllowed);
+        }
+        if transport == Transport::Cleartext && rules.iter().any(|r| !r.credentials.is_empty()) {
+            return Err(Refusal::Cleartext);
+        }
+        let decided = if rules.iter().any(|r| !r.paths.is_empty()) {
+            target::normalise(path).map_err(|why| Refusal::Ambiguous {
+                sent: path.to_owned(),
+                why,
+            })?
+        } else {
+            path.to_owned()
+        };
         let mut refusal = Refusal::NotAllowed;
         let mut credentials = Vec::new();
         let mut allowed = false;
-        for rule in self.rules_for(&host, port) {
-            match rule.allows(method, path) {
+        for rule in rules {
+            match rule.allows(method, &decided, path) {
                 Ok(()) => {
                     allowed = true;
                     credentials.extend(rule.credentials.iter().map(String::as_str));
@@ -224,13 +287,15 @@ impl Policy {
                 Err(why) => refusal = why,
             }
         }
-        if allowed {
-            credentials.sort_unstable();
-            credentials.dedup();
-            Ok(credentials)
-        } else {
-            Err(refusal)
+        if !allowed {
+            return Err(refusal);
         }
+        credentials.sort_unstable();
+        credentials.dedup();
+        Ok(Allowed {
+            path: decided,
+            credentials,
+        })
     }
 
     /// Whether some rule naming `host:port` names `addr` itself.
@@ -282,8 +347,19 @@ impl Policy {
                 problems.push((at("port"), "must be 1 to 65535".into()));
             }
             for path in &rule.paths {
-                if !path.starts_with('/') {
-                    problems.push((at("paths"), format!("{path:?} does not start with /")));
+                match target::normalise(path) {
+                    Ok(normal) if normal == *path => {}
+                    Ok(normal) => problems.push((
+                        at("paths"),
+                        format!("{path:?} is not in normal form: write {normal:?}"),
+                    )),
+                    Err("not a path") => {
+                        problems.push((at("paths"), format!("{path:?} does not start with /")));
+                    }
+                    Err(why) => problems.push((
+                        at("paths"),
+                        format!("{path:?} can never match: a path with {why} is refused"),
+                    )),
                 }
             }
             for method in &rule.methods {

@@ -71,26 +71,61 @@ fn connect_is_decided_by_host_and_port() {
     assert_eq!(p.connect("127.0.0.1", 8080), Ok(Tunnel::Pass));
 }
 
+fn allowed<'a>(path: &str, credentials: &[&'a str]) -> Result<Allowed<'a>, Refusal> {
+    Ok(Allowed {
+        path: path.to_owned(),
+        credentials: credentials.to_vec(),
+    })
+}
+
 #[test]
 fn requests_are_decided_by_method_and_path_too() {
     let p = sample();
-    assert_eq!(p.request("pypi.org", 80, "POST", "/anything"), Ok(vec![]));
+    let tls = Transport::Tls;
     assert_eq!(
-        p.request("api.example.com", 443, "GET", "/v1/x"),
-        Ok(vec!["TOKEN"])
+        p.request("pypi.org", 80, "POST", "/anything", Transport::Cleartext),
+        allowed("/anything", &[])
     );
     assert_eq!(
-        p.request("api.example.com", 443, "POST", "/v1/x"),
+        p.request("api.example.com", 443, "GET", "/v1/x", tls),
+        allowed("/v1/x", &["TOKEN"])
+    );
+    assert_eq!(
+        p.request("api.example.com", 443, "POST", "/v1/x", tls),
         Err(Refusal::Method("POST".into()))
     );
     assert_eq!(
-        p.request("api.example.com", 443, "GET", "/v2/x"),
-        Err(Refusal::Path("/v2/x".into()))
+        p.request("api.example.com", 443, "GET", "/v2/x", tls),
+        Err(Refusal::Path {
+            sent: "/v2/x".into(),
+            normal: "/v2/x".into()
+        })
     );
     assert_eq!(
-        p.request("denied.example", 80, "GET", "/"),
+        p.request("denied.example", 80, "GET", "/", Transport::Cleartext),
         Err(Refusal::NotAllowed)
     );
+}
+
+#[test]
+fn a_host_with_a_credential_is_reached_over_tls_only() {
+    let p = sample();
+    for port in [80, 443] {
+        let why = p
+            .request(
+                "api.example.com",
+                port,
+                "GET",
+                "/v1/x",
+                Transport::Cleartext,
+            )
+            .unwrap_err();
+        assert_eq!(why, Refusal::Cleartext);
+        assert_eq!(
+            why.to_string(),
+            "a credential goes only over HTTPS: use https://"
+        );
+    }
 }
 
 #[test]
@@ -144,6 +179,68 @@ fn unknown_fields_and_bad_values_are_problems() {
             "credentials.T.placeholder",
             "credentials.T.headers",
             "credentials.U.headers",
+        ]
+    );
+}
+
+#[test]
+fn paths_are_decided_on_the_normalised_path() {
+    let p = sample();
+    let tls = Transport::Tls;
+    for attack in [
+        "/v1/../admin",
+        "/v1/%2e%2e/admin",
+        "/v1/..%2fadmin",
+        "/v1/./../admin",
+        "/v1//../admin",
+        "/v1/x/../../admin",
+        "/v1/..;/admin",
+        "/v1/..\\admin",
+        "/v1/..%5Cadmin",
+    ] {
+        assert!(
+            p.request("api.example.com", 443, "GET", attack, tls)
+                .is_err(),
+            "{attack} was allowed"
+        );
+    }
+    assert_eq!(
+        p.request("api.example.com", 443, "GET", "/v1/../admin", tls)
+            .unwrap_err()
+            .to_string(),
+        "path /v1/../admin not allowed: it is /admin"
+    );
+    assert_eq!(
+        p.request("api.example.com", 443, "GET", "/v1/..;/admin", tls)
+            .unwrap_err()
+            .to_string(),
+        "ambiguous path /v1/..;/admin: a ; parameter"
+    );
+    // What is allowed is sent in the form it was decided in.
+    assert_eq!(
+        p.request("api.example.com", 443, "GET", "/v1/a/./b/../%7Ec", tls),
+        allowed("/v1/a/~c", &["TOKEN"])
+    );
+    // A host whose rules name no path gets its path as it came.
+    assert_eq!(
+        p.request("pypi.org", 443, "GET", "/simple/../x;y", tls),
+        allowed("/simple/../x;y", &[])
+    );
+}
+
+#[test]
+fn a_rules_paths_must_be_in_normal_form() {
+    let p = policy(
+        r#"{ "allow": [ { "host": "a.example", "paths": ["/v1/", "/a/../b", "/%7Eme", "/x;y", "v2"] } ] }"#,
+    );
+    let problems: Vec<String> = p.problems().into_iter().map(|(_, why)| why).collect();
+    assert_eq!(
+        problems,
+        [
+            r#""/a/../b" is not in normal form: write "/b""#,
+            r#""/%7Eme" is not in normal form: write "/~me""#,
+            r#""/x;y" can never match: a path with a ; parameter is refused"#,
+            r#""v2" does not start with /"#,
         ]
     );
 }

@@ -10,8 +10,18 @@
 //! - Plain HTTP (an absolute URI, or a Host header): host, port, method and
 //!   path against the rules, then sent on. Redirects are the client's to
 //!   follow, so a redirect to a denied host is a new request, refused.
+//! - A request is sent on with the path the rules decided on (policy.rs,
+//!   target.rs); a GET or HEAD with a body is refused, since an upstream
+//!   that ignores the body would read it as a request of its own that no
+//!   rule decided; a credential goes only inside TLS the proxy terminated.
 //! - Every decision is logged; every refusal is kept for the run's result
 //!   and answered with 403 (or the tunnel closed) and a line saying why.
+//! - One jail cannot take the server's descriptors: a gate holds at most
+//!   [`Bounds::connections`] connections at once (tunnels included; more
+//!   wait in the socket's backlog, which costs the server none), and a
+//!   connection that sends no complete request head within
+//!   [`Bounds::header_timeout`], or sits that long idle between requests,
+//!   is closed.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -23,15 +33,16 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::policy::{Policy, Tunnel, normal_host};
-use super::resolve::internal;
+use super::policy::{Policy, Transport, Tunnel, normal_host};
+use super::special::special;
 use super::{Egress, Refusals};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -39,6 +50,38 @@ type Body = BoxBody<Bytes, BoxError>;
 
 /// How long a connection to an allowed host may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the jail's side of a terminated tunnel may take to finish its
+/// TLS handshake, once its ClientHello came.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one gate may hold of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Connections open at once through one gate, tunnels included.
+    pub connections: usize,
+    /// How long a request head may take to arrive, and a connection may sit
+    /// idle between requests.
+    pub header_timeout: Duration,
+}
+
+impl Default for Bounds {
+    /// 64 connections: more than any package manager opens at once to its
+    /// hosts (pip keeps 10 per host, npm 15 at once, uv downloads 50), and
+    /// at 2 descriptors each (the jail's side and the host's), 128 of the
+    /// server's. 30 s for a head: hyper's default, what an idle keep-alive
+    /// connection is closed after (clients open a new one), and far longer
+    /// than a client in the jail takes to write a head.
+    fn default() -> Self {
+        Self {
+            connections: 64,
+            header_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One connection's place in its gate: held by the connection, and by the
+/// tunnel it becomes, until both end.
+type Slot = Arc<OwnedSemaphorePermit>;
 
 /// What every connection of one gate shares.
 pub struct Shared {
@@ -47,6 +90,7 @@ pub struct Shared {
     pub secrets: Arc<std::collections::HashMap<String, String>>,
     pub egress: Arc<Egress>,
     pub refusals: Mutex<Refusals>,
+    pub bounds: Bounds,
 }
 
 impl Shared {
@@ -74,15 +118,22 @@ impl Shared {
             .resolve(host, port)
             .await
             .map_err(|e| format!("cannot resolve {host}: {e}"))?;
-        let (usable, internal_addrs): (Vec<SocketAddr>, Vec<SocketAddr>) = addrs
+        let mut refused = None;
+        let usable: Vec<SocketAddr> = addrs
             .into_iter()
-            .partition(|a| !internal(a.ip()) || self.policy.names_address(host, port, a.ip()));
+            .filter(|a| match special(a.ip()) {
+                Some(why) if !self.policy.names_address(host, port, a.ip()) => {
+                    refused.get_or_insert((a.ip(), why));
+                    false
+                }
+                _ => true,
+            })
+            .collect();
         if usable.is_empty() {
-            let ip: Vec<IpAddr> = internal_addrs.iter().map(SocketAddr::ip).collect();
-            return Err(format!(
-                "resolves to an internal address {}",
-                ip.first().map(ToString::to_string).unwrap_or_default()
-            ));
+            return Err(match refused {
+                Some((ip, why)) => format!("resolves to {ip}: {why}, a special-purpose range"),
+                None => format!("{host} has no address"),
+            });
         }
         let mut last = String::from("no address");
         for addr in usable {
@@ -113,9 +164,31 @@ fn authority(host: &str, port: u16) -> String {
     }
 }
 
-/// Serves the gate's socket until `stop`.
+/// Serves the gate's socket until `stop`, at most `shared.bounds.connections`
+/// connections at once: past them none is accepted until one ends.
 pub async fn accept(listener: UnixListener, shared: Arc<Shared>, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(shared.bounds.connections));
+    let mut told = false;
     loop {
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if !std::mem::replace(&mut told, true) {
+                    tracing::info!(
+                        env = %shared.env,
+                        connections = shared.bounds.connections,
+                        "egress gate full: this jail's new connections wait until one ends"
+                    );
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    slot = Arc::clone(&slots).acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => return,
+                    },
+                }
+            }
+        };
         let stream = tokio::select! {
             () = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
@@ -127,23 +200,32 @@ pub async fn accept(listener: UnixListener, shared: Arc<Shared>, stop: Cancellat
                 }
             },
         };
-        let (shared, stop) = (Arc::clone(&shared), stop.clone());
+        let (shared, stop, slot) = (Arc::clone(&shared), stop.clone(), Arc::new(slot));
         tokio::spawn(async move {
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = serve(stream, shared) => {}
+                () = serve(stream, shared, slot) => {}
             }
         });
     }
 }
 
+/// hyper's HTTP/1 server for the jail's side, its head timeout set.
+fn http1(bounds: Bounds) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(bounds.header_timeout);
+    http
+}
+
 /// One connection from the jail's bridge.
-async fn serve(stream: UnixStream, shared: Arc<Shared>) {
+async fn serve(stream: UnixStream, shared: Arc<Shared>, slot: Slot) {
+    let bounds = shared.bounds;
     let service = service_fn(move |req| {
-        let shared = Arc::clone(&shared);
-        async move { Ok::<_, Infallible>(handle(req, shared).await) }
+        let (shared, slot) = (Arc::clone(&shared), Arc::clone(&slot));
+        async move { Ok::<_, Infallible>(handle(req, shared, slot).await) }
     });
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
+    if let Err(e) = http1(bounds)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades()
         .await
@@ -152,9 +234,9 @@ async fn serve(stream: UnixStream, shared: Arc<Shared>) {
     }
 }
 
-async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
+async fn handle(req: Request<Incoming>, shared: Arc<Shared>, slot: Slot) -> Response<Body> {
     if req.method() == Method::CONNECT {
-        connect(req, shared).await
+        connect(req, shared, slot).await
     } else {
         plain(req, shared).await
     }
@@ -190,7 +272,7 @@ fn target(uri: &Uri, default_port: u16) -> Option<(String, u16)> {
     ))
 }
 
-async fn connect(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
+async fn connect(req: Request<Incoming>, shared: Arc<Shared>, slot: Slot) -> Response<Body> {
     let Some((host, port)) = target(req.uri(), 443) else {
         return text(StatusCode::BAD_REQUEST, "CONNECT needs host:port".into());
     };
@@ -208,6 +290,8 @@ async fn connect(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> 
         Tunnel::Terminate => None,
     };
     tokio::spawn(async move {
+        // The tunnel keeps the connection's place in its gate.
+        let _slot = slot;
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(upgraded) => upgraded,
             Err(e) => {
@@ -277,18 +361,24 @@ async fn terminate(
             return;
         }
     };
-    let stream = match acceptor.accept(Replay::new(hello, client)).await {
-        Ok(stream) => stream,
-        Err(e) => {
+    let handshake = acceptor.accept(Replay::new(hello, client));
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
             tracing::info!(env = %shared.env, host, port, error = %e, "the jail's TLS to the proxy failed");
             return;
         }
+        Err(_) => {
+            tracing::info!(env = %shared.env, host, port, "the jail's TLS to the proxy timed out");
+            return;
+        }
     };
+    let bounds = shared.bounds;
     let service = service_fn(move |req| {
         let (shared, host) = (Arc::clone(&shared), host.clone());
         async move { Ok::<_, Infallible>(inside(req, &host, port, shared).await) }
     });
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
+    if let Err(e) = http1(bounds)
         .serve_connection(TokioIo::new(stream), service)
         .await
     {
@@ -303,16 +393,18 @@ async fn inside(
     port: u16,
     shared: Arc<Shared>,
 ) -> Response<Body> {
-    let path = req.uri().path().to_owned();
-    let credentials = match shared
-        .policy
-        .request(host, port, req.method().as_str(), &path)
+    if let Some((named, named_port)) = target(req.uri(), 443)
+        && (named != host || named_port != port)
     {
-        Ok(credentials) => credentials
-            .into_iter()
-            .map(str::to_owned)
-            .collect::<Vec<_>>(),
-        Err(why) => return forbidden(shared.refuse(host, port, &why.to_string())),
+        let why = format!(
+            "a request for {} inside its tunnel",
+            authority(&named, named_port)
+        );
+        return forbidden(shared.refuse(host, port, &why));
+    }
+    let (origin, credentials) = match decide(&req, host, port, Transport::Tls, &shared) {
+        Ok(decided) => decided,
+        Err(line) => return forbidden(line),
     };
     let tcp = match shared.dial(host, port).await {
         Ok(tcp) => tcp,
@@ -330,8 +422,39 @@ async fn inside(
     };
     let mut req = req;
     inject(&mut req, &credentials, &shared);
-    shared.allow(host, port, &format!("{} {path} (terminated)", req.method()));
-    send(req, host, port, upstream).await
+    shared.allow(
+        host,
+        port,
+        &format!("{} {origin} (terminated)", req.method()),
+    );
+    send(req, &origin, host, port, upstream).await
+}
+
+/// Decides a request to `host:port` by the policy: the origin-form target
+/// to send (the path decided on, the query as it came) and the names of
+/// the credentials to put in, or the refusal's line (kept and logged).
+fn decide(
+    req: &Request<Incoming>,
+    host: &str,
+    port: u16,
+    transport: Transport,
+    shared: &Shared,
+) -> Result<(String, Vec<String>), String> {
+    let method = req.method();
+    if matches!(*method, Method::GET | Method::HEAD) && !req.body().is_end_stream() {
+        let why = format!("a {method} with a body: send data with POST");
+        return Err(shared.refuse(host, port, &why));
+    }
+    let allowed = shared
+        .policy
+        .request(host, port, method.as_str(), req.uri().path(), transport)
+        .map_err(|why| shared.refuse(host, port, &why.to_string()))?;
+    let origin = match req.uri().query() {
+        Some(query) => format!("{}?{query}", allowed.path),
+        None => allowed.path,
+    };
+    let credentials = allowed.credentials.into_iter().map(str::to_owned).collect();
+    Ok((origin, credentials))
 }
 
 /// Puts each credential's secret in place of its placeholder, in the
@@ -386,16 +509,9 @@ async fn plain(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
             "only http:// is proxied; https goes through CONNECT",
         ));
     }
-    let path = req.uri().path().to_owned();
-    let credentials = match shared
-        .policy
-        .request(&host, port, req.method().as_str(), &path)
-    {
-        Ok(credentials) => credentials
-            .into_iter()
-            .map(str::to_owned)
-            .collect::<Vec<_>>(),
-        Err(why) => return forbidden(shared.refuse(&host, port, &why.to_string())),
+    let (origin, credentials) = match decide(&req, &host, port, Transport::Cleartext, &shared) {
+        Ok(decided) => decided,
+        Err(line) => return forbidden(line),
     };
     let tcp = match shared.dial(&host, port).await {
         Ok(tcp) => tcp,
@@ -403,8 +519,8 @@ async fn plain(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
     };
     let mut req = req;
     inject(&mut req, &credentials, &shared);
-    shared.allow(&host, port, &format!("{} {path}", req.method()));
-    send(req, &host, port, tcp).await
+    shared.allow(&host, port, &format!("{} {origin}", req.method()));
+    send(req, &origin, &host, port, tcp).await
 }
 
 /// Headers of one hop only, never passed on.
@@ -419,17 +535,19 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
-/// Sends `req` to `host:port` over `io` in origin form, and its response back.
-async fn send<S>(req: Request<Incoming>, host: &str, port: u16, io: S) -> Response<Body>
+/// Sends `req` to `host:port` over `io` with the target `origin` (the one
+/// decided), and its response back.
+async fn send<S>(
+    req: Request<Incoming>,
+    origin: &str,
+    host: &str,
+    port: u16,
+    io: S,
+) -> Response<Body>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (mut parts, body) = req.into_parts();
-    let origin = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
     parts.uri = match origin.parse() {
         Ok(uri) => uri,
         Err(_) => return text(StatusCode::BAD_REQUEST, "bad request target".into()),

@@ -12,8 +12,15 @@ use tokio::net::{TcpListener, UnixStream};
 use super::*;
 use crate::testing;
 
-/// An upstream that answers every request with `upstream saw PATH`.
-async fn upstream() -> u16 {
+/// What the upstreams received, in order: (their port, each request line),
+/// read as a server that ignores the bodies of GETs does (the bytes after a
+/// request's head are the next request).
+type Seen = Arc<std::sync::Mutex<Vec<(u16, String, String)>>>;
+
+/// An upstream that answers every request with `upstream saw TARGET`,
+/// keeping the connection open, and records (port, request line, the
+/// `Authorization` header) of each.
+async fn upstream(seen: Seen) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -21,17 +28,36 @@ async fn upstream() -> u16 {
             let Ok((mut tcp, _)) = listener.accept().await else {
                 return;
             };
+            let seen = Arc::clone(&seen);
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let n = tcp.read(&mut buf).await.unwrap_or(0);
-                let head = String::from_utf8_lossy(&buf[..n]).to_string();
-                let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
-                let body = format!("upstream saw {path}");
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = tcp.write_all(reply.as_bytes()).await;
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end + 4);
+                        let line = head.lines().next().unwrap_or_default().to_owned();
+                        let auth = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("authorization: "))
+                            .unwrap_or_default()
+                            .to_owned();
+                        let target = line.split(' ').nth(1).unwrap_or("?").to_owned();
+                        seen.lock().unwrap().push((port, line, auth));
+                        let body = format!("upstream saw {target}");
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if tcp.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match tcp.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
             });
         }
     });
@@ -40,12 +66,31 @@ async fn upstream() -> u16 {
 
 struct Fixture {
     gate: Gate,
+    /// Any request allowed.
     port: u16,
+    /// Requests under `/v1/` only.
+    paths_port: u16,
+    /// A credential put in (TOKEN, from the server's variable REAL).
+    secret_port: u16,
+    seen: Seen,
     _dir: tempfile::TempDir,
 }
 
+/// The secret the fixture's server reads (its variable REAL).
+const SECRET: &str = "the-real-secret-0123456789";
+const PLACEHOLDER: &str = "placeholder-TOKEN";
+
 async fn fixture() -> Fixture {
-    let port = upstream().await;
+    fixture_bounded(64, std::time::Duration::from_secs(30)).await
+}
+
+/// The fixture, its gate holding at most `connections` connections and
+/// waiting `header_timeout` for a request head.
+async fn fixture_bounded(connections: usize, header_timeout: std::time::Duration) -> Fixture {
+    let seen = Seen::default();
+    let port = upstream(Arc::clone(&seen)).await;
+    let paths_port = upstream(Arc::clone(&seen)).await;
+    let secret_port = upstream(Arc::clone(&seen)).await;
     let dir = tempfile::tempdir().unwrap();
     let hosts = dir.path().join("hosts");
     std::fs::write(&hosts, "127.0.0.1 loop.test\n").unwrap();
@@ -56,7 +101,12 @@ async fn fixture() -> Fixture {
                 "allow": [
                     {"host": "127.0.0.1", "port": port},
                     {"host": "loop.test", "port": port},
-                ]
+                    {"host": "127.0.0.1", "port": paths_port, "paths": ["/v1/"]},
+                    {"host": "127.0.0.1", "port": secret_port, "credentials": ["TOKEN"]},
+                ],
+                "credentials": {
+                    "TOKEN": {"placeholder": PLACEHOLDER, "from_env": "REAL", "headers": ["Authorization"]}
+                }
             }),
         )
         .build();
@@ -65,11 +115,17 @@ async fn fixture() -> Fixture {
         hosts_file: Some(hosts),
         extra_roots: None,
     };
-    let egress = Arc::new(Egress::start(&catalog, &settings, None, |_| None));
+    let egress = Egress::start(&catalog, &settings, None, |var| {
+        (var == "REAL").then(|| SECRET.into())
+    });
+    let egress = Arc::new(egress.bounded(connections, header_timeout));
     let gate = egress.gate(&catalog.envs["e"]).unwrap().unwrap();
     Fixture {
         gate,
         port,
+        paths_port,
+        secret_port,
+        seen,
         _dir: dir,
     }
 }
@@ -147,7 +203,7 @@ async fn a_name_that_resolves_to_loopback_is_refused() {
     assert_eq!(
         f.gate.take_refusals(),
         [format!(
-            "network: refused loop.test:{p} (resolves to an internal address 127.0.0.1)"
+            "network: refused loop.test:{p} (resolves to 127.0.0.1: loopback, a special-purpose range)"
         )]
     );
 }
@@ -280,4 +336,282 @@ async fn the_proxys_upstream_connections_send_without_delay() {
         proxys.nodelay().unwrap(),
         "TCP_NODELAY is off on the proxy's upstream connection"
     );
+}
+
+/// Targets that a prefix test on the raw path lets through under `/v1/`
+/// and that an upstream resolving dot segments, escapes, `;` parameters,
+/// backslashes or repeated slashes (nginx, Tomcat, IIS and their like) reads
+/// as `/admin`.
+const PATH_ATTACKS: [&str; 21] = [
+    "/v1/../admin",
+    "/v1/%2e%2e/admin",
+    "/v1/%2E%2E/admin",
+    "/v1/.%2e/admin",
+    "/v1/%2e./admin",
+    "/v1/..%2fadmin",
+    "/v1/..%2Fadmin",
+    "/v1/./../admin",
+    "/v1//../admin",
+    "/v1/x/../../admin",
+    "/v1/../v1/../admin",
+    "/v1/..;/admin",
+    "/v1/;x/../../admin",
+    "/v1/..\\admin",
+    "/v1/..%5cadmin",
+    "/v1/..%5Cadmin",
+    "/v1/%2e%2e%5cadmin",
+    "/%76%31/../admin",
+    "/v1/x/..%2f..%2fadmin",
+    "/v1/..%3b/admin",
+    "/v1/%2e%2e/admin?q=/v1/",
+];
+
+/// How the most lenient upstream reads a target's path: every escape
+/// decoded once, `\` as `/`, `;` parameters cut from each segment, repeated
+/// slashes merged, then dot segments removed.
+fn lenient_reading(target: &str) -> String {
+    let path = target.split(['?', '#']).next().unwrap_or_default();
+    let mut decoded = Vec::new();
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                decoded.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    let decoded = String::from_utf8_lossy(&decoded).replace('\\', "/");
+    let mut out: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        let segment = segment.split(';').next().unwrap_or_default();
+        match segment {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    format!("/{}", out.join("/"))
+}
+
+#[test]
+fn the_lenient_reading_is_the_attackers() {
+    for attack in PATH_ATTACKS {
+        assert_eq!(lenient_reading(attack), "/admin", "{attack}");
+    }
+    assert_eq!(lenient_reading("/v1/x"), "/v1/x");
+}
+
+/// Each attack, in origin form and absolute form, is refused, or reaches
+/// the upstream as a target every reading keeps under `/v1/`.
+#[tokio::test]
+async fn path_rules_decide_on_what_the_upstream_reads() {
+    let f = fixture().await;
+    let p = f.paths_port;
+    let host = format!("127.0.0.1:{p}");
+    for attack in PATH_ATTACKS {
+        for target in [attack.to_owned(), format!("http://{host}{attack}")] {
+            let answer = f.ask(&get(&target, &host)).await;
+            let refused = answer.starts_with("HTTP/1.1 403");
+            assert!(
+                refused || answer.starts_with("HTTP/1.1 200"),
+                "{target}: {answer}"
+            );
+        }
+    }
+    let seen = f.seen.lock().unwrap().clone();
+    for (port, line, _) in &seen {
+        let target = line.split(' ').nth(1).unwrap_or_default();
+        assert!(
+            *port != p || lenient_reading(target).starts_with("/v1/"),
+            "the upstream read {line:?} as {}",
+            lenient_reading(target)
+        );
+    }
+    // The allowed paths still pass, as the proxy decided them.
+    let answer = f.ask(&get("/v1/a/./b/%7Eme?x=/../y", &host)).await;
+    assert!(
+        answer.contains("upstream saw /v1/a/b/~me?x=/../y"),
+        "{answer}"
+    );
+}
+
+/// A credential goes only inside TLS the proxy verified: plain HTTP to its
+/// host is refused, never sent on with the secret (nor without it).
+#[tokio::test]
+async fn credentials_never_go_out_in_cleartext() {
+    let f = fixture().await;
+    let p = f.secret_port;
+    let host = format!("127.0.0.1:{p}");
+    let request = format!(
+        "GET http://{host}/v1/x HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\nConnection: close\r\n\r\n"
+    );
+    let answer = f.ask(&request).await;
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let seen = f.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|(port, _, _)| *port != p),
+        "the request went out in cleartext: {seen:?}"
+    );
+    assert_eq!(
+        f.gate.take_refusals(),
+        [format!(
+            "network: refused {host} (a credential goes only over HTTPS: use https://)"
+        )]
+    );
+}
+
+/// A GET whose body holds a second request: an upstream that ignores the
+/// bodies of GETs would read it as a request the proxy never decided.
+#[tokio::test]
+async fn a_get_with_a_body_is_refused() {
+    let f = fixture().await;
+    let p = f.paths_port;
+    let host = format!("127.0.0.1:{p}");
+    let smuggled = format!("GET /admin HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    for method in ["GET", "HEAD"] {
+        for framing in [
+            format!("Content-Length: {}\r\n", smuggled.len()),
+            "Transfer-Encoding: chunked\r\n".to_owned(),
+        ] {
+            let body = if framing.starts_with("Content-Length") {
+                smuggled.clone()
+            } else {
+                format!("{:x}\r\n{smuggled}\r\n0\r\n\r\n", smuggled.len())
+            };
+            let request = format!(
+                "{method} /v1/x HTTP/1.1\r\nHost: {host}\r\n{framing}Connection: close\r\n\r\n{body}"
+            );
+            let answer = f.ask(&request).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 403"),
+                "{method} {framing}: {answer}"
+            );
+        }
+    }
+    let seen = f.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|(_, line, _)| !line.contains("/admin")),
+        "a smuggled request reached the upstream: {seen:?}"
+    );
+    assert!(f.gate.take_refusals().contains(&format!(
+        "network: refused {host} (a GET with a body: send data with POST)"
+    )),);
+}
+
+/// How many connections of the gate at `socket` this process (the server)
+/// holds a descriptor of: the sockets of /proc/net/unix bound to that path,
+/// not listening, whose inode one of its descriptors names. Other tests'
+/// descriptors, and connections still waiting in the backlog, do not count.
+fn held_by_gate(socket: &std::path::Path) -> usize {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let accepted: std::collections::HashSet<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let listening = u32::from_str_radix(fields.get(3)?, 16).ok()? & 0x10000 != 0;
+            (fields.get(7) == Some(&socket.to_str()?) && !listening)
+                .then(|| format!("socket:[{}]", fields[6]))
+        })
+        .collect();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| accepted.contains(target.to_string_lossy().as_ref()))
+        })
+        .count()
+}
+
+/// A jail that opens connections to its gate and sends nothing: the gate
+/// accepts no more than its bound at once (the rest wait in the socket's
+/// backlog, costing the server nothing), closes each one that sent no
+/// request head in time, and serves a real request after them.
+#[tokio::test]
+async fn a_gate_holds_a_bounded_number_of_idle_connections() {
+    const IDLE: usize = 40;
+    const BOUND: usize = 4;
+    let f = fixture_bounded(BOUND, std::time::Duration::from_secs(1)).await;
+    let socket = std::path::PathBuf::from(f.gate.vars()[0].1.clone());
+    let mut idle = Vec::new();
+    for _ in 0..IDLE {
+        idle.push(f.connect().await);
+    }
+    // The first connections are accepted, then closed at the head timeout:
+    // until then the server holds at most BOUND of them.
+    let mut buf = [0u8; 16];
+    let first = tokio::time::timeout(std::time::Duration::from_secs(20), idle[0].read(&mut buf))
+        .await
+        .expect("an idle connection was never closed");
+    assert_eq!(first.unwrap(), 0);
+    let held = held_by_gate(&socket);
+    assert!(
+        held <= BOUND,
+        "the server holds {held} of {IDLE} idle connections"
+    );
+    // Every one of them is closed in its turn.
+    for (i, stream) in idle.iter_mut().enumerate() {
+        let read = tokio::time::timeout(std::time::Duration::from_secs(60), stream.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("idle connection {i} was never closed"));
+        assert_eq!(read.unwrap(), 0, "connection {i}");
+        let held = held_by_gate(&socket);
+        assert!(held <= BOUND, "the server holds {held} idle connections");
+    }
+    // And the gate still serves.
+    let p = f.port;
+    let host = format!("127.0.0.1:{p}");
+    let answer = f.ask(&get(&format!("http://{host}/after"), &host)).await;
+    assert!(answer.contains("upstream saw /after"), "{answer}");
+}
+
+/// A tunnel keeps its connection's place in the gate until it ends.
+#[tokio::test]
+async fn a_tunnel_holds_its_place_in_the_gate() {
+    let f = fixture_bounded(1, std::time::Duration::from_secs(30)).await;
+    let p = f.port;
+    let mut tunnel = f.connect().await;
+    let connect = format!("CONNECT 127.0.0.1:{p} HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\n\r\n");
+    tunnel.write_all(connect.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = tunnel.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // The gate is full: a second connection is not served while the
+    // tunnel lasts, and is once it ends.
+    let host = format!("127.0.0.1:{p}");
+    let mut second = f.connect().await;
+    second
+        .write_all(get(&format!("http://{host}/second"), &host).as_bytes())
+        .await
+        .unwrap();
+    let waited =
+        tokio::time::timeout(std::time::Duration::from_millis(500), second.read(&mut buf)).await;
+    assert!(
+        waited.is_err(),
+        "a connection was served past the gate's bound"
+    );
+    drop(tunnel);
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        second.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the waiting connection was never served")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.contains("upstream saw /second"), "{answer}");
 }

@@ -260,3 +260,57 @@ async fn a_sessions_cpu_budget_counts_all_its_processes_across_calls() {
         "{t}"
     );
 }
+
+/// The soft and hard RLIMIT_NOFILE of process `pid`.
+fn open_files(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    (fields[3].parse().unwrap(), fields[4].parse().unwrap())
+}
+
+/// A server started with a soft limit of 1,024 open files (what systemd
+/// gives a unit) raises it to its hard limit at start, and says so; its
+/// jails keep their own limit, the environment's `nofile`.
+#[tokio::test]
+async fn the_server_raises_its_open_files_limit_and_its_jails_keep_theirs() {
+    let hard = 4096;
+    for user in User::all() {
+        let mut cmd = user.command();
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                use nix::sys::resource::{Resource, setrlimit};
+                setrlimit(Resource::RLIMIT_NOFILE, 1024, hard).map_err(std::io::Error::from)
+            });
+        }
+        let server = Server::start_command(
+            cmd,
+            vec![Manifest::new(&template())],
+            &["--allow-wrappers-outside-store"],
+            &[],
+        )
+        .await;
+        assert_eq!(open_files(server.pid), (hard, hard), "{user:?}");
+        let log = server.stderr();
+        assert!(
+            log.contains("open files: the soft limit 1024 raised to the hard limit 4096"),
+            "{log}"
+        );
+        let jail = server
+            .run(
+                "python",
+                "import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE))",
+            )
+            .await;
+        let nofile = template()["environments"]["python"]["limits"]["nofile"].clone();
+        assert!(
+            text(&jail).starts_with(&format!("({nofile}, {nofile})")),
+            "{user:?}: {}",
+            text(&jail)
+        );
+    }
+}

@@ -47,7 +47,12 @@ in
       description = ''
         Address and port of the HTTP endpoint (`/mcp`). Loopback by
         default; any other address is reachable from the network, so open
-        the firewall yourself only if you mean it.
+        the firewall yourself only if you mean it. A loopback address (or
+        `localhost`, or `0.0.0.0`) is held on both loopback families: the
+        server also listens on the same port of `::1` (or `127.0.0.1`), so
+        that no other process, a `network = true` jail among them, can
+        answer clients that resolve `localhost` there; the service does not
+        start while another process holds that port.
       '';
       example = "[::1]:8765";
     };

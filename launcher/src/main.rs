@@ -135,9 +135,11 @@ fn main() -> ExitCode {
     };
     let code = if opts.mode == Mode::Check {
         let mut out = std::io::stdout().lock();
-        let checked = writeln!(out, "{}", jails.report()).and_then(|()| {
+        // The listener's sockets are the runtime's.
+        let (listener_ok, listener) = runtime.block_on(async { mcp::listen::check() });
+        let checked = writeln!(out, "{}\n{listener}", jails.report()).and_then(|()| {
             let check = probe::run_check(&catalog, &problems, &wrapper_env, &host, &mut out);
-            runtime.block_on(check)
+            runtime.block_on(check).map(|ok| ok && listener_ok)
         });
         match checked {
             Ok(true) => ExitCode::SUCCESS,

@@ -1,6 +1,10 @@
 //! MCP over streamable HTTP (`--http ADDR`): rmcp's streamable HTTP service
 //! behind a bearer token, served by hyper at `http://ADDR/mcp`.
 //!
+//! - A loopback or wildcard ADDR is held on both loopback families, so that
+//!   no other process (a `network = true` jail among them) can listen on
+//!   the port where clients that resolve `localhost` would reach it
+//!   (listen.rs).
 //! - Every request must carry `Authorization: Bearer TOKEN` (the token file
 //!   of `--token-file` or `NIX_SANDBOX_TOKEN_FILE`, compared in constant
 //!   time, token.rs); without it: 401, whose body and `WWW-Authenticate` say that a
@@ -36,7 +40,7 @@
 //!   have ended or a call could have run to its timeout.
 
 use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -57,10 +61,10 @@ use rmcp::transport::streamable_http_server::{
     SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::connections::Connections;
+use super::listen::{Listeners, parse_addr};
 use super::token::{CHALLENGE, NO_OAUTH, authorized, read_token, token_file};
 use super::{Config, Server};
 
@@ -87,7 +91,8 @@ type Rmcp = StreamableHttpService<Server, LocalSessionManager>;
 /// What `--http` needs besides the MCP handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
-    /// `HOST:PORT`; `localhost` stands for 127.0.0.1.
+    /// `HOST:PORT`; `localhost` stands for 127.0.0.1 (listen.rs: a
+    /// loopback address is held on both loopback families).
     pub addr: String,
     /// `--token-file`, else `NIX_SANDBOX_TOKEN_FILE` (config.rs).
     pub token_file: Option<PathBuf>,
@@ -109,18 +114,6 @@ fn max_body_bytes(max_code_bytes: usize) -> usize {
         .saturating_add(proto::files::MAX_FILES_BYTES)
         .saturating_mul(6)
         .saturating_add(64 * 1024)
-}
-
-/// Parses `HOST:PORT` (an IP address, `[v6]`, or `localhost`).
-pub fn parse_addr(addr: &str) -> Result<SocketAddr, String> {
-    if let Some(port) = addr.strip_prefix("localhost:") {
-        let port = port
-            .parse()
-            .map_err(|e| format!("--http {addr}: bad port: {e}"))?;
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    }
-    addr.parse()
-        .map_err(|e| format!("--http {addr}: not HOST:PORT ({e})"))
 }
 
 /// Serves MCP on `options.addr` until a signal; each MCP session gets a
@@ -162,10 +155,8 @@ async fn serve_until_stopped(
 ) -> Result<(), String> {
     let addr = parse_addr(&options.addr)?;
     let token = read_token(&token_file(options)?)?;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let bound = listener
+    let listeners = Listeners::bind(addr)?;
+    let bound = listeners
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
     if !bound.ip().is_loopback() {
@@ -181,6 +172,11 @@ async fn serve_until_stopped(
     );
     // Tests and scripts read this line to find the port.
     tracing::info!("listening on http://{bound}{ENDPOINT}");
+    if let Some(other) = listeners.companion_addr() {
+        tracing::info!(
+            "also answering on http://{other}{ENDPOINT}: the port's other loopback family, held so that no other process can take it"
+        );
+    }
     let stop = stop_signal(shutdown.clone());
     tokio::pin!(stop);
     let connections = Connections::new(options.max_connections);
@@ -194,7 +190,7 @@ async fn serve_until_stopped(
         }
         tokio::select! {
             () = &mut stop => break,
-            accepted = listener.accept() => match accepted {
+            accepted = listeners.accept() => match accepted {
                 Ok((stream, peer)) => {
                     // Each answer goes out as several writes (the headers,
                     // then each event of its stream): with Nagle's

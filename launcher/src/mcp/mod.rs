@@ -19,6 +19,7 @@ pub mod args;
 mod backpressure;
 mod connections;
 pub mod http;
+pub mod listen;
 pub mod refusal;
 mod resources;
 mod sockets;

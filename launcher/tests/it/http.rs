@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-const TOKEN: &str = "test-token-0123456789abcdef";
+pub const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// The server running with `--http 127.0.0.1:0`.
 pub struct HttpServer {
@@ -100,7 +100,7 @@ fn listening(log: &str) -> Option<SocketAddr> {
 
 /// One MCP client: its token, Origin and MCP session.
 pub struct Client {
-    addr: SocketAddr,
+    pub addr: SocketAddr,
     pub token: Option<String>,
     origin: Option<String>,
     pub session: Option<String>,

@@ -10,6 +10,7 @@ mod errors;
 mod hostile;
 mod http;
 mod http_bounds;
+mod http_listener;
 mod jail;
 mod lifetime;
 mod outputs;

@@ -69,6 +69,8 @@ enum Key {
     MaxSessions,
     MaxSessionsTotal,
     MaxRuns,
+    ClientRunsShare,
+    ClientSessionsShare,
     MaxMcpSessions,
     McpSessionIdleTimeout,
     MaxConnections,
@@ -223,6 +225,30 @@ pub const MAX_RUNS: Setting = Setting {
          to 10 s, then is refused",
     )
 };
+pub const CLIENT_RUNS_SHARE: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_CLIENT_RUNS_SHARE", VarRole::Fallback)),
+    default: Some(Default::Number(4)),
+    ..setting(
+        Key::ClientRunsShare,
+        "client-runs-share",
+        "over HTTP, runs one client (an MCP session; requests without one together) may \
+         hold while others want slots; beyond it, it takes a free one only while no client \
+         within its share waits and another stays free",
+    )
+};
+pub const CLIENT_SESSIONS_SHARE: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_CLIENT_SESSIONS_SHARE", VarRole::Fallback)),
+    default: Some(Default::Number(16)),
+    ..setting(
+        Key::ClientSessionsShare,
+        "client-sessions-share",
+        "over HTTP, sessions one client may hold while others want slots; beyond it, it \
+         opens one only while another stays free, and its least recently used idle one is \
+         ended for a client within its share that finds none free",
+    )
+};
 pub const MAX_MCP_SESSIONS: Setting = Setting {
     value: Some("N"),
     var: Some(("NIX_SANDBOX_MAX_MCP_SESSIONS", VarRole::Fallback)),
@@ -230,7 +256,8 @@ pub const MAX_MCP_SESSIONS: Setting = Setting {
     ..setting(
         Key::MaxMcpSessions,
         "max-mcp-sessions",
-        "most MCP sessions at once over HTTP; past them `initialize` gets 503",
+        "most MCP sessions at once over HTTP; past them `initialize` ends the least recently \
+         used idle one that holds no run or session, or else gets 503",
     )
 };
 pub const MCP_SESSION_IDLE_TIMEOUT: Setting = Setting {
@@ -398,7 +425,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 30] = [
+pub const SETTINGS: [&Setting; 32] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -411,6 +438,8 @@ pub const SETTINGS: [&Setting; 30] = [
     &SESSION_IDLE_TIMEOUT,
     &SESSION_MAX_LIFETIME,
     &MAX_RUNS,
+    &CLIENT_RUNS_SHARE,
+    &CLIENT_SESSIONS_SHARE,
     &MAX_UNREAD_BYTES,
     &MAX_MCP_SESSIONS,
     &MCP_SESSION_IDLE_TIMEOUT,
@@ -472,6 +501,10 @@ pub struct Options {
 pub struct Bounds {
     /// Runs without a session (and runs given files) at once.
     pub max_runs: usize,
+    /// Over HTTP, the runs and sessions one client may hold while others
+    /// want slots (admission.rs).
+    pub client_runs_share: usize,
+    pub client_sessions_share: usize,
     /// Bytes of answers written for a stdio client and not read yet.
     pub max_unread_bytes: usize,
     /// MCP sessions over HTTP, and how long an idle one lives.
@@ -492,6 +525,8 @@ impl std::default::Default for Bounds {
         let count = |s: &Setting| usize::try_from(s.number()).unwrap_or(usize::MAX);
         Self {
             max_runs: count(&MAX_RUNS),
+            client_runs_share: count(&CLIENT_RUNS_SHARE),
+            client_sessions_share: count(&CLIENT_SESSIONS_SHARE),
             max_unread_bytes: count(&MAX_UNREAD_BYTES),
             max_mcp_sessions: count(&MAX_MCP_SESSIONS),
             mcp_idle_timeout: Duration::from_secs(MCP_SESSION_IDLE_TIMEOUT.number()),
@@ -571,6 +606,8 @@ pub fn parse(
             Key::MaxSessions
             | Key::MaxSessionsTotal
             | Key::MaxRuns
+            | Key::ClientRunsShare
+            | Key::ClientSessionsShare
             | Key::MaxMcpSessions
             | Key::McpSessionIdleTimeout
             | Key::MaxConnections
@@ -639,6 +676,8 @@ pub fn parse(
     };
     opts.bounds = Bounds {
         max_runs: count(&MAX_RUNS)?,
+        client_runs_share: count(&CLIENT_RUNS_SHARE)?,
+        client_sessions_share: count(&CLIENT_SESSIONS_SHARE)?,
         max_unread_bytes: count(&MAX_UNREAD_BYTES)?,
         max_mcp_sessions: count(&MAX_MCP_SESSIONS)?,
         mcp_idle_timeout: secs(&MCP_SESSION_IDLE_TIMEOUT)?,

@@ -198,6 +198,11 @@ fn serve(
             Mirror::new(dir, caps)
         }),
         max_runs: opts.bounds.max_runs,
+        // Over stdio the server has one client, whose share is everything.
+        shares: opts.http_addr.as_ref().map(|_| admission::Shares {
+            runs: opts.bounds.client_runs_share,
+            sessions: opts.bounds.client_sessions_share,
+        }),
         composer: packages::Composer::new(
             packages::Composer::default_dir(|name| std::env::var_os(name)),
             opts.allow_outside_store,

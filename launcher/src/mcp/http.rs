@@ -34,10 +34,12 @@
 //!   connection idle that long; responses say so in `Keep-Alive`), and its
 //!   body within as long again, else the connection is closed (408 for the
 //!   body);
-//! - at most `--max-mcp-sessions` MCP sessions: past it `initialize` gets
-//!   503; an MCP session ends `--mcp-session-idle-timeout` after its last
-//!   request (rmcp's keep-alive), never before its sandbox sessions could
-//!   have ended or a call could have run to its timeout.
+//! - at most `--max-mcp-sessions` MCP sessions: past it `initialize` ends
+//!   the least recently used MCP session that is idle and holds nothing,
+//!   or else gets 503 (activity.rs); an MCP session ends
+//!   `--mcp-session-idle-timeout` after its last request (rmcp's
+//!   keep-alive), never before its sandbox sessions could have ended or a
+//!   call could have run to its timeout.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -63,10 +65,12 @@ use rmcp::transport::streamable_http_server::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::activity::{Activity, InFlight};
 use super::connections::Connections;
 use super::listen::{Listeners, parse_addr};
 use super::token::{CHALLENGE, NO_OAUTH, authorized, read_token, token_file};
 use super::{Config, Server};
+use crate::admission::{ClientKey, Runs, SessionSlots};
 
 /// How long a call may go on past its environment's timeout: the
 /// interrupt's grace, a write's, and a reset's fresh jail.
@@ -272,6 +276,10 @@ struct Front {
     /// Held while an `initialize` makes its MCP session, so that the cap
     /// holds when several come at once.
     initializing: Arc<tokio::sync::Mutex<()>>,
+    /// What each MCP session is doing, and what every client holds: which
+    /// MCP session a new one may end.
+    activity: Arc<Activity>,
+    admission: (Runs, SessionSlots),
 }
 
 impl Front {
@@ -306,6 +314,7 @@ impl Front {
         sessions.session_config.sse_retry = None;
         sessions.session_config.keep_alive = Some(options.mcp_idle_timeout);
         let sessions = Arc::new(sessions);
+        let admission = prototype.admission();
         let rmcp = StreamableHttpService::new(
             move || Ok(prototype.for_another_client()),
             Arc::clone(&sessions),
@@ -319,6 +328,8 @@ impl Front {
             read_timeout: options.read_timeout,
             max_mcp_sessions: options.max_mcp_sessions,
             initializing: Arc::default(),
+            activity: Arc::default(),
+            admission,
         }
     }
 
@@ -368,46 +379,22 @@ impl Front {
             return response;
         }
         authenticated.store(true, Ordering::SeqCst);
+        if let Some(Ok(id)) = request.headers().get("mcp-session-id").map(|v| v.to_str()) {
+            self.activity.touch(&id.to_owned().into());
+        }
         if request.method() == ::http::Method::DELETE {
             return self.end_session(request).await;
         }
         let (parts, body) = request.into_parts();
-        let read = tokio::time::timeout(
-            self.read_timeout,
-            Limited::new(body, self.max_body_bytes).collect(),
-        );
-        let body = match read.await {
-            Err(_) => {
-                return plain(
-                    StatusCode::REQUEST_TIMEOUT,
-                    &format!(
-                        "Request Timeout: the body did not arrive within {} s",
-                        self.read_timeout.as_secs()
-                    ),
-                );
-            }
-            Ok(Ok(collected)) => collected.to_bytes(),
-            Ok(Err(e)) => {
-                let too_large = e
-                    .downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some();
-                return if too_large {
-                    plain(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        &format!("Payload Too Large: at most {} bytes", self.max_body_bytes),
-                    )
-                } else {
-                    plain(StatusCode::BAD_REQUEST, "Bad Request: unreadable body")
-                };
-            }
+        let body = match self.read_body(body).await {
+            Ok(body) => body,
+            Err(refused) => return refused,
         };
         let call = call_in_session(&parts.headers, &body);
-        let _initializing = if is_initialize(&parts.headers, &body) {
+        let initializing = if is_initialize(&parts.headers, &body) {
             let held = self.initializing.clone().lock_owned().await;
-            let open = self.sessions.sessions.read().await.len();
-            if open >= self.max_mcp_sessions {
-                tracing::warn!(open, "initialize refused: the MCP session cap is reached");
-                return self.sessions_full();
+            if let Err(first_end) = self.room_for_one_more().await {
+                return self.sessions_full(first_end);
             }
             Some(held)
         } else {
@@ -417,15 +404,28 @@ impl Front {
             .rmcp
             .handle(Request::from_parts(parts, Full::new(body)))
             .await;
+        if initializing.is_some()
+            && let Some(Ok(id)) = response.headers().get("mcp-session-id").map(|v| v.to_str())
+        {
+            self.activity.touch(&id.to_owned().into());
+        }
         match call {
             Some((session, request_id)) => {
+                let busy = self.activity.begin(&session);
                 let guard = CancelUnanswered {
                     sessions: Arc::clone(&self.sessions),
                     session,
                     request_id,
                     answered: false,
                 };
-                response.map(|body| WatchedBody { body, guard }.boxed())
+                response.map(|body| {
+                    WatchedBody {
+                        body,
+                        guard,
+                        _busy: busy,
+                    }
+                    .boxed()
+                })
             }
             None => response,
         }
@@ -433,27 +433,98 @@ impl Front {
 }
 
 impl Front {
-    /// 503 for an `initialize` past the MCP session cap.
-    fn sessions_full(&self) -> HttpResponse {
+    /// A request's body, read whole within the read timeout and the size
+    /// limit; else the answer that says which.
+    async fn read_body(&self, body: Incoming) -> Result<Bytes, HttpResponse> {
+        let read = tokio::time::timeout(
+            self.read_timeout,
+            Limited::new(body, self.max_body_bytes).collect(),
+        );
+        match read.await {
+            Err(_) => Err(plain(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "Request Timeout: the body did not arrive within {} s",
+                    self.read_timeout.as_secs()
+                ),
+            )),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) => {
+                let too_large = e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some();
+                Err(if too_large {
+                    plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &format!("Payload Too Large: at most {} bytes", self.max_body_bytes),
+                    )
+                } else {
+                    plain(StatusCode::BAD_REQUEST, "Bad Request: unreadable body")
+                })
+            }
+        }
+    }
+
+    /// Room for one more MCP session: there is, or the least recently
+    /// used idle one that holds nothing was ended for it (activity.rs).
+    /// Else how long until the first idle one ends, if one is idle.
+    async fn room_for_one_more(&self) -> Result<(), Option<Duration>> {
+        let open: Vec<SessionId> = self
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .cloned()
+            .collect();
+        if open.len() < self.max_mcp_sessions {
+            return Ok(());
+        }
+        let (runs, sandbox_sessions) = &self.admission;
+        let holds = |id: &SessionId| {
+            let client = ClientKey::mcp_session(id);
+            runs.held_by(&client) > 0 || sandbox_sessions.held_by(&client) > 0
+        };
+        let Some(idle) = self.activity.least_recently_used_idle(&open, holds) else {
+            tracing::warn!(
+                open = open.len(),
+                "initialize refused: every MCP session holds sandbox sessions, runs or a request"
+            );
+            return Err(self.activity.first_idle_end(self.idle_timeout()));
+        };
+        tracing::info!(session = %idle, open = open.len(), "MCP session ended for a new one: the least recently used of those idle and holding nothing");
+        // Ended already (its idle timeout) is as good.
+        let _ = self.sessions.close_session(&idle).await;
+        self.activity.forget(&idle);
+        Ok(())
+    }
+
+    fn idle_timeout(&self) -> Duration {
+        self.sessions.session_config.keep_alive.unwrap_or_default()
+    }
+
+    /// 503 for an `initialize` past the MCP session cap, when none could
+    /// be ended for it; the first idle one ends in `first_end`.
+    fn sessions_full(&self, first_end: Option<Duration>) -> HttpResponse {
+        let first = first_end.map(|d| d.as_secs_f64().ceil() as u64);
         let mut response = plain(
             StatusCode::SERVICE_UNAVAILABLE,
             &format!(
                 "Service Unavailable: {} MCP sessions are open, the most this server allows \
-                 (--{} / {}); an MCP session ends {} s after its last request, or at once \
-                 with DELETE /mcp",
+                 (--{} / {}), and each holds sandbox sessions, runs or a request being \
+                 answered, so none was ended for this one; an MCP session ends {} s after its \
+                 last request{}, or at once with DELETE /mcp",
                 self.max_mcp_sessions,
                 crate::config::MAX_MCP_SESSIONS.flag.unwrap_or_default(),
                 crate::config::MAX_MCP_SESSIONS.var_name(),
-                self.sessions
-                    .session_config
-                    .keep_alive
-                    .unwrap_or_default()
-                    .as_secs()
+                self.idle_timeout().as_secs(),
+                first.map_or(String::new(), |s| format!(" (the first idle one in {s} s)"))
             ),
         );
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("30"));
+        let retry = first.unwrap_or(30).max(1).to_string();
+        if let Ok(value) = header::HeaderValue::from_str(&retry) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
         response
     }
 
@@ -550,10 +621,12 @@ impl Drop for CancelUnanswered {
     }
 }
 
-/// A response body that tells its guard when it was read to the end.
+/// A response body that tells its guard when it was read to the end; its
+/// request counts as being answered until it is dropped.
 struct WatchedBody {
     body: BoxBody<Bytes, Infallible>,
     guard: CancelUnanswered,
+    _busy: InFlight,
 }
 
 impl Body for WatchedBody {

@@ -77,6 +77,12 @@ impl HttpServer {
         }
     }
 
+    /// An ordinary user's server ([`User::unprivileged`]) serving
+    /// `manifest`, with `envs` set (limits, through their variables).
+    pub async fn unprivileged(manifest: Manifest, envs: &[(&str, &str)]) -> Self {
+        Self::start_command(User::unprivileged().command(), vec![manifest], &[], envs).await
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }

@@ -11,6 +11,7 @@ mod hostile;
 mod http;
 mod http_bounds;
 mod http_listener;
+mod http_shares;
 mod jail;
 mod lifetime;
 mod outputs;

@@ -187,20 +187,21 @@ impl Pool {
 
     /// Why `client` gets no slot, and when one it could take frees.
     fn full(&self, st: &State, client: &ClientKey) -> Full {
-        let held = st.held_by(client);
-        let beyond = held >= self.share && self.share < self.max;
+        let mut full = Full {
+            max: self.max,
+            share: self.share,
+            held: st.held_by(client),
+            frees_within: None,
+        };
+        // Beyond its share, only its own slots would let it in.
+        let beyond = full.beyond_share();
         let now = Instant::now();
-        let frees_within = (st.held.values())
+        full.frees_within = (st.held.values())
             .filter(|h| !beyond || &h.client == client)
             .filter_map(|h| h.ends_by)
             .min()
             .map(|at| at.saturating_duration_since(now));
-        Full {
-            max: self.max,
-            share: self.share,
-            held,
-            frees_within,
-        }
+        full
     }
 
     /// A slot at once, if `client` may take one (nobody waits in line for

@@ -20,6 +20,7 @@ file of Nix's exportReferencesGraph (every line that is a store path counts).
 """
 
 import argparse
+import http.client
 import json
 import os
 import queue
@@ -262,6 +263,157 @@ def t_loopback(sandboxes, online):
         finally:
             stop.set()
             thread.join()
+
+
+# Every way to listen on the port PORT (each family, the wildcards,
+# SO_REUSEPORT), each tried alone and said; then the first that binds
+# accepts clients for up to 8 s and prints what the first that sends
+# anything sent. The launcher's tests run the same text
+# (launcher/tests/it/http_listener.rs): no backslash in it.
+SQUAT = """
+import errno, select, socket, time
+PORT = int(@PORT@)
+V4, V6 = socket.AF_INET, socket.AF_INET6
+VARIANTS = [
+    ("[::1]", V6, "::1", False, None), ("[::1] SO_REUSEPORT", V6, "::1", True, None),
+    ("[::] v6only", V6, "::", False, 1), ("[::] v6only SO_REUSEPORT", V6, "::", True, 1),
+    ("[::] dual-stack", V6, "::", False, 0), ("0.0.0.0", V4, "0.0.0.0", False, None),
+    ("0.0.0.0 SO_REUSEPORT", V4, "0.0.0.0", True, None), ("127.0.0.1", V4, "127.0.0.1", False, None),
+    ("127.0.0.1 SO_REUSEPORT", V4, "127.0.0.1", True, None),
+]
+def listen(family, host, reuseport, v6only):
+    try:
+        s = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuseport:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if v6only is not None:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+    try:
+        s.bind((host, PORT))
+        s.listen(8)
+        return s
+    except OSError as e:
+        s.close()
+        return errno.errorcode.get(e.errno, str(e.errno))
+bound = []
+for name, *how in VARIANTS:
+    got = listen(*how)
+    if isinstance(got, str):
+        print(name, got, flush=True)
+    else:
+        print(name, "BOUND", flush=True)
+        got.close()
+        bound.append(how)
+held = listen(*bound[0]) if bound else None
+deadline = time.monotonic() + 8
+while held is not None and time.monotonic() < deadline:
+    ready, _, _ = select.select([held], [], [], max(0, deadline - time.monotonic()))
+    if not ready:
+        break
+    conn, _ = held.accept()
+    conn.settimeout(3)
+    try:
+        sent = conn.recv(4096)
+    except OSError:
+        sent = b""
+    if sent:
+        print("captured:", sent.decode(errors="replace"), flush=True)
+        crlf = bytes([13, 10])
+        conn.sendall(b"HTTP/1.1 503 Service Unavailable" + crlf + b"content-length: 8" + crlf + crlf + b"squatted")
+        held = None
+    conn.close()
+"""
+SQUAT_VARIANTS = ["[::1]", "[::1] SO_REUSEPORT", "[::] v6only", "[::] v6only SO_REUSEPORT", "[::] dual-stack",
+                  "0.0.0.0", "0.0.0.0 SO_REUSEPORT", "127.0.0.1", "127.0.0.1 SO_REUSEPORT"]
+
+
+def has_ipv6_loopback():
+    """Whether this host has ::1 (without it nothing can listen there)."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def http_server(server, scratch, token):
+    """The Nix-built server over HTTP on 127.0.0.1 (port 0): its process and port."""
+    token_file = scratch / "http-token"
+    token_file.write_text(token + "\n")
+    env = {"HOME": os.environ["HOME"], "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    argv = [server + "/bin/nix-sandbox-mcp", "--http", "127.0.0.1:0", "--token-file", str(token_file)]
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    log = []
+    deadline = time.monotonic() + DEADLINE
+    for line in proc.stderr:
+        log.append(line)
+        if "listening on http://" in line:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            return proc, int(line.split("listening on http://", 1)[1].split("/")[0].rsplit(":", 1)[1])
+        if time.monotonic() > deadline:
+            break
+    proc.kill()
+    proc.wait()
+    raise Failed(f"the server never said where it listens: {''.join(log)[-800:]}")
+
+
+def post_initialize(host, port, token):
+    """An MCP initialize sent to HOST:PORT with the token: (status, body)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}})
+    conn = http.client.HTTPConnection(host, port, timeout=DEADLINE)
+    try:
+        conn.request("POST", "/mcp", body, {
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {token}"})
+        response = conn.getresponse()
+        return response.status, response.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def t_listener(server, online, scratch):
+    token = "e2e-listener-token-0123456789abcdef"
+    proc, port = http_server(server, scratch, token)
+    squat = None
+    try:
+        _, entry = only_env(online)
+        squat = subprocess.Popen(entry["run"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env={"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"})
+        squat.stdin.write(SQUAT.replace("@PORT@", str(port)).encode())
+        squat.stdin.close()
+        # localhost leads clients to ::1 first: there, the server, or
+        # whatever took its place.
+        ipv6 = has_ipv6_loopback()
+        host = "::1" if ipv6 else "127.0.0.1"
+        until = time.monotonic() + 10
+        while time.monotonic() < until:
+            try:
+                socket.create_connection((host, port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        status, answer = post_initialize(host, port, token)
+        said = squat.stdout.read().decode(errors="replace")
+        squat.wait(timeout=DEADLINE)
+        check(token not in said and "captured:" not in said, f"the jail took the client's request:\n{said}")
+        check(status == 200 and '"nix-sandbox-mcp"' in answer, f"the client on {host} was not answered by the server: HTTP {status} {answer[:300]}")
+        for name in SQUAT_VARIANTS:
+            # Without ::1 no client is led to IPv6: what a jail binds there
+            # reaches nobody.
+            if ipv6 or not name.startswith("[::"):
+                check(f"{name} EADDRINUSE" in said.splitlines(), f"{name} was not refused:\n{said}")
+    finally:
+        if squat is not None and squat.poll() is None:
+            squat.kill()
+            squat.wait()
+        proc.terminate()
+        proc.wait(timeout=DEADLINE)
 
 
 ISOLATION_PROBE = """
@@ -733,6 +885,8 @@ def main():
         suite.test("custom lib.mkSandbox environment (python + jq) runs", t_custom_jq, args.custom)
         suite.test("the host's loopback listener is unreachable from the jail (reachable with network = true)",
                    t_loopback, sandboxes, args.online)
+        suite.test("a network = true jail cannot listen on the server's --http port, on ::1 nor anywhere; "
+                   "a client reaching it on ::1 is answered by the server", t_listener, args.server, args.online, scratch)
         suite.test("the host's /root, /home, files and environment are invisible", t_isolation, sandboxes, scratch, args.hidden)
         suite.test("no nested user namespaces; rlimits, UTF-8, /usr/bin/env, pid namespace", t_policy, sandboxes, args.custom)
         for preset in ["python", "shell", "node"]:

@@ -47,7 +47,12 @@ in
       description = ''
         Address and port of the HTTP endpoint (`/mcp`). Loopback by
         default; any other address is reachable from the network, so open
-        the firewall yourself only if you mean it.
+        the firewall yourself only if you mean it. A loopback address (or
+        `localhost`, or `0.0.0.0`) is held on both loopback families: the
+        server also listens on the same port of `::1` (or `127.0.0.1`), so
+        that no other process, a `network = true` jail among them, can
+        answer clients that resolve `localhost` there; the service does not
+        start while another process holds that port.
       '';
       example = "[::1]:8765";
     };
@@ -80,9 +85,40 @@ in
       default = 64;
       description = ''
         MCP sessions at once (`NIX_SANDBOX_MAX_MCP_SESSIONS`); past them an
-        `initialize` request gets 503.
+        `initialize` request ends the least recently used MCP session that
+        is idle and holds no run or session (its client's next request
+        gets 404 and starts a new one), or, when every one holds something,
+        gets 503.
       '';
       example = 16;
+    };
+
+    clientRunsShare = mkOption {
+      type = types.ints.positive;
+      default = 4;
+      description = ''
+        Runs one client (an MCP session; requests without one count as one
+        client together) may hold while other clients want slots
+        (`NIX_SANDBOX_CLIENT_RUNS_SHARE`), out of
+        {option}`maxRuns`. Beyond it a client takes a free slot only while
+        no client within its share waits and another slot stays free;
+        waiting runs of clients within their share go first.
+      '';
+      example = 2;
+    };
+
+    clientSessionsShare = mkOption {
+      type = types.ints.positive;
+      default = 16;
+      description = ''
+        Sessions one client may hold while other clients want slots
+        (`NIX_SANDBOX_CLIENT_SESSIONS_SHARE`), out of
+        {option}`maxSessionsTotal`. Beyond it a client opens a session
+        only while another slot stays free, and a client within its share
+        that finds no slot free gets the least recently used idle session
+        of a client beyond its share ended for it.
+      '';
+      example = 8;
     };
 
     mcpSessionIdleTimeout = mkOption {
@@ -147,6 +183,8 @@ in
         environment = import ./serverEnvironment.nix lib cfg // {
           HOME = "/var/lib/${stateDirectory}";
           NIX_SANDBOX_MAX_MCP_SESSIONS = toString cfg.maxMcpSessions;
+          NIX_SANDBOX_CLIENT_RUNS_SHARE = toString cfg.clientRunsShare;
+          NIX_SANDBOX_CLIENT_SESSIONS_SHARE = toString cfg.clientSessionsShare;
           NIX_SANDBOX_MCP_SESSION_IDLE_TIMEOUT = toString cfg.mcpSessionIdleTimeout;
           NIX_SANDBOX_MAX_CONNECTIONS = toString cfg.maxConnections;
           NIX_SANDBOX_REQUEST_READ_TIMEOUT = toString cfg.requestReadTimeout;

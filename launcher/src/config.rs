@@ -71,6 +71,8 @@ enum Key {
     MaxRuns,
     MaxCompositions,
     PackagesCacheMax,
+    ClientRunsShare,
+    ClientSessionsShare,
     MaxMcpSessions,
     McpSessionIdleTimeout,
     MaxConnections,
@@ -149,7 +151,9 @@ pub const HTTP: Setting = Setting {
         Key::Http,
         "http",
         "serve MCP over streamable HTTP at http://ADDR/mcp (HOST:PORT; port 0 picks one, \
-         logged on stderr); each MCP session has sessions of its own",
+         logged on stderr); each MCP session has sessions of its own; a loopback ADDR (or \
+         localhost, 0.0.0.0) is held on both 127.0.0.1 and ::1 at the same port, and the \
+         server does not start when the other one is taken",
     )
 };
 pub const TOKEN_FILE: Setting = Setting {
@@ -223,7 +227,8 @@ pub const MAX_RUNS: Setting = Setting {
         Key::MaxRuns,
         "max-runs",
         "most runs without a session (each a jail; runs given files too) at once, all \
-         clients together; one more waits up to 10 s for a slot, then gets server_busy",
+         clients together; one more waits up to 10 s for a slot, then gets server_busy saying when the first \
+         running one ends at the latest",
     )
 };
 pub const MAX_COMPOSITIONS: Setting = Setting {
@@ -248,6 +253,30 @@ pub const PACKAGES_CACHE_MAX: Setting = Setting {
          recently used are dropped with their roots",
     )
 };
+pub const CLIENT_RUNS_SHARE: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_CLIENT_RUNS_SHARE", VarRole::Fallback)),
+    default: Some(Default::Number(4)),
+    ..setting(
+        Key::ClientRunsShare,
+        "client-runs-share",
+        "over HTTP, runs one client (an MCP session; requests without one together) may \
+         hold while others want slots; beyond it, it takes a free one only while no client \
+         within its share waits and another stays free",
+    )
+};
+pub const CLIENT_SESSIONS_SHARE: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_CLIENT_SESSIONS_SHARE", VarRole::Fallback)),
+    default: Some(Default::Number(16)),
+    ..setting(
+        Key::ClientSessionsShare,
+        "client-sessions-share",
+        "over HTTP, sessions one client may hold while others want slots; beyond it, it \
+         opens one only while another stays free, and its least recently used idle one is \
+         ended for a client within its share that finds none free",
+    )
+};
 pub const MAX_MCP_SESSIONS: Setting = Setting {
     value: Some("N"),
     var: Some(("NIX_SANDBOX_MAX_MCP_SESSIONS", VarRole::Fallback)),
@@ -255,7 +284,8 @@ pub const MAX_MCP_SESSIONS: Setting = Setting {
     ..setting(
         Key::MaxMcpSessions,
         "max-mcp-sessions",
-        "most MCP sessions at once over HTTP; past them `initialize` gets 503",
+        "most MCP sessions at once over HTTP; past them `initialize` ends the least recently \
+         used idle one that holds no run or session, or else gets 503",
     )
 };
 pub const MCP_SESSION_IDLE_TIMEOUT: Setting = Setting {
@@ -425,7 +455,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 32] = [
+pub const SETTINGS: [&Setting; 34] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -440,6 +470,8 @@ pub const SETTINGS: [&Setting; 32] = [
     &MAX_RUNS,
     &MAX_COMPOSITIONS,
     &PACKAGES_CACHE_MAX,
+    &CLIENT_RUNS_SHARE,
+    &CLIENT_SESSIONS_SHARE,
     &MAX_UNREAD_BYTES,
     &MAX_MCP_SESSIONS,
     &MCP_SESSION_IDLE_TIMEOUT,
@@ -504,6 +536,10 @@ pub struct Bounds {
     /// Compositions of `packages` at once, and composed sets kept on disk.
     pub max_compositions: usize,
     pub packages_cache_max: usize,
+    /// Over HTTP, the runs and sessions one client may hold while others
+    /// want slots (admission.rs).
+    pub client_runs_share: usize,
+    pub client_sessions_share: usize,
     /// Bytes of answers written for a stdio client and not read yet.
     pub max_unread_bytes: usize,
     /// MCP sessions over HTTP, and how long an idle one lives.
@@ -526,6 +562,8 @@ impl std::default::Default for Bounds {
             max_runs: count(&MAX_RUNS),
             max_compositions: count(&MAX_COMPOSITIONS),
             packages_cache_max: count(&PACKAGES_CACHE_MAX),
+            client_runs_share: count(&CLIENT_RUNS_SHARE),
+            client_sessions_share: count(&CLIENT_SESSIONS_SHARE),
             max_unread_bytes: count(&MAX_UNREAD_BYTES),
             max_mcp_sessions: count(&MAX_MCP_SESSIONS),
             mcp_idle_timeout: Duration::from_secs(MCP_SESSION_IDLE_TIMEOUT.number()),
@@ -607,6 +645,8 @@ pub fn parse(
             | Key::MaxRuns
             | Key::MaxCompositions
             | Key::PackagesCacheMax
+            | Key::ClientRunsShare
+            | Key::ClientSessionsShare
             | Key::MaxMcpSessions
             | Key::McpSessionIdleTimeout
             | Key::MaxConnections
@@ -677,6 +717,8 @@ pub fn parse(
         max_runs: count(&MAX_RUNS)?,
         max_compositions: count(&MAX_COMPOSITIONS)?,
         packages_cache_max: count(&PACKAGES_CACHE_MAX)?,
+        client_runs_share: count(&CLIENT_RUNS_SHARE)?,
+        client_sessions_share: count(&CLIENT_SESSIONS_SHARE)?,
         max_unread_bytes: count(&MAX_UNREAD_BYTES)?,
         max_mcp_sessions: count(&MAX_MCP_SESSIONS)?,
         mcp_idle_timeout: secs(&MCP_SESSION_IDLE_TIMEOUT)?,

@@ -180,6 +180,21 @@ fn server_wide_bounds_come_from_defaults_env_and_flags() {
         (o.bounds.max_mcp_sessions, o.bounds.max_unread_bytes),
         (6, 7)
     );
+    // Shares: a flag or a variable, positive.
+    assert_eq!(
+        (o.bounds.client_runs_share, o.bounds.client_sessions_share),
+        (4, 16)
+    );
+    let o = bounds(
+        &[("NIX_SANDBOX_CLIENT_SESSIONS_SHARE", "3")],
+        &["--client-runs-share", "2"],
+    )
+    .unwrap();
+    assert_eq!(
+        (o.bounds.client_runs_share, o.bounds.client_sessions_share),
+        (2, 3)
+    );
+    assert!(bounds(&[], &["--client-runs-share", "0"]).is_err());
     // A client's own cap is never over all clients' together.
     let o = bounds(&[], &["--max-sessions-total", "4"]).unwrap();
     assert_eq!((o.sessions.max_sessions, o.sessions.max_total), (4, 4));
@@ -323,6 +338,8 @@ fn the_nix_module_declares_the_same_defaults() {
         (shared, "outputMaxMb", &OUTPUT_MAX_MB),
         (shared, "outputCallMb", &OUTPUT_CALL_MB),
         (service, "maxMcpSessions", &MAX_MCP_SESSIONS),
+        (service, "clientRunsShare", &CLIENT_RUNS_SHARE),
+        (service, "clientSessionsShare", &CLIENT_SESSIONS_SHARE),
         (service, "mcpSessionIdleTimeout", &MCP_SESSION_IDLE_TIMEOUT),
         (service, "maxConnections", &MAX_CONNECTIONS),
         (service, "requestReadTimeout", &REQUEST_READ_TIMEOUT),

@@ -159,9 +159,11 @@ fn main() -> ExitCode {
     };
     let code = if opts.mode == Mode::Check {
         let mut out = std::io::stdout().lock();
-        let checked = writeln!(out, "{}", jails.report()).and_then(|()| {
+        // The listener's sockets are the runtime's.
+        let (listener_ok, listener) = runtime.block_on(async { mcp::listen::check() });
+        let checked = writeln!(out, "{}\n{listener}", jails.report()).and_then(|()| {
             let check = probe::run_check(&catalog, &problems, &wrapper_env, &host, &mut out);
-            runtime.block_on(check)
+            runtime.block_on(check).map(|ok| ok && listener_ok)
         });
         match checked {
             Ok(true) => ExitCode::SUCCESS,
@@ -221,6 +223,11 @@ fn serve(
             Mirror::new(dir, caps)
         }),
         max_runs: opts.bounds.max_runs,
+        // Over stdio the server has one client, whose share is everything.
+        shares: opts.http_addr.as_ref().map(|_| admission::Shares {
+            runs: opts.bounds.client_runs_share,
+            sessions: opts.bounds.client_sessions_share,
+        }),
         composer: packages::Composer::new(packages::Settings {
             cache: packages_cache,
             max_compositions: opts.bounds.max_compositions,

@@ -182,6 +182,39 @@ def test_online(vm):
     ran("online", REACH.format(port=listener.port), "hello from the guest")
 
 
+SQUAT = """
+import errno, socket
+for name, family, host, v6only in [("[::1]", socket.AF_INET6, "::1", None),
+                                   ("[::] v6only", socket.AF_INET6, "::", 1),
+                                   ("0.0.0.0", socket.AF_INET, "0.0.0.0", None)]:
+    for reuseport in (False, True):
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuseport:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if v6only is not None:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+        try:
+            s.bind((host, 8765))
+            s.listen(1)
+            print(name, reuseport, "BOUND")
+        except OSError as e:
+            print(name, reuseport, errno.errorcode.get(e.errno, e.errno))
+        s.close()
+"""
+
+
+def test_port_held(vm):
+    """the service holds [::1]:8765 too: online (network = true) cannot listen there, nor on a wildcard"""
+    try:
+        socket.create_connection(("::1", 8765), timeout=5).close()
+    except OSError as e:
+        raise Failed(f"nothing listens on [::1]:8765 ({e}); journal: {why(vm)}") from None
+    result, text = reprobed(lambda: client().run("online", SQUAT), "service, online")
+    lines = text.strip().splitlines()
+    check(len(lines) == 6 and all(line.endswith(" EADDRINUSE") for line in lines), f"{result}")
+
+
 def test_offline(vm):
     """python (no network) cannot reach that listener"""
     listener = STATE.setdefault("listener", Listener())

@@ -1,6 +1,10 @@
 //! MCP over streamable HTTP (`--http ADDR`): rmcp's streamable HTTP service
 //! behind a bearer token, served by hyper at `http://ADDR/mcp`.
 //!
+//! - A loopback or wildcard ADDR is held on both loopback families, so that
+//!   no other process (a `network = true` jail among them) can listen on
+//!   the port where clients that resolve `localhost` would reach it
+//!   (listen.rs).
 //! - Every request must carry `Authorization: Bearer TOKEN` (the token file
 //!   of `--token-file` or `NIX_SANDBOX_TOKEN_FILE`, compared in constant
 //!   time, token.rs); without it: 401, whose body and `WWW-Authenticate` say that a
@@ -30,13 +34,15 @@
 //!   connection idle that long; responses say so in `Keep-Alive`), and its
 //!   body within as long again, else the connection is closed (408 for the
 //!   body);
-//! - at most `--max-mcp-sessions` MCP sessions: past it `initialize` gets
-//!   503; an MCP session ends `--mcp-session-idle-timeout` after its last
-//!   request (rmcp's keep-alive), never before its sandbox sessions could
-//!   have ended or a call could have run to its timeout.
+//! - at most `--max-mcp-sessions` MCP sessions: past it `initialize` ends
+//!   the least recently used MCP session that is idle and holds nothing,
+//!   or else gets 503 (activity.rs); an MCP session ends
+//!   `--mcp-session-idle-timeout` after its last request (rmcp's
+//!   keep-alive), never before its sandbox sessions could have ended or a
+//!   call could have run to its timeout.
 
 use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -57,12 +63,14 @@ use rmcp::transport::streamable_http_server::{
     SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::activity::{Activity, InFlight};
 use super::connections::Connections;
+use super::listen::{Listeners, parse_addr};
 use super::token::{CHALLENGE, NO_OAUTH, authorized, read_token, token_file};
 use super::{Config, Server};
+use crate::admission::{ClientKey, Runs, SessionSlots};
 
 /// How long a call may go on past its environment's timeout: the
 /// interrupt's grace, a write's, and a reset's fresh jail.
@@ -87,7 +95,8 @@ type Rmcp = StreamableHttpService<Server, LocalSessionManager>;
 /// What `--http` needs besides the MCP handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
-    /// `HOST:PORT`; `localhost` stands for 127.0.0.1.
+    /// `HOST:PORT`; `localhost` stands for 127.0.0.1 (listen.rs: a
+    /// loopback address is held on both loopback families).
     pub addr: String,
     /// `--token-file`, else `NIX_SANDBOX_TOKEN_FILE` (config.rs).
     pub token_file: Option<PathBuf>,
@@ -109,18 +118,6 @@ fn max_body_bytes(max_code_bytes: usize) -> usize {
         .saturating_add(proto::files::MAX_FILES_BYTES)
         .saturating_mul(6)
         .saturating_add(64 * 1024)
-}
-
-/// Parses `HOST:PORT` (an IP address, `[v6]`, or `localhost`).
-pub fn parse_addr(addr: &str) -> Result<SocketAddr, String> {
-    if let Some(port) = addr.strip_prefix("localhost:") {
-        let port = port
-            .parse()
-            .map_err(|e| format!("--http {addr}: bad port: {e}"))?;
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    }
-    addr.parse()
-        .map_err(|e| format!("--http {addr}: not HOST:PORT ({e})"))
 }
 
 /// Serves MCP on `options.addr` until a signal; each MCP session gets a
@@ -162,10 +159,8 @@ async fn serve_until_stopped(
 ) -> Result<(), String> {
     let addr = parse_addr(&options.addr)?;
     let token = read_token(&token_file(options)?)?;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let bound = listener
+    let listeners = Listeners::bind(addr)?;
+    let bound = listeners
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
     if !bound.ip().is_loopback() {
@@ -181,6 +176,11 @@ async fn serve_until_stopped(
     );
     // Tests and scripts read this line to find the port.
     tracing::info!("listening on http://{bound}{ENDPOINT}");
+    if let Some(other) = listeners.companion_addr() {
+        tracing::info!(
+            "also answering on http://{other}{ENDPOINT}: the port's other loopback family, held so that no other process can take it"
+        );
+    }
     let stop = stop_signal(shutdown.clone());
     tokio::pin!(stop);
     let connections = Connections::new(options.max_connections);
@@ -194,7 +194,7 @@ async fn serve_until_stopped(
         }
         tokio::select! {
             () = &mut stop => break,
-            accepted = listener.accept() => match accepted {
+            accepted = listeners.accept() => match accepted {
                 Ok((stream, peer)) => {
                     // Each answer goes out as several writes (the headers,
                     // then each event of its stream): with Nagle's
@@ -276,6 +276,10 @@ struct Front {
     /// Held while an `initialize` makes its MCP session, so that the cap
     /// holds when several come at once.
     initializing: Arc<tokio::sync::Mutex<()>>,
+    /// What each MCP session is doing, and what every client holds: which
+    /// MCP session a new one may end.
+    activity: Arc<Activity>,
+    admission: (Runs, SessionSlots),
 }
 
 impl Front {
@@ -310,6 +314,7 @@ impl Front {
         sessions.session_config.sse_retry = None;
         sessions.session_config.keep_alive = Some(options.mcp_idle_timeout);
         let sessions = Arc::new(sessions);
+        let admission = prototype.admission();
         let rmcp = StreamableHttpService::new(
             move || Ok(prototype.for_another_client()),
             Arc::clone(&sessions),
@@ -323,6 +328,8 @@ impl Front {
             read_timeout: options.read_timeout,
             max_mcp_sessions: options.max_mcp_sessions,
             initializing: Arc::default(),
+            activity: Arc::default(),
+            admission,
         }
     }
 
@@ -372,46 +379,22 @@ impl Front {
             return response;
         }
         authenticated.store(true, Ordering::SeqCst);
+        if let Some(Ok(id)) = request.headers().get("mcp-session-id").map(|v| v.to_str()) {
+            self.activity.touch(&id.to_owned().into());
+        }
         if request.method() == ::http::Method::DELETE {
             return self.end_session(request).await;
         }
         let (parts, body) = request.into_parts();
-        let read = tokio::time::timeout(
-            self.read_timeout,
-            Limited::new(body, self.max_body_bytes).collect(),
-        );
-        let body = match read.await {
-            Err(_) => {
-                return plain(
-                    StatusCode::REQUEST_TIMEOUT,
-                    &format!(
-                        "Request Timeout: the body did not arrive within {} s",
-                        self.read_timeout.as_secs()
-                    ),
-                );
-            }
-            Ok(Ok(collected)) => collected.to_bytes(),
-            Ok(Err(e)) => {
-                let too_large = e
-                    .downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some();
-                return if too_large {
-                    plain(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        &format!("Payload Too Large: at most {} bytes", self.max_body_bytes),
-                    )
-                } else {
-                    plain(StatusCode::BAD_REQUEST, "Bad Request: unreadable body")
-                };
-            }
+        let body = match self.read_body(body).await {
+            Ok(body) => body,
+            Err(refused) => return refused,
         };
         let call = call_in_session(&parts.headers, &body);
-        let _initializing = if is_initialize(&parts.headers, &body) {
+        let initializing = if is_initialize(&parts.headers, &body) {
             let held = self.initializing.clone().lock_owned().await;
-            let open = self.sessions.sessions.read().await.len();
-            if open >= self.max_mcp_sessions {
-                tracing::warn!(open, "initialize refused: the MCP session cap is reached");
-                return self.sessions_full();
+            if let Err(first_end) = self.room_for_one_more().await {
+                return self.sessions_full(first_end);
             }
             Some(held)
         } else {
@@ -421,15 +404,28 @@ impl Front {
             .rmcp
             .handle(Request::from_parts(parts, Full::new(body)))
             .await;
+        if initializing.is_some()
+            && let Some(Ok(id)) = response.headers().get("mcp-session-id").map(|v| v.to_str())
+        {
+            self.activity.touch(&id.to_owned().into());
+        }
         match call {
             Some((session, request_id)) => {
+                let busy = self.activity.begin(&session);
                 let guard = CancelUnanswered {
                     sessions: Arc::clone(&self.sessions),
                     session,
                     request_id,
                     answered: false,
                 };
-                response.map(|body| WatchedBody { body, guard }.boxed())
+                response.map(|body| {
+                    WatchedBody {
+                        body,
+                        guard,
+                        _busy: busy,
+                    }
+                    .boxed()
+                })
             }
             None => response,
         }
@@ -437,27 +433,98 @@ impl Front {
 }
 
 impl Front {
-    /// 503 for an `initialize` past the MCP session cap.
-    fn sessions_full(&self) -> HttpResponse {
+    /// A request's body, read whole within the read timeout and the size
+    /// limit; else the answer that says which.
+    async fn read_body(&self, body: Incoming) -> Result<Bytes, HttpResponse> {
+        let read = tokio::time::timeout(
+            self.read_timeout,
+            Limited::new(body, self.max_body_bytes).collect(),
+        );
+        match read.await {
+            Err(_) => Err(plain(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "Request Timeout: the body did not arrive within {} s",
+                    self.read_timeout.as_secs()
+                ),
+            )),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) => {
+                let too_large = e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some();
+                Err(if too_large {
+                    plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &format!("Payload Too Large: at most {} bytes", self.max_body_bytes),
+                    )
+                } else {
+                    plain(StatusCode::BAD_REQUEST, "Bad Request: unreadable body")
+                })
+            }
+        }
+    }
+
+    /// Room for one more MCP session: there is, or the least recently
+    /// used idle one that holds nothing was ended for it (activity.rs).
+    /// Else how long until the first idle one ends, if one is idle.
+    async fn room_for_one_more(&self) -> Result<(), Option<Duration>> {
+        let open: Vec<SessionId> = self
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .cloned()
+            .collect();
+        if open.len() < self.max_mcp_sessions {
+            return Ok(());
+        }
+        let (runs, sandbox_sessions) = &self.admission;
+        let holds = |id: &SessionId| {
+            let client = ClientKey::mcp_session(id);
+            runs.held_by(&client) > 0 || sandbox_sessions.held_by(&client) > 0
+        };
+        let Some(idle) = self.activity.least_recently_used_idle(&open, holds) else {
+            tracing::warn!(
+                open = open.len(),
+                "initialize refused: every MCP session holds sandbox sessions, runs or a request"
+            );
+            return Err(self.activity.first_idle_end(self.idle_timeout()));
+        };
+        tracing::info!(session = %idle, open = open.len(), "MCP session ended for a new one: the least recently used of those idle and holding nothing");
+        // Ended already (its idle timeout) is as good.
+        let _ = self.sessions.close_session(&idle).await;
+        self.activity.forget(&idle);
+        Ok(())
+    }
+
+    fn idle_timeout(&self) -> Duration {
+        self.sessions.session_config.keep_alive.unwrap_or_default()
+    }
+
+    /// 503 for an `initialize` past the MCP session cap, when none could
+    /// be ended for it; the first idle one ends in `first_end`.
+    fn sessions_full(&self, first_end: Option<Duration>) -> HttpResponse {
+        let first = first_end.map(|d| d.as_secs_f64().ceil() as u64);
         let mut response = plain(
             StatusCode::SERVICE_UNAVAILABLE,
             &format!(
                 "Service Unavailable: {} MCP sessions are open, the most this server allows \
-                 (--{} / {}); an MCP session ends {} s after its last request, or at once \
-                 with DELETE /mcp",
+                 (--{} / {}), and each holds sandbox sessions, runs or a request being \
+                 answered, so none was ended for this one; an MCP session ends {} s after its \
+                 last request{}, or at once with DELETE /mcp",
                 self.max_mcp_sessions,
                 crate::config::MAX_MCP_SESSIONS.flag.unwrap_or_default(),
                 crate::config::MAX_MCP_SESSIONS.var_name(),
-                self.sessions
-                    .session_config
-                    .keep_alive
-                    .unwrap_or_default()
-                    .as_secs()
+                self.idle_timeout().as_secs(),
+                first.map_or(String::new(), |s| format!(" (the first idle one in {s} s)"))
             ),
         );
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("30"));
+        let retry = first.unwrap_or(30).max(1).to_string();
+        if let Ok(value) = header::HeaderValue::from_str(&retry) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
         response
     }
 
@@ -554,10 +621,12 @@ impl Drop for CancelUnanswered {
     }
 }
 
-/// A response body that tells its guard when it was read to the end.
+/// A response body that tells its guard when it was read to the end; its
+/// request counts as being answered until it is dropped.
 struct WatchedBody {
     body: BoxBody<Bytes, Infallible>,
     guard: CancelUnanswered,
+    _busy: InFlight,
 }
 
 impl Body for WatchedBody {

@@ -1,20 +1,8 @@
-//! Tests of the HTTP transport's own rules: addresses, and which requests
+//! Tests of the HTTP transport's own rules: which requests
 //! can be cancelled when their client goes away.
 
 use super::*;
 use crate::testing::headers;
-
-#[test]
-fn addresses() {
-    assert_eq!(
-        parse_addr("localhost:8765").unwrap(),
-        "127.0.0.1:8765".parse().unwrap()
-    );
-    assert_eq!(parse_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
-    for bad in ["localhost", "8765", "example.org:80", "127.0.0.1:x"] {
-        assert!(parse_addr(bad).is_err(), "{bad}");
-    }
-}
 
 #[test]
 fn only_requests_in_a_session_can_be_cancelled() {

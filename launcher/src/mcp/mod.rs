@@ -15,10 +15,12 @@
 //! Whatever stops a call before its code runs is a [`Refusal`]
 //! (refusal.rs), which the layers' own errors convert into.
 
+mod activity;
 pub mod args;
 mod backpressure;
 mod connections;
 pub mod http;
+pub mod listen;
 pub mod refusal;
 mod resources;
 mod sockets;
@@ -36,10 +38,9 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{self, Runs, SessionSlots};
+use crate::admission::{self, ClientKey, Runs, SessionSlots, Shares, Slot};
 use crate::catalog::{Catalog, Env};
 use crate::outputs::mirror::Mirror;
 use crate::packages::{Composer, names};
@@ -80,6 +81,9 @@ pub struct Config {
     pub composer: Composer,
     /// Runs at once, all clients together (`--max-runs`).
     pub max_runs: usize,
+    /// What one client may hold while others want slots (HTTP); `None`
+    /// for a server with one client (stdio).
+    pub shares: Option<Shares>,
 }
 
 /// What every handler of the server shares, made once.
@@ -143,6 +147,7 @@ impl Server {
             mirror,
             composer,
             max_runs,
+            shares,
         } = config;
         let probes = Probes::new(
             &catalog,
@@ -150,7 +155,7 @@ impl Server {
             Arc::clone(&host),
             shutdown.clone(),
         );
-        let session_slots = SessionSlots::new(settings.max_total);
+        let session_slots = SessionSlots::new(settings.max_total, shares.map(|s| s.sessions));
         let stateless = Client {
             sessions: Sessions::server_named(
                 settings,
@@ -175,7 +180,7 @@ impl Server {
                 settings,
                 mirror,
                 composer,
-                runs: Runs::new(max_runs),
+                runs: Runs::new(max_runs, shares.map(|s| s.runs)),
                 session_slots,
                 stateless,
             }),
@@ -220,19 +225,25 @@ impl Server {
         self.shared.probes.start(&self.shared.catalog);
     }
 
-    /// The session table and links a request uses: this client's, or over
-    /// HTTP without an MCP session (the 2026-07-28 revision: rmcp builds a
-    /// handler for that one request) the server's shared ones.
-    fn client(&self, context: &RequestContext<RoleServer>) -> &Client {
-        let outside_mcp_session = context
-            .extensions
-            .get::<::http::request::Parts>()
-            .is_some_and(|parts| !parts.headers.contains_key("mcp-session-id"));
-        if outside_mcp_session {
-            &self.shared.stateless
-        } else {
-            &self.client
+    /// The session table and links a request uses, and who the client is
+    /// (admission.rs): this handler's, the one client over stdio or an MCP
+    /// session over HTTP; or over HTTP without an MCP session (the
+    /// 2026-07-28 revision: rmcp builds a handler for that one request) the
+    /// server's shared ones, all such requests one client together.
+    fn client(&self, context: &RequestContext<RoleServer>) -> (&Client, ClientKey) {
+        let Some(parts) = context.extensions.get::<::http::request::Parts>() else {
+            return (&self.client, ClientKey::stdio());
+        };
+        match parts.headers.get("mcp-session-id").map(|v| v.to_str()) {
+            None => (&self.shared.stateless, ClientKey::stateless()),
+            Some(id) => (&self.client, ClientKey::mcp_session(id.unwrap_or_default())),
         }
+    }
+
+    /// The pools every client shares, for the HTTP front's MCP sessions
+    /// (which may end one that holds nothing).
+    pub fn admission(&self) -> (Runs, SessionSlots) {
+        (self.shared.runs.clone(), self.shared.session_slots.clone())
     }
 
     /// Runs one `run` call: in a fresh sandbox, the named session, or a
@@ -241,7 +252,7 @@ impl Server {
     async fn dispatch(
         &self,
         args: RunArgs,
-        client: &Client,
+        (client, key): (&Client, ClientKey),
         resource_links: bool,
         ct: CancellationToken,
         progress: Progress,
@@ -279,7 +290,7 @@ impl Server {
         let starts_jail = !(running && args.packages.is_none());
         match self.precheck(&env, &args, starts_jail).await? {
             Target::Run => {
-                let _slot = self.admit_run(&ct).await?;
+                let _slot = self.admit_run(&ct, &key, &env).await?;
                 let cx = run::Context {
                     host: &shared.host,
                     env: &shared.wrapper_env,
@@ -292,14 +303,14 @@ impl Server {
             Target::Session(name) => {
                 let mirror = shared.mirror.as_ref();
                 let outcome = (client.sessions)
-                    .call(&name, &env, code, files, mirror, &ct)
+                    .call(&key, &name, &env, code, files, mirror, &ct)
                     .await?;
                 let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
                 (client.links).note(&outcome.session, fresh, &outcome.outputs.items);
                 Ok(report::call::called(&env, &outcome, resource_links))
             }
             Target::Throwaway => {
-                let _slot = self.admit_run(&ct).await?;
+                let _slot = self.admit_run(&ct, &key, &env).await?;
                 let cx = throwaway::Context {
                     wrapper_env: &shared.wrapper_env,
                     host: &shared.host,
@@ -408,15 +419,25 @@ impl Server {
         Ok(composed)
     }
 
-    /// A slot for one more run among all clients' (admission.rs): waits in
-    /// line, unless the call is cancelled or the server stops.
-    async fn admit_run(&self, ct: &CancellationToken) -> Result<OwnedSemaphorePermit, Refusal> {
+    /// A slot for one more run of `client` in `env` among all clients'
+    /// (admission.rs): waits in line, unless the call is cancelled or the
+    /// server stops.
+    async fn admit_run(
+        &self,
+        ct: &CancellationToken,
+        client: &ClientKey,
+        env: &Env,
+    ) -> Result<Slot, Refusal> {
         let shared = &*self.shared;
+        // Held until the run's timeout and a reset's grace at the latest.
+        let hold = std::time::Duration::from_secs(env.limits.timeout_s.get())
+            + session::lease::WAIT_AFTER_CANCEL;
+        let admitted = shared.runs.admit(client, admission::QUEUE_WAIT, hold);
         // A free slot first: a call cancelled meanwhile still starts and is
         // stopped at once, as a call that did not wait is.
         tokio::select! {
             biased;
-            admitted = shared.runs.admit(admission::QUEUE_WAIT) => Ok(admitted?),
+            admitted = admitted => Ok(admitted?),
             () = ct.cancelled() => Err(Refusal::cancelled_in_line()),
             () = shared.shutdown.cancelled() => Err(Refusal::cancelled_in_line()),
         }
@@ -464,7 +485,7 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let client = self.client(&context);
+        let (client, _) = self.client(&context);
         Ok(resources::list(&client.sessions, &client.links))
     }
 
@@ -473,7 +494,7 @@ impl ServerHandler for Server {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let client = self.client(&context);
+        let (client, _) = self.client(&context);
         resources::read(&client.sessions, request.uri)
             .await
             .map(Into::into)

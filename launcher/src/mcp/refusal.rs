@@ -205,18 +205,35 @@ impl Refusal {
         )
     }
 
-    /// `max` runs were going on, all clients together, for as long as a
-    /// run waits in line (`waited_s`).
-    pub fn runs_full(max: usize, waited_s: u64) -> Self {
-        Self::new(
-            ErrorCode::ServerBusy,
+    /// No run slot for this client (`full`) for as long as a run waits in
+    /// line (`waited_s`): the server's limit, or the client's share while
+    /// other clients wanted slots.
+    pub fn runs_full(full: &admission::Full, waited_s: u64) -> Self {
+        let first = full.frees_within.map_or(String::new(), |d| {
+            let s = d.as_secs_f64().ceil() as u64;
+            format!(" The first of them ends within {s} s at the latest (its timeout).")
+        });
+        let message = if full.beyond_share() {
             format!(
-                "the server is running {max} programs at once, its limit for all clients \
-                 together ({}), and none ended within {waited_s} s; nothing was run. Try \
-                 again in a moment, or tell the user to raise the limit.",
-                admission::RunsFull::setting()
-            ),
-        )
+                "this client is running {} programs at once, beyond its share of {} of the \
+                 server's {} ({}) while other clients want them, and none of its own ended \
+                 within {waited_s} s; nothing was run.{first} Wait for their results before \
+                 starting more.",
+                full.held,
+                full.share,
+                full.max,
+                admission::Runs::share_setting()
+            )
+        } else {
+            format!(
+                "the server is running {} programs at once, its limit for all clients \
+                 together ({}), and none ended within {waited_s} s; nothing was run.{first} \
+                 Try again then, or tell the user to raise the limit.",
+                full.max,
+                admission::Runs::setting()
+            )
+        };
+        Self::new(ErrorCode::ServerBusy, message)
     }
 
     /// The call was cancelled (or the server stopped) while it waited for a
@@ -228,15 +245,39 @@ impl Refusal {
         )
     }
 
-    /// `max` sessions are open, all clients together.
-    pub fn sessions_full(max: usize, idle_s: u64) -> Self {
+    /// `max` sessions are open, all clients together; the first idle one
+    /// ends in `first_end_s` unless called.
+    pub fn sessions_full(max: usize, idle_s: u64, first_end_s: Option<u64>) -> Self {
         Self::new(
             ErrorCode::ServerBusy,
             format!(
                 "{max} sessions are open on this server, its limit for all clients together \
                  ({}); nothing was run. Call without `session`, or wait: a session ends \
-                 after {idle_s} s without calls.",
-                admission::SessionSlots::setting()
+                 after {idle_s} s without calls{}.",
+                admission::SessionSlots::setting(),
+                first_end(first_end_s)
+            ),
+        )
+    }
+
+    /// This client holds `held` sessions, at least its `share` of the
+    /// server's `max`, and the last free slot is kept for another client.
+    pub fn sessions_beyond_share(
+        held: usize,
+        share: usize,
+        max: usize,
+        idle_s: u64,
+        first_end_s: Option<u64>,
+    ) -> Self {
+        Self::new(
+            ErrorCode::ServerBusy,
+            format!(
+                "this client has {held} sessions open, beyond its share of {share} of the \
+                 server's {max} ({}), and the server's last free session is kept for another \
+                 client; nothing was run. Reuse one of its sessions, call without `session`, \
+                 or wait: a session ends after {idle_s} s without calls{}.",
+                admission::SessionSlots::share_setting(),
+                first_end(first_end_s)
             ),
         )
     }
@@ -428,9 +469,15 @@ impl Refusal {
     }
 }
 
-impl From<admission::RunsFull> for Refusal {
-    fn from(e: admission::RunsFull) -> Self {
-        Self::runs_full(e.max, admission::QUEUE_WAIT.as_secs())
+/// ` (the first in N s)`, when known.
+fn first_end(first_end_s: Option<u64>) -> String {
+    first_end_s.map_or(String::new(), |s| format!(" (the first in {s} s)"))
+}
+
+/// A run refused for want of a slot (admission.rs).
+impl From<admission::Full> for Refusal {
+    fn from(e: admission::Full) -> Self {
+        Self::runs_full(&e, admission::QUEUE_WAIT.as_secs())
     }
 }
 
@@ -463,7 +510,18 @@ impl From<session::Error> for Refusal {
             } => Self::session_packages_mismatch(&session, &bound, &requested),
             Error::Busy { session, within_s } => Self::session_busy(&session, within_s),
             Error::TooMany { max, open, idle_s } => Self::too_many_sessions(max, &open, idle_s),
-            Error::ServerFull { max, idle_s } => Self::sessions_full(max, idle_s),
+            Error::ServerFull {
+                max,
+                idle_s,
+                first_end_s,
+            } => Self::sessions_full(max, idle_s, first_end_s),
+            Error::BeyondShare {
+                held,
+                share,
+                max,
+                idle_s,
+                first_end_s,
+            } => Self::sessions_beyond_share(held, share, max, idle_s, first_end_s),
             Error::Stopping { env } => Self::sandbox_unavailable(&env, "the server is stopping"),
             Error::NotStarted(e) => e.into(),
             Error::InterpreterUnavailable { env, message } => {

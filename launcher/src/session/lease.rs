@@ -11,6 +11,7 @@ use super::call::{INTERRUPT_GRACE, WRITE_GRACE};
 use super::names::{SessionName, server_name};
 use super::table::{Entry, Inner, Slot, remember};
 use super::{Error, OutputUnreadable};
+use crate::admission::{ClientKey, Full};
 use crate::catalog::Env;
 
 /// How long a call waits for a session whose running call was cancelled:
@@ -48,7 +49,13 @@ enum Unavailable {
     Refused(Error),
     /// A call holds it (a call of this server's, or a read of an output).
     Busy(Option<Running>),
+    /// It is new, and no session slot is free for its client.
+    Full(Full),
 }
+
+/// How many times a new session may have an idle session of a client
+/// beyond its share ended for it, when others take each freed slot first.
+const MAKE_ROOM_TRIES: usize = 3;
 
 impl From<Error> for Unavailable {
     fn from(e: Error) -> Self {
@@ -59,18 +66,29 @@ impl From<Error> for Unavailable {
 impl Inner {
     /// [`Inner::acquire`], waiting up to [`WAIT_AFTER_CANCEL`] while the call
     /// holding the session has been cancelled and is being interrupted, and
-    /// up to [`BUSY_GRACE`] for a cancellation on its way.
+    /// up to [`BUSY_GRACE`] for a cancellation on its way; a new session of
+    /// `client` that finds no slot free has an idle session of a client
+    /// beyond its share ended for it, when there is one.
     pub async fn acquire_waiting(
         &self,
+        client: &ClientKey,
         name: &SessionName,
         env: &Arc<Env>,
         cancel: &CancellationToken,
     ) -> Result<Lease<'_>, Error> {
         let started = Instant::now();
+        let mut room_made = 0;
         loop {
-            match self.acquire(name, env, cancel) {
+            match self.acquire(client, name, env, cancel) {
                 Ok(lease) => return Ok(lease),
                 Err(Unavailable::Refused(e)) => return Err(e),
+                Err(Unavailable::Full(full)) => {
+                    if room_made < MAKE_ROOM_TRIES && self.slots.make_room(client) {
+                        room_made += 1;
+                        continue;
+                    }
+                    return Err(self.no_slot(client, &full));
+                }
                 Err(Unavailable::Busy(running)) => {
                     let now = Instant::now();
                     let settling = running.as_ref().is_some_and(|r| r.cancel.is_cancelled());
@@ -103,6 +121,7 @@ impl Inner {
     /// name of the server's.
     fn acquire(
         &self,
+        client: &ClientKey,
         asked: &SessionName,
         env: &Arc<Env>,
         cancel: &CancellationToken,
@@ -153,17 +172,7 @@ impl Inner {
                         }
                         .into());
                     }
-                    let Some(slot) = self.slots.admit() else {
-                        tracing::warn!(
-                            max = self.slots.max,
-                            "session refused: every client's sessions together are at the limit"
-                        );
-                        return Err(Error::ServerFull {
-                            max: self.slots.max,
-                            idle_s: self.settings.idle_timeout.as_secs(),
-                        }
-                        .into());
-                    };
+                    let place = self.slots.admit(client).map_err(Unavailable::Full)?;
                     let ended_before = table
                         .ended
                         .iter()
@@ -183,7 +192,7 @@ impl Inner {
                             last_used: now,
                             slot: None,
                             running: Some(Running::new(cancel, env, now)),
-                            _slot: slot,
+                            place,
                         },
                     );
                     tracing::info!(session = %name, env = %env.name, open = table.open.len(), "session created");
@@ -196,6 +205,39 @@ impl Inner {
         };
         drop(expired);
         Ok(lease)
+    }
+
+    /// Why a new session of `client` gets no slot (`full`): the server's
+    /// limit, or its share while others want slots.
+    fn no_slot(&self, client: &ClientKey, full: &Full) -> Error {
+        let idle_s = self.settings.idle_timeout.as_secs();
+        let beyond = full.beyond_share();
+        tracing::warn!(
+            max = full.max,
+            held = full.held,
+            share = full.share,
+            beyond,
+            "session refused: no slot for this client"
+        );
+        let first_end_s = |own: bool| {
+            let first = self.slots.first_end(own.then_some(client));
+            first.map(|d| d.as_secs_f64().ceil() as u64)
+        };
+        if beyond {
+            Error::BeyondShare {
+                held: full.held,
+                share: full.share,
+                max: full.max,
+                idle_s,
+                first_end_s: first_end_s(true),
+            }
+        } else {
+            Error::ServerFull {
+                max: full.max,
+                idle_s,
+                first_end_s: first_end_s(false),
+            }
+        }
     }
 
     /// Reserves the open session `name`, without creating one.

@@ -53,7 +53,7 @@ use std::time::Instant;
 use proto::frame::FileIn;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::SessionSlots;
+use crate::admission::{ClientKey, IdleSessions, SessionSlots};
 use crate::catalog::Env;
 use crate::outputs::mirror::Mirror;
 use crate::outputs::{self, Destination, ReadFailed};
@@ -93,9 +93,24 @@ pub enum Error {
         open: Vec<String>,
         idle_s: u64,
     },
-    /// `max` sessions are open in every client's table together; one ends
-    /// after `idle_s` without calls.
-    ServerFull { max: usize, idle_s: u64 },
+    /// `max` sessions are open in every client's table together, none of
+    /// them an idle one of a client beyond its share; one ends after
+    /// `idle_s` without calls, the first idle one in `first_end_s`.
+    ServerFull {
+        max: usize,
+        idle_s: u64,
+        first_end_s: Option<u64>,
+    },
+    /// The client holds `held` sessions, at least its `share`, and the
+    /// server's last free slot is kept for another client (of `max`); its
+    /// first idle session ends in `first_end_s`.
+    BeyondShare {
+        held: usize,
+        share: usize,
+        max: usize,
+        idle_s: u64,
+        first_end_s: Option<u64>,
+    },
     /// The server is stopping: no session starts.
     Stopping { env: String },
     /// The session's jail did not start.
@@ -143,7 +158,7 @@ impl Sessions {
     ) -> Self {
         let inner = Inner::new(settings, wrapper_env, host, shutdown, slots, false);
         Self {
-            inner: Arc::new(inner),
+            inner: registered(inner),
             mirror_client,
         }
     }
@@ -160,17 +175,20 @@ impl Sessions {
         let inner = Inner::new(settings, wrapper_env, host, shutdown, slots, true);
         // Its names are the server's, unique: no directory of its own.
         Self {
-            inner: Arc::new(inner),
+            inner: registered(inner),
             mirror_client: None,
         }
     }
 
-    /// Runs `code` in session `name` of `env`, creating the session if it
-    /// does not exist, after writing `files` into its /workspace; collects
-    /// the outputs (mirrored when `mirror` is set). Refusals (wrong
-    /// environment, busy, too many) come before anything runs.
+    /// Runs `code` in session `name` of `env`, creating the session (held
+    /// by `client`) if it does not exist, after writing `files` into its
+    /// /workspace; collects the outputs (mirrored when `mirror` is set).
+    /// Refusals (wrong environment, busy, too many) come before anything
+    /// runs.
+    #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
+        client: &ClientKey,
         name: &SessionName,
         env: &Arc<Env>,
         code: &str,
@@ -179,7 +197,7 @@ impl Sessions {
         cancel: &CancellationToken,
     ) -> Result<CallOutcome, Error> {
         let inner = &self.inner;
-        let mut lease = inner.acquire_waiting(name, env, cancel).await?;
+        let mut lease = inner.acquire_waiting(client, name, env, cancel).await?;
         let name = &lease.name.clone();
         inner.start_reaper();
         let started = Instant::now();
@@ -287,6 +305,15 @@ impl Sessions {
             ReadFailed::Broken(why) => OutputUnreadable::Broken(why),
         })
     }
+}
+
+/// `inner`, shared, and counted among the tables whose idle sessions the
+/// server may end for another client (admission.rs).
+fn registered(inner: Inner) -> Arc<Inner> {
+    let inner = Arc::new(inner);
+    let dynamic: Arc<dyn IdleSessions> = inner.clone();
+    inner.slots.register(Arc::downgrade(&dynamic));
+    inner
 }
 
 impl Drop for Sessions {

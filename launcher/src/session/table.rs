@@ -7,13 +7,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::jail::{CpuSource, Jail};
 use super::lease::Running;
-use crate::admission::SessionSlots;
+use crate::admission::{IdleSession, IdleSessions, SessionSlots, Slot as Place};
 use crate::catalog::Env;
 use crate::config;
 use crate::wrapper::host::Host;
@@ -106,8 +105,9 @@ pub struct Entry {
     pub slot: Option<Slot>,
     /// The call holding the jail, if one does.
     pub running: Option<Running>,
-    /// Its place among every client's sessions, given back with the entry.
-    pub _slot: OwnedSemaphorePermit,
+    /// Its place among every client's sessions (admission.rs: whose it
+    /// is), given back with the entry.
+    pub place: Place,
 }
 
 /// An idle session's jail; `Empty` when its restart failed (the next call
@@ -300,6 +300,39 @@ impl Inner {
             tracing::info!(sessions = slots.len(), "sessions closed: {why}");
         }
         drop(slots);
+    }
+}
+
+/// What [`SessionSlots::make_room`] sees of this table, and ends in it.
+impl IdleSessions for Inner {
+    fn idle(&self) -> Vec<IdleSession> {
+        let s = &self.settings;
+        let table = self.lock();
+        (table.open.iter())
+            .filter(|(_, e)| e.slot.is_some())
+            .map(|(name, e)| IdleSession {
+                name: name.clone(),
+                client: e.place.client().clone(),
+                last_used: e.last_used,
+                ends_at: (e.last_used + s.idle_timeout).min(e.created + s.max_lifetime),
+            })
+            .collect()
+    }
+
+    fn end_idle(&self, name: &str, why: String) -> bool {
+        let ended = {
+            let mut table = self.lock();
+            if table.open.get(name).is_none_or(|e| e.slot.is_none()) {
+                return false;
+            }
+            let ended = table.open.remove(name);
+            remember(&mut table, name.to_owned(), why.clone());
+            ended
+        };
+        tracing::info!(session = name, "session ended: {why}");
+        // Its jail is killed here, the table unlocked.
+        drop(ended);
+        true
     }
 }
 

@@ -60,11 +60,12 @@ fn env_lines(o: &std::process::Output) -> String {
         "jails: ",
         "cgroups: ",
         "limits: ",
+        "http listener: ",
     ];
     let (facts, envs): (Vec<&str>, Vec<&str>) = out
         .lines()
         .partition(|l| host.iter().any(|h| l.starts_with(h)));
-    assert_eq!(facts.len(), 5, "{out}");
+    assert_eq!(facts.len(), 6, "{out}");
     envs.iter().map(|l| format!("{l}\n")).collect()
 }
 
@@ -87,6 +88,18 @@ fn check_passes_on_this_machine() {
     assert_eq!(
         stdout(&o).lines().next(),
         Some("jail lifetime: every jail dies with the server (a pid namespace of their own)")
+    );
+    // A loopback --http port would be held on both families (or this host
+    // has no IPv6 loopback for anyone to take).
+    let listener = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("http listener: "))
+        .map(str::to_owned);
+    assert!(
+        listener
+            .as_deref()
+            .is_some_and(|l| l.starts_with("http listener: ok (")),
+        "{listener:?}"
     );
 }
 

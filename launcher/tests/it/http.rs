@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-const TOKEN: &str = "test-token-0123456789abcdef";
+pub const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// The server running with `--http 127.0.0.1:0`.
 pub struct HttpServer {
@@ -77,6 +77,12 @@ impl HttpServer {
         }
     }
 
+    /// An ordinary user's server ([`User::unprivileged`]) serving
+    /// `manifest`, with `envs` set (limits, through their variables).
+    pub async fn unprivileged(manifest: Manifest, envs: &[(&str, &str)]) -> Self {
+        Self::start_command(User::unprivileged().command(), vec![manifest], &[], envs).await
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
@@ -100,7 +106,7 @@ fn listening(log: &str) -> Option<SocketAddr> {
 
 /// One MCP client: its token, Origin and MCP session.
 pub struct Client {
-    addr: SocketAddr,
+    pub addr: SocketAddr,
     pub token: Option<String>,
     origin: Option<String>,
     pub session: Option<String>,

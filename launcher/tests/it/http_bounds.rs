@@ -16,10 +16,8 @@ use crate::http::{HttpServer, result_text};
 #[tokio::test]
 async fn session_jails_are_capped_across_clients() {
     let mark = marker("sessions-total");
-    let server = HttpServer::start_command(
-        User::unprivileged().command(),
-        vec![sessions_marked(&mark, 30)],
-        &[],
+    let server = HttpServer::unprivileged(
+        sessions_marked(&mark, 30),
         &[
             ("NIX_SANDBOX_MAX_SESSIONS", "3"),
             ("NIX_SANDBOX_MAX_SESSIONS_TOTAL", "4"),
@@ -50,8 +48,9 @@ async fn session_jails_are_capped_across_clients() {
     assert!(out.starts_with("in 4"), "{out}");
 }
 
-/// `initialize` past `NIX_SANDBOX_MAX_MCP_SESSIONS` gets 503, naming the
-/// setting; an idle MCP session expires, which makes room again.
+/// `initialize` past `NIX_SANDBOX_MAX_MCP_SESSIONS`, every MCP session
+/// holding a sandbox session, gets 503, naming the setting; an idle MCP
+/// session expires, which makes room again.
 #[tokio::test]
 async fn mcp_sessions_are_capped_and_idle_ones_expire() {
     let mut manifest = template();
@@ -62,14 +61,12 @@ async fn mcp_sessions_are_capped_and_idle_ones_expire() {
     {
         env["limits"]["timeout_s"] = json!(1);
     }
-    let server = HttpServer::start_command(
-        User::unprivileged().command(),
-        vec![Manifest::new(&manifest)],
-        &[],
+    let server = HttpServer::unprivileged(
+        Manifest::new(&manifest),
         &[
             ("NIX_SANDBOX_MAX_MCP_SESSIONS", "3"),
             ("NIX_SANDBOX_MCP_SESSION_IDLE_TIMEOUT", "1"),
-            ("SESSION_IDLE_TIMEOUT", "1"),
+            ("SESSION_IDLE_TIMEOUT", "3"),
         ],
     )
     .await;
@@ -77,20 +74,34 @@ async fn mcp_sessions_are_capped_and_idle_ones_expire() {
     for _ in 0..3 {
         let mut client = server.client();
         client.initialize().await;
+        assert_eq!(
+            client.session_run("python", "s", "print(1)").await,
+            "1\nexit code 0"
+        );
         open.push(client);
     }
     let started = Instant::now();
     let reply = server.client().try_initialize().await.unwrap_err();
     assert_eq!(reply.status, 503);
-    assert_eq!(reply.headers["retry-after"], "30");
+    // The first idle one ends within the MCP idle timeout (1 s, raised to
+    // the longest call's 1 s and its grace, 6 s); each sandbox session
+    // lives 3 s idle, so each MCP session holds one until then.
+    let retry: u64 = reply.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=6).contains(&retry), "Retry-After: {retry}");
     let body = reply.text().await;
     assert!(
         body.contains("3 MCP sessions are open")
             && body.contains("--max-mcp-sessions / NIX_SANDBOX_MAX_MCP_SESSIONS"),
         "{body}"
     );
-    // Idle, they end (after the longest call could have ended: 1 s and
-    // the interrupt's grace); then there is room.
+    // Idle, their sandbox sessions end, then they do (after the longest
+    // call could have ended: 1 s and the interrupt's grace); then there is
+    // room, an idle one holding nothing ended for the new one if it was
+    // not gone already.
     let mut again = server.client();
     let mut admitted = false;
     while started.elapsed() < Duration::from_secs(30) {

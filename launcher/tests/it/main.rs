@@ -10,6 +10,8 @@ mod errors;
 mod hostile;
 mod http;
 mod http_bounds;
+mod http_listener;
+mod http_shares;
 mod jail;
 mod lifetime;
 mod outputs;

@@ -265,7 +265,7 @@ def as_uid(uid, code):
     """Runs Python `code` as uid:uid without groups (as itself when this
     process is that uid already); its stdout."""
     kwargs = {} if os.geteuid() == uid else {"user": uid, "group": uid, "extra_groups": []}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True, timeout=60,
                           cwd="/", **kwargs)
     check(proc.returncode == 0, f"{code[:40]!r} as uid {uid}: {proc.stderr[-400:]}")
     return proc.stdout
@@ -336,7 +336,10 @@ try:
 except OSError as e:
     out['setns'] = 'open ' + errno.errorcode.get(e.errno, str(e.errno))
 else:
-    if libc.setns(user, 0x10000000) != 0:
+    # The jail's mount namespace belongs to the user namespace above the
+    # agent's (bubblewrap nests one more to disable new ones): that one.
+    parent = libc.ioctl(user, 0xb702, 0)  # NS_GET_PARENT
+    if libc.setns(parent if parent >= 0 else user, 0x10000000) != 0:
         out['setns'] = 'user ' + why()
     elif libc.setns(mnt, 0x20000) != 0:
         out['setns'] = 'mnt ' + why()

@@ -66,7 +66,7 @@ async fn fixture() -> Fixture {
         extra_roots: None,
     };
     let egress = Arc::new(Egress::start(&catalog, &settings, None, |_| None));
-    let gate = egress.gate(&catalog.envs["e"]).unwrap().unwrap();
+    let gate = egress.gate(&catalog.envs["e"], None).unwrap().unwrap();
     Fixture {
         gate,
         port,

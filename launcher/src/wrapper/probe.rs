@@ -394,7 +394,7 @@ pub async fn run_check(
 /// kernel budgets, its hostname and its passwd.
 pub fn protections(env: &Env, seen: &Seen) -> String {
     let seccomp = if seen.seccomp {
-        "seccomp filter on (system calls, socket families)"
+        "seccomp filter on"
     } else {
         "seccomp filter off"
     };

@@ -1325,18 +1325,19 @@ def main():
                  c_proc, server)
             case("no process of a run is host root; a root server's jails have a uid of their own",
                  c_jail_uid, server, expected)
+            # Each on a server of its own: their sessions end with it.
             case("the jail's hostname, /etc/passwd and /etc/group name nothing of the host",
-                 c_identity, server, os.environ["HOME"])
+                 on_own_server("identity", c_identity), args, sandboxes, project, scratch, os.environ["HOME"])
             case("a jail opens Unix, IP and netlink route sockets only: no vsock port taken from the host",
-                 c_socket_families, server)
+                 on_own_server("families", c_socket_families), args, sandboxes, project, scratch)
             budgets = manifest_of(args.server)["environments"]["python"].get("kernel_budgets")
             case("a jail holding every inotify instance and watch, pending signal, message queue byte and "
                  "fanotify group it can stops at its own budgets; the host user keeps its",
-                 c_kernel_budgets, server, budgets)
+                 on_own_server("budgets", c_kernel_budgets), args, sandboxes, project, scratch, budgets)
             reach_case = ("a host process of uid 65534 or of another jail's uid cannot take a session's "
                           "channel, read its memory or enter its jail")
             if os.geteuid() == 0:
-                case(reach_case, c_host_reach, server)
+                case(reach_case, on_own_server("reach", c_host_reach), args, sandboxes, project, scratch)
             else:
                 suite.skip(reach_case, "a user's server runs its jails as its own uid: that user's "
                            "processes are the server's own, trusted")

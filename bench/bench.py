@@ -150,6 +150,11 @@ class Bench:
         manifest.write_text(text.replace("@WRAPPERS@", str(wrappers)).replace(
             "@AGENT@", str(Path(args.launcher) / "bin/agent")))
         self.fixture_manifest = json.loads(manifest.read_text())["environments"]
+        # The fixture jail runs the launcher package's jail-budget from there.
+        budget = Path(args.fixtures) / "bin/jail-budget"
+        budget.parent.mkdir(exist_ok=True)
+        budget.unlink(missing_ok=True)
+        budget.symlink_to(Path(args.launcher) / "bin/jail-budget")
         self.fixture_server = [self.launcher_bin, "--stdio", "--manifest", str(manifest),
                                "--allow-wrappers-outside-store"]
 

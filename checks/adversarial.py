@@ -24,8 +24,10 @@ to any other address.
 import argparse
 import ctypes
 import errno
+import grp
 import json
 import os
+import pwd
 import queue
 import signal
 import socket
@@ -37,7 +39,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, processes  # noqa: E402
+from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, processes  # noqa: E402
+from host_sharing import c_host_reach, c_identity, c_kernel_budgets, c_socket_families  # noqa: E402
 
 SAFETY_PIDS = 4096
 SAFETY_MEMORY = 4 << 30
@@ -656,10 +659,22 @@ def c_proc(s):
     check(got["interfaces"] == ["all", "default", "lo"], f"/proc/sys/net is not the jail's: {got}")
 
 
-def jail_uid():
-    """The host uid every process of a jail must have: 65534 when the server
-    runs as root (never host root), else the server's own."""
-    return 65534 if os.geteuid() == 0 else os.geteuid()
+def jail_uid_ok(uid):
+    """Whether `uid` may be a jail's host uid: the server's own when it runs
+    as a user; as root one of its own, neither root, nobody (65534) nor any
+    user or group of the host's."""
+    if os.geteuid() != 0:
+        return uid == os.geteuid()
+    try:
+        pwd.getpwuid(uid)
+        return False
+    except KeyError:
+        pass
+    try:
+        grp.getgrgid(uid)
+        return False
+    except KeyError:
+        return uid not in (0, 65534)
 
 
 def while_running(s, expected, look):
@@ -695,12 +710,13 @@ def host_uids(pids):
 
 
 def c_jail_uid(s, expected):
-    """Every process of a run (wrapper, bubblewrap, code) has the jail's
-    uid on the host: never 0, even when root started the server."""
+    """Every process of a run (wrapper, bubblewrap, the code) has one host
+    uid, the jail's: never 0; under a root server a uid of the jail's own,
+    no user or group of the host's and not nobody's (65534)."""
     seen = while_running(s, expected, host_uids)
     check(len(seen) >= 3, f"the run's processes: {seen}")
-    want = jail_uid()
-    check(all(ids == [want] * 4 for ids in seen.values()), f"uids of the run's processes (want {want}): {seen}")
+    uids = {u for ids in seen.values() for u in ids}
+    check(len(uids) == 1 and jail_uid_ok(next(iter(uids))), f"uids of the run's processes: {seen}")
 
 
 CGROUP_LIMITS = ["pids.max", "memory.max", "memory.swap.max", "memory.limit_in_bytes",
@@ -1307,7 +1323,24 @@ def main():
                  args, sandboxes, project, scratch, tight)
             case("global sysctls, sysrq-trigger and kpageflags are out of reach; /proc/sys is read-only",
                  c_proc, server)
-            case("no process of a run is host root", c_jail_uid, server, expected)
+            case("no process of a run is host root; a root server's jails have a uid of their own",
+                 c_jail_uid, server, expected)
+            # Each on a server of its own: their sessions end with it.
+            case("the jail's hostname, /etc/passwd and /etc/group name nothing of the host",
+                 on_own_server("identity", c_identity), args, sandboxes, project, scratch, os.environ["HOME"])
+            case("a jail opens Unix, IP and netlink route sockets only: no vsock port taken from the host",
+                 on_own_server("families", c_socket_families), args, sandboxes, project, scratch)
+            budgets = manifest_of(args.server)["environments"]["python"].get("kernel_budgets")
+            case("a jail holding every inotify instance and watch, pending signal, message queue byte and "
+                 "fanotify group it can stops at its own budgets; the host user keeps its",
+                 on_own_server("budgets", c_kernel_budgets), args, sandboxes, project, scratch, budgets)
+            reach_case = ("a host process of uid 65534 or of another jail's uid cannot take a session's "
+                          "channel, read its memory or enter its jail")
+            if os.geteuid() == 0:
+                case(reach_case, on_own_server("reach", c_host_reach), args, sandboxes, project, scratch)
+            else:
+                suite.skip(reach_case, "a user's server runs its jails as its own uid: that user's "
+                           "processes are the server's own, trusted")
             cgroup_case = "the jail's uid cannot raise its run cgroup's limits"
             if os.geteuid() == 0:
                 case(cgroup_case, c_cgroup_limits, server, expected)

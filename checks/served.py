@@ -72,7 +72,7 @@ def home(args, suite, scratch):
     servers = json.loads(Path(args.mcp_json).read_text())["mcpServers"]
     entry = servers.get(args.name)
     env = base_env()
-    # A root server's jails run as uid 65534, which must reach the project.
+    # A root server's jails run as uids of their own, which must reach the project.
     scratch.chmod(0o755)
     project = scratch / "project"
     project.mkdir()

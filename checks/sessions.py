@@ -11,12 +11,11 @@ exits 1 when a test failed.
 
 --custom is a Python-with-jq environment made by lib.mkSandbox, --science a
 Python with numpy (python3.withPackages). Each server gets a directory of
-its own as HOME and TMPDIR: jail.nix puts the wrapper's HOME in
-bubblewrap's arguments, and that is the server's HOME, or, as root, the
-home the server makes for its jails' user in its TMPDIR; so the processes
-of its jails are found by that directory in /proc (and when bubblewrap is
-gone, so is the jail's pid 1, and with it everything in its pid
-namespace).
+its own as HOME, TMPDIR and PROJECT_DIR: the wrapper binds the project
+into the jail, so that directory is in bubblewrap's arguments, and the
+processes of the server's jails are found by it in /proc (and when
+bubblewrap is gone, so is the jail's pid 1, and with it everything in its
+pid namespace).
 """
 
 import argparse
@@ -68,9 +67,11 @@ class Server:
 
     def __init__(self, args, scratch, env=None, manifests=()):
         self.home = tempfile.mkdtemp(dir=scratch, prefix="home-")
-        # The jails' user of a root server enters it to reach its home there.
-        os.chmod(self.home, 0o711)
-        base = {"HOME": self.home, "TMPDIR": self.home, "PATH": "/usr/bin:/bin", "RUST_LOG": "info"}
+        # The project every jail binds: a root server's jails read it as
+        # others.
+        os.chmod(self.home, 0o755)
+        base = {"HOME": self.home, "TMPDIR": self.home, "PROJECT_DIR": self.home, "PATH": "/usr/bin:/bin",
+                "RUST_LOG": "info"}
         argv = [args.server + "/bin/nix-sandbox-mcp", "--stdio"]
         for manifest in manifests:
             argv += ["--manifest", str(manifest)]
@@ -390,8 +391,9 @@ print('alive', x)
 
 
 def agents_of(home):
-    """The session agents of the server whose HOME is `home`: the processes
-    named `agent` whose parent is one of its bubblewrap processes."""
+    """The session agents of the server whose HOME (and project) is `home`:
+    the processes named `agent` whose parent is one of its bubblewrap
+    processes."""
     bwraps = set(pids_with(home))
     found = []
     for entry in os.listdir("/proc"):

@@ -131,13 +131,26 @@ in
   env-bad-name = sandbox (good // { env."A-B" = "x"; }) "${label} `env` has a variable name that is not a valid shell name";
   seccomp-off = sandbox (good // { seccomp = false; }) null;
   seccomp-allow = sandbox (good // { seccomp.allow = [ "ptrace" "unshare" ]; }) null;
+  seccomp-allow-family = sandbox (
+    good
+    // {
+      seccomp.allow = [
+        "AF_VSOCK"
+        "NETLINK_GENERIC"
+        "IPPROTO_SCTP"
+      ];
+    }
+  ) null;
   seccomp-not-bool = sandbox (good // { seccomp = "yes"; }) "${label} `seccomp` must be true, false or { allow";
   seccomp-unknown-key = sandbox (
     good // { seccomp.deny = [ ]; }
   ) "${label} `seccomp` has unknown seccomp deny (known: allow)";
   seccomp-unknown-call = sandbox (
     good // { seccomp.allow = [ "read" ]; }
-  ) "${label} `seccomp.allow` names calls the filter does not deny: read";
+  ) "${label} `seccomp.allow` names calls, socket families or protocols the filter does not refuse: read";
+  seccomp-open-family = sandbox (
+    good // { seccomp.allow = [ "AF_INET" ]; }
+  ) "${label} `seccomp.allow` names calls, socket families or protocols the filter does not refuse: AF_INET";
   server-duplicate-names = {
     sandbox = mkServer pkgs {
       environments = [

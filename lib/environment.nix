@@ -251,10 +251,15 @@ in
               type = types.listOf types.str;
               default = [ ];
               description = ''
-                System calls the filter denies that this environment may make
-                (lib/seccompRules.nix names them).
+                System calls the filter denies that this environment may make,
+                and socket families (`AF_VSOCK`) or protocols
+                (`NETLINK_GENERIC`, `IPPROTO_SCTP`) it may open beyond Unix,
+                IP and netlink routes (lib/seccompRules.nix names them all).
               '';
-              example = [ "ptrace" ];
+              example = [
+                "ptrace"
+                "AF_VSOCK"
+              ];
             };
           }
         )
@@ -265,8 +270,9 @@ in
       description = ''
         The jail's seccomp filter, which denies the system calls a code
         runner never needs (new namespaces, mount, ptrace, keyctl, bpf,
-        io_uring...): `true`, `false` for none, or `{ allow = [ CALL ]; }`
-        to let those calls through.
+        io_uring...) and socket families other than Unix, IPv4, IPv6 and
+        netlink routes: `true`, `false` for none, or `{ allow = [ NAME ]; }`
+        to let those calls, families or protocols through.
       '';
       example = {
         allow = [ "ptrace" ];

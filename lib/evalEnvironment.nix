@@ -11,10 +11,16 @@ let
   options = removeAttrs (lib.evalModules { modules = [ ./environment.nix ]; }).options [ "_module" ];
   known = builtins.attrNames options;
   seccompRules = import ./seccompRules.nix;
+  # What `seccomp.allow` may name: the calls the filter denies or holds,
+  # and the socket families and protocols it does not open.
   seccompCalls =
     builtins.attrNames seccompRules.deny
     ++ seccompRules.denyNamespaces
-    ++ builtins.attrNames seccompRules.allowOnly;
+    ++ builtins.attrNames seccompRules.allowOnly
+    ++ seccompRules.sockets.calls
+    ++ lib.subtractLists (
+      seccompRules.sockets.families ++ lib.concatLists (builtins.attrValues seccompRules.sockets.protocols)
+    ) (builtins.attrNames seccompRules.sockets.numbers);
 
   show =
     value:
@@ -171,7 +177,7 @@ let
       lib.filter (var: !lib.isValidPosixName var) (builtins.attrNames environment.env)
     )
     ++ lib.optional (unknownCalls != [ ])
-      "argument `seccomp.allow` names calls the filter does not deny: ${lib.concatStringsSep ", " unknownCalls} (it denies: ${lib.concatStringsSep ", " seccompCalls})"
+      "argument `seccomp.allow` names calls, socket families or protocols the filter does not refuse: ${lib.concatStringsSep ", " unknownCalls} (it refuses: ${lib.concatStringsSep ", " seccompCalls})"
     ++ networkProblems;
 
   failures =

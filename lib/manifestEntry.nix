@@ -3,7 +3,8 @@
 # returns the sandbox's manifest, version 1 with this one environment
 # (docs/contracts.md contract 1), as an attribute set.
 #
-# `packages` names what the model can use: a Python made by
+# `kernel_budgets` states the jail's share of its host user's per-user
+# kernel counters (kernelBudgets.nix). `packages` names what the model can use: a Python made by
 # python3.withPackages (a buildEnv whose passthru has `python` and
 # `paths`) is listed as that Python and the Python modules in it (those
 # with `pythonModule`: the chosen ones first, then what they need), not as
@@ -64,6 +65,10 @@ in
     run = [ "${storePath}/bin/sandbox-${name}" ] ++ (import ./interpreters.nix).${interpreter}.runArgs;
     session = [ "${storePath}/bin/sandbox-${name}-session" ];
     packages = unique (builtins.concatMap names environment.packages);
+    # What jail/kernelBudgets.nix holds the jail to, for the launcher's
+    # probe: the namespace limits by their sysctl's name, the rlimits by
+    # theirs.
+    kernel_budgets = (import ./kernelBudgets.nix).sysctls // (import ./kernelBudgets.nix).rlimits;
     store_path = storePath;
     nixpkgs_rev = nixpkgsRev;
   };

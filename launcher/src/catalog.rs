@@ -72,8 +72,9 @@ fn default_output_bytes() -> NonZeroU64 {
 
 /// One environment as the manifest declares it. Besides `nixpkgs_rev`,
 /// the fields that may be absent (a sandbox older than them) are
-/// `session` (no sessions), `packages` (none listed) and the limits
-/// [`Limits`] says. Fields this server does not know are in `unknown`.
+/// `session` (no sessions), `packages` (none listed), `kernel_budgets`
+/// and the limits [`Limits`] says. Fields this server does not know are in
+/// `unknown`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Env {
     /// The key under `environments`; filled in after parsing.
@@ -95,6 +96,13 @@ pub struct Env {
     pub store_path: String,
     #[serde(default)]
     pub nixpkgs_rev: Option<String>,
+    /// What the jail may take of its host user's per-user kernel counters
+    /// (lib/kernelBudgets.nix), which its wrapper sets before bubblewrap:
+    /// `/proc/sys/user` limits by name (`max_inotify_instances`) and
+    /// rlimits (`sigpending`, `msgqueue`, `memlock`); `None` for a sandbox
+    /// built before them. The probe checks the rlimits from inside.
+    #[serde(default)]
+    pub kernel_budgets: Option<BTreeMap<String, u64>>,
     /// Whether, and which, packages a call may add (packages/mod.rs); set
     /// by mkServer for its own environments.
     #[serde(default)]

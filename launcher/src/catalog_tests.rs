@@ -126,7 +126,7 @@ fn zero_limit_is_refused() {
 fn an_older_manifest_without_the_newer_optional_fields_loads_with_defaults() {
     let mut v = good();
     let env = v["environments"]["python"].as_object_mut().unwrap();
-    for field in ["session", "packages", "nixpkgs_rev"] {
+    for field in ["session", "packages", "nixpkgs_rev", "kernel_budgets"] {
         env.remove(field);
     }
     let limits = env["limits"].as_object_mut().unwrap();
@@ -137,7 +137,24 @@ fn an_older_manifest_without_the_newer_optional_fields_loads_with_defaults() {
     assert_eq!(env.limits.timeout_s.get(), 30);
     assert_eq!(env.limits.output_bytes.get(), 65536);
     assert!(env.session.is_empty() && env.packages.is_empty() && env.nixpkgs_rev.is_none());
+    assert!(env.kernel_budgets.is_none());
     assert!(notes(&v).is_empty());
+}
+
+/// A sandbox's kernel budgets are read as numbers by name; a value that is
+/// not a number leaves the environment out, naming the field.
+#[test]
+fn kernel_budgets_are_read() {
+    let mut v = good();
+    v["environments"]["python"]["kernel_budgets"] =
+        json!({"max_inotify_instances": 16, "sigpending": 1024});
+    let envs = read(&v, false).unwrap();
+    let budgets = envs[0].kernel_budgets.as_ref().unwrap();
+    assert_eq!(budgets["max_inotify_instances"], 16);
+    assert_eq!(budgets["sigpending"], 1024);
+    v["environments"]["python"]["kernel_budgets"]["sigpending"] = json!("many");
+    let e = only_error(&v, false);
+    assert!(e.contains("kernel_budgets"), "{e}");
 }
 
 /// Only the manifest can say that the wrapper enforces a limit: one the

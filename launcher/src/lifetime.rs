@@ -35,6 +35,20 @@
 //! is what lets it make a pid namespace; it then drops the capabilities
 //! that namespace gave it. As root only the pid namespace is new.
 //!
+//! That user namespace also holds the jails' share of the user's per-user
+//! kernel counters: every jail is nested in it, and the kernel charges a
+//! nested namespace's use to each one above it, so its limits
+//! (`/proc/sys/user/max_*`, written while the launcher still holds every
+//! capability there, which no jail ever does), and the rlimits the
+//! launcher lowers for everything it starts, which bound the namespaces
+//! its jails' wrappers make, keep all jails together at half of the
+//! user's inotify instances and watches, fanotify groups and marks,
+//! pending signals, message queue bytes and locked shared memory: the
+//! user's other programs keep the rest ([`SHARED_SYSCTLS`]). Each jail's
+//! own budget, below that, is its wrapper's (lib/kernelBudgets.nix). A
+//! root launcher's jails each have a uid of their own, and so budgets of
+//! their own.
+//!
 //! Where no such namespace can be made (user namespaces disabled, a
 //! container that forbids unshare), the server runs as before, with a
 //! warning: jails still die with their monitor, except a jail caught in
@@ -51,9 +65,25 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::libc;
 use nix::sched::CloneFlags;
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
+
+/// The per-user counters whose limits the jails' user namespace halves.
+const SHARED_SYSCTLS: [&str; 4] = [
+    "max_inotify_instances",
+    "max_inotify_watches",
+    "max_fanotify_groups",
+    "max_fanotify_marks",
+];
+/// The rlimits the kernel counts per user namespace and uid, halved for
+/// everything the launcher starts.
+const SHARED_RLIMITS: [Resource; 3] = [
+    Resource::RLIMIT_SIGPENDING,
+    Resource::RLIMIT_MSGQUEUE,
+    Resource::RLIMIT_MEMLOCK,
+];
 
 /// Work for the spawner thread (it reports its own result).
 type Job = Box<dyn FnOnce() + Send>;
@@ -100,8 +130,10 @@ pub fn launcher_as_seen_by_children() -> Pid {
 /// The pid namespace of the jails, or why there is none.
 #[derive(Debug)]
 pub enum Jails {
-    /// Every wrapper is started in a pid namespace whose init is this.
-    Contained(Init),
+    /// Every wrapper is started in a pid namespace whose init is this; the
+    /// jails' share of the user's kernel counters (`None` as root, whose
+    /// jails have uids of their own), or why it is not held.
+    Contained(Init, Option<Result<(), String>>),
     /// Wrappers are started as before; the reason, with its fix.
     Loose(String),
 }
@@ -128,12 +160,14 @@ impl Jails {
     /// with uid 0). Must run while the process has one thread.
     pub fn contain(root: bool, userns_problem: Option<&str>, change_user: bool) -> Self {
         let userns = !root;
+        let mut shared = None;
         if userns {
             if let Some(problem) = userns_problem {
                 return Jails::Loose(format!("user namespaces are unusable: {problem}"));
             }
-            if let Err(why) = enter_user_namespace() {
-                return Jails::Loose(why);
+            match enter_user_namespace() {
+                Ok(share) => shared = Some(share),
+                Err(why) => return Jails::Loose(why),
             }
         }
         // CAP_CHOWN, CAP_SETGID and CAP_SETUID are capabilities 0, 6 and 7.
@@ -151,7 +185,7 @@ impl Jails {
             ));
         }
         match started {
-            Ok(init) => Jails::Contained(init),
+            Ok(init) => Jails::Contained(init, shared),
             Err(why) => Jails::Loose(why),
         }
     }
@@ -159,7 +193,7 @@ impl Jails {
     /// The self-test's line on how long jails live.
     pub fn report(&self) -> String {
         match self {
-            Jails::Contained(_) => {
+            Jails::Contained(..) => {
                 "jail lifetime: every jail dies with the server (a pid namespace of their own)"
                     .into()
             }
@@ -170,10 +204,34 @@ impl Jails {
         }
     }
 
+    /// The self-test's line on what all jails together may take of the
+    /// user's kernel counters; `None` when each jail runs as a uid of its
+    /// own (`own_uids`, a root launcher's).
+    pub fn budget_report(&self, own_uids: bool) -> Option<String> {
+        let line = match self {
+            _ if own_uids => return None,
+            Jails::Contained(_, None) => return None,
+            Jails::Contained(_, Some(Ok(()))) => "jails' kernel budgets: ok: all jails together \
+                hold at most half of this user's inotify instances and watches, fanotify groups \
+                and marks, pending signals, message queue bytes and locked shared memory (the \
+                jails' user namespace); each jail at most its own budget (its wrapper's)"
+                .to_owned(),
+            Jails::Contained(_, Some(Err(why))) => format!(
+                "jails' kernel budgets: WARN: all jails together may take this user's whole \
+                 budgets: {why}; each jail still at most its own (its wrapper's)"
+            ),
+            Jails::Loose(_) => "jails' kernel budgets: WARN: no user namespace for all jails: \
+                together they may take this user's whole budgets; each jail still at most its \
+                own (its wrapper's)"
+                .to_owned(),
+        };
+        Some(line)
+    }
+
     /// The init's pid (in the launcher's pid namespace), when there is one.
     pub fn init_pid(&self) -> Option<i32> {
         match self {
-            Jails::Contained(init) => Some(init.pid.as_raw()),
+            Jails::Contained(init, _) => Some(init.pid.as_raw()),
             Jails::Loose(_) => None,
         }
     }
@@ -182,7 +240,7 @@ impl Jails {
     /// namespace. Then the wrappers' reapers reap the wrappers, and
     /// [`Jails::reap`] the init.
     pub fn kill(&self) {
-        if let Jails::Contained(init) = self {
+        if let Jails::Contained(init, _) = self {
             init.kill();
         }
     }
@@ -193,7 +251,7 @@ impl Jails {
     /// a process stuck in the kernel); the kernel still ends them.
     pub fn reap(&mut self, grace: Duration) -> bool {
         match self {
-            Jails::Contained(init) => init.reap(grace),
+            Jails::Contained(init, _) => init.reap(grace),
             Jails::Loose(_) => true,
         }
     }
@@ -242,12 +300,18 @@ fn fatal<T>(what: &str) -> T {
 }
 
 /// Unprivileged: into a new user namespace that maps this process' uid and
-/// gid to themselves. An error leaves the process where it was; a map that
-/// cannot be written after the unshare is fatal (in a user namespace
-/// without maps the process could create no file).
-fn enter_user_namespace() -> Result<(), String> {
+/// gid to themselves, whose share of the user's kernel counters is half
+/// of the user's (the result, or why not). An error leaves the process
+/// where it was; a map that cannot be written after the unshare is fatal
+/// (in a user namespace without maps the process could create no file).
+fn enter_user_namespace() -> Result<Result<(), String>, String> {
     // SAFETY: geteuid and getegid have no preconditions and cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // The user's limits, as the namespace the launcher is in has them.
+    let limits: Vec<(&str, Option<u64>)> = SHARED_SYSCTLS
+        .iter()
+        .map(|name| (*name, read_sysctl(name)))
+        .collect();
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
         format!(
             "unshare(CLONE_NEWUSER): {e}; allow unprivileged user namespaces \
@@ -268,6 +332,39 @@ fn enter_user_namespace() -> Result<(), String> {
                  kernel.apparmor_restrict_unprivileged_userns)"
             ));
         }
+    }
+    Ok(share(&limits))
+}
+
+/// `/proc/sys/user/NAME` of the calling process' user namespace.
+fn read_sysctl(name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/sys/user/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Halves, in the user namespace just entered, the limits the user had
+/// (`limits`), and the launcher's own ucount-backed rlimits, which every
+/// process it starts inherits.
+fn share(limits: &[(&str, Option<u64>)]) -> Result<(), String> {
+    for (name, limit) in limits {
+        let limit = limit.ok_or_else(|| format!("/proc/sys/user/{name} cannot be read"))?;
+        let half = limit / 2;
+        std::fs::write(format!("/proc/sys/user/{name}"), half.to_string())
+            .map_err(|e| format!("cannot write /proc/sys/user/{name}: {e}"))?;
+    }
+    for resource in SHARED_RLIMITS {
+        let (soft, hard) =
+            getrlimit(resource).map_err(|e| format!("cannot read {resource:?}: {e}"))?;
+        // Unlimited stays unlimited: a user with no limit has none to keep.
+        if hard == nix::sys::resource::RLIM_INFINITY {
+            continue;
+        }
+        let half = hard / 2;
+        setrlimit(resource, soft.min(half), half)
+            .map_err(|e| format!("cannot lower {resource:?}: {e}"))?;
     }
     Ok(())
 }

@@ -83,11 +83,7 @@ fn main() -> ExitCode {
         tracing::info!("self-test: {line}");
     }
     let _teardown = Teardown(Arc::clone(&host));
-    let home = match &host.jail_user {
-        Some(user) => Some(user.home().as_os_str().to_owned()),
-        None => std::env::var_os("HOME"),
-    };
-    let problems = preflight::check(&opts, home.as_deref(), &host);
+    let problems = preflight::check(&opts, &host);
     // A problem that would fail every call stops the server here, in one
     // line each (an MCP client shows the server's stderr); the others are
     // logged and the server goes on.
@@ -130,11 +126,15 @@ fn main() -> ExitCode {
     let mut jails = Jails::contain(
         host.root,
         host.userns_problem.as_deref(),
-        host.jail_user.is_some(),
+        host.jail_users.is_some(),
     );
     match &jails {
-        Jails::Contained(_) => tracing::info!("self-test: {}", jails.report()),
+        Jails::Contained(..) => tracing::info!("self-test: {}", jails.report()),
         Jails::Loose(_) => tracing::warn!("self-test: {}", jails.report()),
+    }
+    let budgets = jails.budget_report(host.jail_users.is_some());
+    if let Some(line) = &budgets {
+        tracing::info!("self-test: {line}");
     }
     if let (Some(cgroups), Some(pid)) = (&host.cgroups, jails.init_pid())
         && let Err(e) = cgroups.place_init(pid)
@@ -143,8 +143,8 @@ fn main() -> ExitCode {
     }
     // After the jails' pid namespace: its init, a fork of this process,
     // holds no copy of the secrets the proxy reads.
-    let owner = host.jail_user.as_ref().map(|user| user.ids);
-    host.set_egress(Egress::start(&catalog, &opts.egress, owner, |var| {
+    let runtime = host.jail_users.as_ref().map(|users| users.runtime_dir());
+    host.set_egress(Egress::start(&catalog, &opts.egress, runtime, |var| {
         std::env::var_os(var)
     }));
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -161,10 +161,16 @@ fn main() -> ExitCode {
         let mut out = std::io::stdout().lock();
         // The listener's sockets are the runtime's.
         let (listener_ok, listener) = runtime.block_on(async { mcp::listen::check() });
-        let checked = writeln!(out, "{}\n{listener}", jails.report()).and_then(|()| {
-            let check = probe::run_check(&catalog, &problems, &wrapper_env, &host, &mut out);
-            runtime.block_on(check).map(|ok| ok && listener_ok)
-        });
+        let checked = writeln!(out, "{}\n{listener}", jails.report())
+            .and_then(|()| {
+                budgets
+                    .as_ref()
+                    .map_or(Ok(()), |line| writeln!(out, "{line}"))
+            })
+            .and_then(|()| {
+                let check = probe::run_check(&catalog, &problems, &wrapper_env, &host, &mut out);
+                runtime.block_on(check).map(|ok| ok && listener_ok)
+            });
         match checked {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
@@ -182,7 +188,7 @@ fn main() -> ExitCode {
     // what is left of the calls (their guards). A reaper stuck on an
     // unkillable process must not hold the exit.
     jails.kill();
-    if matches!(jails, Jails::Contained(_))
+    if matches!(jails, Jails::Contained(..))
         && !runtime.block_on(wrapper::reaper::finish(SHUTDOWN_GRACE))
     {
         tracing::warn!("wrappers still not reaped at exit");

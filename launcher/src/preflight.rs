@@ -5,7 +5,7 @@
 //! client shows the server's stderr); the others are logged and the server
 //! goes on. `--check` prints every one as a FAIL line.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Component, Path};
 
@@ -13,7 +13,6 @@ use nix::unistd::{AccessFlags, access};
 
 use crate::config::{self, Options};
 use crate::wrapper::host::Host;
-use crate::wrapper::jailuser::JAIL_UID;
 
 /// One configuration problem, shown as `SETTING: VALUE what is wrong; the
 /// fix`.
@@ -47,8 +46,8 @@ pub const JAIL_PATHS: [&str; 9] = [
     "/usr/bin",
 ];
 
-/// Every problem of `opts` on `host`; `home` is the `HOME` the wrappers get.
-pub fn check(opts: &Options, home: Option<&OsStr>, host: &Host) -> Vec<Problem> {
+/// Every problem of `opts` on `host`.
+pub fn check(opts: &Options, host: &Host) -> Vec<Problem> {
     let mut problems = Vec::new();
     if let Some(problem) = &host.userns_problem {
         problems.push(Problem {
@@ -56,11 +55,6 @@ pub fn check(opts: &Options, home: Option<&OsStr>, host: &Host) -> Vec<Problem> 
             message: problem.clone(),
             fatal: true,
         });
-    }
-    // The Nix-built wrappers are jail.nix's; a test's hand-written ones
-    // (--allow-wrappers-outside-store) need no such state.
-    if !opts.allow_outside_store {
-        problems.extend(home_problem(home));
     }
     if let Some(dir) = &opts.project_dir {
         problems.extend(project_dir_problem(dir, host));
@@ -87,8 +81,9 @@ pub fn check(opts: &Options, home: Option<&OsStr>, host: &Host) -> Vec<Problem> 
 }
 
 /// A `PROJECT_DIR` that is not an existing directory stops every wrapper
-/// (fatal); one the jails' user (this server's, or uid 65534 when it runs
-/// as root) cannot read would give every run an unreadable project.
+/// (fatal); one the jails' users (this server's, or as root uids of their
+/// own, "others" to every file) cannot read would give every run an
+/// unreadable project.
 fn project_dir_problem(dir: &OsString, host: &Host) -> Option<Problem> {
     let name = config::PROJECT_DIR.var_name();
     let shown = Path::new(dir).display();
@@ -112,17 +107,18 @@ fn project_dir_problem(dir: &OsString, host: &Host) -> Option<Problem> {
             ),
             true,
         )),
-        Ok(_) if host.jail_user.is_some() => {
-            let user = host.jail_user.as_ref()?;
-            let e = user
+        Ok(_) if host.jail_users.is_some() => {
+            let users = host.jail_users.as_ref()?;
+            let e = users
                 .may_access(Path::new(dir), AccessFlags::R_OK | AccessFlags::X_OK)
                 .err()?;
+            let (first, last) = users.range();
             Some(problem(
                 format!(
-                    "{shown} is not readable by uid {JAIL_UID}, which the jails run as when the \
-                     server runs as root ({e}), so code could not read the project; make it and \
-                     every directory above it readable and searchable for that user (chmod \
-                     o+rx, or an ACL), or run the server as a user who can read it"
+                    "{shown} is not readable by the jails' uids ({first}-{last}, each jail one \
+                     of its own, when the server runs as root: {e}), so code could not read the \
+                     project; make it and every directory above it readable and searchable by \
+                     others (chmod o+rx), or run the server as a user who can read it"
                 ),
                 false,
             ))
@@ -187,27 +183,6 @@ fn output_dir_problem(dir: &Path) -> Option<Problem> {
         fatal: false,
     };
     writable_dir(dir).err().map(problem)
-}
-
-/// The wrappers keep their jail's /etc/passwd and /etc/group under HOME
-/// (jail.nix: `~/.local/share/jail.nix`) and make them on their first run:
-/// a HOME where they are missing and cannot be made fails every run.
-fn home_problem(home: Option<&OsStr>) -> Option<Problem> {
-    let home = Path::new(home.unwrap_or(OsStr::new("/")));
-    let state = home.join(".local/share/jail.nix");
-    if state.join("passwd").is_file() && state.join("group").is_file() {
-        return None;
-    }
-    writable_dir(&state).err().map(|why| Problem {
-        setting: "HOME",
-        message: format!(
-            "{} cannot hold the jails' passwd file ({} {why}); set HOME to a directory \
-             this server's user can write",
-            home.display(),
-            state.display()
-        ),
-        fatal: true,
-    })
 }
 
 /// `dir` is a directory this process can write, or could make: the

@@ -23,6 +23,7 @@ use crate::catalog::{Env, Limits};
 use crate::egress::Gate;
 use crate::wrapper::cgroup::Stats;
 use crate::wrapper::host::Host;
+use crate::wrapper::jailuser::Lease;
 use crate::wrapper::{self, Group, NotStarted, StartError, WrapperEnv};
 
 /// After a kill, how long to wait for the pipes to close and the wrapper to
@@ -45,6 +46,8 @@ pub struct Spec<'a> {
     pub env: &'a WrapperEnv,
     /// The jail's way out, when its environment has a network policy.
     pub gate: Option<&'a Gate>,
+    /// The jail's uid and gid, when the launcher is root (wrapper::prepare).
+    pub user: Option<Lease>,
 }
 
 /// Everything a finished run produced.
@@ -83,13 +86,10 @@ pub struct Context<'a> {
 
 /// Runs `code` in a fresh jail of `env`, under its timeout and output cap.
 pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcome, NotStarted> {
-    let gate = cx
-        .host
-        .egress()
-        .gate(env)
-        .map_err(|e| NotStarted::run(env, StartError::Egress(e)))?;
+    let (user, gate) = wrapper::prepare(env, cx.host).map_err(|e| NotStarted::run(env, e))?;
     let spec = Spec {
         gate: gate.as_ref(),
+        user,
         argv: &env.run,
         limits: &env.limits,
         code: code.as_bytes(),
@@ -145,7 +145,7 @@ pub async fn run(
 ) -> Result<RunOutcome, StartError> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + spec.timeout;
-    let wrapper = wrapper::spawn(spec.argv, spec.limits, spec.env, host, spec.gate)?;
+    let wrapper = wrapper::spawn(spec.argv, spec.limits, spec.env, host, spec.gate, spec.user)?;
     let group = wrapper.group;
 
     let mut out = Cap::new(spec.output_bytes);
@@ -259,6 +259,7 @@ mod tests {
             output_bytes: 1024,
             env,
             gate: None,
+            user: None,
         }
     }
 

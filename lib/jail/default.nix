@@ -7,13 +7,16 @@
 # returns one jail.nix permission, each file using what it needs. This one
 # composes the others, in this order; the run and session wrappers share it.
 #
-# jail.nix adds the rest itself, once: its base permissions (--proc, --dev,
-# a tmpfs /tmp and home, /bin/sh, --clearenv), the store's runtime closure
-# only, a fake /etc/passwd, every namespace unshared unless a permission
+# base.nix first drops jail.nix's base permissions (they would bring the
+# caller's login and home into the jail) for the jail's own; jail.nix adds
+# the rest itself, once: every namespace unshared unless a permission
 # shares it, --new-session and --die-with-parent.
 arguments: c:
 c.compose (
   map (file: import file arguments c) [
+    ./base.nix
+    # Before network.nix, whose --hostname it sets.
+    ./identity.nix
     ./network.nix
     ./hardening.nix
     ./procfs.nix
@@ -26,6 +29,7 @@ c.compose (
     ./rlimits.nix
     ./processLimit.nix
     ./seccomp.nix
+    ./kernelBudgets.nix
     ./variables.nix
     ./extraCombinators.nix
   ]

@@ -2,8 +2,8 @@
 # permission whose run-time code (add-runtime, before bubblewrap starts)
 # shows $PROJECT_DIR read-only at $PROJECT_MOUNT (default /project) when
 # PROJECT_DIR is set and not empty. A PROJECT_DIR that is not an existing
-# directory the wrapper's user may enter (a root server's jails run as uid
-# 65534), or a PROJECT_MOUNT that is not an absolute path, stops the
+# directory the wrapper's user may enter (a root server's jails run as uids
+# of their own), or a PROJECT_MOUNT that is not an absolute path, stops the
 # wrapper with status 2 and says why on stderr.
 { environment, ... }:
 c:

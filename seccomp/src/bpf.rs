@@ -22,6 +22,11 @@ pub const OFFSET_NR: u32 = 0;
 pub const OFFSET_ARCH: u32 = 4;
 pub const OFFSET_ARG0_LOW: u32 = 16;
 
+/// The offset of the low word of argument `n` (0 to 5).
+pub fn offset_arg_low(n: u8) -> u32 {
+    OFFSET_ARG0_LOW + 8 * u32::from(n)
+}
+
 /// What the filter returns (`SECCOMP_RET_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {

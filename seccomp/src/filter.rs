@@ -38,9 +38,31 @@ pub struct Policy {
     /// The call fails with `EPERM` when its first argument has a
     /// `CLONE_NEW*` flag (clone, unshare).
     pub deny_namespaces: Vec<String>,
-    /// The call fails with `EPERM` unless its first argument (its low 32
-    /// bits) is one of these values (personality).
-    pub allow_only: Vec<(String, Vec<u32>)>,
+    /// The call fails unless its first argument is one of a list of values
+    /// (personality; socket's address family), and may then check another
+    /// argument too (socket's protocol within a family).
+    pub allow_only: Vec<AllowOnly>,
+}
+
+/// A call allowed only with some values of its first argument (its low 32
+/// bits); any other fails with `errno`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowOnly {
+    pub call: String,
+    pub values: Vec<u32>,
+    pub errno: u16,
+    /// Further checks, each for one of `values`.
+    pub when: Vec<When>,
+}
+
+/// When the first argument is `value`, argument `arg` (1 to 5, its low 32
+/// bits) must be one of `values`, else the call fails with `errno`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct When {
+    pub value: u32,
+    pub arg: u8,
+    pub values: Vec<u32>,
+    pub errno: u16,
 }
 
 /// A policy that cannot be compiled.
@@ -61,6 +83,8 @@ pub fn parse_errno(text: &str) -> Result<u16, PolicyError> {
         "EINVAL" => Some(22),
         "ENOSYS" => Some(ENOSYS),
         "EOPNOTSUPP" => Some(95),
+        "EPROTONOSUPPORT" => Some(93),
+        "EAFNOSUPPORT" => Some(97),
         _ => None,
     };
     named
@@ -68,7 +92,8 @@ pub fn parse_errno(text: &str) -> Result<u16, PolicyError> {
         .filter(|n| (1..=4095).contains(n))
         .ok_or_else(|| {
             PolicyError(format!(
-                "unknown errno `{text}` (EPERM, EACCES, EINVAL, ENOSYS, EOPNOTSUPP or 1-4095)"
+                "unknown errno `{text}` (EPERM, EACCES, EINVAL, ENOSYS, EOPNOTSUPP, \
+                 EPROTONOSUPPORT, EAFNOSUPPORT or 1-4095)"
             ))
         })
 }
@@ -81,7 +106,7 @@ impl Policy {
             .iter()
             .map(|(n, _)| n)
             .chain(&self.deny_namespaces)
-            .chain(self.allow_only.iter().map(|(n, _)| n));
+            .chain(self.allow_only.iter().map(|rule| &rule.call));
         let mut seen: Vec<&str> = Vec::new();
         for name in names {
             if !syscalls::known(name) {
@@ -104,13 +129,8 @@ impl Policy {
                 )));
             }
         }
-        for (name, values) in &self.allow_only {
-            if values.is_empty() || values.len() > MAX_VALUES {
-                return Err(PolicyError(format!(
-                    "`{name}` must allow 1 to {MAX_VALUES} values (got {})",
-                    values.len()
-                )));
-            }
+        for rule in &self.allow_only {
+            rule.check()?;
         }
         Ok(())
     }
@@ -165,22 +185,119 @@ impl Policy {
                 b.push(Insn::ret(Action::Allow));
             }
         }
-        for (name, values) in &self.allow_only {
-            if let Some(nr) = syscalls::number(name, arch) {
-                let n = values.len();
-                // n <= MAX_VALUES, so every offset fits in a u8.
-                b.push(Insn::jeq(nr, 0, (n + 3) as u8));
-                b.push(Insn::load(bpf::OFFSET_ARG0_LOW));
-                for (i, value) in values.iter().enumerate() {
-                    b.push(Insn::jeq(*value, (n - i) as u8, 0));
-                }
-                b.push(Insn::ret(Action::Errno(EPERM)));
-                b.push(Insn::ret(Action::Allow));
+        for rule in &self.allow_only {
+            if let Some(nr) = syscalls::number(&rule.call, arch) {
+                let body = rule.block();
+                b.push(Insn::jeq(nr, 0, jump(body.len())));
+                b.extend(body);
             }
         }
         b.push(Insn::ret(Action::Allow));
         b
     }
+}
+
+impl AllowOnly {
+    fn check(&self) -> Result<(), PolicyError> {
+        let name = &self.call;
+        let count_ok = |values: &[u32]| !values.is_empty() && values.len() <= MAX_VALUES;
+        if !count_ok(&self.values) {
+            return Err(PolicyError(format!(
+                "`{name}` must allow 1 to {MAX_VALUES} values (got {})",
+                self.values.len()
+            )));
+        }
+        if self.when.len() > MAX_VALUES {
+            return Err(PolicyError(format!(
+                "`{name}` has more than {MAX_VALUES} further checks"
+            )));
+        }
+        for (i, when) in self.when.iter().enumerate() {
+            if !self.values.contains(&when.value) {
+                return Err(PolicyError(format!(
+                    "`{name}`: a check of argument {} when the first is {}, which it does not allow",
+                    when.arg, when.value
+                )));
+            }
+            if self.when[..i].iter().any(|w| w.value == when.value) {
+                return Err(PolicyError(format!(
+                    "`{name}`: two checks when the first argument is {}",
+                    when.value
+                )));
+            }
+            if !(1..=5).contains(&when.arg) || !count_ok(&when.values) {
+                return Err(PolicyError(format!(
+                    "`{name}`: a check must name argument 1 to 5 and allow 1 to {MAX_VALUES} values"
+                )));
+            }
+        }
+        // The block's length (AllowOnly::block): the load, a jump per value,
+        // the errno, each further check's load, values, errno and allow, and
+        // the final allow.
+        let len =
+            3 + self.values.len() + self.when.iter().map(|w| w.values.len() + 3).sum::<usize>();
+        if len > usize::from(u8::MAX) {
+            return Err(PolicyError(format!(
+                "`{name}`: its checks take over {} instructions, more than a jump reaches",
+                u8::MAX
+            )));
+        }
+        Ok(())
+    }
+
+    /// After the call's number matched: the first argument's values, each
+    /// jumping to its further check or to the final allow; the errno; the
+    /// further checks, each ending in its errno; allow.
+    fn block(&self) -> Vec<Insn> {
+        let nested: Vec<Vec<Insn>> = self.when.iter().map(When::block).collect();
+        let n = self.values.len();
+        // From the end of the values' list (the errno return), where each
+        // further check starts and where the final allow is.
+        let mut starts = Vec::with_capacity(nested.len());
+        let mut at = 1;
+        for block in &nested {
+            starts.push(at);
+            at += block.len();
+        }
+        let allow_at = at;
+        let mut b = vec![Insn::load(bpf::OFFSET_ARG0_LOW)];
+        for (i, value) in self.values.iter().enumerate() {
+            // From the instruction after this one to the errno return.
+            let to_errno = n - i - 1;
+            let target = match self.when.iter().position(|w| w.value == *value) {
+                Some(w) => to_errno + starts[w],
+                None => to_errno + allow_at,
+            };
+            b.push(Insn::jeq(*value, jump(target), 0));
+        }
+        b.push(Insn::ret(Action::Errno(self.errno)));
+        for block in nested {
+            b.extend(block);
+        }
+        b.push(Insn::ret(Action::Allow));
+        b
+    }
+}
+
+impl When {
+    /// Loads the argument; its values jump to the allow at the block's
+    /// end, anything else reaches the errno.
+    fn block(&self) -> Vec<Insn> {
+        let n = self.values.len();
+        let mut b = vec![Insn::load(bpf::offset_arg_low(self.arg))];
+        for (i, value) in self.values.iter().enumerate() {
+            b.push(Insn::jeq(*value, jump(n - i), 0));
+        }
+        b.push(Insn::ret(Action::Errno(self.errno)));
+        b.push(Insn::ret(Action::Allow));
+        b
+    }
+}
+
+/// A conditional jump's offset; a rule's checks (`AllowOnly::check`) keep
+/// every one within 255 instructions.
+fn jump(offset: usize) -> u8 {
+    u8::try_from(offset).expect("a rule's jumps fit in 255 instructions")
 }
 
 /// The `ja` offset from the instruction at `from` to `to`.
@@ -201,26 +318,63 @@ mod tests {
                 ("iopl".into(), EPERM),
             ],
             deny_namespaces: vec!["clone".into(), "unshare".into()],
-            allow_only: vec![("personality".into(), vec![0, 8, 0xffff_ffff])],
+            allow_only: vec![
+                AllowOnly {
+                    call: "personality".into(),
+                    values: vec![0, 8, 0xffff_ffff],
+                    errno: EPERM,
+                    when: Vec::new(),
+                },
+                AllowOnly {
+                    call: "socket".into(),
+                    values: vec![1, 2, 10, 16],
+                    errno: EAFNOSUPPORT,
+                    when: vec![
+                        When {
+                            value: 2,
+                            arg: 2,
+                            values: vec![0, 6, 17],
+                            errno: EPROTONOSUPPORT,
+                        },
+                        When {
+                            value: 16,
+                            arg: 2,
+                            values: vec![0],
+                            errno: EPROTONOSUPPORT,
+                        },
+                    ],
+                },
+            ],
         }
     }
 
-    fn data(arch: u32, nr: u32, arg0: u64) -> [u8; 64] {
+    const EAFNOSUPPORT: u16 = 97;
+    const EPROTONOSUPPORT: u16 = 93;
+
+    fn data(arch: u32, nr: u32, args: &[u64]) -> [u8; 64] {
         let mut d = [0u8; 64];
         d[0..4].copy_from_slice(&nr.to_ne_bytes());
         d[4..8].copy_from_slice(&arch.to_ne_bytes());
-        d[16..24].copy_from_slice(&arg0.to_ne_bytes());
+        for (i, arg) in args.iter().enumerate() {
+            d[16 + 8 * i..24 + 8 * i].copy_from_slice(&arg.to_ne_bytes());
+        }
         d
     }
 
     fn decide(arch: u32, nr: u32, arg0: u64) -> Action {
+        decide_args(arch, nr, &[arg0])
+    }
+
+    fn decide_args(arch: u32, nr: u32, args: &[u64]) -> Action {
         let program = policy().compile().unwrap();
-        let value = bpf::run(&program, &data(arch, nr, arg0)).expect("a well-formed program");
+        let value = bpf::run(&program, &data(arch, nr, args)).expect("a well-formed program");
         [
             Action::Allow,
             Action::KillProcess,
             Action::Errno(EPERM),
             Action::Errno(ENOSYS),
+            Action::Errno(EAFNOSUPPORT),
+            Action::Errno(EPROTONOSUPPORT),
         ]
         .into_iter()
         .find(|a| a.value() == value)
@@ -281,6 +435,39 @@ mod tests {
     }
 
     #[test]
+    fn socket_families_and_their_protocols_are_held() {
+        const AF_UNIX: u64 = 1;
+        const AF_INET: u64 = 2;
+        const AF_INET6: u64 = 10;
+        const AF_NETLINK: u64 = 16;
+        const AF_VSOCK: u64 = 40;
+        for (arch, socket) in [(X86, 41), (ARM, 198)] {
+            for (family, protocol, want) in [
+                (AF_UNIX, 0, Action::Allow),
+                (AF_UNIX, 99, Action::Allow),
+                (AF_INET, 0, Action::Allow),
+                (AF_INET, 6, Action::Allow),
+                (AF_INET, 132, Action::Errno(EPROTONOSUPPORT)),
+                (AF_INET6, 132, Action::Allow),
+                (AF_NETLINK, 0, Action::Allow),
+                (AF_NETLINK, 15, Action::Errno(EPROTONOSUPPORT)),
+                (AF_VSOCK, 0, Action::Errno(EAFNOSUPPORT)),
+                (17, 0, Action::Errno(EAFNOSUPPORT)),
+                // Only the low word is read, as the kernel does (an int).
+                (0x1_0000_0000 | AF_INET, 6, Action::Allow),
+            ] {
+                assert_eq!(
+                    decide_args(arch, socket, &[family, 1, protocol]),
+                    want,
+                    "{arch:#x} family {family} protocol {protocol}"
+                );
+            }
+        }
+        // socketpair is not named: untouched.
+        assert_eq!(decide_args(X86, 53, &[AF_VSOCK, 1, 0]), Action::Allow);
+    }
+
+    #[test]
     fn foreign_arches_are_killed_and_x32_is_enosys() {
         const I386: u32 = 0x4000_0003;
         assert_eq!(decide(I386, 1, 0), Action::KillProcess);
@@ -301,13 +488,30 @@ mod tests {
         assert!(
             with(&|p| p.deny_namespaces.push("setns".into())).contains("clone and unshare only")
         );
-        assert!(with(&|p| p.allow_only[0].1.clear()).contains("1 to 64 values"));
+        assert!(with(&|p| p.allow_only[0].values.clear()).contains("1 to 64 values"));
+        assert!(with(&|p| p.allow_only[1].when[0].value = 40).contains("which it does not allow"));
+        assert!(with(&|p| p.allow_only[1].when[1].value = 2).contains("two checks"));
+        assert!(with(&|p| p.allow_only[1].when[0].arg = 6).contains("argument 1 to 5"));
+        assert!(
+            with(&|p| {
+                p.allow_only[1].values = (0..64).collect();
+                p.allow_only[1].when = (0..4)
+                    .map(|value| When {
+                        value,
+                        arg: 2,
+                        values: (0..60).collect(),
+                        errno: 1,
+                    })
+                    .collect();
+            })
+            .contains("more than a jump reaches")
+        );
     }
 
     #[test]
     fn the_empty_policy_still_checks_the_arch() {
         let program = Policy::default().compile().unwrap();
-        let run = |arch, nr| bpf::run(&program, &data(arch, nr, 0));
+        let run = |arch, nr| bpf::run(&program, &data(arch, nr, &[0]));
         assert_eq!(run(X86, 250), Some(Action::Allow.value()));
         assert_eq!(run(0x4000_0003, 1), Some(Action::KillProcess.value()));
     }

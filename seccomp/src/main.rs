@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
 
-use filter::{Policy, PolicyError, parse_errno};
+use filter::{AllowOnly, Policy, PolicyError, When, parse_errno};
 
 const HELP: &str = "\
 nix-sandbox-seccomp: write a seccomp cBPF filter (x86_64 and aarch64)
@@ -22,8 +22,15 @@ Rules (each call named once; everything not named is allowed):
   --deny CALL[=ERRNO]        CALL fails with ERRNO (default EPERM)
   --deny-namespaces CALL     clone or unshare fails with EPERM when asked
                              for a new namespace (any CLONE_NEW* flag)
-  --allow-only CALL=V[,V]... CALL fails with EPERM unless its first argument
-                             is one of the values (decimal or 0x hex)
+  --allow-only CALL=V[,V]...[:ERRNO]
+                             CALL fails with ERRNO (default EPERM) unless its
+                             first argument is one of the values (decimal or
+                             0x hex)
+  --allow-only-arg CALL=V:N=W[,W]...[:ERRNO]
+                             when CALL's first argument is V (which its
+                             --allow-only allows), its argument N (1-5) must
+                             be one of the W, else CALL fails with ERRNO
+                             (default EPERM)
 Other architectures (i386 calls, for one) kill the process; x86_64's x32
 calls fail with ENOSYS.
 
@@ -112,14 +119,20 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Option<Options>, St
             }
             Long("allow-only") => {
                 let rule = text(parser.value().map_err(fail)?)?;
-                let (name, values) = rule
-                    .split_once('=')
-                    .ok_or_else(|| format!("--allow-only {rule}: expected CALL=V[,V]..."))?;
-                let values = values
-                    .split(',')
-                    .map(parse_value)
-                    .collect::<Result<Vec<u32>, String>>()?;
-                opts.policy.allow_only.push((name.to_owned(), values));
+                opts.policy.allow_only.push(allow_only(&rule)?);
+            }
+            Long("allow-only-arg") => {
+                let rule = text(parser.value().map_err(fail)?)?;
+                let (call, when) = allow_only_arg(&rule)?;
+                opts.policy
+                    .allow_only
+                    .iter_mut()
+                    .find(|r| r.call == call)
+                    .ok_or_else(|| {
+                        format!("--allow-only-arg {rule}: no --allow-only {call}=... before it")
+                    })?
+                    .when
+                    .push(when);
             }
             Long("output") => opts.output = Some(parser.value().map_err(fail)?),
             Long("dump") => opts.dump = true,
@@ -128,6 +141,49 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Option<Options>, St
         }
     }
     Ok(Some(opts))
+}
+
+/// `CALL=V[,V]...[:ERRNO]`.
+fn allow_only(rule: &str) -> Result<AllowOnly, String> {
+    let (call, rest) = rule
+        .split_once('=')
+        .ok_or_else(|| format!("--allow-only {rule}: expected CALL=V[,V]...[:ERRNO]"))?;
+    let (values, errno) = values_and_errno(rest)?;
+    Ok(AllowOnly {
+        call: call.to_owned(),
+        values,
+        errno,
+        when: Vec::new(),
+    })
+}
+
+/// `CALL=V:N=W[,W]...[:ERRNO]`: the call's name and the check.
+fn allow_only_arg(rule: &str) -> Result<(&str, When), String> {
+    let bad = || format!("--allow-only-arg {rule}: expected CALL=V:N=W[,W]...[:ERRNO]");
+    let (call, rest) = rule.split_once('=').ok_or_else(bad)?;
+    let (value, rest) = rest.split_once(':').ok_or_else(bad)?;
+    let (arg, rest) = rest.split_once('=').ok_or_else(bad)?;
+    let (values, errno) = values_and_errno(rest)?;
+    let when = When {
+        value: parse_value(value)?,
+        arg: arg.parse().map_err(|_| bad())?,
+        values,
+        errno,
+    };
+    Ok((call, when))
+}
+
+/// `V[,V]...[:ERRNO]`, the errno EPERM when not given.
+fn values_and_errno(text: &str) -> Result<(Vec<u32>, u16), String> {
+    let (values, errno) = match text.split_once(':') {
+        Some((values, errno)) => (values, parse_errno(errno).map_err(|e| e.0)?),
+        None => (text, 1),
+    };
+    let values = values
+        .split(',')
+        .map(parse_value)
+        .collect::<Result<Vec<u32>, String>>()?;
+    Ok((values, errno))
 }
 
 /// A 32-bit value, decimal or `0x` hexadecimal.
@@ -157,6 +213,8 @@ mod tests {
             "clone",
             "--allow-only",
             "personality=0,0x8,4294967295",
+            "--allow-only=socket=1,2,16:EAFNOSUPPORT",
+            "--allow-only-arg=socket=16:2=0:EPROTONOSUPPORT",
             "--dump",
         ]))
         .unwrap()
@@ -167,7 +225,25 @@ mod tests {
             Policy {
                 deny: vec![("keyctl".into(), 1), ("clone3".into(), 38)],
                 deny_namespaces: vec!["clone".into()],
-                allow_only: vec![("personality".into(), vec![0, 8, 0xffff_ffff])],
+                allow_only: vec![
+                    AllowOnly {
+                        call: "personality".into(),
+                        values: vec![0, 8, 0xffff_ffff],
+                        errno: 1,
+                        when: Vec::new(),
+                    },
+                    AllowOnly {
+                        call: "socket".into(),
+                        values: vec![1, 2, 16],
+                        errno: 97,
+                        when: vec![When {
+                            value: 16,
+                            arg: 2,
+                            values: vec![0],
+                            errno: 93,
+                        }],
+                    },
+                ],
             }
         );
     }
@@ -178,6 +254,14 @@ mod tests {
             &["--deny", "keyctl=EWHAT"][..],
             &["--allow-only", "personality"],
             &["--allow-only", "personality=x"],
+            &["--allow-only", "socket=1:EWHAT"],
+            &["--allow-only-arg", "socket=16:2=0"],
+            &[
+                "--allow-only=socket=16",
+                "--allow-only-arg",
+                "socket=16:x=0",
+            ],
+            &["--allow-only=socket=16", "--allow-only-arg", "socket=16"],
             &["--nope"],
             &["--deny"],
         ] {

@@ -1,6 +1,8 @@
 //! The filter the binary writes, loaded by the real kernel in front of the
-//! host's Python: denied calls fail with their errno, the rest (threads,
-//! subprocesses through clone3's ENOSYS fallback) keep working.
+//! host's Python: denied calls fail with their errno, and so do socket
+//! families and protocols the rules leave out; the rest (threads,
+//! subprocesses through clone3's ENOSYS fallback, the families kept) keep
+//! working.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -17,6 +19,9 @@ const RULES: &[&str] = &[
     "--deny-namespaces=clone",
     "--deny-namespaces=unshare",
     "--allow-only=personality=0,8,0xffffffff",
+    "--allow-only=socket=1,2,10,16:EAFNOSUPPORT",
+    "--allow-only-arg=socket=2:2=0,6,17:EPROTONOSUPPORT",
+    "--allow-only-arg=socket=16:2=0:EPROTONOSUPPORT",
 ];
 
 fn filter() -> Vec<u8> {
@@ -51,6 +56,12 @@ call("unshare_files", 272, 0x400)
 call("personality_query", 135, 0xffffffff)
 call("personality_no_aslr", 135, 0x0040000)
 call("clone3", 435, 0, 0)
+call("socket_vsock", 41, 40, 1, 0)
+call("socket_netlink_uevent", 41, 16, 2, 15)
+call("socket_netlink_route", 41, 16, 2, 0)
+call("socket_tcp", 41, 2, 1, 6)
+call("socket_sctp", 41, 2, 1, 132)
+call("socket_unix", 41, 1, 1, 0)
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 print("thread", 0)
 print("subprocess", subprocess.run(["/bin/true"]).returncode)
@@ -109,6 +120,12 @@ fn the_kernel_applies_the_filter() {
         ("personality_query", 0),
         ("personality_no_aslr", eperm),
         ("clone3", enosys),
+        ("socket_vsock", libc::EAFNOSUPPORT),
+        ("socket_netlink_uevent", libc::EPROTONOSUPPORT),
+        ("socket_netlink_route", 0),
+        ("socket_tcp", 0),
+        ("socket_sctp", libc::EPROTONOSUPPORT),
+        ("socket_unix", 0),
         ("thread", 0),
         ("subprocess", 0),
     ];

@@ -6,6 +6,7 @@ mod harness;
 
 mod bash;
 mod bridge;
+mod budget;
 mod files;
 mod fuzz;
 mod init;

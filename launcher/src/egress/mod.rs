@@ -4,8 +4,9 @@
 //! launcher.
 //!
 //! - Every jail of such an environment gets a gate of its own ([`Gate`]): a
-//!   Unix socket in a directory only the server's user can enter, which the
-//!   wrapper binds into the jail (`NIX_SANDBOX_EGRESS_SOCKET`), where a
+//!   Unix socket in a directory the server made and owns (no one else may
+//!   write there: [`make_dir`]), connectable by that jail's uid only,
+//!   which the wrapper binds into the jail (`NIX_SANDBOX_EGRESS_SOCKET`), where a
 //!   small bridge (the agent crate's `egress-bridge`, untrusted like
 //!   everything in the jail) serves it at 127.0.0.1:3128, the jail's
 //!   `HTTP_PROXY`. So each refusal is known to belong to one run or one
@@ -106,8 +107,6 @@ pub struct Egress {
     tls: Option<tls::Tls>,
     envs: HashMap<String, Result<EnvEgress, String>>,
     next: AtomicU64,
-    /// Who the gates' sockets belong to, when not the launcher.
-    owner: Option<Ids>,
     /// What each gate may hold.
     bounds: proxy::Bounds,
 }
@@ -130,7 +129,6 @@ impl Egress {
             tls: None,
             envs: HashMap::new(),
             next: AtomicU64::new(0),
-            owner: None,
             bounds: proxy::Bounds::default(),
         }
     }
@@ -150,13 +148,13 @@ impl Egress {
     /// reading their secrets. A problem of one environment is logged and
     /// refuses its calls; a problem of the whole proxy (its directory, its
     /// CA, the hosts file) refuses every such environment. A root
-    /// launcher's jails run as another user (`owner`): the gates' directory
-    /// and sockets are theirs, so that their wrappers can bind them and
-    /// their code connect.
+    /// launcher's jails run as uids of their own: its gates live under
+    /// `runtime` (its jails' runtime directory, root's), each socket given
+    /// to its jail's uid alone ([`Egress::gate`]).
     pub fn start(
         catalog: &Catalog,
         settings: &Settings,
-        owner: Option<Ids>,
+        runtime: Option<&Path>,
         lookup: impl Fn(&str) -> Option<OsString>,
     ) -> Self {
         let policies: Vec<(&String, &Policy)> = catalog
@@ -180,7 +178,7 @@ impl Egress {
             };
             let tls = tls::Tls::new(settings.extra_roots.as_deref())?;
             let dir =
-                make_dir(owner).map_err(|e| format!("cannot make the gates' directory: {e}"))?;
+                make_dir(runtime).map_err(|e| format!("cannot make the gates' directory: {e}"))?;
             Ok((dir, resolver, tls))
         })();
         let (dir, resolver, tls) = match whole {
@@ -202,14 +200,15 @@ impl Egress {
             egress.envs.insert(name.clone(), env);
         }
         egress.dir = Some(dir);
-        egress.owner = owner;
         egress.resolver = resolver;
         egress.tls = Some(tls);
         egress
     }
 
-    /// A gate for one jail of `env`, or `None` when `env` has no policy.
-    pub fn gate(self: &Arc<Self>, env: &Env) -> Result<Option<Gate>, Error> {
+    /// A gate for one jail of `env`, or `None` when `env` has no policy:
+    /// its socket is the launcher's, or, when the jail runs as `owner` (a
+    /// root launcher's jail), that uid's alone (mode 0600).
+    pub fn gate(self: &Arc<Self>, env: &Env, owner: Option<Ids>) -> Result<Option<Gate>, Error> {
         if env.network.policy().is_none() {
             return Ok(None);
         }
@@ -228,10 +227,19 @@ impl Egress {
             .ok_or_else(|| Error::Unavailable("no gates' directory".into()))?;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let socket = dir.join(format!("{n}.sock"));
+        // Bound as root with root's umask, it is not writable, so not
+        // connectable, by any other uid until it is given to the jail's.
         let listener = UnixListener::bind(&socket).map_err(Error::Io)?;
-        if let Some(ids) = self.owner {
-            nix::unistd::chown(&socket, Some(ids.uid), Some(ids.gid))
-                .map_err(|e| Error::Io(e.into()))?;
+        if let Some(ids) = owner {
+            let given = nix::unistd::chown(&socket, Some(ids.uid), Some(ids.gid))
+                .map_err(io::Error::from)
+                .and_then(|()| {
+                    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+                });
+            if let Err(e) = given {
+                let _ = std::fs::remove_file(&socket);
+                return Err(Error::Io(e));
+            }
         }
         let shared = Arc::new(proxy::Shared {
             env: env.name.clone(),
@@ -264,25 +272,38 @@ impl Drop for Egress {
     }
 }
 
-/// The gates' directory: the runtime directory's, else the temporary one's,
-/// a fresh name, mode 0700, owned by `owner` when given.
-fn make_dir(owner: Option<Ids>) -> io::Result<PathBuf> {
-    // A root launcher's runtime directory is closed to its jails' user.
+/// The gates' directory, which the server makes, owns and checks. A root
+/// server's is `egress` in its jails' runtime directory (root's, under
+/// /run/nix-sandbox-mcp, which only root may write), mode 0711: every
+/// jail's uid may reach its own socket there, none may list, add, replace
+/// or remove anything. A user server's is a fresh directory in its
+/// runtime directory (`XDG_RUNTIME_DIR`), else the temporary one, mode
+/// 0700: its jails run as its own uid.
+fn make_dir(runtime: Option<&Path>) -> io::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    if let Some(runtime) = runtime {
+        let dir = runtime.join("egress");
+        std::fs::DirBuilder::new().mode(0o711).create(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
+        let meta = std::fs::symlink_metadata(&dir)?;
+        if !meta.is_dir() || meta.uid() != 0 || meta.mode() & 0o7777 != 0o711 {
+            return Err(io::Error::other(format!(
+                "{} is not root's with mode 0711",
+                dir.display()
+            )));
+        }
+        return Ok(dir);
+    }
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
-        .filter(|p| p.is_dir() && owner.is_none())
+        .filter(|p| p.is_dir())
         .unwrap_or_else(std::env::temp_dir);
     let mut last = None;
     for attempt in 0..8u64 {
         let tag = RandomState::new().hash_one((std::process::id(), attempt));
         let dir = base.join(format!("nix-sandbox-mcp-egress.{:x}", tag & 0xffff_ffff));
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {
-                if let Some(ids) = owner {
-                    nix::unistd::chown(&dir, Some(ids.uid), Some(ids.gid))?;
-                }
-                return Ok(dir);
-            }
+            Ok(()) => return Ok(dir),
             Err(e) => last = Some(e),
         }
     }

@@ -119,7 +119,7 @@ async fn fixture_bounded(connections: usize, header_timeout: std::time::Duration
         (var == "REAL").then(|| SECRET.into())
     });
     let egress = Arc::new(egress.bounded(connections, header_timeout));
-    let gate = egress.gate(&catalog.envs["e"]).unwrap().unwrap();
+    let gate = egress.gate(&catalog.envs["e"], None).unwrap().unwrap();
     Fixture {
         gate,
         port,

@@ -121,17 +121,15 @@ impl Jail {
         host: &Host,
         label: &str,
     ) -> Result<Self, StartError> {
-        let gate = host
-            .egress()
-            .gate(env)
-            .map_err(StartError::Egress)?
-            .map(Box::new);
+        let (user, gate) = wrapper::prepare(env, host)?;
+        let gate = gate.map(Box::new);
         let wrapper = wrapper::spawn(
             &env.session,
             &env.limits,
             wrapper_env,
             host,
             gate.as_deref(),
+            user,
         )?;
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let cpu = cgroup.as_ref().and_then(RunCgroup::cpu_meter).map(Box::new);

@@ -1,8 +1,8 @@
 //! What the host gives the jails, found once at start: cgroups (made ready
-//! here), whether the launcher runs as root, the user the jails run as
-//! (jailuser.rs: never host root), whether the jails can have user
-//! namespaces (tried in a child process, as that user). It decides how
-//! each limit holds here:
+//! here), whether the launcher runs as root, the users the jails run as
+//! (jailuser.rs: never host root; as root a uid of its own per jail),
+//! whether the jails can have user namespaces (tried in a child process,
+//! as such a user). It decides how each limit holds here:
 //!
 //! | limit | how |
 //! | --- | --- |
@@ -19,7 +19,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::cgroup::Cgroups;
-use super::jailuser::{self, Ids, JAIL_GID, JAIL_UID, JailUser};
+use super::jailuser::{self, Ids, JailUsers, Lease};
 use crate::egress::Egress;
 
 /// What the host gives the jails.
@@ -28,11 +28,11 @@ pub struct Host {
     pub cgroups: Option<Cgroups>,
     /// Why there is no cgroup, when there is none.
     pub no_cgroup: Option<String>,
-    /// The launcher runs as host root (its jails do not: `jail_user`).
+    /// The launcher runs as host root (its jails do not: `jail_users`).
     pub root: bool,
-    /// The user the wrappers run as when the launcher runs as host root;
-    /// `None`: the launcher's own, not host root.
-    pub jail_user: Option<JailUser>,
+    /// The users the wrappers run as when the launcher runs as host root,
+    /// one per jail; `None`: the launcher's own, not host root.
+    pub jail_users: Option<JailUsers>,
     /// Why the jails cannot have user namespaces and how to fix it, when
     /// they cannot.
     pub userns_problem: Option<String>,
@@ -48,9 +48,11 @@ impl Host {
     /// none).
     pub fn detect() -> Result<Self, String> {
         let root = nix::unistd::geteuid().is_root();
-        let jail_user = if jailuser::is_host_root() {
-            Some(JailUser::for_root().map_err(|why| {
-                format!("refusing to run as root: the jails must not run as root, and {why}")
+        let jail_users = if jailuser::is_host_root() {
+            Some(JailUsers::for_root().map_err(|why| {
+                format!(
+                    "refusing to run as root: each jail must run as a uid of its own, and {why}"
+                )
             })?)
         } else {
             None
@@ -59,12 +61,12 @@ impl Host {
             Ok(c) => (Some(c), None),
             Err(reason) => (None, Some(reason)),
         };
-        let userns_problem = userns_problem(jail_user.as_ref().map(|u| u.ids));
+        let userns_problem = userns_problem(jail_users.as_ref().map(JailUsers::probe_ids));
         Ok(Self {
             cgroups,
             no_cgroup,
             root,
-            jail_user,
+            jail_users,
             userns_problem,
             egress: OnceLock::new(),
         })
@@ -78,18 +80,17 @@ impl Host {
             cgroups: None,
             no_cgroup: Some("none (test)".into()),
             root: false,
-            jail_user: None,
+            jail_users: None,
             userns_problem: None,
             egress: OnceLock::new(),
         }
     }
 
-    /// The host uid of every process of a jail.
-    pub fn jail_uid(&self) -> u32 {
-        match &self.jail_user {
-            Some(user) => user.ids.uid.as_raw(),
-            None => nix::unistd::geteuid().as_raw(),
-        }
+    /// The uid and gid one jail runs as, held until the lease is
+    /// dropped: `None` when jails run as the launcher. The error is why
+    /// none is free.
+    pub fn jail_lease(&self) -> Result<Option<Lease>, String> {
+        self.jail_users.as_ref().map(JailUsers::lease).transpose()
     }
 
     /// Sets the egress proxy, once.
@@ -120,13 +121,21 @@ impl Host {
         if self.userns_problem.is_none() {
             lines.push("user namespaces: available".to_owned());
         }
-        lines.push(match &self.jail_user {
-            Some(user) => format!(
-                "jails: run as uid {JAIL_UID}, gid {JAIL_GID}, not as root (the server runs as \
-                 root; a jail of root's would be host root to procfs), home {}",
-                user.home().display()
+        lines.push(match &self.jail_users {
+            Some(users) => {
+                let (first, last) = users.range();
+                format!(
+                    "jails' uid: ok: each jail runs as a uid and gid of its own, never root, from \
+                     {first}-{last}, a block no user, group, subordinate range, process or IPC \
+                     object of the host had, locked for this server; no other host process can \
+                     reach into a jail or connect to its egress gate"
+                )
+            }
+            None => format!(
+                "jails' uid: the server's own ({}): its jails and every process of that user share \
+                 it (only a server started as root gives each jail a uid of its own)",
+                nix::unistd::geteuid()
             ),
-            None => format!("jails: run as the server's uid {}", self.jail_uid()),
         });
         lines.push(match (&self.cgroups, &self.no_cgroup) {
             (Some(c), _) => format!("cgroups: {}", c.describe()),
@@ -155,7 +164,8 @@ impl Host {
 }
 
 /// Removes what [`Host::detect`] made (in the cgroup hierarchies, the
-/// jails' home) when it is dropped, on the way out, once no run is left.
+/// jails' runtime directory) when it is dropped, on the way out, once no
+/// run is left.
 pub struct Teardown(pub Arc<Host>);
 
 impl Drop for Teardown {
@@ -163,15 +173,15 @@ impl Drop for Teardown {
         if let Some(cgroups) = &self.0.cgroups {
             cgroups.teardown();
         }
-        if let Some(user) = &self.0.jail_user {
-            user.remove_home();
+        if let Some(users) = &self.0.jail_users {
+            users.remove_runtime();
         }
     }
 }
 
 /// Why the jails cannot have user namespaces, with the fix, if they
 /// cannot: one line. A child process tries what bubblewrap does first
-/// (a new user and mount namespace, then a mount in it), as the jails'
+/// (a new user and mount namespace, then a mount in it), as a jail's
 /// user (`jail`, a root launcher's) or the launcher's; the sysctls say why
 /// it failed, and which one to change. The jails never run as root, so
 /// the sysctls for unprivileged users apply.

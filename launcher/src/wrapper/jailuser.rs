@@ -2,35 +2,40 @@
 //! uid to host uid 0, and procfs gives global root's powers by uid, not by
 //! capability: with every capability dropped, such a jail could still write
 //! global sysctls (`kernel.core_pattern` names a program the kernel runs as
-//! root), read `/proc/kpageflags`, or raise its own cgroup's limits. So a
-//! launcher running as root starts every wrapper (runs, sessions, the
-//! probes, `--check`) as [`JAIL_UID`]:[`JAIL_GID`] (nobody) with no
-//! supplementary group, and a home of that user's own, where jail.nix writes
-//! its fake passwd: a directory of mode 0700 the launcher makes under the
-//! temporary directory (`TMPDIR`; /tmp when that user cannot reach it) and
-//! removes at exit. The
-//! launcher itself stays root: it makes each run's cgroup, writes its limits
-//! and moves the wrapper in before the wrapper drops to this user
-//! (cgroup.rs, mod.rs), so nothing the jail's uid can write holds a limit.
+//! root), read `/proc/kpageflags`, or raise its own cgroup's limits. And a
+//! uid is what the kernel checks when one process reaches into another: a
+//! host process of the jail's uid owns the jail's user namespaces, so it
+//! holds every capability in them (setns, ptrace, pidfd_getfd,
+//! process_vm_readv on the session agent), and it can connect to the
+//! jail's egress gate. So a launcher running as root starts every wrapper
+//! (runs, sessions, the probes, `--check`) as a uid of its own and the gid
+//! of the same number, with no supplementary group: one per jail
+//! ([`Lease`]), from a block of 65536 that nothing else on the host uses
+//! and that it holds while it runs (uidblock.rs). A uid is handed out again
+//! only after every other of the block was (once a jail ended: its
+//! processes are gone with it). The launcher itself stays root: it makes
+//! each run's cgroup, writes its limits and moves the wrapper in before the
+//! wrapper drops to its uid (cgroup.rs, mod.rs), so nothing a jail's uid
+//! can write holds a limit.
 //!
 //! A launcher that is not host root starts its wrappers as itself: its
 //! jails map to its own uid, which is not host root either (uid 0 of a user
 //! namespace mapped to another user, as in a rootless container, included:
-//! [`is_host_root`]).
+//! [`is_host_root`]), and that user's processes are the server's own.
 
+use std::collections::HashSet;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use nix::errno::Errno;
 use nix::libc;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{AccessFlags, ForkResult, Gid, Uid};
 
-/// The uid and gid of a root launcher's jails: nobody, which owns no file
-/// the jails could reach.
-pub const JAIL_UID: u32 = 65534;
-pub const JAIL_GID: u32 = 65534;
+use super::uidblock::{self, Block};
 
 /// Whether this process is host root: uid 0 that its user namespace maps
 /// to uid 0 outside (the initial namespace maps every id to itself). Uid 0
@@ -101,86 +106,149 @@ pub fn give_stdio(ids: Ids) -> nix::Result<()> {
     Ok(())
 }
 
-/// The user a root launcher's wrappers run as, and its home.
+/// The users a root launcher's jails run as: a uid each from its block,
+/// and the runtime directory of that block (`/run/nix-sandbox-mcp/BASE`,
+/// root's, mode 0755), which holds the egress gates and a home for
+/// wrappers built before the jails had a passwd of their own.
 #[derive(Debug)]
-pub struct JailUser {
-    pub ids: Ids,
+pub struct JailUsers {
+    block: Block,
+    taken: Arc<Mutex<Taken>>,
+    runtime: PathBuf,
     home: PathBuf,
 }
 
-impl JailUser {
-    /// The jails' user of a launcher running as root, its home made under
-    /// the temporary directory (`TMPDIR`), or under /tmp when that user
-    /// cannot reach `TMPDIR` (a private directory of mode 0700, as clients
-    /// and login sessions often set). The error is one line: why jails
+/// Which uids of the block jails hold, and where the next search starts.
+#[derive(Debug)]
+struct Taken {
+    next: u32,
+    live: HashSet<u32>,
+}
+
+impl Taken {
+    /// The next id of the block at `base` that no jail holds, now held:
+    /// from where the last search stopped, so an id comes back only after
+    /// every other was handed out.
+    fn take(&mut self, base: u32) -> Option<u32> {
+        for _ in 0..HANDED_OUT {
+            let n = self.next;
+            self.next = n % HANDED_OUT + 1;
+            if self.live.insert(base + n) {
+                return Some(base + n);
+            }
+        }
+        None
+    }
+}
+
+/// The uids of a block handed to jails: all but its first (`probe_ids`)
+/// and its last two.
+const HANDED_OUT: u32 = uidblock::SIZE - 3;
+
+/// What jail.nix's passwd of a wrapper built before the jails had their
+/// own finds in HOME (`.local/share/jail.nix`): neutral users and groups.
+const OLD_PASSWD: &str =
+    "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n";
+const OLD_GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+
+impl JailUsers {
+    /// The jails' users of a launcher running as root: a block of uids,
+    /// its runtime directory made anew (what a launcher that died holding
+    /// the block left there is removed). The error is one line: why jails
     /// cannot be run safely as root here.
     pub fn for_root() -> Result<Self, String> {
-        let tmpdir = std::env::temp_dir();
-        let shared = Path::new("/tmp");
-        match Self::home_under(&tmpdir) {
-            Ok(user) => Ok(user),
-            Err(why) if tmpdir != shared => match Self::home_under(shared) {
-                Ok(user) => {
-                    tracing::info!(
-                        home = %user.home.display(),
-                        "the jails' home is under /tmp: {why}"
-                    );
-                    Ok(user)
-                }
-                Err(also) => Err(format!(
-                    "{why}; {also}: TMPDIR or /tmp must be a directory every user may enter"
-                )),
-            },
-            Err(why) => Err(format!(
-                "{why}: TMPDIR must be a directory every user may enter, like /tmp"
-            )),
+        let block = Block::reserve()?;
+        let runtime = Path::new(uidblock::RUN_DIR).join(block.base.to_string());
+        if runtime.exists() {
+            std::fs::remove_dir_all(&runtime).map_err(|e| {
+                format!(
+                    "cannot remove what a stopped server left in {}: {e}",
+                    runtime.display()
+                )
+            })?;
         }
-    }
-
-    /// The jails' user with a home made under `dir`, or why it cannot have
-    /// one there (nothing is left in `dir` then).
-    fn home_under(dir: &Path) -> Result<Self, String> {
-        let template = dir.join("nix-sandbox-mcp-jails.XXXXXX");
-        let home = nix::unistd::mkdtemp(&template)
-            .map_err(|e| format!("cannot make the jails' home {}: {e}", template.display()))?;
-        let user = Self {
-            ids: Ids {
-                uid: Uid::from_raw(JAIL_UID),
-                gid: Gid::from_raw(JAIL_GID),
-            },
+        let home = runtime.join("home");
+        let state = home.join(".local/share/jail.nix");
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .recursive(true)
+            .create(&state)
+            .and_then(|()| std::fs::write(state.join("passwd"), OLD_PASSWD))
+            .and_then(|()| std::fs::write(state.join("group"), OLD_GROUP))
+            .map_err(|e| format!("cannot make the jails' home {}: {e}", home.display()))?;
+        let users = Self {
+            taken: Arc::new(Mutex::new(Taken {
+                next: 1,
+                live: HashSet::new(),
+            })),
+            runtime,
             home,
+            block,
         };
-        let home = user.home.display();
-        if let Err(e) = nix::unistd::chown(&user.home, Some(user.ids.uid), Some(user.ids.gid)) {
-            user.remove_home();
-            return Err(format!(
-                "cannot give the jails' home {home} to uid {JAIL_UID}: {e}"
-            ));
-        }
-        let all = AccessFlags::R_OK | AccessFlags::W_OK | AccessFlags::X_OK;
-        if let Err(e) = user.may_access(&user.home, all) {
-            let reason = format!("uid {JAIL_UID} cannot use its home {home} ({e})");
-            user.remove_home();
+        let all = AccessFlags::R_OK | AccessFlags::X_OK;
+        if let Err(e) = users.may_access(&users.home, all) {
+            let reason = format!(
+                "uid {} cannot enter the jails' home {} ({e})",
+                users.probe_ids().uid,
+                users.home.display()
+            );
+            users.remove_runtime();
             return Err(reason);
         }
-        Ok(user)
+        Ok(users)
     }
 
-    /// The wrappers' `HOME`.
+    /// A uid and gid for one jail, no other jail's, held until the lease
+    /// is dropped.
+    pub fn lease(&self) -> Result<Lease, String> {
+        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let id = taken
+            .take(self.block.base)
+            .ok_or_else(|| format!("all {HANDED_OUT} uids of the jails' block are in use"))?;
+        Ok(Lease {
+            ids: Ids {
+                uid: Uid::from_raw(id),
+                gid: Gid::from_raw(id),
+            },
+            taken: Arc::clone(&self.taken),
+        })
+    }
+
+    /// The block's first uid and gid, which no jail runs as: for asking
+    /// what any jail's uid may do (every one of them is "other" to every
+    /// file of the host).
+    pub fn probe_ids(&self) -> Ids {
+        Ids {
+            uid: Uid::from_raw(self.block.base),
+            gid: Gid::from_raw(self.block.base),
+        }
+    }
+
+    /// The first and last uid (and gid) of the block.
+    pub fn range(&self) -> (u32, u32) {
+        (self.block.base, self.block.base + (uidblock::SIZE - 1))
+    }
+
+    /// The wrappers' `HOME`: root's, readable, holding the old passwd.
     pub fn home(&self) -> &Path {
         &self.home
     }
 
-    /// Whether this user may access `path` as `mode` asks. access(2)
+    /// The block's runtime directory: root's, mode 0755.
+    pub fn runtime_dir(&self) -> &Path {
+        &self.runtime
+    }
+
+    /// Whether a jail's uid may access `path` as `mode` asks. access(2)
     /// answers for the caller, so a child process that became the user asks.
     pub fn may_access(&self, path: &Path, mode: AccessFlags) -> Result<(), Errno> {
         let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+        let ids = self.probe_ids();
         // SAFETY: the child only makes system calls (no allocation, no
         // lock) before _exit, so a fork of a threaded process is safe.
         match unsafe { nix::unistd::fork() }? {
             ForkResult::Child => {
-                let answer = self
-                    .ids
+                let answer = ids
                     .become_user()
                     .and_then(|()| nix::unistd::access(path.as_c_str(), mode));
                 let code = match answer {
@@ -203,11 +271,65 @@ impl JailUser {
         }
     }
 
-    /// Removes the home and what the wrappers wrote there (on the way out,
-    /// once no wrapper is left).
-    pub fn remove_home(&self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.home) {
-            tracing::warn!(home = %self.home.display(), error = %e, "the jails' home was not removed");
+    /// Removes the runtime directory (on the way out, once no wrapper is
+    /// left; the block's lock goes with `self`).
+    pub fn remove_runtime(&self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.runtime) {
+            tracing::warn!(dir = %self.runtime.display(), error = %e, "the jails' runtime directory was not removed");
         }
+    }
+}
+
+/// One jail's uid and gid; given back when dropped (with the jail's
+/// process group, once its processes are killed).
+#[derive(Debug)]
+pub struct Lease {
+    ids: Ids,
+    taken: Arc<Mutex<Taken>>,
+}
+
+impl Lease {
+    pub fn ids(&self) -> Ids {
+        self.ids
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        taken.live.remove(&self.ids.uid.as_raw());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_come_back_only_after_every_other() {
+        let base = uidblock::FIRST_BASE;
+        let mut taken = Taken {
+            next: 1,
+            live: HashSet::new(),
+        };
+        assert_eq!(taken.take(base), Some(base + 1));
+        assert_eq!(taken.take(base), Some(base + 2));
+        taken.live.remove(&(base + 1));
+        assert_eq!(
+            taken.take(base),
+            Some(base + 3),
+            "not the one just given back"
+        );
+        taken.next = HANDED_OUT;
+        assert_eq!(taken.take(base), Some(base + HANDED_OUT));
+        assert_eq!(
+            taken.take(base),
+            Some(base + 1),
+            "round again, past the block's first"
+        );
+        assert_eq!(taken.take(base), Some(base + 4), "2 and 3 still held");
+        taken.live = (1..=HANDED_OUT).map(|n| base + n).collect();
+        assert_eq!(taken.take(base), None, "all held");
+        assert!(base + HANDED_OUT < base + uidblock::SIZE - 2);
     }
 }

@@ -6,8 +6,9 @@
 //!   environment plus the few variables contract 2 names ([`WrapperEnv`]),
 //!   in a cgroup of its own holding its environment's limits when the host
 //!   gives the launcher cgroups (cgroup.rs), in the jails' pid namespace
-//!   (lifetime.rs), as the jails' user when the launcher is root
-//!   (jailuser.rs), and gets SIGKILL if the launcher dies.
+//!   (lifetime.rs), as a uid of its own when the launcher is root
+//!   (jailuser.rs: the caller leases it, since the jail's egress gate is
+//!   made for it first), and gets SIGKILL if the launcher dies.
 //! - A reaper thread waits for the wrapper without reaping it, kills what is
 //!   left of its group while the group id is still certainly ours, then
 //!   reaps it. A [`Group`] guard kills the group on every other path, drop
@@ -25,12 +26,14 @@ pub mod jailuser;
 pub mod probe;
 pub mod proctree;
 pub mod reaper;
+pub mod uidblock;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, Once};
 
@@ -48,7 +51,7 @@ use crate::egress::{self, Gate};
 use cgroup::RunCgroup;
 use clone::Started;
 use host::Host;
-use jailuser::JailUser;
+use jailuser::Lease;
 
 /// The environment a wrapper gets: nothing of the server's environment but
 /// the variables contract 2 names.
@@ -154,13 +157,15 @@ pub struct Spawned {
 /// Starts `argv` (an environment's `run` or `session`) as contract 2 says,
 /// in a cgroup of its own holding `limits` when `host` has cgroups, with
 /// the variables of its network gate when its environment has a network
-/// policy.
+/// policy, as the uid and gid of `user` when the launcher is root (held
+/// by the wrapper's [`Group`] from then on).
 pub fn spawn(
     argv: &[String],
     limits: &Limits,
     env: &WrapperEnv,
     host: &Host,
     gate: Option<&Gate>,
+    user: Option<Lease>,
 ) -> Result<Spawned, StartError> {
     let (program, args) = argv.split_first().ok_or_else(|| {
         StartError::Spawn(io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))
@@ -181,6 +186,7 @@ pub fn spawn(
         cgroup.as_ref(),
         limits.into(),
         gate,
+        user.as_ref().map(Lease::ids),
     );
     let child = match started {
         Ok((child, placed)) => {
@@ -194,7 +200,7 @@ pub fn spawn(
             return Err(e);
         }
     };
-    let group = Group::new(child.pid);
+    let group = Group::new(child.pid, user);
     let reaped = group.start_reaper();
     let pipe_error = StartError::Spawn;
     Ok(Spawned {
@@ -205,6 +211,20 @@ pub fn spawn(
         stderr: pipe::Receiver::from_owned_fd(child.stderr).map_err(pipe_error)?,
         cgroup,
     })
+}
+
+/// What one jail of `env` needs before its wrapper starts: the uid and gid
+/// it runs as, when the launcher is root, and its egress gate, when `env`
+/// has a network policy, which only that uid may connect to.
+pub fn prepare(env: &Env, host: &Host) -> Result<(Option<Lease>, Option<Gate>), StartError> {
+    let user = host
+        .jail_lease()
+        .map_err(|why| StartError::Spawn(io::Error::other(why)))?;
+    let gate = host
+        .egress()
+        .gate(env, user.as_ref().map(Lease::ids))
+        .map_err(StartError::Egress)?;
+    Ok((user, gate))
 }
 
 /// How a wrapper got into its run's cgroup, for the log.
@@ -234,7 +254,8 @@ impl Placed {
 /// Starts the wrapper in `cgroup` (holding `limits`) when there is one:
 /// created there with `clone3` (a cgroup v2; clone.rs) or forked there
 /// by a hop (v1; hop.rs) when the kernel can, else forked and moved in
-/// between fork and exec.
+/// between fork and exec; as `ids` when given.
+#[allow(clippy::too_many_arguments)]
 fn place(
     program: &str,
     args: &[String],
@@ -243,12 +264,13 @@ fn place(
     cgroup: Option<&RunCgroup>,
     limits: cgroup::RunLimits,
     gate: Option<&Gate>,
+    ids: Option<jailuser::Ids>,
 ) -> Result<(Started, Placed), StartError> {
-    let mut vars = wrapper_vars(env, cgroup, host.jail_user.as_ref());
+    let home = host.jail_users.as_ref().map(|users| users.home());
+    let mut vars = wrapper_vars(env, cgroup, home);
     if let Some(gate) = gate {
         vars.extend(gate.vars());
     }
-    let ids = host.jail_user.as_ref().map(|u| u.ids);
     let prepared = || {
         let vars = vars.iter().map(|(k, v)| (*k, v.as_os_str()));
         clone::Program::new(program, args, vars).ok_or_else(|| {
@@ -362,22 +384,22 @@ fn settled(
 
 /// A wrapper's whole environment: contract 2's variables, its cgroup
 /// (`NIX_SANDBOX_CGROUP`), and the jails' home as `HOME` when the launcher
-/// is root.
+/// is root (`home`).
 fn wrapper_vars(
     env: &WrapperEnv,
     cgroup: Option<&RunCgroup>,
-    user: Option<&JailUser>,
+    home: Option<&Path>,
 ) -> Vec<(&'static str, OsString)> {
     let mut vars: Vec<(&'static str, OsString)> = env
         .vars()
-        .filter(|(k, _)| !(user.is_some() && *k == "HOME"))
+        .filter(|(k, _)| !(home.is_some() && *k == "HOME"))
         .map(|(k, v)| (k, v.to_owned()))
         .collect();
     if let Some(cgroup) = cgroup {
         vars.push(("NIX_SANDBOX_CGROUP", cgroup.env_value()));
     }
-    if let Some(user) = user {
-        vars.push(("HOME", user.home().into()));
+    if let Some(home) = home {
+        vars.push(("HOME", home.into()));
     }
     vars
 }
@@ -419,19 +441,23 @@ fn child_setup(
 }
 
 /// The wrapper's process group. Dropping it kills the group unless the
-/// wrapper was already reaped.
+/// wrapper was already reaped, then gives back the jail's uid.
 pub struct Group {
     pgid: i32,
     /// Set once the leader is reaped: from then on the id may be reused by
     /// another process, so it must never be signalled again.
     reaped: Arc<Mutex<bool>>,
+    /// The jail's uid (a root launcher's), held as long as the group
+    /// (boxed: an idle session's group sits in the session table).
+    _user: Option<Box<Lease>>,
 }
 
 impl Group {
-    fn new(pid: u32) -> Self {
+    fn new(pid: u32, user: Option<Lease>) -> Self {
         Self {
             pgid: i32::try_from(pid).unwrap_or(0),
             reaped: Arc::new(Mutex::new(false)),
+            _user: user.map(Box::new),
         }
     }
 

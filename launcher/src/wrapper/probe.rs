@@ -1,12 +1,15 @@
 //! Can this host make the sandbox, and does it hold its limits? The probe
 //! runs a small program through an environment's `run` wrapper (in a cgroup
 //! of its own when the host has cgroups, like every run) that prints, from
-//! inside the jail, its resource limits, its seccomp mode and its network
-//! interfaces. It must exit 0 within [`PROBE_TIMEOUT`], and the jail must
-//! hold the limits the manifest declares and the instructions claim
-//! (memory, processes when enforced, CPU time, file size, open files; no
+//! inside the jail, its resource limits, its seccomp mode, its network
+//! interfaces, its hostname and its /etc/passwd. It must exit 0 within
+//! [`PROBE_TIMEOUT`], and the jail must hold the limits the manifest
+//! declares and the instructions claim (memory, processes when enforced,
+//! CPU time, file size, open files, the rlimits of its kernel budgets; no
 //! interface but loopback without `network`): else the environment is
-//! refused, never run with weaker limits than it says.
+//! refused, never run with weaker limits than it says. Its hostname and
+//! passwd are reported (`--check`): a sandbox built before the jails had
+//! their own shows the host's.
 //!
 //! - The server probes every environment in the background at start
 //!   ([`Probes`]); a `run` awaits its environment's probe and, if it failed,
@@ -40,7 +43,21 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 const PROBE_OUTPUT_BYTES: usize = 32 * 1024;
 
 /// The files the probe prints, each after a line `=== PATH`.
-const PROBE_FILES: [&str; 3] = ["/proc/self/limits", "/proc/self/status", "/proc/net/dev"];
+const PROBE_FILES: [&str; 5] = [
+    "/proc/self/limits",
+    "/proc/self/status",
+    "/proc/net/dev",
+    "/proc/sys/kernel/hostname",
+    "/etc/passwd",
+];
+
+/// The rlimits of an environment's kernel budgets (lib/kernelBudgets.nix)
+/// and their rows in /proc/self/limits.
+const BUDGET_RLIMITS: [(&str, &str); 3] = [
+    ("sigpending", "Max pending signals"),
+    ("msgqueue", "Max msgqueue size"),
+    ("memlock", "Max locked memory"),
+];
 
 /// The probe program, per interpreter: prints [`PROBE_FILES`], reading them
 /// itself (no other program needed in the environment).
@@ -67,6 +84,9 @@ pub struct Seen {
     pub rlimits: BTreeMap<String, Option<u64>>,
     pub seccomp: bool,
     pub interfaces: Vec<String>,
+    pub hostname: String,
+    /// The users of the jail's /etc/passwd: (name, home).
+    pub users: Vec<(String, String)>,
 }
 
 impl Seen {
@@ -97,6 +117,15 @@ impl Seen {
                         if !name.is_empty() && !name.contains(' ') && !name.contains('|') {
                             seen.interfaces.push(name.to_owned());
                         }
+                    }
+                }
+                "/proc/sys/kernel/hostname" if seen.hostname.is_empty() => {
+                    line.trim().clone_into(&mut seen.hostname);
+                }
+                "/etc/passwd" => {
+                    let fields: Vec<&str> = line.split(':').collect();
+                    if let [name, _, _, _, _, home, ..] = fields[..] {
+                        seen.users.push((name.to_owned(), home.to_owned()));
                     }
                 }
                 _ => {}
@@ -149,6 +178,11 @@ pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Re
     } else {
         check(seen.within("Max processes", l.pids.get()));
     }
+    for (budget, row) in BUDGET_RLIMITS {
+        if let Some(&most) = env.kernel_budgets.as_ref().and_then(|b| b.get(budget)) {
+            check(seen.within(row, most));
+        }
+    }
     if env.network != Network::Open(true) && seen.interfaces.iter().any(|i| i != "lo") {
         check(Err(format!(
             "network is off but the jail has interfaces {:?}",
@@ -180,12 +214,13 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
     let code = probe_code(env.interpreter);
-    let gate = host
-        .egress()
-        .gate(env)
-        .map_err(|e| format!("its network policy cannot be served: {e}"))?;
+    let (user, gate) = super::prepare(env, host).map_err(|e| match e {
+        super::StartError::Egress(e) => format!("its network policy cannot be served: {e}"),
+        other => format!("cannot start {wrapper}: {other}"),
+    })?;
     let spec = Spec {
         gate: gate.as_ref(),
+        user,
         argv: &env.run,
         limits: &env.limits,
         code: code.as_bytes(),
@@ -268,7 +303,6 @@ impl Probes {
                         Ok(seen) => tracing::info!(
                             env = %env.name,
                             seccomp = seen.seccomp,
-                            uid = probes.host.jail_uid(),
                             "sandbox probe ok: the jail holds its limits"
                         ),
                         Err(reason) if probes.stopping.is_cancelled() => tracing::debug!(
@@ -345,12 +379,7 @@ pub async fn run_check(
     }
     for env in catalog.envs.values() {
         match probe(env, wrapper_env, host).await {
-            Ok(seen) => writeln!(
-                out,
-                "{}: ok (limits hold; seccomp filter {})",
-                env.name,
-                if seen.seccomp { "on" } else { "off" }
-            )?,
+            Ok(seen) => writeln!(out, "{}: ok ({})", env.name, protections(env, &seen))?,
             Err(reason) => {
                 writeln!(out, "{}: FAIL: {reason}", env.name)?;
                 ok = false;
@@ -358,6 +387,50 @@ pub async fn run_check(
         }
     }
     Ok(ok)
+}
+
+/// What an environment's probe showed of the jail's protections, for
+/// `--check`: its limits held (else it failed), its seccomp filter, its
+/// kernel budgets, its hostname and its passwd.
+pub fn protections(env: &Env, seen: &Seen) -> String {
+    let seccomp = if seen.seccomp {
+        "seccomp filter on"
+    } else {
+        "seccomp filter off"
+    };
+    let budgets = match &env.kernel_budgets {
+        Some(_) => "kernel budgets held (a user namespace of its own)",
+        None => {
+            "kernel budgets none (a sandbox built before them: a jail may take its user's \
+                 whole inotify, signal and message queue budgets)"
+        }
+    };
+    let host_name = nix::unistd::gethostname().ok();
+    let hostname = if host_name.as_deref().and_then(|h| h.to_str()) == Some(seen.hostname.as_str())
+    {
+        format!("hostname {:?}, the host's", seen.hostname)
+    } else {
+        format!("hostname {:?}", seen.hostname)
+    };
+    let home = std::env::var("HOME").unwrap_or_default();
+    let login = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name);
+    // root and nobody are in every passwd, the jail's own too.
+    let leaks = seen
+        .users
+        .iter()
+        .filter(|(name, _)| name != "root" && name != "nobody")
+        .any(|(name, user_home)| {
+            Some(name) == login.as_ref() || (!home.is_empty() && *user_home == home)
+        });
+    let passwd = if leaks {
+        "/etc/passwd names the server's login or home"
+    } else {
+        "/etc/passwd the jail's own"
+    };
+    format!("limits hold; {seccomp}; {budgets}; {hostname}; {passwd}")
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@ Max processes             32                   32                   processes
 Max open files            1024                 1024                 files
 Max address space         1073741824           1073741824           bytes
 Max locked memory         unlimited            unlimited            bytes
+Max pending signals       1024                 1024                 signals
+Max msgqueue size         262144               262144               bytes
 === /proc/self/status
 Name:\tpython3
 Seccomp:\t2
@@ -20,6 +22,12 @@ Seccomp_filters:\t1
 Inter-|   Receive                                                |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes
 lo:       0       0    0    0    0     0          0         0        0
+=== /proc/sys/kernel/hostname
+sandbox
+=== /etc/passwd
+root:x:0:0:root:/root:/bin/sh
+sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/bin/sh
 ";
 
 fn env(network: bool) -> Env {
@@ -35,7 +43,48 @@ fn the_probe_output_parses() {
     assert_eq!(seen.interfaces, ["lo"]);
     assert_eq!(seen.rlimits["Max cpu time"], Some(60));
     assert_eq!(seen.rlimits["Max locked memory"], None);
-    assert_eq!(seen.rlimits.len(), 6);
+    assert_eq!(seen.rlimits.len(), 8);
+    assert_eq!(seen.hostname, "sandbox");
+    assert_eq!(
+        seen.users[1],
+        ("sandbox".to_owned(), "/home/sandbox".to_owned())
+    );
+}
+
+/// The rlimits of an environment's kernel budgets are held like its
+/// limits; a sandbox that declares none is served, and `--check` says so.
+#[test]
+fn kernel_budgets_are_held_and_reported() {
+    let seen = Seen::parse(OUTPUT);
+    let budgets = |memlock: u64| {
+        crate::testing::env("python")
+            .with(
+                "kernel_budgets",
+                serde_json::json!({"sigpending": 1024, "msgqueue": 262144, "memlock": memlock, "max_inotify_instances": 16}),
+            )
+            .build()
+    };
+    let e = verify(&budgets(65536), &Host::plain(), &seen, None).unwrap_err();
+    assert!(
+        e.contains("Max locked memory is unlimited, not 65536"),
+        "{e}"
+    );
+    let locked = Seen::parse(&OUTPUT.replace(
+        "Max locked memory         unlimited ",
+        "Max locked memory         65536 ",
+    ));
+    assert_eq!(
+        verify(&budgets(65536), &Host::plain(), &locked, None),
+        Ok(())
+    );
+    let said = protections(&budgets(65536), &locked);
+    assert!(
+        said.contains("kernel budgets held") && said.contains("hostname \"sandbox\""),
+        "{said}"
+    );
+    assert!(said.contains("/etc/passwd the jail's own"), "{said}");
+    let old = protections(&env(false), &seen);
+    assert!(old.contains("kernel budgets none"), "{old}");
 }
 
 #[test]
@@ -48,7 +97,10 @@ fn limits_that_hold_pass_and_missing_ones_are_named() {
     ));
     let e = verify(&env(false), &Host::plain(), &weak, None).unwrap_err();
     assert!(e.contains("Max cpu time is unlimited, not 60"), "{e}");
-    let online = Seen::parse(&format!("{OUTPUT}  eth0: 1 2 3\n"));
+    let online = Seen::parse(&OUTPUT.replace(
+        "=== /proc/sys/kernel/hostname",
+        "  eth0: 1 2 3\n=== /proc/sys/kernel/hostname",
+    ));
     let e = verify(&env(false), &Host::plain(), &online, None).unwrap_err();
     assert!(e.contains("network is off"), "{e}");
     assert_eq!(verify(&env(true), &Host::plain(), &online, None), Ok(()));

@@ -56,8 +56,9 @@ fn env_lines(o: &std::process::Output) -> String {
     let out = stdout(o);
     let host = [
         "jail lifetime: ",
+        "jails' kernel budgets: ",
         "user namespaces: ",
-        "jails: ",
+        "jails' uid: ",
         "cgroups: ",
         "limits: ",
         "http listener: ",
@@ -65,9 +66,16 @@ fn env_lines(o: &std::process::Output) -> String {
     let (facts, envs): (Vec<&str>, Vec<&str>) = out
         .lines()
         .partition(|l| host.iter().any(|h| l.starts_with(h)));
-    assert_eq!(facts.len(), 6, "{out}");
+    // The kernel budgets' line is a user server's only.
+    assert!([6, 7].contains(&facts.len()), "{out}");
     envs.iter().map(|l| format!("{l}\n")).collect()
 }
+
+/// What `--check` says of a fixture environment: its wrapper holds the
+/// limits, the kernel budgets, the hostname and passwd of the Nix-built
+/// jails, without a seccomp filter.
+const FIXTURE_OK: &str = "ok (limits hold; seccomp filter off; kernel budgets held (a user \
+                          namespace of its own); hostname \"sandbox\"; /etc/passwd the jail's own)";
 
 #[test]
 fn check_passes_on_this_machine() {
@@ -78,7 +86,9 @@ fn check_passes_on_this_machine() {
         .unwrap();
     assert_eq!(
         env_lines(&o),
-        "node: ok (limits hold; seccomp filter off)\npython: ok (limits hold; seccomp filter off)\nshell: ok (limits hold; seccomp filter off)\n",
+        ["node", "python", "shell"]
+            .map(|env| format!("{env}: {FIXTURE_OK}\n"))
+            .concat(),
         "{}",
         stderr(&o)
     );
@@ -112,7 +122,9 @@ fn check_reads_nix_sandbox_manifest() {
         .unwrap();
     assert_eq!(
         env_lines(&o),
-        "node: ok (limits hold; seccomp filter off)\npython: ok (limits hold; seccomp filter off)\nshell: ok (limits hold; seccomp filter off)\n",
+        ["node", "python", "shell"]
+            .map(|env| format!("{env}: {FIXTURE_OK}\n"))
+            .concat(),
         "{}",
         stderr(&o)
     );
@@ -143,7 +155,7 @@ fn check_fails_with_the_reason_when_a_wrapper_cannot_start() {
     assert!(
         lines[2..]
             .iter()
-            .all(|l| l.ends_with(": ok (limits hold; seccomp filter off)")),
+            .all(|l| l.ends_with(&format!(": {FIXTURE_OK}"))),
         "{out}"
     );
 }
@@ -271,24 +283,20 @@ fn a_project_that_would_fail_every_call_stops_the_server_with_its_fix() {
 }
 
 #[test]
-fn a_home_the_jails_cannot_keep_their_passwd_in_stops_the_server() {
-    // Wrappers in the store are jail.nix's, which keep the jail's
-    // /etc/passwd under HOME; a file there is no home for it.
-    let mut m = template();
-    m["environments"] =
-        json!({"python": env_with_wrapper("/nix/store/0000-none/bin/sandbox-python")});
-    let m = Manifest::new(&m);
-    // As a user: a root server's wrappers get a home it makes for them.
-    let mut serve = quiet(&["--stdio", "--manifest"], &[("HOME", "/etc/passwd")]);
-    serve.arg(&m.path);
-    let own = tempfile::tempdir().unwrap();
-    let o = unprivileged(serve, own.path()).output().unwrap();
-    assert_eq!(
-        refused_start(&o),
-        "nix-sandbox-mcp: HOME: /etc/passwd cannot hold the jails' passwd file \
-         (/etc/passwd/.local/share/jail.nix cannot be made: /etc/passwd is not a directory); \
-         set HOME to a directory this server's user can write"
+fn the_jails_need_no_home_of_the_servers() {
+    // The jails keep their /etc/passwd in the store, not under HOME: a
+    // server whose HOME is a file starts and serves.
+    let m = Manifest::new(&template());
+    let mut check = quiet(
+        &["--check", "--allow-wrappers-outside-store", "--manifest"],
+        &[("HOME", "/etc/passwd")],
     );
+    check.arg(&m.path);
+    let own = tempfile::tempdir().unwrap();
+    let o = unprivileged(check, own.path()).output().unwrap();
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(!out.contains("HOME"), "{out}");
 }
 
 #[test]
@@ -330,7 +338,7 @@ fn user_namespaces_off_stop_the_server_with_the_sysctl_to_change() {
     let home = tmp.path().to_str().unwrap();
     let m = Manifest::new(&template());
     // As a user: root's uid 0 in a namespace of its own is still host root,
-    // whose jails would run as uid 65534, which that namespace lacks.
+    // whose jails would run as uids of their own, which that namespace lacks.
     let mut serve = without_user_namespaces(&["--stdio", "--allow-wrappers-outside-store"], home);
     serve.arg("--manifest").arg(&m.path);
     let o = unprivileged(serve, tmp.path()).output().unwrap();
@@ -457,7 +465,7 @@ fn root_only_dir() -> tempfile::TempDir {
 }
 
 #[test]
-fn check_names_the_jails_user() {
+fn check_names_the_jails_user_and_what_each_jail_shares() {
     let m = Manifest::new(&template());
     let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
         .arg(&m.path)
@@ -466,21 +474,34 @@ fn check_names_the_jails_user() {
     let out = stdout(&o);
     let line = out
         .lines()
-        .find(|l| l.starts_with("jails: "))
+        .find(|l| l.starts_with("jails' uid: "))
         .unwrap_or_default();
     if is_root() {
         assert!(
-            line.starts_with("jails: run as uid 65534, gid 65534, not as root"),
+            line.starts_with(
+                "jails' uid: ok: each jail runs as a uid and gid of its own, never root, from "
+            ),
             "{out}"
         );
     } else {
         let uid = nix::unistd::geteuid();
-        assert_eq!(
-            line,
-            format!("jails: run as the server's uid {uid}"),
+        assert!(
+            line.starts_with(&format!("jails' uid: the server's own ({uid})")),
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("jails' kernel budgets: ok: all jails together")),
             "{out}"
         );
     }
+    // The fixtures' jails have no seccomp filter (their wrappers are not
+    // Nix's), and the budgets, hostname and passwd of the Nix-built ones.
+    let python = out
+        .lines()
+        .find(|l| l.starts_with("python: "))
+        .unwrap_or_default();
+    assert!(python == format!("python: {FIXTURE_OK}"), "{out}");
     assert!(o.status.success(), "{out}");
 }
 
@@ -495,7 +516,7 @@ fn a_project_the_jails_cannot_read_is_one_line_and_fails_check() {
         .unwrap();
     let out = stdout(&o);
     let problem = format!(
-        "PROJECT_DIR: FAIL: {} is not readable by uid 65534, which the jails run as",
+        "PROJECT_DIR: FAIL: {} is not readable by the jails' uids (",
         project.path().display()
     );
     if is_root() {
@@ -512,9 +533,10 @@ fn a_project_the_jails_cannot_read_is_one_line_and_fails_check() {
 }
 
 #[test]
-fn a_private_tmpdir_puts_a_root_servers_jails_home_under_tmp() {
+fn a_private_tmpdir_is_left_untouched() {
     // Clients and login sessions often set TMPDIR to a directory of mode
-    // 0700, which uid 65534 cannot enter.
+    // 0700, which a root server's jails' uids cannot enter: nothing of
+    // theirs is there (a root server's are under /run/nix-sandbox-mcp).
     let tmp = root_only_dir();
     let m = Manifest::new(&template());
     let o = launcher(&["--check", "--allow-wrappers-outside-store", "--manifest"])
@@ -525,34 +547,24 @@ fn a_private_tmpdir_puts_a_root_servers_jails_home_under_tmp() {
     let out = stdout(&o);
     assert!(o.status.success(), "{out}{}", stderr(&o));
     assert!(!out.contains("FAIL"), "{out}");
-    if is_root() {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with("jails: "))
-            .unwrap_or_default();
-        assert!(line.contains(", home /tmp/nix-sandbox-mcp-jails."), "{out}");
-    }
-    // Nothing is left behind in TMPDIR.
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
 
 #[test]
-fn root_refuses_to_run_when_its_jails_cannot_have_a_home() {
+fn root_refuses_to_run_when_its_runtime_directory_is_not_roots_alone() {
     if !is_root() {
         return;
     }
-    // Neither TMPDIR nor /tmp can hold the home: in a mount namespace of
-    // the test's own, /tmp is a fresh root-only tmpfs and TMPDIR a root-only
-    // directory in it. The server and its manifest are opened before the
-    // mount hides them (a checkout may live under /tmp), and whatever the
-    // server leaves in TMPDIR is listed on stdout, which must stay empty.
+    // Another user made /run/nix-sandbox-mcp first (in a mount namespace of
+    // the test's own, over a fresh /run): a root server keeps its uid locks
+    // and its jails' gates there, so it does not start. The server and its
+    // manifest are opened before the mount hides them.
     let manifest = Manifest::new(&template());
     let script = "exec 3<\"$0\" 4<\"$1\" && \
-                  mount -t tmpfs -o mode=0700 private /tmp && \
-                  mkdir -m 0700 /tmp/private && \
-                  TMPDIR=/tmp/private /proc/self/fd/3 --check \
-                  --allow-wrappers-outside-store --manifest /proc/self/fd/4; \
-                  status=$?; ls -A /tmp/private; exit $status";
+                  mount -t tmpfs -o mode=0755 run /run && \
+                  mkdir -m 0755 /run/nix-sandbox-mcp && chown 65534:65534 /run/nix-sandbox-mcp && \
+                  /proc/self/fd/3 --check --allow-wrappers-outside-store \
+                  --manifest /proc/self/fd/4";
     let o = Command::new("unshare")
         .args([
             "--mount",
@@ -567,16 +579,10 @@ fn root_refuses_to_run_when_its_jails_cannot_have_a_home() {
         .env_remove("NIX_SANDBOX_MANIFEST")
         .output()
         .unwrap();
-    let line = refused_start(&o);
-    assert!(
-        line.starts_with(
-            "nix-sandbox-mcp: refusing to run as root: the jails must not run as root, and \
-             uid 65534 cannot use its home"
-        ),
-        "{line}"
-    );
-    assert!(
-        line.contains("TMPDIR or /tmp must be a directory every user may enter"),
-        "{line}"
+    assert_eq!(
+        refused_start(&o),
+        "nix-sandbox-mcp: refusing to run as root: each jail must run as a uid of its own, and \
+         /run/nix-sandbox-mcp is not a directory of root's that only root may write (owner \
+         65534, mode 755); remove it"
     );
 }

@@ -27,7 +27,27 @@ pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// The fixture wrappers, with the workspace's `jail-budget` (built next to
+/// the launcher) linked where they run it from (`fixtures/bin/`).
 pub fn wrappers() -> PathBuf {
+    static LINKED: std::sync::Once = std::sync::Once::new();
+    LINKED.call_once(|| {
+        let budget = Path::new(BIN).with_file_name("jail-budget");
+        assert!(
+            budget.is_file(),
+            "{} is missing: build it with `cargo build -p agent` (cargo test --workspace does)",
+            budget.display()
+        );
+        let dir = fixtures_dir().join("bin");
+        std::fs::create_dir_all(&dir).unwrap();
+        // Replaced whole (a link made beside it, then renamed over it):
+        // another test process may be reading it.
+        let link = dir.join("jail-budget");
+        let fresh = dir.join(format!(".jail-budget.{}", std::process::id()));
+        let _ = std::fs::remove_file(&fresh);
+        std::os::unix::fs::symlink(&budget, &fresh).unwrap();
+        std::fs::rename(&fresh, &link).unwrap();
+    });
     fixtures_dir().join("wrappers")
 }
 

@@ -1,10 +1,12 @@
 //! What a jail's processes are on the host, and the parts of the kernel a
 //! uid reaches whatever its capabilities: the jail never runs as host uid
-//! 0 (procfs grants global root's powers by uid), a root server gives its
-//! jails' user a home of its own, /proc/sys and its like are read-only in
-//! every jail (through a server started as the test runs, root here, and
-//! one started as uid 65534), and no process holding the jail's uid can
-//! raise the limits of the run's cgroup.
+//! 0 (procfs grants global root's powers by uid); under a root server each
+//! jail runs as a uid of its own, from a block of the server's, and no
+//! other host process can use its egress gate; a root server's runtime
+//! files are root's and go with it; /proc/sys and its like are read-only
+//! in every jail (through a server started as the test runs, root here,
+//! and one started as uid 65534); and no process holding the jail's uid
+//! can raise the limits of the run's cgroup.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -65,10 +67,27 @@ fn uids_of(mark: &str) -> Vec<(u32, Vec<u32>)> {
         .collect()
 }
 
-/// The uid the server's jails must have on the host: [`NOBODY`] when
-/// it runs as root, else its own.
-fn jail_uid(server_uid: u32) -> u32 {
-    if server_uid == 0 { NOBODY } else { server_uid }
+/// The block a root server's jails' uids come from (uidblock.rs).
+const BLOCKS: std::ops::RangeInclusive<u32> = 0x7000_0000..=0x7FFD_FFFF;
+
+/// The one host uid of every process in `seen`; panics when they differ.
+fn one_uid(seen: &[(u32, Vec<u32>)], what: &str) -> u32 {
+    let all: std::collections::BTreeSet<u32> =
+        seen.iter().flat_map(|(_, ids)| ids.clone()).collect();
+    assert_eq!(all.len(), 1, "{what}'s processes have uids {seen:?}");
+    all.into_iter().next().unwrap()
+}
+
+/// Whether `uid` may be a jail's of a server running as `server_uid`: its
+/// own when it is a user; as root one of its block's, no user of the host.
+fn jail_uid_ok(server_uid: u32, uid: u32) -> bool {
+    if server_uid != 0 {
+        return uid == server_uid;
+    }
+    BLOCKS.contains(&uid)
+        && nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .unwrap()
+            .is_none()
 }
 
 #[tokio::test]
@@ -76,7 +95,7 @@ async fn runs_and_sessions_never_run_as_host_root() {
     let mark = marker("uid");
     let m = marked("python", &mark, 30);
     let s = Server::start(vec![m]).await;
-    let want = jail_uid(nix::unistd::geteuid().as_raw());
+    let server_uid = nix::unistd::geteuid().as_raw();
     // A run: its wrapper, bubblewrap and the interpreter, while it sleeps.
     let run = s.run("python", "import time; time.sleep(3); print('done')");
     let look = async {
@@ -92,26 +111,57 @@ async fn runs_and_sessions_never_run_as_host_root() {
     let (r, seen) = tokio::join!(run, look);
     assert_eq!(text(&r), "done\n", "{r:?}");
     assert!(seen.len() >= 2, "the run's processes: {seen:?}");
-    for (pid, ids) in &seen {
-        assert!(
-            ids.iter().all(|&id| id == want),
-            "process {pid} of a run has uids {ids:?}, not {want}: {}",
-            s.stderr()
-        );
-    }
-    // A session: its jail lives between calls.
+    let run_uid = one_uid(&seen, "a run");
+    assert!(
+        jail_uid_ok(server_uid, run_uid),
+        "a run's uid {run_uid}: {}",
+        s.stderr()
+    );
+    // Sessions: their jails live between calls, each as its own uid.
     let session_mark = marker("uid-session");
     let s = Server::start(vec![sessions_marked(&session_mark, 30)]).await;
-    let r = s.session("python", "u", "print('one')").await;
-    assert_eq!(text(&r), "one\n", "{r:?}");
-    let seen = uids_of(&session_mark);
-    assert!(seen.len() >= 3, "the session's processes: {seen:?}");
-    for (pid, ids) in &seen {
-        assert!(
-            ids.iter().all(|&id| id == want),
-            "process {pid} of a session has uids {ids:?}, not {want}"
-        );
+    let mut uids = Vec::new();
+    for name in ["u", "v"] {
+        let before: Vec<u32> = pids_with(&session_mark);
+        let r = s.session("python", name, "print('one')").await;
+        assert_eq!(text(&r), "one\n", "{r:?}");
+        let seen: Vec<(u32, Vec<u32>)> = uids_of(&session_mark)
+            .into_iter()
+            .filter(|(pid, _)| !before.contains(pid))
+            .collect();
+        assert!(seen.len() >= 3, "session {name}'s processes: {seen:?}");
+        let uid = one_uid(&seen, "a session");
+        assert!(jail_uid_ok(server_uid, uid), "session {name}'s uid {uid}");
+        uids.push(uid);
     }
+    if server_uid == 0 {
+        assert_ne!(uids[0], uids[1], "two sessions' jails share a uid");
+        assert_eq!(uids[0] >> 16, uids[1] >> 16, "one server, one block");
+    }
+}
+
+/// Two root servers at once take two blocks: no jail of one shares a uid
+/// with a jail of the other.
+#[tokio::test]
+async fn two_root_servers_take_two_blocks() {
+    if !is_root() {
+        return;
+    }
+    let mut blocks = Vec::new();
+    let mut servers = Vec::new();
+    for n in 0..2 {
+        let mark = marker(&format!("block{n}"));
+        let s = Server::start(vec![sessions_marked(&mark, 30)]).await;
+        let r = s.session("python", "b", "print('one')").await;
+        assert_eq!(text(&r), "one\n", "{r:?}");
+        let uid = one_uid(&uids_of(&mark), "a session");
+        assert!(BLOCKS.contains(&uid), "{uid}");
+        let lock = format!("/run/nix-sandbox-mcp/uid-blocks/{}", uid & 0xFFFF_0000);
+        assert!(Path::new(&lock).is_file(), "{lock} is not there");
+        blocks.push(uid >> 16);
+        servers.push(s);
+    }
+    assert_ne!(blocks[0], blocks[1], "two servers share a block");
 }
 
 /// Python that tries, from inside a jail, what only a process holding host
@@ -296,7 +346,7 @@ async fn the_jails_uid_cannot_raise_the_limits_of_its_cgroup() {
 }
 
 #[tokio::test]
-async fn root_gives_its_jails_a_home_of_their_own_and_removes_it() {
+async fn a_root_servers_runtime_directory_is_roots_own_and_goes_with_it() {
     use std::os::unix::fs::MetadataExt;
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -312,33 +362,161 @@ async fn root_gives_its_jails_a_home_of_their_own_and_removes_it() {
     .await;
     let r = s.run("envdump", "printf %s \"$HOME\"").await;
     assert_eq!(r.is_error, Some(false), "{r:?}");
-    let wrapper_home = text(&r);
-    let homes: Vec<PathBuf> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    if is_root() {
-        assert_eq!(homes.len(), 1, "{homes:?}");
-        let home = &homes[0];
-        let name = home.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(name.starts_with("nix-sandbox-mcp-jails."), "{name}");
-        let meta = std::fs::metadata(home).unwrap();
-        assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY));
-        assert_eq!(meta.mode() & 0o7777, 0o700);
-        assert_eq!(Path::new(&wrapper_home), home.as_path());
-        assert!(
-            s.stderr().contains(&format!("home {}", home.display())),
-            "{}",
-            s.stderr()
+    let wrapper_home = PathBuf::from(text(&r));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "TMPDIR is used"
+    );
+    if !is_root() {
+        assert_eq!(wrapper_home, Path::new("/root"));
+        return;
+    }
+    // /run/nix-sandbox-mcp/BASE/home, all of it root's, none of it
+    // writable by anyone else (a wrapper built before the jails had their
+    // own passwd reads it there).
+    let runtime = wrapper_home.parent().unwrap().to_path_buf();
+    assert_eq!(runtime.parent().unwrap(), Path::new("/run/nix-sandbox-mcp"));
+    let state = wrapper_home.join(".local/share/jail.nix");
+    for path in [&runtime, &wrapper_home, &state, &state.join("passwd")] {
+        let meta = std::fs::symlink_metadata(path).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (0, 0), "{}", path.display());
+        assert_eq!(
+            meta.mode() & 0o022,
+            0,
+            "{} is writable by others",
+            path.display()
         );
-    } else {
-        assert!(homes.is_empty(), "{homes:?}");
-        assert_eq!(wrapper_home, "/root");
     }
     s.disconnect().await;
     assert!(
-        eventually(|| std::fs::read_dir(tmp.path()).unwrap().count() == 0).await,
-        "the jails' home is left in {}",
-        tmp.path().display()
+        eventually(|| !runtime.exists()).await,
+        "{} is left",
+        runtime.display()
+    );
+}
+
+/// Run as `uid`:`uid` with no groups, against a gate's socket and its
+/// directory and CA bundle: `connect` and what it did, space-separated.
+const GATE_ATTACK: &str = r#"
+import errno, os, socket, sys
+sock, ca = sys.argv[1], sys.argv[2]
+def name(e):
+    return errno.errorcode.get(e.errno, str(e.errno))
+out = []
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    out.append('connected')
+except OSError as e:
+    out.append('connect-' + name(e))
+try:
+    socket.socket(socket.AF_UNIX).bind(os.path.join(os.path.dirname(sock), 'planted.sock'))
+    out.append('planted')
+except OSError as e:
+    out.append('plant-' + name(e))
+try:
+    with open(ca + '.new', 'w') as f:
+        f.write('a CA of the attacker')
+    os.rename(ca + '.new', ca)
+    out.append('replaced')
+except OSError as e:
+    out.append('replace-' + name(e))
+print(' '.join(out))
+"#;
+
+fn gate_attack(uid: u32, socket: &str, bundle: &str) -> String {
+    let id = uid.to_string();
+    let o = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={id}"),
+            &format!("--regid={id}"),
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            GATE_ATTACK,
+            socket,
+            bundle,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// A value of the environment of the `sleep ARG` running now, read from
+/// the host (as root).
+fn wrapper_var(arg: &str, var: &str) -> Option<(u32, String)> {
+    let prefix = format!("{var}=");
+    let cmdline = format!("sleep\0{arg}\0");
+    pids_with(&cmdline).into_iter().find_map(|pid| {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let value = environ
+            .split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))?;
+        Some((pid, String::from_utf8_lossy(value).into_owned()))
+    })
+}
+
+/// Under a root server, a jail's egress gate is its own: a host process of
+/// uid 65534 (nobody), or of another jail's uid, cannot connect to it,
+/// plant a socket beside it or replace the CA bundle jails trust; the
+/// jail's own uid connects, and no more.
+#[tokio::test]
+async fn a_root_servers_egress_gates_are_its_own_and_each_jails_alone() {
+    if !is_root() {
+        return;
+    }
+    let mut m = template();
+    let mut gated = env_with_wrapper(wrappers().join("env-run").to_str().unwrap());
+    gated["interpreter"] = serde_json::json!("bash");
+    gated["network"] = serde_json::json!({"allow": [{"host": "example.test"}]});
+    m["environments"]["gated"] = gated;
+    let s = Server::start(vec![Manifest::new(&m)]).await;
+    // Each run's `sleep` (its environment the wrapper's: env-run keeps
+    // it) is found by its argument.
+    let (first, second) = ("4.1", "4.2");
+    let (code_a, code_b) = (
+        format!("sleep {first}; echo done"),
+        format!("sleep {second}; echo done"),
+    );
+    let runs = async { tokio::join!(s.run("gated", &code_a), s.run("gated", &code_b)) };
+    let attack = async {
+        let mut found = None;
+        eventually(|| {
+            found = wrapper_var(first, "NIX_SANDBOX_EGRESS_SOCKET")
+                .zip(wrapper_var(first, "NIX_SANDBOX_EGRESS_CA"))
+                .zip(wrapper_var(second, "NIX_SANDBOX_EGRESS_SOCKET"));
+            found.is_some()
+        })
+        .await;
+        let (((pid_a, socket), (_, bundle)), (pid_b, _)) = found.expect("the gated runs' wrappers");
+        let (uid_a, uid_b) = (uids(pid_a).unwrap()[0], uids(pid_b).unwrap()[0]);
+        [
+            (NOBODY, gate_attack(NOBODY, &socket, &bundle)),
+            (uid_b, gate_attack(uid_b, &socket, &bundle)),
+            (uid_a, gate_attack(uid_a, &socket, &bundle)),
+        ]
+    };
+    let ((a, b), attacks) = tokio::join!(runs, attack);
+    assert_eq!(text(&a), "done\n", "{a:?}");
+    assert_eq!(text(&b), "done\n", "{b:?}");
+    let refused = "plant-EACCES replace-EACCES";
+    assert_eq!(
+        attacks[0].1,
+        format!("connect-EACCES {refused}"),
+        "uid 65534 against a gate: {attacks:?}"
+    );
+    assert_eq!(
+        attacks[1].1,
+        format!("connect-EACCES {refused}"),
+        "another jail's uid {} against a gate",
+        attacks[1].0
+    );
+    assert_eq!(
+        attacks[2].1,
+        format!("connected {refused}"),
+        "the jail's own uid {} against its gate",
+        attacks[2].0
     );
 }

@@ -1,0 +1,241 @@
+//! `jail-budget`: the step of a jail's wrapper just before bubblewrap that
+//! bounds what the jail can take of its host user's per-user kernel
+//! counters. The kernel counts inotify instances and watches, fanotify
+//! groups and marks, and namespaces per user namespace and uid, and charges
+//! a namespace's use to every namespace above it, each level checked
+//! against its own limit (`/proc/sys/user/max_*`). So this program makes a
+//! user namespace that maps the caller's uid and gid to themselves, writes
+//! that namespace's limits (it holds every capability there until it
+//! execs), lowers the ucount-backed rlimits (pending signals, message
+//! queue bytes, locked shared memory, which bound a namespace's processes
+//! together), and execs PROGRAM (bubblewrap) inside it. The jail, nested
+//! below, cannot write these limits: it holds no capability in this
+//! namespace, and reads and writes its own namespace's sysctls only.
+//!
+//!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... -- PROGRAM [ARGS...]
+//!
+//! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
+//! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`. The values
+//! are the jail's policy (lib/kernelBudgets.nix). Every limit is read back:
+//! any that does not hold stops the wrapper with status 2 and one line on
+//! stderr, so no jail runs with a budget weaker than it states.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+
+use nix::sched::CloneFlags;
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+
+const USAGE: &str =
+    "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... -- PROGRAM [ARGS...]";
+
+/// What to set, and what to run afterwards.
+#[derive(Debug, PartialEq, Eq)]
+struct Args {
+    sysctls: Vec<(String, u64)>,
+    rlimits: Vec<(Resource, u64)>,
+    program: OsString,
+    args: Vec<OsString>,
+}
+
+/// `NAME=VALUE`, VALUE a decimal number.
+fn pair(text: &str) -> Result<(&str, u64), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))?;
+    let value = value
+        .parse()
+        .map_err(|_| format!("`{text}`: {value} is not a number"))?;
+    Ok((name, value))
+}
+
+/// The rlimits whose counts the kernel keeps per user namespace and uid.
+fn resource(name: &str) -> Result<Resource, String> {
+    match name {
+        "sigpending" => Ok(Resource::RLIMIT_SIGPENDING),
+        "msgqueue" => Ok(Resource::RLIMIT_MSGQUEUE),
+        "memlock" => Ok(Resource::RLIMIT_MEMLOCK),
+        _ => Err(format!(
+            "unknown rlimit `{name}` (sigpending, msgqueue or memlock)"
+        )),
+    }
+}
+
+fn parse(argv: Vec<OsString>) -> Result<Args, String> {
+    use lexopt::prelude::*;
+    let split = argv
+        .iter()
+        .position(|a| a == "--")
+        .ok_or("no `--` before the program")?;
+    let (flags, rest) = argv.split_at(split);
+    let mut command = rest[1..].iter().cloned();
+    let program = command.next().ok_or("no program after `--`")?;
+    let mut parsed = Args {
+        sysctls: Vec::new(),
+        rlimits: Vec::new(),
+        program,
+        args: command.collect(),
+    };
+    let mut parser = lexopt::Parser::from_args(flags.iter().cloned());
+    let text = |v: OsString| v.into_string().map_err(|v| format!("not UTF-8: {v:?}"));
+    while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
+        match arg {
+            Long("sysctl") => {
+                let value = text(parser.value().map_err(|e| e.to_string())?)?;
+                let (name, value) = pair(&value)?;
+                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                    return Err(format!("`{name}` is not a file of /proc/sys/user"));
+                }
+                parsed.sysctls.push((name.to_owned(), value));
+            }
+            Long("rlimit") => {
+                let value = text(parser.value().map_err(|e| e.to_string())?)?;
+                let (name, value) = pair(&value)?;
+                parsed.rlimits.push((resource(name)?, value));
+            }
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(parsed)
+}
+
+/// A user namespace of this process' own that maps its uid and gid to
+/// themselves (so files, sockets and the jail's own maps are as before).
+fn enter_namespace() -> Result<(), String> {
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
+        format!(
+            "cannot make the jail's budget namespace: unshare(CLONE_NEWUSER): {e} (user \
+             namespaces nested in user namespaces must be allowed)"
+        )
+    })?;
+    for (file, line) in [
+        ("/proc/self/setgroups", "deny".to_owned()),
+        ("/proc/self/uid_map", format!("{uid} {uid} 1")),
+        ("/proc/self/gid_map", format!("{gid} {gid} 1")),
+    ] {
+        std::fs::write(file, &line).map_err(|e| format!("cannot write {line:?} to {file}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Writes one limit of this namespace and reads it back.
+fn set_sysctl(name: &str, value: u64) -> Result<(), String> {
+    let path = format!("/proc/sys/user/{name}");
+    std::fs::write(&path, value.to_string()).map_err(|e| {
+        if e.raw_os_error() == Some(nix::libc::EROFS) {
+            format!(
+                "cannot write {path}: /proc/sys is read-only here (a container's default); \
+                 let user namespaces write their own limits (Docker: --security-opt \
+                 systempaths=unconfined)"
+            )
+        } else {
+            format!("cannot write {path}: {e}")
+        }
+    })?;
+    let read = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    if read.trim() != value.to_string() {
+        return Err(format!("{path} is {}, not {value}", read.trim()));
+    }
+    Ok(())
+}
+
+/// Lowers one rlimit, soft and hard, to `value` (a lower hard limit
+/// stays), and reads it back.
+fn set_rlimit(resource: Resource, value: u64) -> Result<(), String> {
+    let (_, hard) = getrlimit(resource).map_err(|e| format!("cannot read {resource:?}: {e}"))?;
+    let limit = value.min(hard);
+    setrlimit(resource, limit, limit).map_err(|e| format!("cannot set {resource:?}: {e}"))?;
+    match getrlimit(resource) {
+        Ok((soft, hard)) if soft <= value && hard <= value => Ok(()),
+        Ok((soft, hard)) => Err(format!("{resource:?} is {soft}/{hard}, not {value}")),
+        Err(e) => Err(format!("cannot read {resource:?}: {e}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse(std::env::args_os().skip(1).collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("jail-budget: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    // The rlimits after the namespace: its own ceilings for them are the
+    // caller's limits at its creation, which bound the caller's user; the
+    // jail's, lowered, bound the jail.
+    let set = enter_namespace()
+        .and_then(|()| {
+            args.sysctls
+                .iter()
+                .try_for_each(|(name, value)| set_sysctl(name, *value))
+        })
+        .and_then(|()| {
+            args.rlimits
+                .iter()
+                .try_for_each(|(resource, value)| set_rlimit(*resource, *value))
+        });
+    if let Err(e) = set {
+        eprintln!(
+            "jail-budget: {e}; the jail's kernel budgets cannot be set, so it does not start"
+        );
+        return ExitCode::from(2);
+    }
+    let e = std::process::Command::new(&args.program)
+        .args(&args.args)
+        .exec();
+    eprintln!(
+        "jail-budget: cannot run {}: {e}",
+        args.program.to_string_lossy()
+    );
+    ExitCode::from(127)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn flags_before_the_separator_the_program_after() {
+        let parsed = parse(args(&[
+            "--sysctl",
+            "max_inotify_instances=16",
+            "--rlimit=sigpending=1024",
+            "--",
+            "/bin/bwrap",
+            "--unshare-all",
+            "--",
+            "sh",
+        ]))
+        .unwrap();
+        assert_eq!(
+            parsed,
+            Args {
+                sysctls: vec![("max_inotify_instances".into(), 16)],
+                rlimits: vec![(Resource::RLIMIT_SIGPENDING, 1024)],
+                program: "/bin/bwrap".into(),
+                args: args(&["--unshare-all", "--", "sh"]),
+            }
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        for bad in [
+            &["/bin/true"][..],
+            &["--"],
+            &["--sysctl", "../../kernel/core_pattern=1", "--", "x"],
+            &["--sysctl", "max_user_namespaces", "--", "x"],
+            &["--sysctl", "max_user_namespaces=-1", "--", "x"],
+            &["--rlimit", "nofile=4", "--", "x"],
+            &["--nope", "--", "x"],
+        ] {
+            assert!(parse(args(bad)).is_err(), "{bad:?}");
+        }
+    }
+}

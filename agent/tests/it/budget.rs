@@ -1,0 +1,126 @@
+//! jail-budget: the program it runs lives in a user namespace whose limits
+//! it set, and cannot raise them, not even from a user namespace of its own
+//! below (where it may write its own limits, the kernel still charges the
+//! one above); its rlimits are lowered; a budget it cannot set, or a bad
+//! flag, stops it before the program runs.
+
+use std::process::Command;
+
+const BUDGET: &str = env!("CARGO_BIN_EXE_jail-budget");
+
+/// Python, under the budget: how many inotify instances it gets; whether
+/// it may raise its namespace's limit; and the same from a user namespace
+/// of its own, whose limit it does raise. One `key=value` a line.
+const TAKE: &str = r#"
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def take():
+    fds = []
+    while len(fds) < 1000:
+        fd = libc.inotify_init1(0o2000000)
+        if fd < 0:
+            return len(fds), errno.errorcode[ctypes.get_errno()], fds
+        fds.append(fd)
+    return len(fds), 'none', fds
+def write(path, value):
+    try:
+        with open(path, 'w') as f:
+            f.write(value)
+        return 'written'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = {'limit': open('/proc/sys/user/max_inotify_instances').read().strip(),
+       'raise': write('/proc/sys/user/max_inotify_instances', '100')}
+out['took'], out['stop'], fds = take()
+for fd in fds:
+    os.close(fd)
+uid, gid = os.getuid(), os.getgid()
+if libc.unshare(0x10000000) != 0:
+    out['nested'] = 'unshare ' + errno.errorcode[ctypes.get_errno()]
+else:
+    write('/proc/self/setgroups', 'deny')
+    write('/proc/self/uid_map', '%d %d 1' % (uid, uid))
+    write('/proc/self/gid_map', '%d %d 1' % (gid, gid))
+    out['nested_raise'] = write('/proc/sys/user/max_inotify_instances', '100')
+    out['nested_took'], out['nested_stop'], _ = take()
+out['sigpending'] = next(l.split()[3] for l in open('/proc/self/limits') if l.startswith('Max pending signals'))
+for key, value in out.items():
+    print('%s=%s' % (key, value))
+"#;
+
+/// jail-budget as a wrapper runs it: never as root (a root server's
+/// wrappers run as uids of their own; uid 0 would keep every capability in
+/// the namespace, so the test runs it as uid 65534 when it is root).
+fn budget() -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { nix::libc::geteuid() } != 0 {
+        return Command::new(BUDGET);
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", BUDGET]);
+    cmd
+}
+
+#[test]
+fn the_program_lives_under_budgets_it_cannot_raise() {
+    let out = budget()
+        .args([
+            "--sysctl",
+            "max_inotify_instances=3",
+            "--rlimit",
+            "sigpending=7",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            TAKE,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: std::collections::HashMap<&str, &str> =
+        stdout.lines().filter_map(|l| l.split_once('=')).collect();
+    let want = [
+        ("limit", "3"),
+        ("raise", "EACCES"),
+        ("took", "3"),
+        ("stop", "EMFILE"),
+        ("nested_raise", "written"),
+        ("nested_took", "3"),
+        ("nested_stop", "EMFILE"),
+        ("sigpending", "7"),
+    ];
+    for (key, value) in want {
+        assert_eq!(got.get(key), Some(&value), "{key}: {stdout}");
+    }
+}
+
+#[test]
+fn a_budget_that_cannot_be_set_or_a_bad_flag_runs_nothing() {
+    for (args, want) in [
+        (
+            &["--sysctl", "max_nothing=1", "--", "/bin/echo", "ran"][..],
+            "jail-budget: cannot write /proc/sys/user/max_nothing",
+        ),
+        (
+            &["--rlimit", "nofile=4", "--", "/bin/echo", "ran"],
+            "unknown rlimit `nofile`",
+        ),
+        (&["/bin/echo", "ran"], "no `--` before the program"),
+    ] {
+        let out = Command::new(BUDGET).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} ran the program");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    let out = Command::new(BUDGET)
+        .args(["--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+}

@@ -1,0 +1,21 @@
+# Takes { pkgs, ... } and jail.nix's combinators; returns the permission
+# that stands for jail.nix's base permissions, which it first drops
+# (`reset`): a fresh /proc, /dev and /tmp, /bin/sh, coreutils on PATH, an
+# empty environment (--clearenv), and the store's runtime closure only.
+# What jail.nix's own base adds besides is left out: a tmpfs at the
+# caller's HOME (its path, /home/LOGIN, would name the host's user in the
+# jail), the caller's HOME and LANG, and its passwd, made from the caller's
+# login and home and kept under HOME (identity.nix makes the jail's own).
+# So the wrapper needs no HOME.
+{ pkgs, ... }:
+c:
+c.compose [
+  c.reset
+  (c.unsafe-add-raw-args "--proc /proc --dev /dev --tmpfs /tmp")
+  (c.ro-bind "${pkgs.bash}/bin/sh" "/bin/sh")
+  (c.add-path "/bin")
+  (s: s // { additionalRuntimeClosures = s.additionalRuntimeClosures ++ [ pkgs.bash ]; })
+  (c.add-pkg-deps [ pkgs.coreutils ])
+  (c.unsafe-add-raw-args "--clearenv")
+  c.bind-nix-store-runtime-closure
+]

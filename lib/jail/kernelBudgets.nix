@@ -1,0 +1,19 @@
+# Takes { pkgs, ... } and jail.nix's combinators; returns the permission
+# that starts bubblewrap through the agent package's jail-budget: a user
+# namespace of the jail's own, mapping the caller's uid and gid to
+# themselves, whose per-user kernel limits and rlimits are
+# ../kernelBudgets.nix. The jail, nested below it, holds no capability
+# there: it cannot raise them, and its use is charged to this namespace's
+# count, so the host user keeps the rest. A budget that cannot be set stops
+# the wrapper with status 2 and one line on stderr.
+{ pkgs, ... }:
+c:
+let
+  inherit (pkgs) lib;
+  budgets = import ../kernelBudgets.nix;
+  jailBudget = "${pkgs.callPackage ../../package.nix { }}/bin/jail-budget";
+  flags =
+    lib.mapAttrsToList (name: value: "--sysctl ${name}=${toString value}") budgets.sysctls
+    ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits;
+in
+s: s // { cmd = "${jailBudget} ${lib.concatStringsSep " " flags} -- ${s.cmd}"; }

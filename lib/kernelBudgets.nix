@@ -1,0 +1,43 @@
+# What a jail may take of its host user's per-user kernel counters. A
+# table, not a function: jail/kernelBudgets.nix hands it to the agent
+# package's jail-budget, which sets it in a user namespace of the jail's
+# own before bubblewrap starts, and manifestEntry.nix writes it into the
+# manifest (`kernel_budgets`), where the launcher's probe checks the
+# rlimits from inside the jail.
+#
+# - sysctls: the limits of that namespace (/proc/sys/user/max_*). The
+#   kernel counts these per user namespace and uid and charges a
+#   namespace's use to each one above it, so the jail's processes together
+#   hold at most these, whatever the host user's limits. The namespaces'
+#   are what bubblewrap itself makes (user, twice with --disable-userns,
+#   and one of each other kind) with room to spare: the jail can make none
+#   (no capability; seccomp refuses unshare and clone's namespace flags).
+# - rlimits: pending signals, POSIX message queue bytes and locked shared
+#   memory, which the kernel counts per user namespace and uid as well and
+#   bounds by the rlimit: every process of the jail has these at most.
+#
+# Other per-user counters have no limit a namespace can hold: SysV IPC and
+# POSIX queues live in the jail's own IPC namespace; keys (keyctl, add_key)
+# are refused by seccomp (seccompRules.nix); processes are RLIMIT_NPROC
+# inside the jail (jail/processLimit.nix) or the run's cgroup.
+{
+  sysctls = {
+    max_inotify_instances = 16;
+    max_inotify_watches = 8192;
+    max_fanotify_groups = 4;
+    max_fanotify_marks = 1024;
+    max_user_namespaces = 4;
+    max_pid_namespaces = 4;
+    max_net_namespaces = 4;
+    max_mnt_namespaces = 4;
+    max_ipc_namespaces = 4;
+    max_uts_namespaces = 4;
+    max_cgroup_namespaces = 4;
+    max_time_namespaces = 4;
+  };
+  rlimits = {
+    sigpending = 1024;
+    msgqueue = 262144;
+    memlock = 65536;
+  };
+}

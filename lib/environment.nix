@@ -197,7 +197,10 @@ in
           file_mb = limit 256 1024 "Largest file the code can write, in MiB (`RLIMIT_FSIZE`).";
           nofile = limit 1024 4096 "Files open at once (`RLIMIT_NOFILE`).";
           workspace_mb = limit 512 2048 "Size of `/workspace`, a tmpfs, in MiB.";
-          tmp_mb = limit 256 1024 "Size of `/tmp`, a tmpfs, in MiB.";
+          tmp_mb = limit 256 1024 ''
+            Size of `/tmp`, a tmpfs, in MiB; the home (`/home/sandbox`) and
+            `/dev/shm` are tmpfs of the same size each.
+          '';
           output_bytes = limit 65536 262144 ''
             Bytes of stdout, and as many of stderr, a result keeps; the middle
             of a longer output is dropped with a marker.

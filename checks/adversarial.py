@@ -402,7 +402,7 @@ def c_writable_mounts(s, tight):
             problems.append(f"{where}: wrote {wrote >> 20} MiB of {total >> 20} and stopped at {err}, not at "
                             f"{'ENOSPC after at most %d MiB' % (most >> 20) if most else 'EROFS'}")
     # A session's jail has the same policy: its root is read-only as well.
-    _, text, _ = s.session("tight-python", "fill", fill_code("/", total))
+    _, text = s.session("tight-python", "fill", fill_code("/", total))
     if "wrote=0 err=EROFS" not in text:
         problems.append(f"a session's root: {text[-200:]!r}")
     declared = {"/tmp": tight["tmp_mb"], "/home/sandbox": tight["tmp_mb"], "/dev/shm": tight["tmp_mb"],

@@ -380,14 +380,16 @@ def c_writable_mounts(s, tight):
         mounts = json.loads(text.splitlines()[0])
     except (ValueError, IndexError):
         raise Failed(f"no mount table: {text[-300:]}") from None
-    problems, sizes = [], {}
+    # Mount order: a later mount at a path covers the earlier one.
+    problems, sizes, kinds = [], {}, {}
     for root, path, access, fstype, options in mounts:
+        sizes.pop(path, None)
         if access != "rw" or fstype in NOT_STORAGE or (fstype == "devtmpfs" and root != "/"):
             continue
         size = [o for o in options.split(",") if o.startswith("size=")]
         sizes[path] = int(size[0][len("size="):].rstrip("k")) * 1024 if fstype == "tmpfs" and size else None
-        if sizes[path] is None:
-            problems.append(f"{path} is writable ({fstype} {options}) without a size")
+        kinds[path] = f"{fstype} {options}"
+    problems += [f"{path} is writable ({kinds[path]}) without a size" for path, size in sizes.items() if size is None]
     total = 2 * tight["memory_mb"] * MIB
     for where in FILL_TARGETS:
         result, text, st = s.run("tight-python", fill_code(where, total))

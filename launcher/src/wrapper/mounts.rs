@@ -50,6 +50,18 @@ pub fn parse(line: &str) -> Option<Writable> {
     })
 }
 
+/// Adds the writable mount of one line of /proc/self/mountinfo (in mount
+/// order) to `mounts`, or removes the one it covers: only the last mount
+/// at a path is reachable (the jail cannot unmount; sandboxes built
+/// before had an unbounded /tmp under the bounded one).
+pub fn add(mounts: &mut Vec<Writable>, line: &str) {
+    let Some(path) = line.split_whitespace().nth(4) else {
+        return;
+    };
+    mounts.retain(|m| m.path != path);
+    mounts.extend(parse(line));
+}
+
 /// A tmpfs `size=` as the kernel shows it (`16384k`, `1g`, bytes).
 fn size_bytes(size: &str) -> Option<u64> {
     let (digits, unit) = match size.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
@@ -115,9 +127,17 @@ mod tests {
 90 66 254:0 /nix/store/abc-python /nix/store/abc-python ro,nosuid,nodev,relatime - ext4 /dev/vda rw
 ";
 
+    fn all(lines: &str) -> Vec<Writable> {
+        let mut mounts = Vec::new();
+        for line in lines.lines() {
+            add(&mut mounts, line);
+        }
+        mounts
+    }
+
     #[test]
     fn only_writable_storage_is_kept_with_its_size() {
-        let mounts: Vec<Writable> = BOUNDED.lines().filter_map(parse).collect();
+        let mounts = all(BOUNDED);
         let paths: Vec<&str> = mounts.iter().map(|m| m.path.as_str()).collect();
         assert_eq!(paths, ["/home/sandbox", "/tmp", "/workspace", "/dev/shm"]);
         assert_eq!(mounts[2].bytes, Some(64 << 20));
@@ -134,8 +154,7 @@ mod tests {
             "/home/sandbox rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=16384k,",
             "/home/sandbox rw,nosuid,nodev,relatime - tmpfs tmpfs rw,",
         ) + "91 66 254:0 /srv/data /data rw,relatime - ext4 /dev/vda rw\n";
-        let mounts: Vec<Writable> = lines.lines().filter_map(parse).collect();
-        let said = describe(&mounts);
+        let said = describe(&all(&lines));
         assert!(
             said.starts_with(
                 "writable mounts UNBOUNDED: / (a tmpfs without a size), /home/sandbox (a tmpfs \
@@ -143,6 +162,20 @@ mod tests {
             ),
             "{said}"
         );
+    }
+
+    /// A mount covered by a later one at the same path is out of reach: an
+    /// unbounded /tmp under a bounded one, or a read-only bind over a
+    /// writable mount.
+    #[test]
+    fn only_the_last_mount_at_a_path_counts() {
+        let covered = BOUNDED.replace(
+            "79 66 0:47 / /tmp",
+            "77 66 0:40 / /tmp rw,nosuid,nodev,relatime - tmpfs tmpfs rw,mode=755\n79 66 0:47 / /tmp",
+        );
+        assert_eq!(all(&covered), all(BOUNDED));
+        let hidden = format!("{BOUNDED}95 66 254:0 /srv /tmp ro,relatime - ext4 /dev/vda rw\n");
+        assert!(all(&hidden).iter().all(|m| m.path != "/tmp"));
     }
 
     #[test]

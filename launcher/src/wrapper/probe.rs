@@ -141,7 +141,7 @@ impl Seen {
                         seen.users.push((name.to_owned(), home.to_owned()));
                     }
                 }
-                MOUNTINFO => seen.writable.extend(mounts::parse(line)),
+                MOUNTINFO => mounts::add(&mut seen.writable, line),
                 _ => {}
             }
         }

@@ -1382,8 +1382,8 @@ def main():
             case("a memory bomb is killed at the memory limit, and the result says so", c_memory_bomb, server, tight)
             case("10 GB into /workspace stops at the file size limit, into /tmp at its size",
                  c_big_files, server, tight)
-            case("the root and /dev are read-only and every writable mount has a size: twice memory_mb "
-                 "into each is refused or stops at its size", c_writable_mounts, server, tight)
+            case("the root and /dev are read-only and every writable mount has a size: twice memory_mb into each is refused or stops at its size",  # noqa: E501
+                 c_writable_mounts, server, tight)
             case("a CPU spin in four threads ends at the CPU time limit", c_cpu_threads, server, tight)
             case("a flood on stdout and stderr is capped; the server stays flat", c_flood, server, tight)
             case("10,000 open files stop at the open files limit", c_open_files, server, tight)

@@ -371,10 +371,11 @@ print(json.dumps(seen))
 """
 
 
-def c_writable_mounts(s, tight):
+def c_writable_mounts(s, tight, args, sandboxes, project, scratch):
     """Every writable mount of a jail has a size, and twice memory_mb
     written into the root, /dev and each writable mount is refused (EROFS)
-    or stops at the mount's size (ENOSPC); in a session too."""
+    or stops at the mount's size (ENOSPC); in a session too (on a server of
+    its own, which ends the session with it)."""
     _, text, _ = s.run("tight-python", WRITABLE_MOUNTS)
     try:
         mounts = json.loads(text.splitlines()[0])
@@ -404,7 +405,11 @@ def c_writable_mounts(s, tight):
             problems.append(f"{where}: wrote {wrote >> 20} MiB of {total >> 20} and stopped at {err}, not at "
                             f"{'ENOSPC after at most %d MiB' % (most >> 20) if most else 'EROFS'}")
     # A session's jail has the same policy: its root is read-only as well.
-    _, text = s.session("tight-python", "fill", fill_code("/", total))
+    side = side_server(args, sandboxes, project, scratch, "fill")
+    try:
+        _, text = side.session("tight-python", "fill", fill_code("/", total))
+    finally:
+        side.close()
     if "wrote=0 err=EROFS" not in text:
         problems.append(f"a session's root: {text[-200:]!r}")
     declared = {"/tmp": tight["tmp_mb"], "/home/sandbox": tight["tmp_mb"], "/dev/shm": tight["tmp_mb"],
@@ -1383,7 +1388,7 @@ def main():
             case("10 GB into /workspace stops at the file size limit, into /tmp at its size",
                  c_big_files, server, tight)
             case("the root and /dev are read-only and every writable mount has a size: twice memory_mb into each is refused or stops at its size",  # noqa: E501
-                 c_writable_mounts, server, tight)
+                 c_writable_mounts, server, tight, args, sandboxes, project, scratch)
             case("a CPU spin in four threads ends at the CPU time limit", c_cpu_threads, server, tight)
             case("a flood on stdout and stderr is capped; the server stays flat", c_flood, server, tight)
             case("10,000 open files stop at the open files limit", c_open_files, server, tight)

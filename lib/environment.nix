@@ -300,7 +300,12 @@ in
       };
       default = _: [ ];
       defaultText = literalExpression "c: [ ]";
-      description = "More jail.nix permissions, added after the sandbox's own.";
+      description = ''
+        More jail.nix permissions, added after the sandbox's own and before
+        the root is made read-only. A writable mount they add should have a
+        size (bubblewrap's `--size` before `--tmpfs`): `--check` names one
+        without.
+      '';
       example = literalExpression ''c: [ (c.ro-bind "/etc/ssl" "/etc/ssl") ]'';
     };
   };

@@ -329,6 +329,96 @@ def c_big_files(s, tight):
         check(limit_of(st) == limit, f"{where}: not reported as {limit}: {st} {text[-300:]}")
 
 
+# Where a jail might write: its root and /dev (bubblewrap's own tmpfs, with
+# no size) and every writable mount the policy makes. Each must refuse
+# (EROFS) or fill up at its size (ENOSPC), never take the host's memory.
+FILL_TARGETS = ["/", "/dev", "/dev/shm", "/home/sandbox", "/tmp", "/workspace"]
+# Mounts that store nothing: processes' files, terminals, message queues.
+NOT_STORAGE = {"proc", "devpts", "mqueue", "sysfs", "cgroup", "cgroup2"}
+
+
+def fill_code(where, total):
+    """Writes `total` bytes into `where` (files of 8 MiB, under file_mb);
+    prints how much went in and the error that stopped it."""
+    return f"""import errno, os
+where, total, block = {where!r}, {total}, b'\\0' * (1 << 20)
+wrote, err = 0, None
+try:
+    d = os.path.join(where, '.nsm-fill')
+    os.mkdir(d)
+    n = 0
+    while wrote < total:
+        fd = os.open(os.path.join(d, str(n)), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            for _ in range(8):
+                wrote += os.write(fd, block)
+        finally:
+            os.close(fd)
+        n += 1
+except OSError as e:
+    err = errno.errorcode.get(e.errno, str(e.errno))
+print(f'wrote={{wrote}} err={{err}}', flush=True)
+"""
+
+
+WRITABLE_MOUNTS = r"""import json
+seen = []
+for line in open('/proc/self/mountinfo'):
+    f = line.split()
+    dash = f.index('-')
+    seen.append([f[3], f[4], f[5].split(',')[0], f[dash + 1], f[dash + 3]])
+print(json.dumps(seen))
+"""
+
+
+def c_writable_mounts(s, tight, args, sandboxes, project, scratch):
+    """Every writable mount of a jail has a size, and twice memory_mb
+    written into the root, /dev and each writable mount is refused (EROFS)
+    or stops at the mount's size (ENOSPC); in a session too (on a server of
+    its own, which ends the session with it)."""
+    _, text, _ = s.run("tight-python", WRITABLE_MOUNTS)
+    try:
+        mounts = json.loads(text.splitlines()[0])
+    except (ValueError, IndexError):
+        raise Failed(f"no mount table: {text[-300:]}") from None
+    # Mount order: a later mount at a path covers the earlier one.
+    problems, sizes, kinds = [], {}, {}
+    for root, path, access, fstype, options in mounts:
+        sizes.pop(path, None)
+        if access != "rw" or fstype in NOT_STORAGE or (fstype == "devtmpfs" and root != "/"):
+            continue
+        size = [o for o in options.split(",") if o.startswith("size=")]
+        sizes[path] = int(size[0][len("size="):].rstrip("k")) * 1024 if fstype == "tmpfs" and size else None
+        kinds[path] = f"{fstype} {options}"
+    problems += [f"{path} is writable ({kinds[path]}) without a size" for path, size in sizes.items() if size is None]
+    total = 2 * tight["memory_mb"] * MIB
+    for where in FILL_TARGETS:
+        result, text, st = s.run("tight-python", fill_code(where, total))
+        said = [l for l in text.splitlines() if l.startswith("wrote=")]
+        if not said:
+            problems.append(f"{where}: the fill did not finish (limit {limit_of(st)}): {text[-200:]!r}")
+            continue
+        wrote, err = said[0].split()
+        wrote, err = int(wrote.split("=")[1]), err.split("=")[1]
+        most = sizes.get(where) or 0
+        if err != ("ENOSPC" if most else "EROFS") or wrote > most:
+            problems.append(f"{where}: wrote {wrote >> 20} MiB of {total >> 20} and stopped at {err}, not at "
+                            f"{'ENOSPC after at most %d MiB' % (most >> 20) if most else 'EROFS'}")
+    # A session's jail has the same policy: its root is read-only as well.
+    side = side_server(args, sandboxes, project, scratch, "fill")
+    try:
+        _, text = side.session("tight-python", "fill", fill_code("/", total))
+    finally:
+        side.close()
+    if "wrote=0 err=EROFS" not in text:
+        problems.append(f"a session's root: {text[-200:]!r}")
+    declared = {"/tmp": tight["tmp_mb"], "/home/sandbox": tight["tmp_mb"], "/dev/shm": tight["tmp_mb"],
+                "/workspace": tight["workspace_mb"]}
+    if sizes != {p: mb * MIB for p, mb in declared.items()}:
+        problems.append(f"the writable mounts are {sizes}, not {declared} MiB")
+    check(not problems, "; ".join(problems))
+
+
 def c_cpu_threads(s, tight):
     """Four threads spinning end at the CPU time limit, not the deadline."""
     code = (
@@ -1297,6 +1387,8 @@ def main():
             case("a memory bomb is killed at the memory limit, and the result says so", c_memory_bomb, server, tight)
             case("10 GB into /workspace stops at the file size limit, into /tmp at its size",
                  c_big_files, server, tight)
+            case("the root and /dev are read-only and every writable mount has a size: twice memory_mb into each is refused or stops at its size",  # noqa: E501
+                 c_writable_mounts, server, tight, args, sandboxes, project, scratch)
             case("a CPU spin in four threads ends at the CPU time limit", c_cpu_threads, server, tight)
             case("a flood on stdout and stderr is capped; the server stays flat", c_flood, server, tight)
             case("10,000 open files stop at the open files limit", c_open_files, server, tight)

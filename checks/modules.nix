@@ -188,6 +188,8 @@ in
         NIX_SANDBOX_MAX_SESSIONS_TOTAL = "32";
         NIX_SANDBOX_MAX_RUNS = "8";
         NIX_SANDBOX_MAX_UNREAD_BYTES = "16777216";
+        NIX_SANDBOX_MAX_COMPOSITIONS = "1";
+        NIX_SANDBOX_PACKAGES_CACHE_MAX = "32";
       };
     };
     "home-manager: the server serves the presets and the custom environment, not the disabled node" = {
@@ -211,7 +213,7 @@ in
         packages = [ pkgs.python3.name ];
       };
     };
-    "home-manager: the session settings reach the server's env" = {
+    "home-manager: the session settings and packages on demand's bounds reach the server's env" = {
       got =
         (home [
           enabled
@@ -223,6 +225,8 @@ in
               maxSessionsTotal = 6;
               maxRuns = 2;
               maxUnreadBytes = 1024;
+              maxCompositions = 2;
+              packagesCacheMax = 8;
             };
           }
         ]).programs.mcp.servers.nix-sandbox.env;
@@ -233,6 +237,8 @@ in
         NIX_SANDBOX_MAX_SESSIONS_TOTAL = "6";
         NIX_SANDBOX_MAX_RUNS = "2";
         NIX_SANDBOX_MAX_UNREAD_BYTES = "1024";
+        NIX_SANDBOX_MAX_COMPOSITIONS = "2";
+        NIX_SANDBOX_PACKAGES_CACHE_MAX = "8";
       };
     };
     "home-manager: outputDir and its caps are the server's NIX_SANDBOX_OUTPUT_*" = {
@@ -281,6 +287,8 @@ in
           NIX_SANDBOX_MAX_SESSIONS_TOTAL = "32";
           NIX_SANDBOX_MAX_RUNS = "8";
           NIX_SANDBOX_MAX_UNREAD_BYTES = "16777216";
+          NIX_SANDBOX_MAX_COMPOSITIONS = "1";
+          NIX_SANDBOX_PACKAGES_CACHE_MAX = "32";
           NIX_SANDBOX_MAX_MCP_SESSIONS = "64";
           NIX_SANDBOX_CLIENT_RUNS_SHARE = "4";
           NIX_SANDBOX_CLIENT_SESSIONS_SHARE = "16";
@@ -321,6 +329,27 @@ in
         ]
       ).systemd.services.nix-sandbox-mcp.path;
       want = [ "${nixosSnippet.nix.package}" ];
+    };
+    "nixos: packages on demand's bounds reach the service" = {
+      got =
+        lib.getAttrs
+          [
+            "NIX_SANDBOX_MAX_COMPOSITIONS"
+            "NIX_SANDBOX_PACKAGES_CACHE_MAX"
+          ]
+          (nixos [
+            ./snippets/nixos.nix
+            {
+              services.nix-sandbox-mcp = {
+                maxCompositions = 3;
+                packagesCacheMax = 4;
+              };
+            }
+          ]).systemd.services.nix-sandbox-mcp.environment;
+      want = {
+        NIX_SANDBOX_MAX_COMPOSITIONS = "3";
+        NIX_SANDBOX_PACKAGES_CACHE_MAX = "4";
+      };
     };
     "nixos: outputDir reaches the service, writable when outside its state directory" = {
       got =

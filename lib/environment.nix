@@ -197,7 +197,10 @@ in
           file_mb = limit 256 1024 "Largest file the code can write, in MiB (`RLIMIT_FSIZE`).";
           nofile = limit 1024 4096 "Files open at once (`RLIMIT_NOFILE`).";
           workspace_mb = limit 512 2048 "Size of `/workspace`, a tmpfs, in MiB.";
-          tmp_mb = limit 256 1024 "Size of `/tmp`, a tmpfs, in MiB.";
+          tmp_mb = limit 256 1024 ''
+            Size of `/tmp`, a tmpfs, in MiB; the home (`/home/sandbox`) and
+            `/dev/shm` are tmpfs of the same size each.
+          '';
           output_bytes = limit 65536 262144 ''
             Bytes of stdout, and as many of stderr, a result keeps; the middle
             of a longer output is dropped with a marker.
@@ -297,7 +300,12 @@ in
       };
       default = _: [ ];
       defaultText = literalExpression "c: [ ]";
-      description = "More jail.nix permissions, added after the sandbox's own.";
+      description = ''
+        More jail.nix permissions, added after the sandbox's own and before
+        the root is made read-only. A writable mount they add should have a
+        size (bubblewrap's `--size` before `--tmpfs`): `--check` names one
+        without.
+      '';
       example = literalExpression ''c: [ (c.ro-bind "/etc/ssl" "/etc/ssl") ]'';
     };
   };

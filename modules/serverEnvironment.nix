@@ -2,8 +2,8 @@
 # serverSettings.nix; returns the server's environment variables
 # (PROJECT_DIR and PROJECT_MOUNT when projectDir is set,
 # NIX_SANDBOX_OUTPUT_DIR and its caps when outputDir is, the session
-# timeouts, the counts and the unread bytes always), an attribute set of
-# strings.
+# timeouts, the counts, the unread bytes and packages on demand's bounds
+# always), an attribute set of strings.
 lib: settings:
 lib.optionalAttrs (settings.projectDir != null) {
   PROJECT_DIR = settings.projectDir;
@@ -21,4 +21,6 @@ lib.optionalAttrs (settings.projectDir != null) {
   NIX_SANDBOX_MAX_SESSIONS_TOTAL = toString settings.maxSessionsTotal;
   NIX_SANDBOX_MAX_RUNS = toString settings.maxRuns;
   NIX_SANDBOX_MAX_UNREAD_BYTES = toString settings.maxUnreadBytes;
+  NIX_SANDBOX_MAX_COMPOSITIONS = toString settings.maxCompositions;
+  NIX_SANDBOX_PACKAGES_CACHE_MAX = toString settings.packagesCacheMax;
 }

@@ -2,7 +2,8 @@
 # runs, shared by programs.nix-sandbox-mcp (home-manager) and
 # services.nix-sandbox-mcp (NixOS): projectDir, projectMount,
 # sessionIdleTimeout, sessionMaxLifetime, maxSessions, maxSessionsTotal,
-# maxRuns, maxUnreadBytes, outputDir, outputMaxMb and outputCallMb.
+# maxRuns, maxUnreadBytes, outputDir, outputMaxMb, outputCallMb, and
+# packages on demand's bounds, maxCompositions and packagesCacheMax.
 # serverEnvironment.nix turns them into the server's environment variables.
 lib:
 let
@@ -72,6 +73,28 @@ in
       of its requests until it reads.
     '';
     example = 4194304;
+  };
+  maxCompositions = mkOption {
+    type = types.ints.positive;
+    default = 1;
+    description = ''
+      Compositions of packages on demand (each a Nix evaluation, and a
+      build or substitution) at once, all MCP clients together
+      (`NIX_SANDBOX_MAX_COMPOSITIONS`); one more waits up to
+      `packagesOnDemand.timeoutSeconds` for a slot, then is refused. One
+      evaluation of nixpkgs takes hundreds of MB.
+    '';
+    example = 2;
+  };
+  packagesCacheMax = mkOption {
+    type = types.ints.positive;
+    default = 32;
+    description = ''
+      Composed package sets kept, each with a GC root
+      (`NIX_SANDBOX_PACKAGES_CACHE_MAX`); past them the least recently
+      used set is dropped with its root, and Nix may collect it.
+    '';
+    example = 8;
   };
   outputDir = mkOption {
     type = types.nullOr (types.strMatching "/.*");

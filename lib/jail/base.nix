@@ -1,7 +1,8 @@
 # Takes { pkgs, ... } and jail.nix's combinators; returns the permission
 # that stands for jail.nix's base permissions, which it first drops
-# (`reset`): a fresh /proc, /dev and /tmp, /bin/sh, coreutils on PATH, an
-# empty environment (--clearenv), and the store's runtime closure only.
+# (`reset`): a fresh /proc and /dev, /bin/sh, coreutils on PATH, an empty
+# environment (--clearenv), and the store's runtime closure only. Its /tmp,
+# an unbounded tmpfs, is left out too: filesystem.nix mounts a bounded one.
 # What jail.nix's own base adds besides is left out: a tmpfs at the
 # caller's HOME (its path, /home/LOGIN, would name the host's user in the
 # jail), the caller's HOME and LANG, and its passwd, made from the caller's
@@ -11,7 +12,7 @@
 c:
 c.compose [
   c.reset
-  (c.unsafe-add-raw-args "--proc /proc --dev /dev --tmpfs /tmp")
+  (c.unsafe-add-raw-args "--proc /proc --dev /dev")
   (c.ro-bind "${pkgs.bash}/bin/sh" "/bin/sh")
   (c.add-path "/bin")
   (s: s // { additionalRuntimeClosures = s.additionalRuntimeClosures ++ [ pkgs.bash ]; })

@@ -32,5 +32,7 @@ c.compose (
     ./kernelBudgets.nix
     ./variables.nix
     ./extraCombinators.nix
+    # Deferred: after every mount, the run-time ones too.
+    ./readOnlyRoot.nix
   ]
 )

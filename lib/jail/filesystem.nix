@@ -1,7 +1,10 @@
 # Takes { pkgs, environment, profile, ... } and jail.nix's combinators;
-# returns the permission that lays out what the code finds: an empty home,
-# /tmp as a tmpfs of limits.tmp_mb, /usr/bin/env, and the environment's
-# packages (the profile) on PATH, their runtime closure mounted.
+# returns the permission that lays out what the code finds: /tmp, the home
+# (/home/sandbox) and /dev/shm, each a tmpfs of limits.tmp_mb, the rest of
+# /dev read-only, /usr/bin/env, and the environment's packages (the
+# profile) on PATH, their runtime closure mounted. A tmpfs is memory that no
+# rlimit counts, so every writable mount of the jail has a size
+# (readOnlyRoot.nix makes the root read-only; docs/limits.md sums them).
 {
   pkgs,
   environment,
@@ -9,12 +12,18 @@
   ...
 }:
 c:
+let
+  sized = path: "--size ${toString (environment.limits.tmp_mb * 1024 * 1024)} --tmpfs ${path}";
+in
 c.compose [
-  (c.tmpfs "/home/sandbox")
+  (c.unsafe-add-raw-args (sized "/home/sandbox"))
   (c.set-env "HOME" "/home/sandbox")
-  # Mounted over the base's unlimited /tmp.
-  (c.unsafe-add-raw-args "--size ${toString (environment.limits.tmp_mb * 1024 * 1024)} --tmpfs /tmp")
+  (c.unsafe-add-raw-args (sized "/tmp"))
   (c.set-env "TMPDIR" "/tmp")
+  # POSIX shared memory and semaphores (shm_open, sem_open) live in
+  # /dev/shm; the rest of bubblewrap's /dev (its own tmpfs) is device
+  # nodes, which a read-only mount still lets the code read and write.
+  (c.unsafe-add-raw-args "${sized "/dev/shm"} --remount-ro /dev")
   (c.ro-bind "${pkgs.coreutils}/bin/env" "/usr/bin/env")
   (c.add-pkg-deps [ profile ])
 ]

@@ -9,7 +9,7 @@
 //! | memory | cgroup memory limit (per run, tmpfs pages counted): a delegated cgroup v2 (cgroup.rs, delegation.rs), or as root the server's own cgroup; else RLIMIT_AS (address space, per process: a run's processes together up to pids x memory_mb) |
 //! | processes | cgroup pids.max, else RLIMIT_NPROC in the jail's user namespace |
 //! | CPU time, file size, open files | RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE |
-//! | /tmp, /workspace | tmpfs size |
+//! | /tmp, /workspace, the home, /dev/shm | tmpfs size (the rest of the jail read-only) |
 //! | time, output | the launcher (deadline, capped streams) |
 //!
 //! The launcher writes the cgroup limits when it has a cgroup; the wrapper
@@ -143,11 +143,10 @@ impl Host {
             (None, None) => "cgroups: none usable".into(),
         });
         let memory = if self.memory_by_cgroup() {
-            "memory by cgroup, per run, /tmp and /workspace (tmpfs) counted"
+            "memory by cgroup, per run, its tmpfs mounts counted"
         } else {
             "memory PER PROCESS only, by RLIMIT_AS (address space): a run's processes \
-             together may use up to pids x memory_mb, and its /tmp and /workspace (tmpfs) \
-             besides"
+             together may use up to pids x memory_mb, and its tmpfs mounts besides"
         };
         let pids = if self.pids_by_cgroup() {
             "processes by cgroup pids.max"
@@ -157,7 +156,8 @@ impl Host {
         lines.push(format!(
             "limits: {memory}; {pids}; CPU time, file size, open files by rlimits \
              (a session's CPU time, all its processes together, by the launcher); \
-             /tmp and /workspace by tmpfs size; time and output by the launcher"
+             /tmp, /workspace, the home and /dev/shm by tmpfs size, the rest read-only; \
+             time and output by the launcher"
         ));
         lines
     }

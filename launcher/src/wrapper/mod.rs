@@ -23,6 +23,7 @@ pub mod delegation;
 pub mod hop;
 pub mod host;
 pub mod jailuser;
+pub mod mounts;
 pub mod probe;
 pub mod proctree;
 pub mod reaper;

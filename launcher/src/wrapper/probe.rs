@@ -2,14 +2,15 @@
 //! runs a small program through an environment's `run` wrapper (in a cgroup
 //! of its own when the host has cgroups, like every run) that prints, from
 //! inside the jail, its resource limits, its seccomp mode, its network
-//! interfaces, its hostname and its /etc/passwd. It must exit 0 within
-//! [`PROBE_TIMEOUT`], and the jail must hold the limits the manifest
-//! declares and the instructions claim (memory, processes when enforced,
-//! CPU time, file size, open files, the rlimits of its kernel budgets; no
-//! interface but loopback without `network`): else the environment is
-//! refused, never run with weaker limits than it says. Its hostname and
-//! passwd are reported (`--check`): a sandbox built before the jails had
-//! their own shows the host's.
+//! interfaces, its hostname, its /etc/passwd and its writable mounts. It
+//! must exit 0 within [`PROBE_TIMEOUT`], and the jail must hold the limits
+//! the manifest declares and the instructions claim (memory, processes when
+//! enforced, CPU time, file size, open files, the rlimits of its kernel
+//! budgets, the sizes of `/tmp` and `/workspace`; no interface but loopback
+//! without `network`): else the environment is refused, never run with
+//! weaker limits than it says. Its hostname, passwd and other writable
+//! mounts are reported (`--check`): a sandbox built before the jails had
+//! their own shows the host's, or mounts without a size.
 //!
 //! - The server probes every environment in the background at start
 //!   ([`Probes`]); a `run` awaits its environment's probe and, if it failed,
@@ -31,6 +32,7 @@ use proto::frame::Exit;
 use super::WrapperEnv;
 use super::cgroup::Stats;
 use super::host::Host;
+use super::mounts::{self, Writable};
 use crate::catalog::{Catalog, Env, Interpreter};
 use crate::egress::policy::Network;
 use crate::preflight::Problem;
@@ -39,7 +41,7 @@ use crate::run::{self, Spec};
 /// How long the probe's empty program may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Longest probe output kept (its stdout is about 3 KiB).
+/// Longest probe output kept (its stdout is about 4 KiB).
 const PROBE_OUTPUT_BYTES: usize = 32 * 1024;
 
 /// The files the probe prints, each after a line `=== PATH`.
@@ -59,19 +61,28 @@ const BUDGET_RLIMITS: [(&str, &str); 3] = [
     ("memlock", "Max locked memory"),
 ];
 
-/// The probe program, per interpreter: prints [`PROBE_FILES`], reading them
-/// itself (no other program needed in the environment).
+/// The file whose writable mounts the probe prints (its read-only ones,
+/// the store closure's binds, would make it tens of KiB), after a line
+/// `=== PATH`.
+const MOUNTINFO: &str = "/proc/self/mountinfo";
+
+/// The probe program, per interpreter: prints [`PROBE_FILES`], then the
+/// lines of [`MOUNTINFO`] whose mount options start with `rw`, reading
+/// them itself (no other program needed in the environment).
 fn probe_code(interpreter: Interpreter) -> String {
     let files = PROBE_FILES.join(" ");
     match interpreter {
         Interpreter::Python => format!(
-            "import sys\nfor p in '{files}'.split():\n    sys.stdout.write('=== ' + p + '\\n' + open(p).read())\n"
+            "import sys\nfor p in '{files}'.split():\n    sys.stdout.write('=== ' + p + '\\n' + open(p).read())\n\
+             sys.stdout.write('=== {MOUNTINFO}\\n' + ''.join(l for l in open('{MOUNTINFO}') if l.split()[5].split(',')[0] == 'rw'))\n"
         ),
         Interpreter::Bash => format!(
-            "for p in {files}; do echo \"=== $p\"; while IFS= read -r l; do printf '%s\\n' \"$l\"; done <\"$p\"; done\n"
+            "for p in {files}; do echo \"=== $p\"; while IFS= read -r l; do printf '%s\\n' \"$l\"; done <\"$p\"; done\n\
+             echo '=== {MOUNTINFO}'; while read -r -a f; do if [ \"${{f[5]%%,*}}\" = rw ]; then printf '%s\\n' \"${{f[*]}}\"; fi; done <{MOUNTINFO}\n"
         ),
         Interpreter::Node => format!(
-            "const fs = require('fs');\nfor (const p of '{files}'.split(' ')) process.stdout.write('=== ' + p + '\\n' + fs.readFileSync(p, 'utf8'));\n"
+            "const fs = require('fs');\nfor (const p of '{files}'.split(' ')) process.stdout.write('=== ' + p + '\\n' + fs.readFileSync(p, 'utf8'));\n\
+             process.stdout.write('=== {MOUNTINFO}\\n' + fs.readFileSync('{MOUNTINFO}', 'utf8').split('\\n').filter(l => (l.split(' ')[5] || '').split(',')[0] === 'rw').map(l => l + '\\n').join(''));\n"
         ),
     }
 }
@@ -87,6 +98,8 @@ pub struct Seen {
     pub hostname: String,
     /// The users of the jail's /etc/passwd: (name, home).
     pub users: Vec<(String, String)>,
+    /// The mounts the jail may write to.
+    pub writable: Vec<Writable>,
 }
 
 impl Seen {
@@ -128,6 +141,7 @@ impl Seen {
                         seen.users.push((name.to_owned(), home.to_owned()));
                     }
                 }
+                MOUNTINFO => mounts::add(&mut seen.writable, line),
                 _ => {}
             }
         }
@@ -141,6 +155,19 @@ impl Seen {
             Some(Some(v)) => Err(format!("{name} is {v}, over {max}")),
             Some(None) => Err(format!("{name} is unlimited, not {max}")),
             None => Err(format!("{name} is not in /proc/self/limits")),
+        }
+    }
+
+    /// A writable mount at `path`, if the jail has one, is at most `max`
+    /// bytes (its declared size).
+    fn mount_within(&self, path: &str, max: u64) -> Result<(), String> {
+        match self.writable.iter().find(|m| m.path == path) {
+            None => Ok(()),
+            Some(Writable { bytes: Some(v), .. }) if *v <= max => Ok(()),
+            Some(Writable { bytes: Some(v), .. }) => {
+                Err(format!("{path} is {v} bytes, over {max}"))
+            }
+            Some(m) => Err(format!("{path} ({}) has no size, not {max}", m.fstype)),
         }
     }
 }
@@ -159,6 +186,8 @@ pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Re
     check(seen.within("Max cpu time", l.cpu_s.get()));
     check(seen.within("Max file size", l.file_mb.get() * MIB));
     check(seen.within("Max open files", l.nofile.get()));
+    check(seen.mount_within("/tmp", l.tmp_mb.get() * MIB));
+    check(seen.mount_within("/workspace", l.workspace_mb.get() * MIB));
     let memory = l.memory_mb.get() * MIB;
     if host.memory_by_cgroup() {
         check(match cgroup.and_then(|s| s.memory_limit) {
@@ -391,7 +420,7 @@ pub async fn run_check(
 
 /// What an environment's probe showed of the jail's protections, for
 /// `--check`: its limits held (else it failed), its seccomp filter, its
-/// kernel budgets, its hostname and its passwd.
+/// kernel budgets, its hostname, its passwd and its writable mounts.
 pub fn protections(env: &Env, seen: &Seen) -> String {
     let seccomp = if seen.seccomp {
         "seccomp filter on"
@@ -430,7 +459,8 @@ pub fn protections(env: &Env, seen: &Seen) -> String {
     } else {
         "/etc/passwd the jail's own"
     };
-    format!("limits hold; {seccomp}; {budgets}; {hostname}; {passwd}")
+    let writable = mounts::describe(&seen.writable);
+    format!("limits hold; {seccomp}; {budgets}; {hostname}; {passwd}; {writable}")
 }
 
 #[cfg(test)]

@@ -28,6 +28,12 @@ sandbox
 root:x:0:0:root:/root:/bin/sh
 sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh
 nobody:x:65534:65534:nobody:/nonexistent:/bin/sh
+=== /proc/self/mountinfo
+67 66 0:42 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+78 66 0:46 / /home/sandbox rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=262144k,mode=755
+79 66 0:47 / /tmp rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=262144k,mode=755
+81 66 0:48 / /workspace rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=524288k,mode=755
+83 68 0:49 / /dev/shm rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=262144k,mode=755
 ";
 
 fn env(network: bool) -> Env {
@@ -49,6 +55,45 @@ fn the_probe_output_parses() {
         seen.users[1],
         ("sandbox".to_owned(), "/home/sandbox".to_owned())
     );
+    assert_eq!(seen.writable.len(), 4);
+}
+
+/// `/tmp` and `/workspace` are held to their declared sizes (a tmpfs
+/// without one fails); the other writable mounts are reported.
+#[test]
+fn the_declared_mount_sizes_are_held_and_the_others_reported() {
+    let seen = Seen::parse(OUTPUT);
+    assert_eq!(verify(&env(false), &Host::plain(), &seen, None), Ok(()));
+    assert!(
+        protections(&env(false), &seen).ends_with(
+            "writable mounts bounded, 1280 MiB in all (/home/sandbox 256 MiB, /tmp 256 MiB, \
+             /workspace 512 MiB, /dev/shm 256 MiB), the rest read-only"
+        ),
+        "{}",
+        protections(&env(false), &seen)
+    );
+    let big = Seen::parse(&OUTPUT.replace("size=524288k", "size=1048576k"));
+    let e = verify(&env(false), &Host::plain(), &big, None).unwrap_err();
+    assert!(
+        e.contains("/workspace is 1073741824 bytes, over 536870912"),
+        "{e}"
+    );
+    let no_size = Seen::parse(&OUTPUT.replace(
+        "tmpfs rw,size=262144k,mode=755\n79",
+        "tmpfs rw,mode=755\n79",
+    ));
+    assert_eq!(verify(&env(false), &Host::plain(), &no_size, None), Ok(()));
+    let said = protections(&env(false), &no_size);
+    assert!(
+        said.contains("writable mounts UNBOUNDED: /home/sandbox (a tmpfs without a size)"),
+        "{said}"
+    );
+    let open_tmp = Seen::parse(&OUTPUT.replace(
+        "tmpfs rw,size=262144k,mode=755\n81",
+        "tmpfs rw,mode=755\n81",
+    ));
+    let e = verify(&env(false), &Host::plain(), &open_tmp, None).unwrap_err();
+    assert!(e.contains("/tmp (tmpfs) has no size, not 268435456"), "{e}");
 }
 
 /// The rlimits of an environment's kernel budgets are held like its
@@ -142,5 +187,6 @@ fn probe_programs_name_every_file() {
     for i in [Interpreter::Python, Interpreter::Bash, Interpreter::Node] {
         let code = probe_code(i);
         assert!(PROBE_FILES.iter().all(|f| code.contains(f)), "{code}");
+        assert!(code.contains(MOUNTINFO), "{code}");
     }
 }

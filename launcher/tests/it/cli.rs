@@ -73,9 +73,11 @@ fn env_lines(o: &std::process::Output) -> String {
 
 /// What `--check` says of a fixture environment: its wrapper holds the
 /// limits, the kernel budgets, the hostname and passwd of the Nix-built
-/// jails, without a seccomp filter.
+/// jails and bounds its writable mounts, without a seccomp filter.
 const FIXTURE_OK: &str = "ok (limits hold; seccomp filter off; kernel budgets held (a user \
-                          namespace of its own); hostname \"sandbox\"; /etc/passwd the jail's own)";
+                          namespace of its own); hostname \"sandbox\"; /etc/passwd the jail's own; \
+                          writable mounts bounded, 512 MiB in all (/tmp 256 MiB, /dev/shm 256 MiB), \
+                          the rest read-only)";
 
 #[test]
 fn check_passes_on_this_machine() {

@@ -467,7 +467,7 @@ def t_policy(sandboxes, custom):
         "userns = libc.unshare(0x10000000)\n"
         "print(json.dumps({\n"
         "  'userns': userns, 'pid': os.getpid(),\n"
-        "  'rlimits': {n: resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in ['CPU', 'FSIZE', 'NOFILE', 'AS']},\n"
+        "  'rlimits': {n: resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in ['CPU', 'FSIZE', 'NOFILE', 'DATA', 'STACK', 'AS']},\n"
         "  'encoding': sys.stdout.encoding, 'text': '\u00e9\u2713',\n"
         "  'env': subprocess.run(['/usr/bin/env'], capture_output=True, text=True).returncode,\n"
         "}))\n"
@@ -481,8 +481,11 @@ def t_policy(sandboxes, custom):
         "CPU": limits["cpu_s"],
         "FSIZE": limits["file_mb"] * 1024 * 1024,
         "NOFILE": limits["nofile"],
-        "AS": limits["memory_mb"] * 1024 * 1024,
+        "DATA": limits["memory_mb"] * 1024 * 1024,
+        "STACK": 8 * 1024 * 1024,
     }
+    # Not the address space, which a JIT reserves without using it.
+    check(got["rlimits"]["AS"] == [-1, -1], f"RLIMIT_AS is {got['rlimits']['AS']}, wanted unlimited")
     for name, value in want.items():
         # The CPU limit's hard limit is a second above the soft one (SIGXCPU, then SIGKILL).
         hard = value + 1 if name == "CPU" else value

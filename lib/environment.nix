@@ -179,10 +179,12 @@ in
             the session reset if the code does not stop.
           '';
           memory_mb = limit 1024 4096 ''
-            Memory in MiB: the run's cgroup (`memory.max`, no swap) when the
-            server has a cgroup to delegate, else `RLIMIT_AS`, which counts
-            address space and binds each process alone: a run's processes
-            together may then use up to `pids` times this.
+            Memory in MiB: each process's private writable memory
+            (`RLIMIT_DATA`, so that a runtime that allocates past it fails
+            with its own out-of-memory error; JVM, Node.js and Go are told
+            this limit), and the run's cgroup (`memory.max`, no swap) when
+            the server has a cgroup to delegate. Without one, a run's
+            processes together may use up to `pids` times this.
           '';
           pids = limit 32 64 ''
             Processes and threads at once: the run's cgroup (`pids.max`), else

@@ -82,6 +82,8 @@ pub struct Seen {
     /// Soft limits by the name /proc/self/limits gives (`Max cpu time`);
     /// `None` for unlimited.
     pub rlimits: BTreeMap<String, Option<u64>>,
+    /// Hard limits, the same way: what the code can raise its soft limit to.
+    pub hard_rlimits: BTreeMap<String, Option<u64>>,
     pub seccomp: bool,
     pub interfaces: Vec<String>,
     pub hostname: String,
@@ -102,9 +104,12 @@ impl Seen {
                 "/proc/self/limits" if line.starts_with("Max ") => {
                     // Columns: name (up to 26), soft, hard, units.
                     let (name, rest) = line.split_at(line.len().min(26));
-                    let soft = rest.split_whitespace().next().unwrap_or("");
-                    seen.rlimits
-                        .insert(name.trim().to_owned(), soft.parse().ok());
+                    let mut columns = rest.split_whitespace();
+                    let (soft, hard) = (columns.next(), columns.next());
+                    let value = |v: Option<&str>| v.and_then(|v| v.parse().ok());
+                    seen.rlimits.insert(name.trim().to_owned(), value(soft));
+                    seen.hard_rlimits
+                        .insert(name.trim().to_owned(), value(hard));
                 }
                 "/proc/self/status" => {
                     if let Some(mode) = line.strip_prefix("Seccomp:") {
@@ -136,7 +141,16 @@ impl Seen {
 
     /// The soft limit named `name` is set and at most `max`.
     fn within(&self, name: &str, max: u64) -> Result<(), String> {
-        match self.rlimits.get(name) {
+        Self::held(&self.rlimits, name, max)
+    }
+
+    /// The hard limit named `name` is set and at most `max`.
+    fn hard_within(&self, name: &str, max: u64) -> Result<(), String> {
+        Self::held(&self.hard_rlimits, name, max).map_err(|e| format!("hard: {e}"))
+    }
+
+    fn held(limits: &BTreeMap<String, Option<u64>>, name: &str, max: u64) -> Result<(), String> {
+        match limits.get(name) {
             Some(Some(v)) if *v <= max => Ok(()),
             Some(Some(v)) => Err(format!("{name} is {v}, over {max}")),
             Some(None) => Err(format!("{name} is unlimited, not {max}")),
@@ -168,7 +182,13 @@ pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Re
             )),
         });
     } else {
-        check(seen.within("Max address space", memory));
+        // Each process's data and its main stack (which RLIMIT_DATA does not
+        // count), hard limits both, or, in a sandbox built before the jails
+        // set RLIMIT_DATA, its address space.
+        let data = seen
+            .hard_within("Max data size", memory)
+            .and(seen.hard_within("Max stack size", memory));
+        check(data.or_else(|e| seen.within("Max address space", memory).map_err(|_| e)));
     }
     if host.pids_by_cgroup() {
         check(match cgroup.and_then(|s| s.pids_limit) {

@@ -148,9 +148,57 @@ in
       type = types.enum (builtins.attrNames (import ./interpreters.nix));
       description = ''
         What runs the code: `python` (python3), `bash` or `node`, found in
-        `bin/` of one of {option}`packages`.
+        `bin/` of one of {option}`packages`; or `program`: the code is one
+        source file of a compiled language, built and run as
+        {option}`program` says.
       '';
       example = "python";
+    };
+
+    program = mkOption {
+      type = types.nullOr (
+        types.submodule {
+          options = {
+            language = mkOption {
+              type = types.str;
+              description = "The language's name, as messages show it.";
+              example = "Go";
+            };
+            file = mkOption {
+              type = types.strMatching "[A-Za-z0-9_][A-Za-z0-9_.+-]*";
+              description = "The name the source file is written under, in the directory the build runs in.";
+              example = "main.go";
+            };
+            build = mkOption {
+              type = types.lines;
+              description = ''
+                Bash run (with `set -e`) in the source's directory, with
+                `$src` the source file's name, `$out` an empty directory for
+                what it builds and `$cache` a directory for the language's
+                own cache (the session's `/tmp/build-cache`); its messages
+                and its exit status are the call's when it fails.
+              '';
+              example = ''GOCACHE="$cache/go" go build -o "$out/main" "$src"'';
+            };
+            run = mkOption {
+              type = types.lines;
+              description = ''
+                Bash that runs what {option}`program.build` made in `$out`,
+                in /workspace, usually with `exec`.
+              '';
+              example = ''exec "$out/main"'';
+            };
+          };
+        }
+      );
+      default = null;
+      description = ''
+        For `interpreter = "program"`: how the one source file of the
+        code is built and run (the languages shipped are
+        `lib.languages.NAME pkgs`: go, rust, java, c, cpp). Built
+        programs are kept by the source's hash for a session's life.
+      '';
+      example = literalExpression "nix-sandbox-mcp.lib.languages.go pkgs";
     };
 
     packages = mkOption {

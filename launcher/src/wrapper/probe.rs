@@ -67,7 +67,7 @@ fn probe_code(interpreter: Interpreter) -> String {
         Interpreter::Python => format!(
             "import sys\nfor p in '{files}'.split():\n    sys.stdout.write('=== ' + p + '\\n' + open(p).read())\n"
         ),
-        Interpreter::Bash => format!(
+        Interpreter::Bash | Interpreter::Program => format!(
             "for p in {files}; do echo \"=== $p\"; while IFS= read -r l; do printf '%s\\n' \"$l\"; done <\"$p\"; done\n"
         ),
         Interpreter::Node => format!(
@@ -229,7 +229,15 @@ pub fn wrapper_ready(path: &str) -> bool {
 /// reason in one line (the wrapper's stderr, trimmed, or the limits that
 /// do not hold).
 pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<Seen, String> {
-    let wrapper = &env.run[0];
+    // A program environment's `run` builds a source file: the probe is
+    // bash, through its `shell` (the same jail).
+    let argv = match env.interpreter {
+        Interpreter::Program => &env.shell,
+        _ => &env.run,
+    };
+    let Some(wrapper) = argv.first() else {
+        return Err("the manifest names no `shell` to probe it with".into());
+    };
     if !wrapper_ready(wrapper) {
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
@@ -241,7 +249,7 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
     let spec = Spec {
         gate: gate.as_ref(),
         user,
-        argv: &env.run,
+        argv,
         limits: &env.limits,
         code: code.as_bytes(),
         timeout: PROBE_TIMEOUT,

@@ -142,7 +142,12 @@ fn the_process_limit_is_checked_by_rlimit_or_cgroup() {
 
 #[test]
 fn probe_programs_name_every_file() {
-    for i in [Interpreter::Python, Interpreter::Bash, Interpreter::Node] {
+    for i in [
+        Interpreter::Python,
+        Interpreter::Bash,
+        Interpreter::Node,
+        Interpreter::Program,
+    ] {
         let code = probe_code(i);
         assert!(PROBE_FILES.iter().all(|f| code.contains(f)), "{code}");
     }

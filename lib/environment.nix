@@ -195,10 +195,10 @@ in
       description = ''
         For `interpreter = "program"`: how the one source file of the
         code is built and run (the languages shipped are
-        `lib.languages.NAME pkgs`: go, rust, java, c, cpp). Built
+        `lib.languages.NAME`: go, rust, java, c, cpp). Built
         programs are kept by the source's hash for a session's life.
       '';
-      example = literalExpression "nix-sandbox-mcp.lib.languages.go pkgs";
+      example = literalExpression "nix-sandbox-mcp.lib.languages.go";
     };
 
     packages = mkOption {

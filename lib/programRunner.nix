@@ -64,6 +64,7 @@ pkgs.writeShellApplication {
       fi
       touch "$out/.built"
       # The newest 16 outputs stay.
+      # shellcheck disable=SC2012 # the names are hexadecimal digests
       mapfile -t old < <(ls -1t "$cache/out" | tail -n +17)
       for dir in "''${old[@]}"; do
         rm -rf "''${cache:?}/out/$dir"

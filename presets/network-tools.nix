@@ -16,7 +16,7 @@ pkgs: {
     gnugrep
     gnused
     curl
-    dig
+    dnsutils
     netcat
     openssl
     iproute2

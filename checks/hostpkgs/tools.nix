@@ -40,8 +40,8 @@
     mainProgram = "curl";
   };
   diffutils.debs = [ "diffutils" ];
-  # bind9's dig, as nixpkgs' `dig` (bind.dnsutils).
-  dig = {
+  # bind9's dig, as nixpkgs' `dnsutils` (bind.dnsutils).
+  dnsutils = {
     debs = [ "bind9-dnsutils" ];
     mainProgram = "dig";
   };
@@ -129,12 +129,18 @@
       "golang-1.19-src"
     ];
     mainProgram = "go";
-    # The go command finds its GOROOT from where it runs: these links
-    # resolve into lib/go-1.19.
-    aliases = {
-      go = "../lib/go-1.19/bin/go";
-      gofmt = "../lib/go-1.19/bin/gofmt";
-    };
+    aliases.gofmt = "../lib/go-1.19/bin/gofmt";
+    # Debian's go command is linked with the C library (cgo), and the
+    # RUNPATH patchelf adds breaks a Go binary (it segfaults at start): it
+    # runs unpatched through the store's loader instead, told its GOROOT
+    # (it would find it from where it runs, which is now the loader).
+    postInstall = ''
+      real=$out/lib/go-1.19/bin/go
+      cp --remove-destination /usr/lib/go-1.19/bin/go "$real"
+      printf '#!%s\nexport GOROOT="''${GOROOT:-%s}"\nexec %s --library-path %s %s "$@"\n' \
+        "$shell/bin/bash" "$out/lib/go-1.19" "$glibc/lib/ld-linux-x86-64.so.2" "$glibc/lib" "$real" >"$out/bin/go"
+      chmod +x "$out/bin/go"
+    '';
   };
   iproute2 = {
     debs = [ "iproute2" ];

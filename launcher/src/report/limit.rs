@@ -289,7 +289,10 @@ mod tests {
         }
         assert_eq!(diag(&outcome(Exit::Code(1), "NameError: x\n"), None), None);
         let h = diag(
-            &outcome(Exit::Code(1), "java.lang.OutOfMemoryError: Java heap space\n"),
+            &outcome(
+                Exit::Code(1),
+                "java.lang.OutOfMemoryError: Java heap space\n",
+            ),
             None,
         )
         .unwrap();

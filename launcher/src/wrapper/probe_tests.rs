@@ -175,9 +175,21 @@ fn memory_without_a_cgroup_is_data_and_stack_or_address_space() {
     let held_space = "Max address space         1073741824           1073741824 ";
     let e = verify(&env(false), &Host::plain(), &with(&[(data, no_data)]), None).unwrap_err();
     assert!(e.contains("hard: Max data size is unlimited"), "{e}");
-    let e = verify(&env(false), &Host::plain(), &with(&[(data, soft_data)]), None).unwrap_err();
+    let e = verify(
+        &env(false),
+        &Host::plain(),
+        &with(&[(data, soft_data)]),
+        None,
+    )
+    .unwrap_err();
     assert!(e.contains("Max data size"), "{e}");
-    let e = verify(&env(false), &Host::plain(), &with(&[(stack, free_stack)]), None).unwrap_err();
+    let e = verify(
+        &env(false),
+        &Host::plain(),
+        &with(&[(stack, free_stack)]),
+        None,
+    )
+    .unwrap_err();
     assert!(e.contains("hard: Max stack size is unlimited"), "{e}");
     let older = with(&[(data, no_data), (space, held_space)]);
     assert_eq!(verify(&env(false), &Host::plain(), &older, None), Ok(()));

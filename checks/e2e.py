@@ -208,6 +208,26 @@ def t_node_e(sandboxes):
     expect_stdout(run([sandboxes["node"] + "/bin/sandbox-node", "-e", "console.log(6*7)"]), "42\n")
 
 
+# Four worker threads, then the heap past the old space Node is told
+# (NODE_OPTIONS, lib/jail/runtimeLimits.nix): at the default memory_mb,
+# with no cgroup (the wrapper run directly), under RLIMIT_DATA.
+NODE_WORKERS = """
+const { Worker } = require('worker_threads');
+const ws = [0, 1, 2, 3].map(() => new Worker('setTimeout(() => {}, 100)', { eval: true }));
+Promise.all(ws.map(w => new Promise(r => w.on('exit', r)))).then(() => {
+  console.log('workers ok', process.env.NODE_OPTIONS);
+  const keep = [];
+  for (;;) keep.push(new Array(1e6).fill(1.5));
+});
+"""
+
+
+def t_node_workers(sandboxes):
+    proc = run([sandboxes["node"] + "/bin/sandbox-node", "-"], stdin=NODE_WORKERS.encode())
+    check(proc.stdout.startswith(b"workers ok --max-old-space-size=768"), f"{show(proc)}")
+    check(b"JavaScript heap out of memory" in proc.stderr, f"not Node's own out-of-memory error: {show(proc)}")
+
+
 def t_custom_jq(custom):
     name, entry = only_env(custom)
     check(any(p.startswith("jq-") for p in entry["packages"]), f"packages {entry['packages']} have no jq")
@@ -880,6 +900,8 @@ def main():
             suite.test(f"sandbox-{preset} runs a script on stdin, which then reads EOF", t_stdin_script, sandboxes[preset], preset)
         suite.test("sandbox-shell has every tool of the shell preset", t_shell_tools, sandboxes)
         suite.test("sandbox-node -e runs", t_node_e, sandboxes)
+        suite.test("sandbox-node starts worker threads at the default memory limit, and runs out of heap "
+                   "with its own error", t_node_workers, sandboxes)
         suite.test("custom lib.mkSandbox environment (python + jq) runs", t_custom_jq, args.custom)
         suite.test("the host's loopback listener is unreachable from the jail (reachable with network = true)",
                    t_loopback, sandboxes, args.online)

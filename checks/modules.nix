@@ -440,7 +440,7 @@ in
           enabled
           { programs.nix-sandbox-mcp.environments.bad = custom // { interpreter = "ruby"; }; }
         ]).programs.mcp.servers.nix-sandbox.command;
-      error = "programs.nix-sandbox-mcp.environments.bad.interpreter' is not of type `one of \"bash\", \"node\", \"python\"'";
+      error = "programs.nix-sandbox-mcp.environments.bad.interpreter' is not of type `one of \"bash\", \"node\", \"program\", \"python\"'";
     };
     hm-none = {
       title = "home-manager: disabling every environment fails its assertion";

@@ -44,8 +44,13 @@
         let
           launcher = pkgs.callPackage ./package.nix { };
           presets = lib.mapAttrs (_: preset: self.lib.mkSandbox pkgs (preset pkgs)) self.lib.presets;
+          # `nix run .#sandbox-go` and the like; served only when named.
+          optional = lib.mapAttrs' (
+            name: preset: lib.nameValuePair "sandbox-${name}" (self.lib.mkSandbox pkgs (preset pkgs))
+          ) self.lib.optionalPresets;
         in
-        {
+        optional
+        // {
           inherit launcher;
           sandbox-python = presets.python;
           sandbox-shell = presets.shell;

@@ -319,6 +319,18 @@ def c_memory_bomb(s, tight):
     check(peak is None or peak <= (tight["memory_mb"] + 16) * MIB, f"peak memory {peak} over the limit")
 
 
+def c_stack_bomb(s, tight):
+    """RLIMIT_DATA does not count the main thread's stack: its hard limit
+    of 8 MiB holds, so `ulimit -s unlimited` cannot turn a deep recursion
+    into unbounded memory."""
+    code = "ulimit -s unlimited; echo raised=$?; ulimit -H -s; ulimit -H -d"
+    result, text, st = s.run("tight-shell", code)
+    check("raised=1" in text, f"the stack limit was raised: {text[-300:]}")
+    lines = text.splitlines()
+    check("8192" in lines and str(tight["memory_mb"] * 1024) in lines,
+          f"hard stack and data limits are not 8 MiB and memory_mb: {text[-300:]}")
+
+
 def c_big_files(s, tight):
     """10 GB into /workspace stops at file_mb, into /tmp at the tmpfs size."""
     for where, most, limit in [("/workspace", tight["file_mb"], "file_size"), ("/tmp", tight["tmp_mb"], "disk")]:
@@ -1385,6 +1397,8 @@ def main():
             suite.test("the server serves the tight environments and states its limits", served)
             case("a fork bomb stops at the process limit", c_fork_bomb, server, tight)
             case("a memory bomb is killed at the memory limit, and the result says so", c_memory_bomb, server, tight)
+            case("ulimit -s unlimited is refused: the stack stays 8 MiB beside the data limit",
+                 c_stack_bomb, server, tight)
             case("10 GB into /workspace stops at the file size limit, into /tmp at its size",
                  c_big_files, server, tight)
             case("the root and /dev are read-only and every writable mount has a size: twice memory_mb into each is refused or stops at its size",  # noqa: E501

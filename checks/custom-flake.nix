@@ -26,6 +26,10 @@
         // import "${nix-sandbox-mcp}/checks/packagesServers.nix" {
           pkgs = nixpkgs.legacyPackages.x86_64-linux;
           sandboxLib = nix-sandbox-mcp.lib;
+        }
+        // import "${nix-sandbox-mcp}/checks/languagesServer.nix" {
+          pkgs = nixpkgs.legacyPackages.x86_64-linux;
+          sandboxLib = nix-sandbox-mcp.lib;
         };
     };
 }

@@ -208,6 +208,26 @@ def t_node_e(sandboxes):
     expect_stdout(run([sandboxes["node"] + "/bin/sandbox-node", "-e", "console.log(6*7)"]), "42\n")
 
 
+# Four worker threads, then the heap past the old space Node is told
+# (NODE_OPTIONS, lib/jail/runtimeLimits.nix): at the default memory_mb,
+# with no cgroup (the wrapper run directly), under RLIMIT_DATA.
+NODE_WORKERS = """
+const { Worker } = require('worker_threads');
+const ws = [0, 1, 2, 3].map(() => new Worker('setTimeout(() => {}, 100)', { eval: true }));
+Promise.all(ws.map(w => new Promise(r => w.on('exit', r)))).then(() => {
+  console.log('workers ok', process.env.NODE_OPTIONS);
+  const keep = [];
+  for (;;) keep.push(new Array(1e6).fill(1.5));
+});
+"""
+
+
+def t_node_workers(sandboxes):
+    proc = run([sandboxes["node"] + "/bin/sandbox-node", "-"], stdin=NODE_WORKERS.encode())
+    check(proc.stdout.startswith(b"workers ok --max-old-space-size=768"), f"{show(proc)}")
+    check(b"JavaScript heap out of memory" in proc.stderr, f"not Node's own out-of-memory error: {show(proc)}")
+
+
 def t_custom_jq(custom):
     name, entry = only_env(custom)
     check(any(p.startswith("jq-") for p in entry["packages"]), f"packages {entry['packages']} have no jq")
@@ -467,7 +487,7 @@ def t_policy(sandboxes, custom):
         "userns = libc.unshare(0x10000000)\n"
         "print(json.dumps({\n"
         "  'userns': userns, 'pid': os.getpid(),\n"
-        "  'rlimits': {n: resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in ['CPU', 'FSIZE', 'NOFILE', 'AS']},\n"
+        "  'rlimits': {n: resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in ['CPU', 'FSIZE', 'NOFILE', 'DATA', 'STACK', 'AS']},\n"
         "  'encoding': sys.stdout.encoding, 'text': '\u00e9\u2713',\n"
         "  'env': subprocess.run(['/usr/bin/env'], capture_output=True, text=True).returncode,\n"
         "}))\n"
@@ -481,8 +501,11 @@ def t_policy(sandboxes, custom):
         "CPU": limits["cpu_s"],
         "FSIZE": limits["file_mb"] * 1024 * 1024,
         "NOFILE": limits["nofile"],
-        "AS": limits["memory_mb"] * 1024 * 1024,
+        "DATA": limits["memory_mb"] * 1024 * 1024,
+        "STACK": 8 * 1024 * 1024,
     }
+    # Not the address space, which a JIT reserves without using it.
+    check(got["rlimits"]["AS"] == [-1, -1], f"RLIMIT_AS is {got['rlimits']['AS']}, wanted unlimited")
     for name, value in want.items():
         # The CPU limit's hard limit is a second above the soft one (SIGXCPU, then SIGKILL).
         hard = value + 1 if name == "CPU" else value
@@ -877,6 +900,8 @@ def main():
             suite.test(f"sandbox-{preset} runs a script on stdin, which then reads EOF", t_stdin_script, sandboxes[preset], preset)
         suite.test("sandbox-shell has every tool of the shell preset", t_shell_tools, sandboxes)
         suite.test("sandbox-node -e runs", t_node_e, sandboxes)
+        suite.test("sandbox-node starts worker threads at the default memory limit, and runs out of heap "
+                   "with its own error", t_node_workers, sandboxes)
         suite.test("custom lib.mkSandbox environment (python + jq) runs", t_custom_jq, args.custom)
         suite.test("the host's loopback listener is unreachable from the jail (reachable with network = true)",
                    t_loopback, sandboxes, args.online)

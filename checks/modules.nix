@@ -123,6 +123,45 @@ in
     };
 
   expectations = {
+    "home-manager: the optional presets are served only when named, and a named one's fields can be set" =
+      {
+        got =
+          let
+            served =
+              modules: map (sandbox: sandbox.sandbox.name) (home ([ enabled ] ++ modules)).programs.nix-sandbox-mcp.finalPackage.sandboxes;
+          in
+          {
+            default = served [ ];
+            named = served [
+              {
+                programs.nix-sandbox-mcp.presets = [ "go" ];
+                programs.nix-sandbox-mcp.environments.go.limits.memory_mb = 2048;
+              }
+            ];
+            memory =
+              (home [
+                enabled
+                {
+                  programs.nix-sandbox-mcp.presets = [ "go" ];
+                  programs.nix-sandbox-mcp.environments.go.limits.memory_mb = 2048;
+                }
+              ]).programs.nix-sandbox-mcp.environments.go.limits.memory_mb;
+          };
+        want = {
+          default = [
+            "node"
+            "python"
+            "shell"
+          ];
+          named = [
+            "go"
+            "node"
+            "python"
+            "shell"
+          ];
+          memory = 2048;
+        };
+      };
     "home-manager: packagesOnDemand is off by default" = {
       got = homeServer.packagesOnDemand;
       want = { };
@@ -430,7 +469,7 @@ in
           enabled
           { programs.nix-sandbox-mcp.environments.bad = custom // { interpreter = "ruby"; }; }
         ]).programs.mcp.servers.nix-sandbox.command;
-      error = "programs.nix-sandbox-mcp.environments.bad.interpreter' is not of type `one of \"bash\", \"node\", \"python\"'";
+      error = "programs.nix-sandbox-mcp.environments.bad.interpreter' is not of type `one of \"bash\", \"node\", \"program\", \"python\"'";
     };
     hm-none = {
       title = "home-manager: disabling every environment fails its assertion";

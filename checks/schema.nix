@@ -51,7 +51,9 @@ let
   # An environment setting every option, through the NixOS module, and what
   # mkSandbox gets of it in the server the module builds.
   every = {
-    interpreter = "bash";
+    # `program` is set only with this interpreter.
+    interpreter = "program";
+    program = sandboxLib.languages.c;
     packages = [ pkgs.bash ];
     description = "every option set";
     limits.tmp_mb = 64;
@@ -122,7 +124,12 @@ in
       set = builtins.attrNames arguments;
       received = {
         name = "every";
-        inherit (every) interpreter description network;
+        inherit (every)
+          interpreter
+          program
+          description
+          network
+          ;
         seccomp.allow = [ "ptrace" ];
         env.FOO = "bar";
       };

@@ -48,7 +48,22 @@ in
   unknown-argument = sandbox (good // { networks = true; }) "mkSandbox: environment 'good': has unknown arguments networks";
   unknown-interpreter = sandbox (
     good // { interpreter = "ruby"; }
-  ) "${label} `interpreter` must be one of bash, node, python (got \"ruby\")";
+  ) "${label} `interpreter` must be one of bash, node, program, python (got \"ruby\")";
+  program-missing = sandbox (
+    good // { interpreter = "program"; }
+  ) "${label} `program` must be set when `interpreter` is \"program\"";
+  program-for-python = sandbox (
+    good // { program = import ../lib/languages/c.nix; }
+  ) "${label} `program` is only for `interpreter = \"program\"` (got interpreter \"python\")";
+  program-file-path = sandbox (
+    good
+    // {
+      interpreter = "program";
+      program = import ../lib/languages/c.nix // {
+        file = "../main.c";
+      };
+    }
+  ) "${label} `program.file` must be a string matching";
   no-packages = sandbox (good // { packages = [ ]; }) "${label} `packages` must be a non-empty list";
   not-a-package = sandbox (good // { packages = [ "python3" ]; }) "${label} `packages` must hold only packages";
   limit-of-wrong-type = sandbox (
@@ -169,6 +184,15 @@ in
       };
     };
     error = null;
+  };
+  server-unknown-preset = {
+    sandbox = mkServer pkgs {
+      presets = [ "cobol" ];
+      launcher = pkgs.bash // {
+        version = "0";
+      };
+    };
+    error = "mkServer: `presets` names cobol, which is not a preset (known: c, cpp, go, java, network-tools, rust)";
   };
   server-packages-unknown = server { allowed = "any"; } "mkServer: `packagesOnDemand` has unknown allowed";
   server-packages-allow = server {

@@ -148,9 +148,57 @@ in
       type = types.enum (builtins.attrNames (import ./interpreters.nix));
       description = ''
         What runs the code: `python` (python3), `bash` or `node`, found in
-        `bin/` of one of {option}`packages`.
+        `bin/` of one of {option}`packages`; or `program`: the code is one
+        source file of a compiled language, built and run as
+        {option}`program` says.
       '';
       example = "python";
+    };
+
+    program = mkOption {
+      type = types.nullOr (
+        types.submodule {
+          options = {
+            language = mkOption {
+              type = types.str;
+              description = "The language's name, as messages show it.";
+              example = "Go";
+            };
+            file = mkOption {
+              type = types.strMatching "[A-Za-z0-9_][A-Za-z0-9_.+-]*";
+              description = "The name the source file is written under, in the directory the build runs in.";
+              example = "main.go";
+            };
+            build = mkOption {
+              type = types.lines;
+              description = ''
+                Bash run (with `set -e`) in the source's directory, with
+                `$src` the source file's name, `$out` an empty directory for
+                what it builds and `$cache` a directory for the language's
+                own cache (the session's `/tmp/build-cache`); its messages
+                and its exit status are the call's when it fails.
+              '';
+              example = ''GOCACHE="$cache/go" go build -o "$out/main" "$src"'';
+            };
+            run = mkOption {
+              type = types.lines;
+              description = ''
+                Bash that runs what {option}`program.build` made in `$out`,
+                in /workspace, usually with `exec`.
+              '';
+              example = ''exec "$out/main"'';
+            };
+          };
+        }
+      );
+      default = null;
+      description = ''
+        For `interpreter = "program"`: how the one source file of the
+        code is built and run (the languages shipped are
+        `lib.languages.NAME`: go, rust, java, c, cpp). Built
+        programs are kept by the source's hash for a session's life.
+      '';
+      example = literalExpression "nix-sandbox-mcp.lib.languages.go";
     };
 
     packages = mkOption {
@@ -179,10 +227,12 @@ in
             the session reset if the code does not stop.
           '';
           memory_mb = limit 1024 4096 ''
-            Memory in MiB: the run's cgroup (`memory.max`, no swap) when the
-            server has a cgroup to delegate, else `RLIMIT_AS`, which counts
-            address space and binds each process alone: a run's processes
-            together may then use up to `pids` times this.
+            Memory in MiB: each process's private writable memory
+            (`RLIMIT_DATA`, so that a runtime that allocates past it fails
+            with its own out-of-memory error; JVM, Node.js and Go are told
+            this limit), and the run's cgroup (`memory.max`, no swap) when
+            the server has a cgroup to delegate. Without one, a run's
+            processes together may use up to `pids` times this.
           '';
           pids = limit 32 64 ''
             Processes and threads at once: the run's cgroup (`pids.max`), else

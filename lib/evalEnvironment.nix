@@ -88,6 +88,8 @@ let
         right
       else
         wrong
+    else if type.name == "nullOr" then
+      if value == null then [ ] else problems path type.nestedTypes.elemType value
     else if type.name == "submodule" then
       let
         subOptions = removeAttrs (type.getSubOptions [ ]) [ "_module" ];
@@ -173,6 +175,12 @@ let
       ) policy.allow;
   ruleProblems =
     lib.optional (environment.env ? PATH) "argument `env.PATH` cannot be set: PATH is made from `packages`"
+    ++ lib.optional (
+      environment.interpreter == "program" && environment.program == null
+    ) "argument `program` must be set when `interpreter` is \"program\" (the language's file, build and run, e.g. lib.languages.go)"
+    ++ lib.optional (
+      environment.interpreter != "program" && environment.program != null
+    ) "argument `program` is only for `interpreter = \"program\"` (got interpreter \"${environment.interpreter}\")"
     ++ map (var: "argument `env` has a variable name that is not a valid shell name: \"${var}\"") (
       lib.filter (var: !lib.isValidPosixName var) (builtins.attrNames environment.env)
     )

@@ -2,6 +2,9 @@
 # program its packages must provide, the arguments of an ephemeral run that
 # takes the whole script from stdin before running it (so the script reading
 # stdin gets EOF), and the session agent's driver file for it (agent/drivers).
+# `program` has no program of its packages: its run wrapper's entry is the
+# environment's program runner (programRunner.nix), which its driver calls
+# too, and bash runs the driver.
 {
   python = {
     program = "python3";
@@ -20,5 +23,10 @@
     program = "node";
     runArgs = [ "-" ];
     driver = "node.js";
+  };
+  program = {
+    program = null;
+    runArgs = [ ];
+    driver = "program.sh";
   };
 }

@@ -71,5 +71,18 @@ in
     kernel_budgets = (import ./kernelBudgets.nix).sysctls // (import ./kernelBudgets.nix).rlimits;
     store_path = storePath;
     nixpkgs_rev = nixpkgsRev;
-  };
+  }
+  # How the launcher's probe runs bash in a program environment's jail.
+  // (
+    if interpreter == "program" then
+      {
+        shell = [
+          "${storePath}/bin/sandbox-${name}"
+          "--shell"
+          "-s"
+        ];
+      }
+    else
+      { }
+  );
 }

@@ -1,12 +1,15 @@
 # Takes jail.nix; returns mkSandbox, which takes pkgs and an environment,
 # the options of environment.nix as arguments:
-#   { name, interpreter (python | bash | node), packages, description ? ...,
+#   { name, interpreter (python | bash | node | program), program ? null,
+#     packages, description ? ...,
 #     limits ? { }, network ? false, seccomp ? true, env ? { },
 #     extraCombinators ? (c: [ ]) }
 # (`lib.functionArgs (mkSandbox pkgs)` lists them, true for those with a
 # default), and returns the sandbox package: bin/sandbox-NAME, the
 # interpreter in its jail (arguments passed through: a REPL on a terminal,
-# -c, or a script on stdin; meta.mainProgram), bin/sandbox-NAME-session,
+# -c, or a script on stdin; meta.mainProgram; for `interpreter = "program"`
+# the program runner: a source on stdin built and run, or --shell, see
+# programRunner.nix), bin/sandbox-NAME-session,
 # the session agent in the same jail (sessionWrapper.nix), and
 # share/nix-sandbox-mcp/manifest.json, its manifest (this one environment).
 # A bad argument fails evaluation with one line naming the environment and
@@ -24,13 +27,21 @@ lib.setFunctionArgs (
     inherit (environment) name;
     program = (import ./interpreters.nix).${environment.interpreter}.program;
     jail = jail-nix.lib.init pkgs;
+    # A compiled language's builder and runner, else the interpreter.
+    runner =
+      if environment.interpreter == "program" then
+        import ./programRunner.nix { inherit pkgs environment; }
+      else
+        null;
+    entry =
+      if runner != null then "${runner}/bin/sandbox-${name}-program" else "${profile}/bin/${program}";
 
     profile = pkgs.buildEnv {
       name = "sandbox-${name}-profile";
       paths = environment.packages;
     };
     policy = import ./jail { inherit pkgs environment profile; };
-    run = jail "sandbox-${name}" "${profile}/bin/${program}" (c: [ (policy c) ]);
+    run = jail "sandbox-${name}" entry (c: [ (policy c) ]);
     session = import ./sessionWrapper.nix {
       inherit
         pkgs
@@ -38,6 +49,7 @@ lib.setFunctionArgs (
         environment
         profile
         policy
+        runner
         ;
     };
     manifest = import ./manifestEntry.nix {
@@ -66,10 +78,12 @@ lib.setFunctionArgs (
       };
     }
     ''
-      if [ ! -x ${profile}/bin/${program} ]; then
-        echo "mkSandbox: environment '${name}': the ${environment.interpreter} interpreter needs ${program} in bin/ of one of its packages" >&2
-        exit 1
-      fi
+      ${pkgs.lib.optionalString (program != null) ''
+        if [ ! -x ${profile}/bin/${program} ]; then
+          echo "mkSandbox: environment '${name}': the ${environment.interpreter} interpreter needs ${program} in bin/ of one of its packages" >&2
+          exit 1
+        fi
+      ''}
       mkdir -p "$out/bin" "$out/share/nix-sandbox-mcp"
       ln -s ${run}/bin/sandbox-${name} "$out/bin/sandbox-${name}"
       ln -s ${session}/bin/sandbox-${name}-session "$out/bin/sandbox-${name}-session"

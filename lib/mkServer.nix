@@ -1,25 +1,37 @@
 # Takes jail.nix; returns mkServer, which takes pkgs and
-#   { environments, launcher ? the workspace's launcher built with pkgs,
-#     packagesOnDemand ? { } }
+#   { environments ? { }, presets ? [ ], launcher ? the workspace's launcher
+#     built with pkgs, packagesOnDemand ? { } }
 # and returns the server package: bin/nix-sandbox-mcp (the launcher serving
 # the merged manifest, plus NIX_SANDBOX_ENVS and NIX_SANDBOX_DIR at
 # start-up; see serverScript.nix) and share/nix-sandbox-mcp/manifest.json.
 # `environments` is a list, or an attribute set by name, of sandboxes
 # (mkSandbox results) or mkSandbox arguments (in an attribute set, `name`
-# defaults to the attribute's name). Names must be unique.
+# defaults to the attribute's name). `presets` names environments of
+# presets/optional.nix to serve besides (go, rust, java, c, cpp,
+# network-tools). Names must be unique.
 # `packagesOnDemand` ({ allow ? null, build ? false, timeoutSeconds ? 300 },
 # packagesOnDemand.nix) lets a call add nixpkgs packages to its
 # environment; off while `allow` is null.
 { jail-nix }:
 pkgs:
 {
-  environments,
+  environments ? { },
+  presets ? [ ],
   launcher ? pkgs.callPackage ../package.nix { },
   packagesOnDemand ? { },
 }:
 let
   inherit (pkgs) lib;
   mkSandbox = import ./mkSandbox.nix { inherit jail-nix; };
+  optionalPresets = import ../presets/optional.nix;
+  unknownPresets = lib.filter (name: !(optionalPresets ? ${name})) presets;
+  named =
+    if !builtins.isList presets then
+      throw "mkServer: `presets` must be a list of names (got a ${builtins.typeOf presets})"
+    else if unknownPresets != [ ] then
+      throw "mkServer: `presets` names ${lib.concatStringsSep ", " unknownPresets}, which is not a preset (known: ${lib.concatStringsSep ", " (builtins.attrNames optionalPresets)})"
+    else
+      map (name: mkSandbox pkgs (optionalPresets.${name} pkgs)) presets;
   toSandbox =
     name: environment:
     if lib.isDerivation environment then
@@ -44,15 +56,16 @@ let
       ) environments
     else
       throw "mkServer: `environments` must be a list or an attribute set (got a ${builtins.typeOf environments})";
-  names = map (sandbox: sandbox.sandbox.name) sandboxes;
+  names = map (sandbox: sandbox.sandbox.name) allSandboxes;
   duplicates = lib.unique (lib.filter (name: lib.count (other: other == name) names > 1) names);
+  allSandboxes = sandboxes ++ named;
   checkedSandboxes =
-    if sandboxes == [ ] then
-      throw "mkServer: `environments` is empty"
+    if allSandboxes == [ ] then
+      throw "mkServer: `environments` and `presets` are empty"
     else if duplicates != [ ] then
       throw "mkServer: more than one environment is named ${lib.concatStringsSep ", " duplicates}"
     else
-      sandboxes;
+      allSandboxes;
 
   onDemand = import ./packagesOnDemand.nix {
     inherit pkgs jail-nix packagesOnDemand;

@@ -1,6 +1,8 @@
 # Takes pkgs, jail.nix's `jail`, an evaluated environment
-# (evalEnvironment.nix), its profile (one tree of its packages) and its
-# jail's policy (what jail/default.nix returns, one permission); returns
+# (evalEnvironment.nix), its profile (one tree of its packages), its
+# jail's policy (what jail/default.nix returns, one permission) and its
+# program runner (programRunner.nix; null unless its interpreter is
+# `program`, whose driver calls it and which bash runs); returns
 # the session wrapper, bin/sandbox-NAME-session (docs/contracts.md, contract 3): the same
 # jail as the run wrapper, with the session agent (package.nix) as its entry
 # and the jail's pid 1.
@@ -14,14 +16,25 @@
   environment,
   profile,
   policy,
+  runner,
 }:
 let
   interpreter = (import ./interpreters.nix).${environment.interpreter};
   agent = pkgs.callPackage ../package.nix { };
-  driver = builtins.path {
-    path = ../agent/drivers + "/${interpreter.driver}";
-    name = "nix-sandbox-mcp-${interpreter.driver}";
-  };
+  driverFile = ../agent/drivers + "/${interpreter.driver}";
+  driver =
+    if runner == null then
+      builtins.path {
+        path = driverFile;
+        name = "nix-sandbox-mcp-${interpreter.driver}";
+      }
+    else
+      pkgs.writeText "nix-sandbox-mcp-${environment.name}-${interpreter.driver}" (
+        builtins.replaceStrings [ "@runner@" ] [ "${runner}/bin/sandbox-${environment.name}-program" ] (
+          builtins.readFile driverFile
+        )
+      );
+  program = if runner == null then "${profile}/bin/${interpreter.program}" else "${pkgs.bash}/bin/bash";
 in
 jail "sandbox-${environment.name}-session" "${agent}/bin/agent" (c: [
   (policy c)
@@ -38,7 +51,7 @@ jail "sandbox-${environment.name}-session" "${agent}/bin/agent" (c: [
     "--interpreter"
     environment.interpreter
     "--program"
-    "${profile}/bin/${interpreter.program}"
+    program
     "--driver"
     "${driver}"
   ])

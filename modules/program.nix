@@ -3,7 +3,9 @@
 # programs.nix-sandbox-mcp.{enable, package, environments, finalPackage}.
 # The bundled presets are definitions of `environments` at mkDefault
 # priority: a user's definition of a field replaces the preset's, and
-# `environments.NAME.enable = false` drops one. packagesOnDemand is
+# `environments.NAME.enable = false` drops one. `presets` names the
+# optional presets (presets/optional.nix) to define the same way, so that
+# their fields can be set too. packagesOnDemand is
 # mkServer's argument of that name. finalPackage is the server
 # (lib.mkServer) of every enabled environment, built with the module's pkgs.
 sandboxLib:
@@ -55,6 +57,25 @@ in
       '';
     };
 
+    presets = mkOption {
+      type = types.listOf (types.enum (builtins.attrNames sandboxLib.optionalPresets));
+      default = [ ];
+      description = ''
+        Environments served only when named here, besides the bundled
+        `python`, `shell` and `node`: `go`, `rust`, `java`, `c`, `cpp` (the
+        code is one source file, built and run; a session keeps the build
+        cache) and `network-tools` (curl, dig, nc, openssl, ip; its network
+        a policy that allows no host until
+        `environments.network-tools.network.allow` names some). Each is
+        defined in {option}`environments` like a bundled preset: its
+        fields can be set there.
+      '';
+      example = [
+        "go"
+        "rust"
+      ];
+    };
+
     packagesOnDemand = {
       allow = mkOption {
         type = types.nullOr (
@@ -102,9 +123,9 @@ in
   };
 
   config.programs.nix-sandbox-mcp = {
-    environments = lib.mapAttrs (
-      _: preset: lib.mapAttrs (_: lib.mkDefault) (preset pkgs)
-    ) sandboxLib.presets;
+    environments = lib.mapAttrs (_: preset: lib.mapAttrs (_: lib.mkDefault) (preset pkgs)) (
+      sandboxLib.presets // lib.getAttrs cfg.presets sandboxLib.optionalPresets
+    );
     finalPackage = sandboxLib.mkServer pkgs {
       environments = lib.mapAttrs (_: toArguments) enabled;
       launcher = cfg.package;

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub const USAGE: &str = "\
-usage: agent --interpreter python|bash|node --program PATH --driver PATH
+usage: agent --interpreter python|bash|node|program --program PATH --driver PATH
              [--workspace DIR]
 
 The entry of a session jail. Starts PROGRAM DRIVER (for example python3
@@ -15,7 +15,8 @@ keeping the interpreter's state between them. Frames (one JSON object a line)
 come on stdin and go out on stdout; the log goes to stderr (RUST_LOG sets its
 level, default info). Closing stdin kills the interpreter and ends the agent.
 
-  --interpreter NAME  python, bash or node (what the driver expects)
+  --interpreter NAME  python, bash, node or program (what the driver expects;
+                      program: bash running a compiled language's builds)
   --program PATH      the interpreter's executable
   --driver PATH       the driver file the interpreter runs
   --workspace DIR     where files passed in are written and outputs/ is
@@ -30,6 +31,7 @@ pub enum Interpreter {
     Python,
     Bash,
     Node,
+    Program,
 }
 
 impl Interpreter {
@@ -38,6 +40,7 @@ impl Interpreter {
             "python" => Some(Interpreter::Python),
             "bash" => Some(Interpreter::Bash),
             "node" => Some(Interpreter::Node),
+            "program" => Some(Interpreter::Program),
             _ => None,
         }
     }
@@ -49,6 +52,7 @@ impl fmt::Display for Interpreter {
             Interpreter::Python => "python",
             Interpreter::Bash => "bash",
             Interpreter::Node => "node",
+            Interpreter::Program => "program",
         })
     }
 }
@@ -83,7 +87,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
                 let name = parser.value()?.string()?;
                 interpreter = Some(Interpreter::parse(&name).ok_or_else(|| {
                     lexopt::Error::from(format!(
-                        "unknown interpreter {name:?}: expected python, bash or node"
+                        "unknown interpreter {name:?}: expected python, bash, node or program"
                     ))
                 })?);
             }

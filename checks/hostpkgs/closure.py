@@ -2,14 +2,16 @@
 
 Run by the host's /usr/bin/python3 from host-tool.sh and buildRustPackage.nix:
 
-  closure.py copy OUT DEB...     copy the Debian packages' files into OUT
+  closure.py copy [--include] OUT DEB...
+                                 copy the Debian packages' files into OUT
   closure.py fixup OUT GLIBC --libdir lib/PNAME
                                  patch every ELF file in OUT to the store
 
 `copy` takes what `dpkg-query -L` lists, /usr dropped (/usr/bin/x and /bin/x
 to OUT/bin/x, /usr/lib/x86_64-linux-gnu/x to OUT/lib/x, /usr/share/x to
 OUT/share/x, /etc/x to OUT/etc/x), leaving out documentation, manual pages,
-translations, headers and Python packages' test suites. A symlink to a file
+translations, headers (kept with --include, /usr/include to OUT/include, for
+a compiler), Python packages' test suites and Go's testdata folders. A symlink to a file
 it copied stays a (relative) symlink; one leading out of the packages (a font
 of another package, an /etc/alternatives choice) becomes a copy of its
 target. It records where each file came from in OUT/nix-support/origins,
@@ -49,7 +51,7 @@ def note(message):
     print(f"closure.py: {message}", file=sys.stderr, flush=True)
 
 
-def destination(path):
+def destination(path, include=False):
     """Where a host path of a Debian package goes, relative to OUT, or None."""
     parts = path.strip("/").split("/")
     if parts[0] == "usr":
@@ -68,10 +70,17 @@ def destination(path):
     elif top == "share":
         if rest[:1] and rest[0] in DROPPED_SHARE:
             return None
+    elif top == "include":
+        if not include:
+            return None
     elif top not in ("etc", "libexec"):
         return None
     relative = "/".join([top] + rest)
     if relative.startswith(DIST_PACKAGES) and "tests" in rest:
+        return None
+    # Go's test data (ELF files of other machines among them), which the
+    # go command never reads but for a package's own tests.
+    if "testdata" in rest:
         return None
     return relative
 
@@ -92,12 +101,12 @@ def copy_file(source, target):
     os.chmod(target, 0o755 if os.stat(source).st_mode & 0o111 else 0o644)
 
 
-def copy(out, debs):
+def copy(out, debs, include=False):
     origins = {}  # OUT-relative path -> host file it is a copy of
     by_host = {}  # host real path -> OUT-relative path
     links = []
     for path in listed(debs):
-        relative = destination(path)
+        relative = destination(path, include)
         if relative is None:
             continue
         if os.path.islink(path):
@@ -144,7 +153,7 @@ def elf_kind(path):
     return True, 3 in types, 2 in types
 
 
-LDD_LINE = re.compile(r"^\s*(\S+) => (\S+|not found)")
+LDD_LINE = re.compile(r"^\s*(\S+) => (not found|\S+)")
 
 
 def resolved(host_file):
@@ -278,6 +287,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("copy")
+    c.add_argument("--include", action="store_true", help="keep /usr/include (headers), for a compiler")
     c.add_argument("out")
     c.add_argument("debs", nargs="+")
     f = sub.add_parser("fixup")
@@ -288,7 +298,7 @@ def main():
                    help="a package whose bin/ #! lines may name (repeatable), after the package's own")
     args = parser.parse_args()
     if args.command == "copy":
-        copy(args.out, args.debs)
+        copy(args.out, args.debs, args.include)
     else:
         fixup(args.out, args.glibc, args.libdir, args.programs)
 

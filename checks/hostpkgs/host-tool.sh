@@ -1,5 +1,6 @@
 # Builder of a hostpkgs host tool (run by the host's /bin/bash): copies the
-# files of the Debian packages $debs into $out (closure.py copy), adds the
+# files of the Debian packages $debs into $out (closure.py copy; their
+# headers too when $includes is set), adds the
 # aliases ("name=target" words: bin/name, a link to bin/target), patches
 # every ELF file and #! line to the store (closure.py fixup, #! lines to the
 # package's own programs or those of $programs; not for glibc itself), runs
@@ -18,7 +19,7 @@ if ! command -v patchelf >/dev/null; then
   exit 1
 fi
 # shellcheck disable=SC2086 # the packages are words
-/usr/bin/python3 "$closure" copy "$out" $debs
+/usr/bin/python3 "$closure" copy ${includes:+--include} "$out" $debs
 for alias in $aliases; do
   mkdir -p "$out/bin"
   ln -sfn "${alias#*=}" "$out/bin/${alias%%=*}"

@@ -1,8 +1,9 @@
 # Takes lib, the system, the host facts (host.json), glibc and the shell
 # (hostpkgs' own, or null while building those two); returns a function
 # from one entry of tools.nix or pythonPackages.nix (plus its `pname`,
-# `inputs`: packages by the name postInstall reads them, $NAME, and
-# `programs`: packages whose bin/ its #! lines may name) to a package
+# `inputs`: packages by the name postInstall reads them, $NAME,
+# `programs`: packages whose bin/ its #! lines may name, and `includes`:
+# keep /usr/include, for a compiler) to a package
 # named and versioned like nixpkgs' (version: the host's, from its first
 # Debian package) that holds its Debian packages' files and every shared
 # library they need but glibc's, patched to load from the store
@@ -22,6 +23,7 @@
   postInstall ? "",
   inputs ? { },
   programs ? [ ],
+  includes ? false,
   ...
 }:
 let
@@ -45,6 +47,7 @@ let
       args = [ ./host-tool.sh ];
       closure = ./closure.py;
       debs = lib.concatStringsSep " " debs;
+      includes = if includes then "1" else "";
       aliases = lib.concatStringsSep " " (lib.mapAttrsToList (name: target: "${name}=${target}") aliases);
       inherit postInstall;
       glibc = if glibc == null then "" else glibc;

@@ -40,6 +40,11 @@
     mainProgram = "curl";
   };
   diffutils.debs = [ "diffutils" ];
+  # bind9's dig, as nixpkgs' `dnsutils` (bind.dnsutils).
+  dnsutils = {
+    debs = [ "bind9-dnsutils" ];
+    mainProgram = "dig";
+  };
   fd = {
     debs = [ "fd-find" ];
     mainProgram = "fd";
@@ -61,10 +66,99 @@
     '';
   };
   findutils.debs = [ "findutils" ];
+  # GCC with binutils, the C library's headers and start files, and the
+  # C++ library: a compiler whose output runs in a jail. Like nixpkgs' cc
+  # wrapper, bin/gcc, g++, cc and c++ are scripts that add the C library's
+  # headers (include/, which Debian's gcc looks for in /usr/include only:
+  # -idirafter) and link with the store's loader and libraries
+  # (-dynamic-linker, -rpath): Debian's gcc would name /lib64's loader,
+  # which no jail has. GCC finds its own files (cc1, crtbegin.o, the C++
+  # headers, the start files in lib/) relative to where it runs from; the C
+  # library's linker scripts (libc.so) name host paths, rewritten to the
+  # store.
+  gcc = {
+    debs = [
+      "gcc-12"
+      "cpp-12"
+      "g++-12"
+      "libgcc-12-dev"
+      "libstdc++-12-dev"
+      "libstdc++6"
+      "libgcc-s1"
+      "libc6-dev"
+      "libcrypt-dev"
+      "linux-libc-dev"
+      "binutils"
+      "binutils-x86-64-linux-gnu"
+    ];
+    includes = true;
+    mainProgram = "gcc";
+    postInstall = ''
+      for script in "$out"/lib/*.so; do
+        if [ -f "$script" ] && [ ! -L "$script" ] && grep -q '^GROUP' "$script"; then
+          sed -i -e "s|/usr/lib/x86_64-linux-gnu/|$out/lib/|g" \
+            -e "s|/lib/x86_64-linux-gnu/|$glibc/lib/|g" -e "s|/lib64/|$glibc/lib/|g" "$script"
+        fi
+      done
+      # The link flags only where the driver links (not with -c, -S, -E,
+      # -M or a query), where they would be input of their own.
+      for name in gcc g++; do
+        real=$(readlink -f "$out/bin/x86_64-linux-gnu-$name-12")
+        rm -f "$out/bin/$name" "$out/bin/$name-12"
+        {
+          echo "#!$shell/bin/bash"
+          echo 'link=(-Wl,-dynamic-linker='"$glibc"'/lib/ld-linux-x86-64.so.2 -Wl,-rpath,'"$glibc"'/lib -Wl,-rpath,'"$out"'/lib)'
+          echo '[ $# -gt 0 ] || link=()'
+          echo 'for arg; do case $arg in -c | -S | -E | -M | -MM | -dump* | -print-* | --version | --help) link=() ;; esac; done'
+          echo "exec $real -idirafter $out/include/x86_64-linux-gnu -idirafter $out/include \"\$@\" \"\''${link[@]}\""
+        } >"$out/bin/$name"
+        chmod +x "$out/bin/$name"
+      done
+      ln -s gcc "$out/bin/cc"
+      ln -s g++ "$out/bin/c++"
+    '';
+  };
   gawk = {
     debs = [ "gawk" ];
     mainProgram = "gawk";
     aliases.awk = "gawk";
+  };
+  go = {
+    debs = [
+      "golang-1.19-go"
+      "golang-1.19-src"
+    ];
+    mainProgram = "go";
+    aliases.gofmt = "../lib/go-1.19/bin/gofmt";
+    # Debian's go command is linked with the C library (cgo), and the
+    # RUNPATH patchelf adds breaks a Go binary (it segfaults at start): it
+    # runs unpatched through the store's loader instead, told its GOROOT
+    # (it would find it from where it runs, which is now the loader).
+    postInstall = ''
+      real=$out/lib/go-1.19/bin/go
+      cp --remove-destination /usr/lib/go-1.19/bin/go "$real"
+      printf '#!%s\nexport GOROOT="''${GOROOT:-%s}"\nexec %s --library-path %s %s "$@"\n' \
+        "$shell/bin/bash" "$out/lib/go-1.19" "$glibc/lib/ld-linux-x86-64.so.2" "$glibc/lib" "$real" >"$out/bin/go"
+      chmod +x "$out/bin/go"
+    '';
+  };
+  iproute2 = {
+    debs = [ "iproute2" ];
+    mainProgram = "ip";
+  };
+  # OpenJDK as nixpkgs' jdk_headless; it finds its home from where java
+  # runs, through these links.
+  jdk_headless = {
+    debs = [
+      "openjdk-17-jdk-headless"
+      "openjdk-17-jre-headless"
+    ];
+    mainProgram = "java";
+    aliases = {
+      java = "../lib/jvm/java-17-openjdk-amd64/bin/java";
+      javac = "../lib/jvm/java-17-openjdk-amd64/bin/javac";
+      jshell = "../lib/jvm/java-17-openjdk-amd64/bin/jshell";
+    };
   };
   gnugrep = {
     debs = [ "grep" ];
@@ -85,6 +179,12 @@
   jq = {
     debs = [ "jq" ];
     mainProgram = "jq";
+  };
+  # netcat-openbsd, as nixpkgs' `netcat` (libressl's nc, the same options).
+  netcat = {
+    debs = [ "netcat-openbsd" ];
+    mainProgram = "nc";
+    aliases.nc = "nc.openbsd";
   };
   nix = {
     debs = [ "nix-bin" ];
@@ -115,9 +215,24 @@
       "$out/bin/python3" -m compileall -q -j 0 --invalidation-mode unchecked-hash "$out/lib/python3.11"
     '';
   };
+  openssl = {
+    debs = [ "openssl" ];
+    mainProgram = "openssl";
+  };
   ripgrep = {
     debs = [ "ripgrep" ];
     mainProgram = "rg";
+  };
+  # rustc finds its standard library relative to where it runs
+  # (lib/rustlib); it links with `cc`, which the rust environment's gcc
+  # gives.
+  rustc = {
+    debs = [
+      "rustc"
+      "libstd-rust-dev"
+      "libstd-rust-1.63"
+    ];
+    mainProgram = "rustc";
   };
   shadow.debs = [
     "passwd"

@@ -25,12 +25,16 @@ use crate::egress::policy::Network;
 use crate::packages::OnDemand;
 
 /// What the `interpreter` field names (what a session agent drives).
+/// `program`: the code is one source file of a compiled language, which
+/// the `run` wrapper builds and runs (lib/programRunner.nix); the probe
+/// runs through the environment's `shell` instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Interpreter {
     Python,
     Bash,
     Node,
+    Program,
 }
 
 /// Limits of an environment. The launcher enforces the deadline and the
@@ -88,6 +92,11 @@ pub struct Env {
     pub run: Vec<String>,
     #[serde(default)]
     pub session: Vec<String>,
+    /// The argv that runs bash code from stdin in the same jail as `run`:
+    /// how the probe looks inside a `program` environment, whose `run`
+    /// takes a source file. Required there, unused elsewhere.
+    #[serde(default)]
+    pub shell: Vec<String>,
     pub limits: Limits,
     /// `false`, `true`, or an allowlist the egress proxy enforces.
     pub network: Network,
@@ -323,6 +332,12 @@ fn validate(name: &str, env: &Env, allow_outside_store: bool) -> Vec<(String, St
     if env.run.is_empty() {
         problems.push((at("run"), "must be a non-empty argv".into()));
     }
+    if env.interpreter == Interpreter::Program && env.shell.is_empty() {
+        problems.push((
+            at("shell"),
+            "must be a non-empty argv for a program environment".into(),
+        ));
+    }
     for limit in env.limits.unknown.keys() {
         problems.push((
             at(&format!("limits.{limit}")),
@@ -336,7 +351,11 @@ fn validate(name: &str, env: &Env, allow_outside_store: bool) -> Vec<(String, St
             problems.push((at(&format!("network.{field}")), problem));
         }
     }
-    for (field, argv) in [("run", &env.run), ("session", &env.session)] {
+    for (field, argv) in [
+        ("run", &env.run),
+        ("session", &env.session),
+        ("shell", &env.shell),
+    ] {
         if let Some(program) = argv.first()
             && let Err(problem) = check_wrapper(program, allow_outside_store)
         {

@@ -239,6 +239,28 @@ fn unknown_interpreter_is_refused() {
     );
 }
 
+/// A program environment's probe runs through its `shell`: without one it
+/// is refused, with one it is served.
+#[test]
+fn a_program_environment_needs_a_shell() {
+    let mut v = good();
+    v["environments"]["python"]["interpreter"] = json!("program");
+    let e = only_error(&v, false);
+    assert!(
+        e.starts_with("m.json: environments.python.shell:") && e.contains("program"),
+        "{e}"
+    );
+    v["environments"]["python"]["shell"] = json!(["/nix/store/x-a/bin/a", "--shell"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let catalog = Catalog::load(&[path], false);
+    assert_eq!(catalog.names(), ["python"]);
+    v["environments"]["python"]["shell"] = json!(["/tmp/shell"]);
+    let e = only_error(&v, false);
+    assert!(e.contains("environments.python.shell[0]"), "{e}");
+}
+
 #[test]
 fn wrapper_outside_store_needs_the_flag() {
     let mut v = good();

@@ -7,11 +7,10 @@
 # launcher's: the jail's uid cannot write them). The wrapper must be in
 # each, and each limit there at most the environment's own: pids.max,
 # memory.max (v2, with memory.swap.max 0) or memory.limit_in_bytes (v1,
-# with the memory+swap limit when the kernel accounts swap). It sets
-# sandbox_memory_cgroup=1 when a cgroup holds the memory limit (rlimits.nix
-# then skips RLIMIT_AS). Anything else stops the wrapper with status 2 and
-# a message: it never runs under weaker limits than the environment states.
-# Unset: nothing happens (rlimits.nix and processLimit.nix apply).
+# with the memory+swap limit when the kernel accounts swap). Anything else
+# stops the wrapper with status 2 and a message: it never runs under weaker
+# limits than the environment states. Unset: nothing happens (rlimits.nix
+# and processLimit.nix apply).
 { environment, ... }:
 c:
 let
@@ -19,7 +18,6 @@ let
   bytes = toString (limits.memory_mb * 1024 * 1024);
 in
 c.add-runtime ''
-  sandbox_memory_cgroup=
   sandbox_cgroup_fail() {
     echo "sandbox-${name}: NIX_SANDBOX_CGROUP: $1" >&2
     exit 2
@@ -55,13 +53,11 @@ c.add-runtime ''
         if [ -f "$sandbox_cgroup/memory.swap.max" ]; then
           sandbox_cgroup_limit "$sandbox_cgroup/memory.swap.max" 0
         fi
-        sandbox_memory_cgroup=1
       elif [ -f "$sandbox_cgroup/memory.limit_in_bytes" ]; then
         sandbox_cgroup_limit "$sandbox_cgroup/memory.limit_in_bytes" ${bytes}
         if [ -f "$sandbox_cgroup/memory.memsw.limit_in_bytes" ]; then
           sandbox_cgroup_limit "$sandbox_cgroup/memory.memsw.limit_in_bytes" ${bytes}
         fi
-        sandbox_memory_cgroup=1
       fi
     done
   fi

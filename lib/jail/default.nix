@@ -30,6 +30,7 @@ c.compose (
     ./processLimit.nix
     ./seccomp.nix
     ./kernelBudgets.nix
+    ./runtimeLimits.nix
     ./variables.nix
     ./extraCombinators.nix
     # Deferred: after every mount, the run-time ones too.

@@ -2,8 +2,14 @@
 # permission whose run-time code (add-runtime, after cgroupLimits.nix's)
 # lowers the jail's resource limits before bubblewrap starts: CPU time
 # (cpu_s: SIGXCPU then, a second later, SIGKILL), file size (file_mb:
-# SIGXFSZ or EFBIG), open files (nofile), no core dumps, and address space
-# (memory_mb) unless a cgroup holds the memory limit. A hard limit that is already lower stays.
+# SIGXFSZ or EFBIG), open files (nofile), no core dumps, each process's
+# data (memory_mb: RLIMIT_DATA, its private writable memory; with a cgroup
+# too, so that a process that alone allocates past the limit gets ENOMEM,
+# which runtimes report as their own out-of-memory error, before the cgroup
+# kills it), and the main thread's stack (8 MiB, soft and hard: RLIMIT_DATA
+# does not count it). Not RLIMIT_AS: it counts the address space a JIT or
+# allocator only reserves (the JVM's, Node's, Go's), which is not memory
+# used. A hard limit that is already lower stays.
 # RLIMIT_NPROC is set inside the jail instead (processLimit.nix).
 { environment, ... }:
 c:
@@ -35,7 +41,6 @@ c.add-runtime ''
   sandbox_rlimit -f ${toString (limits.file_mb * 1024)}
   sandbox_rlimit -n ${toString limits.nofile}
   sandbox_rlimit -c 0
-  if [ -z "''${sandbox_memory_cgroup:-}" ]; then
-    sandbox_rlimit -v ${toString (limits.memory_mb * 1024)}
-  fi
+  sandbox_rlimit -d ${toString (limits.memory_mb * 1024)}
+  sandbox_rlimit -s 8192
 ''

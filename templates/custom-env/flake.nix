@@ -86,6 +86,10 @@
           # and node, and yours. Serve only yours: `environments = mine;`.
           default = mkServer pkgs {
             environments = lib.mapAttrs (_: preset: preset pkgs) presets // mine;
+            # Compiled languages and network tools, served when named
+            # (each run builds one source file): "go", "rust", "java",
+            # "c", "cpp", "network-tools".
+            # presets = [ "go" "rust" ];
           };
         }
       );

@@ -36,7 +36,16 @@ pub enum Lang {
     Python,
     Bash,
     Node,
+    /// program.sh with a runner whose "language" is bash: it reads the
+    /// source from stdin and runs it, as a compiled language's runner
+    /// builds and runs it ([`PROGRAM_RUNNER`]).
+    Program,
 }
+
+/// The program driver's runner in these tests: the source on stdin, then
+/// run with its stdin at end of file, as lib/programRunner.nix does.
+const PROGRAM_RUNNER: &str =
+    "#!/bin/bash\nsource=$(cat)\nexec /bin/bash -c \"$source\" program </dev/null\n";
 
 impl Lang {
     pub fn name(self) -> &'static str {
@@ -44,13 +53,14 @@ impl Lang {
             Lang::Python => "python",
             Lang::Bash => "bash",
             Lang::Node => "node",
+            Lang::Program => "program",
         }
     }
 
     pub fn program(self) -> &'static str {
         match self {
             Lang::Python => "/usr/bin/python3",
-            Lang::Bash => "/bin/bash",
+            Lang::Bash | Lang::Program => "/bin/bash",
             Lang::Node => "/usr/bin/node",
         }
     }
@@ -60,6 +70,7 @@ impl Lang {
             Lang::Python => "python.py",
             Lang::Bash => "bash.sh",
             Lang::Node => "node.js",
+            Lang::Program => "program.sh",
         }
     }
 }
@@ -104,6 +115,17 @@ impl Agent {
             .join(lang.driver());
         let driver = dir.path().join(lang.driver());
         std::fs::copy(&source, &driver).expect("copy the driver");
+        if let Lang::Program = lang {
+            // As lib/sessionWrapper.nix writes the runner's path into it.
+            use std::os::unix::fs::PermissionsExt;
+            let runner = dir.path().join("runner");
+            std::fs::write(&runner, PROGRAM_RUNNER).expect("write the runner");
+            std::fs::set_permissions(&runner, std::fs::Permissions::from_mode(0o755))
+                .expect("make the runner executable");
+            let text = std::fs::read_to_string(&driver).expect("read the driver");
+            let runner = runner.to_str().expect("a UTF-8 path");
+            std::fs::write(&driver, text.replace("@runner@", runner)).expect("write the driver");
+        }
         let agent = env!("CARGO_BIN_EXE_agent");
         // The workspace: a directory of the test's, or the jail's tmpfs.
         let workspace = dir.path().join("workspace");

@@ -1,6 +1,7 @@
 //! The agent driven over its stdin/stdout, as the launcher drives it, with
-//! the host's python3, bash and node and the repository's drivers, each test
-//! both directly and inside a fixture bubblewrap jail.
+//! the host's python3, bash and node and the repository's drivers (program.sh
+//! with a bash runner), each test both directly and inside a fixture
+//! bubblewrap jail.
 
 mod harness;
 
@@ -11,5 +12,6 @@ mod files;
 mod fuzz;
 mod init;
 mod node;
+mod program;
 mod protocol;
 mod python;

@@ -178,7 +178,7 @@ fn limits_line(host: &Host, catalog: &Catalog) -> Option<String> {
     }
     let secs = |v: u64| format!("{v} s");
     let count = |v: u64| v.to_string();
-    // Without a cgroup, RLIMIT_AS binds each process, not the run.
+    // Without a cgroup, RLIMIT_DATA binds each process, not the run.
     let memory = if host.memory_by_cgroup() {
         "memory"
     } else {

@@ -123,19 +123,31 @@ pub fn diagnose(env: &Env, outcome: &RunOutcome, used: &Used) -> Option<Hit> {
     }
     let stderr = outcome.stderr.render();
     let said = |needles: &[&str]| needles.iter().any(|n| stderr.contains(n));
-    if said(&[
+    // The runtimes' own words, the most telling first: they are told the
+    // limit (lib/jail/runtimeLimits.nix) or get ENOMEM at RLIMIT_DATA.
+    if let Some(words) = [
+        "java.lang.OutOfMemoryError",
+        "JavaScript heap out of memory",
         "MemoryError",
+        "fatal error: runtime: out of memory",
+        "memory allocation of",
+        "insufficient memory for the Java Runtime",
         "Cannot allocate memory",
         "out of memory",
         "bad_alloc",
         "could not allocate memory",
         "Fatal process OOM",
-        "heap out of memory",
-    ]) {
+    ]
+    .into_iter()
+    .find(|n| stderr.contains(n))
+    {
         return hit(
             "memory",
             false,
-            format!("probably hit the memory limit ({} MiB)", l.memory_mb),
+            format!(
+                "probably hit the memory limit ({} MiB): the output says \"{words}\"",
+                l.memory_mb
+            ),
         );
     }
     if said(&["CPU time limit exceeded"]) {
@@ -251,6 +263,19 @@ mod tests {
     fn messages_give_a_probable_limit() {
         for (stderr, limit) in [
             ("Traceback...\nMemoryError\n", "memory"),
+            (
+                "Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space\n",
+                "memory",
+            ),
+            ("memory allocation of 67108864 bytes failed\n", "memory"),
+            (
+                "fatal error: out of memory allocating heap arena metadata\n",
+                "memory",
+            ),
+            (
+                "FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n",
+                "memory",
+            ),
             ("OSError: [Errno 27] File too large\n", "file_size"),
             ("OSError: [Errno 28] No space left on device\n", "disk"),
             ("OSError: [Errno 24] Too many open files\n", "open_files"),
@@ -263,6 +288,18 @@ mod tests {
             assert_eq!((h.limit, h.certain), (limit, false), "{stderr}");
         }
         assert_eq!(diag(&outcome(Exit::Code(1), "NameError: x\n"), None), None);
+        let h = diag(
+            &outcome(
+                Exit::Code(1),
+                "java.lang.OutOfMemoryError: Java heap space\n",
+            ),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            h.sentence,
+            "probably hit the memory limit (1024 MiB): the output says \"java.lang.OutOfMemoryError\""
+        );
         // SIGKILL after a minute of CPU: most likely the hard CPU limit.
         let spun = Stats {
             cpu: Some(Duration::from_secs(61)),

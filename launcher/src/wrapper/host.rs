@@ -6,7 +6,7 @@
 //!
 //! | limit | how |
 //! | --- | --- |
-//! | memory | cgroup memory limit (per run, tmpfs pages counted): a delegated cgroup v2 (cgroup.rs, delegation.rs), or as root the server's own cgroup; else RLIMIT_AS (address space, per process: a run's processes together up to pids x memory_mb) |
+//! | memory | cgroup memory limit (per run, tmpfs pages counted): a delegated cgroup v2 (cgroup.rs, delegation.rs), or as root the server's own cgroup; and RLIMIT_DATA per process (with a cgroup too); without one, a run's processes together up to pids x memory_mb |
 //! | processes | cgroup pids.max, else RLIMIT_NPROC in the jail's user namespace |
 //! | CPU time, file size, open files | RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE |
 //! | /tmp, /workspace, the home, /dev/shm | tmpfs size (the rest of the jail read-only) |
@@ -145,8 +145,9 @@ impl Host {
         let memory = if self.memory_by_cgroup() {
             "memory by cgroup, per run, its tmpfs mounts counted"
         } else {
-            "memory PER PROCESS only, by RLIMIT_AS (address space): a run's processes \
-             together may use up to pids x memory_mb, and its tmpfs mounts besides"
+            "memory PER PROCESS only, by RLIMIT_DATA (each process's private writable \
+             memory) and an 8 MiB stack: a run's processes together may use up to pids x \
+             memory_mb, and its tmpfs mounts and shared memory besides"
         };
         let pids = if self.pids_by_cgroup() {
             "processes by cgroup pids.max"

@@ -76,7 +76,7 @@ fn probe_code(interpreter: Interpreter) -> String {
             "import sys\nfor p in '{files}'.split():\n    sys.stdout.write('=== ' + p + '\\n' + open(p).read())\n\
              sys.stdout.write('=== {MOUNTINFO}\\n' + ''.join(l for l in open('{MOUNTINFO}') if l.split()[5].split(',')[0] == 'rw'))\n"
         ),
-        Interpreter::Bash => format!(
+        Interpreter::Bash | Interpreter::Program => format!(
             "for p in {files}; do echo \"=== $p\"; while IFS= read -r l; do printf '%s\\n' \"$l\"; done <\"$p\"; done\n\
              echo '=== {MOUNTINFO}'; while read -r -a f; do if [ \"${{f[5]%%,*}}\" = rw ]; then printf '%s\\n' \"${{f[*]}}\"; fi; done <{MOUNTINFO}\n"
         ),
@@ -93,6 +93,8 @@ pub struct Seen {
     /// Soft limits by the name /proc/self/limits gives (`Max cpu time`);
     /// `None` for unlimited.
     pub rlimits: BTreeMap<String, Option<u64>>,
+    /// Hard limits, the same way: what the code can raise its soft limit to.
+    pub hard_rlimits: BTreeMap<String, Option<u64>>,
     pub seccomp: bool,
     pub interfaces: Vec<String>,
     pub hostname: String,
@@ -115,9 +117,12 @@ impl Seen {
                 "/proc/self/limits" if line.starts_with("Max ") => {
                     // Columns: name (up to 26), soft, hard, units.
                     let (name, rest) = line.split_at(line.len().min(26));
-                    let soft = rest.split_whitespace().next().unwrap_or("");
-                    seen.rlimits
-                        .insert(name.trim().to_owned(), soft.parse().ok());
+                    let mut columns = rest.split_whitespace();
+                    let (soft, hard) = (columns.next(), columns.next());
+                    let value = |v: Option<&str>| v.and_then(|v| v.parse().ok());
+                    seen.rlimits.insert(name.trim().to_owned(), value(soft));
+                    seen.hard_rlimits
+                        .insert(name.trim().to_owned(), value(hard));
                 }
                 "/proc/self/status" => {
                     if let Some(mode) = line.strip_prefix("Seccomp:") {
@@ -150,7 +155,16 @@ impl Seen {
 
     /// The soft limit named `name` is set and at most `max`.
     fn within(&self, name: &str, max: u64) -> Result<(), String> {
-        match self.rlimits.get(name) {
+        Self::held(&self.rlimits, name, max)
+    }
+
+    /// The hard limit named `name` is set and at most `max`.
+    fn hard_within(&self, name: &str, max: u64) -> Result<(), String> {
+        Self::held(&self.hard_rlimits, name, max).map_err(|e| format!("hard: {e}"))
+    }
+
+    fn held(limits: &BTreeMap<String, Option<u64>>, name: &str, max: u64) -> Result<(), String> {
+        match limits.get(name) {
             Some(Some(v)) if *v <= max => Ok(()),
             Some(Some(v)) => Err(format!("{name} is {v}, over {max}")),
             Some(None) => Err(format!("{name} is unlimited, not {max}")),
@@ -197,7 +211,13 @@ pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Re
             )),
         });
     } else {
-        check(seen.within("Max address space", memory));
+        // Each process's data and its main stack (which RLIMIT_DATA does not
+        // count), hard limits both, or, in a sandbox built before the jails
+        // set RLIMIT_DATA, its address space.
+        let data = seen
+            .hard_within("Max data size", memory)
+            .and(seen.hard_within("Max stack size", memory));
+        check(data.or_else(|e| seen.within("Max address space", memory).map_err(|_| e)));
     }
     if host.pids_by_cgroup() {
         check(match cgroup.and_then(|s| s.pids_limit) {
@@ -238,7 +258,15 @@ pub fn wrapper_ready(path: &str) -> bool {
 /// reason in one line (the wrapper's stderr, trimmed, or the limits that
 /// do not hold).
 pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<Seen, String> {
-    let wrapper = &env.run[0];
+    // A program environment's `run` builds a source file: the probe is
+    // bash, through its `shell` (the same jail).
+    let argv = match env.interpreter {
+        Interpreter::Program => &env.shell,
+        _ => &env.run,
+    };
+    let Some(wrapper) = argv.first() else {
+        return Err("the manifest names no `shell` to probe it with".into());
+    };
     if !wrapper_ready(wrapper) {
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
@@ -250,7 +278,7 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
     let spec = Spec {
         gate: gate.as_ref(),
         user,
-        argv: &env.run,
+        argv,
         limits: &env.limits,
         code: code.as_bytes(),
         timeout: PROBE_TIMEOUT,

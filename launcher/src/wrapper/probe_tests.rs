@@ -8,9 +8,11 @@ const OUTPUT: &str = "\
 Limit                     Soft Limit           Hard Limit           Units
 Max cpu time              60                   61                   seconds
 Max file size             268435456            268435456            bytes
+Max data size             1073741824           1073741824           bytes
+Max stack size            8388608              8388608              bytes
 Max processes             32                   32                   processes
 Max open files            1024                 1024                 files
-Max address space         1073741824           1073741824           bytes
+Max address space         unlimited            unlimited            bytes
 Max locked memory         unlimited            unlimited            bytes
 Max pending signals       1024                 1024                 signals
 Max msgqueue size         262144               262144               bytes
@@ -49,7 +51,8 @@ fn the_probe_output_parses() {
     assert_eq!(seen.interfaces, ["lo"]);
     assert_eq!(seen.rlimits["Max cpu time"], Some(60));
     assert_eq!(seen.rlimits["Max locked memory"], None);
-    assert_eq!(seen.rlimits.len(), 8);
+    assert_eq!(seen.rlimits.len(), 10);
+    assert_eq!(seen.hard_rlimits["Max cpu time"], Some(61));
     assert_eq!(seen.hostname, "sandbox");
     assert_eq!(
         seen.users[1],
@@ -165,8 +168,8 @@ fn the_process_limit_is_checked_by_rlimit_or_cgroup() {
     let mut cg = Host::plain();
     cg.cgroups = Some(super::super::cgroup::Cgroups::fake(true, true));
     let no_as = Seen::parse(&OUTPUT.replace(
-        "Max address space         1073741824 ",
-        "Max address space         unlimited ",
+        "Max data size             1073741824           1073741824 ",
+        "Max data size             unlimited            unlimited ",
     ));
     let held = Stats {
         memory_limit: Some(1 << 30),
@@ -184,9 +187,56 @@ fn the_process_limit_is_checked_by_rlimit_or_cgroup() {
 
 #[test]
 fn probe_programs_name_every_file() {
-    for i in [Interpreter::Python, Interpreter::Bash, Interpreter::Node] {
+    for i in [
+        Interpreter::Python,
+        Interpreter::Bash,
+        Interpreter::Node,
+        Interpreter::Program,
+    ] {
         let code = probe_code(i);
         assert!(PROBE_FILES.iter().all(|f| code.contains(f)), "{code}");
         assert!(code.contains(MOUNTINFO), "{code}");
     }
+}
+
+/// Without a cgroup, memory is each process's data (RLIMIT_DATA) and its
+/// main stack, both hard limits (the code can raise a soft one); a sandbox
+/// built before them is held by its address space.
+#[test]
+fn memory_without_a_cgroup_is_data_and_stack_or_address_space() {
+    let with = |pairs: &[(&str, &str)]| {
+        let mut out = OUTPUT.to_owned();
+        for (from, to) in pairs {
+            assert!(out.contains(from), "{from}");
+            out = out.replace(from, to);
+        }
+        Seen::parse(&out)
+    };
+    let data = "Max data size             1073741824           1073741824 ";
+    let stack = "Max stack size            8388608              8388608 ";
+    let space = "Max address space         unlimited            unlimited ";
+    let no_data = "Max data size             unlimited            unlimited ";
+    let soft_data = "Max data size             1073741824           unlimited ";
+    let free_stack = "Max stack size            8388608              unlimited ";
+    let held_space = "Max address space         1073741824           1073741824 ";
+    let e = verify(&env(false), &Host::plain(), &with(&[(data, no_data)]), None).unwrap_err();
+    assert!(e.contains("hard: Max data size is unlimited"), "{e}");
+    let e = verify(
+        &env(false),
+        &Host::plain(),
+        &with(&[(data, soft_data)]),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.contains("Max data size"), "{e}");
+    let e = verify(
+        &env(false),
+        &Host::plain(),
+        &with(&[(stack, free_stack)]),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.contains("hard: Max stack size is unlimited"), "{e}");
+    let older = with(&[(data, no_data), (space, held_space)]);
+    assert_eq!(verify(&env(false), &Host::plain(), &older, None), Ok(()));
 }

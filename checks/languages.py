@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Compiled languages end to end: the optional presets through the Nix-built server.
+
+Run by checks/run (as root, then as an unprivileged user) next to e2e.py,
+whose MCP client and test runner it uses. Prints one line per test, `ok -
+LABEL: languages: name`, `FAIL - ...: reason`, and exits 1 when a test failed.
+
+  languages.py --label root --server OUT
+
+OUT is checks/languagesServer.nix's `languages-server`: mkServer with
+`presets = [ "go" "rust" "java" "c" "cpp" "network-tools" ]`. For each
+language, through `run` as the model calls it: hello world; a compile error
+(the compiler's message and its exit code); a runtime panic or exception; a
+program allocating past `memory_mb` (the runtime's own out-of-memory
+message, then the server's note naming the memory limit); a program that
+never ends (the timeout, the process tree killed; all languages at once);
+and in a session, a second build that reuses the first's cache: the
+unchanged source's program is not built again (its file's mtime stays) and
+the language's own cache (GOCACHE, rustc's incremental directory) is kept.
+Then network-tools: its tools run, and its jail has loopback only.
+"""
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+
+from e2e import Suite, check
+from sessions import Server, unpack
+
+CACHE = "/tmp/build-cache"
+
+# Per language: hello, a compile error and what the compiler says, a
+# runtime failure and what it says, an allocation past the limit and the
+# runtime's own words, a program that never ends, and a program listing
+# the build cache: one line `out NAME MTIME_NS` per built program (MTIME of
+# its `main`, or Java's `.main-class`), then `own N` (entries of the
+# language's own cache, -1 without one).
+LANGUAGES = {
+    "go": {
+        "hello": 'package main\nimport "fmt"\nfunc main() { fmt.Println("hello from go") }\n',
+        "broken": 'package main\nfunc main() { nope() }\n',
+        "broken_says": "undefined: nope",
+        "panic": 'package main\nfunc main() { panic("boom") }\n',
+        "panic_says": "panic: boom",
+        "oom": ('package main\nimport "fmt"\nfunc main() {\n var keep [][]byte\n'
+                ' for { b := make([]byte, 64<<20); for i := range b { b[i] = 1 }; keep = append(keep, b)'
+                '; fmt.Println(len(keep)) }\n}\n'),
+        "oom_says": "out of memory",
+        "forever": 'package main\nimport "time"\nfunc main() { for { time.Sleep(time.Second) } }\n',
+        "lister": ('package main\nimport ("fmt"; "os")\nfunc main() {\n'
+                   ' es, _ := os.ReadDir("' + CACHE + '/out")\n'
+                   ' for _, e := range es { if st, err := os.Stat("' + CACHE + '/out/" + e.Name() + "/main"); err == nil {'
+                   ' fmt.Println("out", e.Name(), st.ModTime().UnixNano()) } }\n'
+                   ' own, err := os.ReadDir("' + CACHE + '/go-build"); n := len(own); if err != nil { n = -1 }\n'
+                   ' fmt.Println("own", n)\n}\n'),
+    },
+    "rust": {
+        "hello": 'fn main() { println!("hello from rust"); }\n',
+        "broken": 'fn main() { nope(); }\n',
+        "broken_says": "cannot find function `nope`",
+        "panic": 'fn main() { panic!("boom"); }\n',
+        "panic_says": "panicked",
+        "oom": ('fn main() { let mut keep: Vec<Vec<u8>> = Vec::new();'
+                ' loop { keep.push(vec![1u8; 64 << 20]); println!("{}", keep.len()); } }\n'),
+        "oom_says": "memory allocation of",
+        "forever": 'fn main() { loop { std::thread::sleep(std::time::Duration::from_secs(1)); } }\n',
+        "lister": ('use std::fs; use std::time::UNIX_EPOCH;\nfn main() {\n'
+                   ' for e in fs::read_dir("' + CACHE + '/out").unwrap() { let e = e.unwrap();'
+                   ' if let Ok(m) = fs::metadata(e.path().join("main")) {'
+                   ' println!("out {} {}", e.file_name().to_string_lossy(),'
+                   ' m.modified().unwrap().duration_since(UNIX_EPOCH).unwrap().as_nanos()); } }\n'
+                   ' let n = fs::read_dir("' + CACHE + '/rust-incremental").map(|d| d.count() as i64).unwrap_or(-1);\n'
+                   ' println!("own {}", n);\n}\n'),
+    },
+    "java": {
+        "hello": 'public class Hello { public static void main(String[] a) { System.out.println("hello from java"); } }\n',
+        "broken": 'public class Broken { public static void main(String[] a) { nope(); } }\n',
+        "broken_says": "cannot find symbol",
+        "panic": 'public class Boom { public static void main(String[] a) { throw new IllegalStateException("boom"); } }\n',
+        "panic_says": 'Exception in thread "main" java.lang.IllegalStateException: boom',
+        "oom": ('import java.util.*;\npublic class Hog { public static void main(String[] a) {'
+                ' List<long[]> keep = new ArrayList<>(); while (true) { keep.add(new long[8 << 20]);'
+                ' System.out.println(keep.size()); } } }\n'),
+        "oom_says": "java.lang.OutOfMemoryError",
+        "forever": 'public class Forever { public static void main(String[] a) throws Exception { while (true) Thread.sleep(1000); } }\n',
+        "lister": ('import java.io.File;\npublic class Lister { public static void main(String[] a) {\n'
+                   ' for (File d : new File("' + CACHE + '/out").listFiles()) { File m = new File(d, ".main-class");'
+                   ' if (m.exists()) System.out.println("out " + d.getName() + " " + m.lastModified() * 1000000L); }\n'
+                   ' System.out.println("own -1"); } }\n'),
+    },
+    "c": {
+        "hello": '#include <stdio.h>\nint main(void) { puts("hello from c"); return 0; }\n',
+        "broken": 'int main(void) { return nope; }\n',
+        "broken_says": "undeclared",
+        "panic": ('#include <stdio.h>\n#include <stdlib.h>\n'
+                  'int main(void) { fprintf(stderr, "boom\\n"); abort(); }\n'),
+        "panic_says": "boom",
+        "oom": ('#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n'
+                'int main(void) { for (int i = 1;; i++) { char *p = malloc(64 << 20);'
+                ' if (!p) { perror("malloc"); return 1; } memset(p, 1, 64 << 20); printf("%d\\n", i); } }\n'),
+        "oom_says": "Cannot allocate memory",
+        "forever": '#include <unistd.h>\nint main(void) { for (;;) sleep(1); }\n',
+        "lister": ('#define _POSIX_C_SOURCE 200809L\n#include <dirent.h>\n#include <stdio.h>\n#include <sys/stat.h>\n'
+                   'int main(void) { DIR *d = opendir("' + CACHE + '/out"); struct dirent *e; char p[4096]; struct stat st;\n'
+                   ' while ((e = readdir(d))) { snprintf(p, sizeof p, "' + CACHE + '/out/%s/main", e->d_name);'
+                   ' if (stat(p, &st) == 0) printf("out %s %lld\\n", e->d_name,'
+                   ' (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec); }\n'
+                   ' puts("own -1"); return 0; }\n'),
+    },
+    "cpp": {
+        "hello": '#include <iostream>\nint main() { std::cout << "hello from cpp" << std::endl; }\n',
+        "broken": 'int main() { return nope; }\n',
+        "broken_says": "was not declared",
+        "panic": '#include <stdexcept>\nint main() { throw std::runtime_error("boom"); }\n',
+        "panic_says": "what():  boom",
+        "oom": ('#include <cstring>\n#include <iostream>\n#include <vector>\n'
+                'int main() { std::vector<char*> keep; for (;;) { char *p = new char[64 << 20];'
+                ' std::memset(p, 1, 64 << 20); keep.push_back(p); std::cout << keep.size() << std::endl; } }\n'),
+        "oom_says": "std::bad_alloc",
+        "forever": '#include <unistd.h>\nint main() { for (;;) sleep(1); }\n',
+        "lister": ('#include <chrono>\n#include <filesystem>\n#include <iostream>\nnamespace fs = std::filesystem;\n'
+                   'int main() { for (auto &d : fs::directory_iterator("' + CACHE + '/out")) {'
+                   ' auto m = d.path() / "main"; if (fs::exists(m)) std::cout << "out " << d.path().filename().string()'
+                   ' << " " << std::chrono::duration_cast<std::chrono::nanoseconds>(fs::last_write_time(m)'
+                   '.time_since_epoch()).count() << "\\n"; }\n std::cout << "own -1\\n"; }\n'),
+    },
+}
+
+
+def run(server, env, code):
+    """Runs code without a session: (result, text, facts)."""
+    return unpack(server.client.request("tools/call", {"name": "run", "arguments": {"env": env, "code": code}}))
+
+
+def runs_at_once(server, calls):
+    """Sends every (env, code) as a run without a session before reading any
+    answer; the answers in that order."""
+    ids = []
+    for env, code in calls:
+        server.next_id += 1
+        ids.append(server.next_id)
+        server.client.send({"jsonrpc": "2.0", "id": server.next_id, "method": "tools/call",
+                            "params": {"name": "run", "arguments": {"env": env, "code": code}}})
+    return server.answers(ids)
+
+
+def limit_of(facts):
+    return (facts.get("limit") or {}).get("name")
+
+
+def t_hello(server, lang):
+    result, text, facts = run(server, lang, LANGUAGES[lang]["hello"])
+    check(not result.get("isError") and text.strip() == f"hello from {lang}", f"hello: {text[-400:]}")
+    check(facts.get("exit_code") == 0, f"exit code {facts.get('exit_code')}: {text}")
+
+
+def t_compile_error(server, lang):
+    spec = LANGUAGES[lang]
+    result, text, facts = run(server, lang, spec["broken"])
+    check(result.get("isError"), f"a compile error is not an error: {result}")
+    check(spec["broken_says"] in text, f"the compiler's message {spec['broken_says']!r} is not in: {text}")
+    check(isinstance(facts.get("exit_code"), int) and facts["exit_code"] != 0,
+          f"exit code {facts.get('exit_code')}: {text}")
+    check(f"exit code {facts['exit_code']}" in text, f"the result does not say the exit code: {text}")
+
+
+def t_panic(server, lang):
+    spec = LANGUAGES[lang]
+    result, text, facts = run(server, lang, spec["panic"])
+    check(result.get("isError"), f"a panic is not an error: {result}")
+    check(spec["panic_says"] in text, f"{spec['panic_says']!r} is not in: {text}")
+
+
+def t_out_of_memory(server, lang):
+    spec = LANGUAGES[lang]
+    result, text, facts = run(server, lang, spec["oom"])
+    check(result.get("isError"), f"an allocation past the limit did not fail: {text[-400:]}")
+    # The runtime's own words come first, the server's note after them.
+    own = text.find(spec["oom_says"])
+    note = text.find("memory limit (1024 MiB)")
+    check(own >= 0, f"the runtime's own message {spec['oom_says']!r} is not in: {text[-600:]}")
+    check(note > own, f"no note naming the memory limit after it: {text[-600:]}")
+    check(limit_of(facts) == "memory", f"the facts name limit {facts.get('limit')}: {text[-300:]}")
+
+
+def t_timeouts(server):
+    """Every language's endless program at once: each timed out, its tree killed."""
+    calls = [(lang, spec["forever"]) for lang, spec in LANGUAGES.items()]
+    answers = runs_at_once(server, calls)
+    for (lang, _), (result, text, _) in zip(calls, answers):
+        check(result.get("isError") and "timed out after 30 s; the process tree was killed" in text,
+              f"{lang}: {text[-300:]}")
+
+
+LISTED = re.compile(r"^out ([0-9a-f]{64}) (-?\d+)$", re.M)
+
+
+def listing(server, lang, session):
+    result, text, _ = server.call(lang, session, LANGUAGES[lang]["lister"])
+    check(not result.get("isError"), f"the lister failed: {text[-400:]}")
+    own = re.search(r"^own (-?\d+)$", text, re.M)
+    check(own, f"no `own` line: {text}")
+    return dict(LISTED.findall(text)), int(own.group(1))
+
+
+def t_session_cache(server, lang):
+    session = f"cache-{lang}"
+    hello = LANGUAGES[lang]["hello"]
+    result, text, _ = server.call(lang, session, hello)
+    check(not result.get("isError") and text.startswith(f"hello from {lang}"), f"first build: {text[-300:]}")
+    first, own = listing(server, lang, session)
+    check(len(first) == 2, f"wanted the hello's and the lister's programs in the cache, got {first}")
+    if lang in ("go", "rust"):
+        check(own > 0, f"the language's own cache is empty after two builds ({own})")
+    # The same source again: its program is reused, not built again.
+    result, text, _ = server.call(lang, session, hello)
+    check(not result.get("isError") and text.startswith(f"hello from {lang}"), f"second run: {text[-300:]}")
+    second, _ = listing(server, lang, session)
+    check(second == first, f"the cache changed: the unchanged source was built again: {first} -> {second}")
+
+
+def t_network_tools(server):
+    code = ("curl --version | head -n 1; dig -v 2>&1 | head -n 1; nc -h 2>&1 | head -n 1; "
+            "openssl version; ip -o link | cut -d: -f2 | tr -d ' '")
+    result, text, _ = run(server, "network-tools", code)
+    check(not result.get("isError"), f"{text}")
+    lines = text.strip().splitlines()
+    check(lines[0].startswith("curl "), f"curl: {text}")
+    check(lines[1].startswith("DiG "), f"dig: {text}")
+    check(lines[3].startswith("OpenSSL "), f"openssl: {text}")
+    check(lines[-1] == "lo", f"interfaces besides loopback: {text}")
+    check("HTTPS_PROXY" in run(server, "network-tools", "env")[1], "the egress proxy is not set")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--label", required=True)
+    args = parser.parse_args()
+    suite = Suite(f"{args.label}: languages")
+    with tempfile.TemporaryDirectory(prefix="nsm-languages-") as scratch:
+        # The server's PROJECT_DIR is in it, which a root server's jails enter.
+        os.chmod(scratch, 0o755)
+        with Server(args, scratch) as server:
+            for lang in LANGUAGES:
+                suite.test(f"{lang}: hello world", t_hello, server, lang)
+                suite.test(f"{lang}: a compile error is the result, with the compiler's exit code",
+                           t_compile_error, server, lang)
+                suite.test(f"{lang}: a runtime panic or exception", t_panic, server, lang)
+                suite.test(f"{lang}: past the memory limit, the runtime's own error, then the server's note",
+                           t_out_of_memory, server, lang)
+                suite.test(f"{lang}: a session's second build reuses the first's cache",
+                           t_session_cache, server, lang)
+            suite.test("every language's endless program times out, at once", t_timeouts, server)
+            suite.test("network-tools: its tools run, loopback only, the proxy set", t_network_tools, server)
+    sys.exit(1 if suite.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -24,7 +24,7 @@ use serde::de::{self, IntoDeserializer, Visitor};
 use serde_json::Value;
 use serde_path_to_error::Segment;
 
-use super::refusal::Refusal;
+use crate::report::refusal::Refusal;
 
 /// The arguments of `run`, checked.
 #[derive(Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@
 //!   [`report::call::called`].
 //!
 //! Whatever stops a call before its code runs is a [`Refusal`]
-//! (refusal.rs), which the layers' own errors convert into.
+//! (report/refusal.rs), which the layers' own errors convert into.
 
 mod activity;
 pub mod args;
@@ -21,7 +21,6 @@ mod backpressure;
 mod connections;
 pub mod http;
 pub mod listen;
-pub mod refusal;
 mod resources;
 mod sockets;
 pub mod stdio;
@@ -52,7 +51,7 @@ use crate::wrapper::host::Host;
 use crate::wrapper::probe::{self, Probes};
 use args::RunArgs;
 use proto::files::{MAX_FILES, MAX_FILES_BYTES, MAX_PATH_BYTES};
-use refusal::Refusal;
+use crate::report::refusal::Refusal;
 use resources::Links;
 
 /// The largest code a session takes: its exec frame, every byte of the

@@ -53,7 +53,7 @@ pub struct OnDemand {
 }
 
 /// Why a composition failed: each is one sentence for the model
-/// (mcp/refusal.rs).
+/// (report/refusal.rs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ComposeError {
     /// No such package in the server's nixpkgs (the helper's line: the

@@ -116,7 +116,7 @@ async fn a_call_that_waited_for_a_slot_in_vain_is_not_remembered() {
 
 #[test]
 fn a_busy_server_and_a_name_outside_its_scope_are_told_in_one_line() {
-    use crate::mcp::refusal::Refusal;
+    use crate::report::refusal::Refusal;
     let busy = Refusal::compose_failed("python", &ComposeError::Busy(1)).to_string();
     assert!(
         busy.starts_with("error[server_busy]: ")

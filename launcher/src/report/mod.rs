@@ -28,6 +28,7 @@
 pub mod call;
 pub mod limit;
 pub mod outputs;
+pub mod refusal;
 pub mod run;
 
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
@@ -35,7 +36,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::catalog::Env;
-use crate::mcp::refusal::Refusal;
+use refusal::Refusal;
 
 /// The `_meta` key of a result's machine-readable facts.
 pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";

@@ -64,7 +64,7 @@ pub use names::{SessionName, random_suffix};
 pub use table::Settings;
 use table::{Inner, Slot};
 
-/// Why a session call ran nothing; mcp/refusal.rs says each to the model.
+/// Why a session call ran nothing; report/refusal.rs says each to the model.
 #[derive(Debug)]
 pub enum Error {
     /// The session belongs to environment `bound`, not `requested`.

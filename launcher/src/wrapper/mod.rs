@@ -89,7 +89,7 @@ impl WrapperEnv {
 }
 
 /// Why a wrapper did not start. Nothing ran either way; the two differ in
-/// what the model is told (mcp/refusal.rs).
+/// what the model is told (report/refusal.rs).
 #[derive(Debug)]
 pub enum StartError {
     /// Its cgroup could not be made: the limits it would write there would

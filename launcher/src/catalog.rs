@@ -35,7 +35,7 @@ pub enum Interpreter {
 
 /// Limits of an environment. The launcher enforces the deadline and the
 /// output cap; the wrapper enforces the rest, which the launcher checks at
-/// start (wrapper/probe.rs) and names when a run hits one
+/// start (probe.rs) and names when a run hits one
 /// (report/limit.rs).
 ///
 /// The two the launcher enforces itself may be absent (an older sandbox):

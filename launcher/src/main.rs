@@ -4,7 +4,7 @@
 //! This file only wires the parts together: the configuration (config.rs),
 //! the environments (catalog.rs), the host's facts (wrapper/host.rs), the
 //! configuration checked against them (preflight.rs), the jails' pid
-//! namespace (lifetime.rs), then `--check` (wrapper/probe.rs) or MCP over
+//! namespace (lifetime.rs), then `--check` (probe.rs) or MCP over
 //! stdio or HTTP (mcp/).
 //!
 //! stdout is the MCP channel: only the protocol goes there (the `--help`,
@@ -23,6 +23,7 @@ mod mcp;
 mod outputs;
 mod packages;
 mod preflight;
+mod probe;
 mod report;
 mod run;
 mod session;
@@ -44,7 +45,6 @@ use crate::lifetime::Jails;
 use crate::outputs::mirror::{Caps, Mirror};
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::{Host, Teardown};
-use crate::wrapper::probe;
 
 /// How long the exit waits for reaper threads after the runs were killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);

@@ -1,7 +1,7 @@
 //! One run: code fed to an environment's `run` wrapper (docs/contracts.md,
 //! contract 2) in a fresh jail, its output captured, and nothing of it left
 //! afterwards. The `run` tool without `session` or `files` is one
-//! ([`in_env`]); so is a sandbox probe (wrapper/probe.rs).
+//! ([`in_env`]); so is a sandbox probe (probe.rs).
 //!
 //! - The wrapper is started as wrapper/mod.rs says: its own process group,
 //!   the small environment, its own cgroup when the host has cgroups.

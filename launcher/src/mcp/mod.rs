@@ -48,7 +48,7 @@ use crate::run;
 use crate::session::{self, SessionName, Sessions, throwaway};
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::Host;
-use crate::wrapper::probe::{self, Probes};
+use crate::probe::{self, Probes};
 use args::RunArgs;
 use proto::files::{MAX_FILES, MAX_FILES_BYTES, MAX_PATH_BYTES};
 use crate::report::refusal::Refusal;

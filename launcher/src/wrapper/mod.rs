@@ -15,7 +15,7 @@
 //!   included.
 //!
 //! What the host gives the jails is found once, at start (host.rs); whether
-//! a wrapper really holds its environment's limits is probed (probe.rs).
+//! a wrapper really holds its environment's limits is probed (../probe.rs).
 
 pub mod cgroup;
 pub mod clone;
@@ -23,7 +23,6 @@ pub mod delegation;
 pub mod hop;
 pub mod host;
 pub mod jailuser;
-pub mod probe;
 pub mod proctree;
 pub mod reaper;
 pub mod uidblock;

@@ -28,13 +28,13 @@ use tokio_util::sync::CancellationToken;
 
 use proto::frame::Exit;
 
-use super::WrapperEnv;
-use super::cgroup::Stats;
-use super::host::Host;
 use crate::catalog::{Catalog, Env, Interpreter};
 use crate::egress::policy::Network;
 use crate::preflight::Problem;
 use crate::run::{self, Spec};
+use crate::wrapper::cgroup::Stats;
+use crate::wrapper::host::Host;
+use crate::wrapper::{self, WrapperEnv};
 
 /// How long the probe's empty program may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -214,8 +214,8 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
     let code = probe_code(env.interpreter);
-    let (user, gate) = super::prepare(env, host).map_err(|e| match e {
-        super::StartError::Egress(e) => format!("its network policy cannot be served: {e}"),
+    let (user, gate) = wrapper::prepare(env, host).map_err(|e| match e {
+        wrapper::StartError::Egress(e) => format!("its network policy cannot be served: {e}"),
         other => format!("cannot start {wrapper}: {other}"),
     })?;
     let spec = Spec {

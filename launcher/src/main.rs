@@ -20,7 +20,6 @@ mod egress;
 mod fdlimit;
 mod lifetime;
 mod mcp;
-mod outputs;
 mod packages;
 mod preflight;
 mod probe;
@@ -42,7 +41,7 @@ use crate::catalog::Catalog;
 use crate::config::Mode;
 use crate::egress::Egress;
 use crate::lifetime::Jails;
-use crate::outputs::mirror::{Caps, Mirror};
+use crate::session::outputs::mirror::{Caps, Mirror};
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::{Host, Teardown};
 

@@ -41,17 +41,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{self, ClientKey, Runs, SessionSlots, Shares, Slot};
 use crate::catalog::{Catalog, Env};
-use crate::outputs::mirror::Mirror;
 use crate::packages::{Composer, names};
+use crate::probe::{self, Probes};
 use crate::report;
+use crate::report::refusal::Refusal;
 use crate::run;
+use crate::session::outputs::mirror::Mirror;
 use crate::session::{self, SessionName, Sessions, throwaway};
 use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::Host;
-use crate::probe::{self, Probes};
 use args::RunArgs;
 use proto::files::{MAX_FILES, MAX_FILES_BYTES, MAX_PATH_BYTES};
-use crate::report::refusal::Refusal;
 use resources::Links;
 
 /// The largest code a session takes: its exec frame, every byte of the

@@ -1,7 +1,7 @@
 //! Everything that turns an outcome into what the model reads: the `run`
 //! tool's result for a run (run.rs), a session call (call.rs) or a refusal
 //! ([`refused`]), with the limit a run hit (limit.rs) and the outputs a call
-//! wrote (outputs.rs, from outputs/).
+//! wrote (outputs.rs, from session/outputs/).
 //!
 //! # Result format (the decision the README documents)
 //!

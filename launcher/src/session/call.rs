@@ -27,9 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::jail::{Broken, Jail};
+use super::outputs::{self, Collected, Destination};
 use super::verify::{self, Streams};
 use crate::catalog::Env;
-use crate::outputs::{self, Collected, Destination};
 
 /// How long interrupted code has to stop before the session is reset.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);

@@ -43,6 +43,7 @@ mod cpu;
 pub mod jail;
 pub mod lease;
 mod names;
+pub mod outputs;
 mod table;
 pub mod throwaway;
 pub mod verify;
@@ -55,12 +56,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{ClientKey, IdleSessions, SessionSlots};
 use crate::catalog::Env;
-use crate::outputs::mirror::Mirror;
-use crate::outputs::{self, Destination, ReadFailed};
 use crate::wrapper::host::Host;
 use crate::wrapper::{NotStarted, WrapperEnv};
 use call::{Call, CallOutcome, JailAfter};
 pub use names::{SessionName, random_suffix};
+use outputs::mirror::Mirror;
+use outputs::{Destination, ReadFailed};
 pub use table::Settings;
 use table::{Inner, Slot};
 

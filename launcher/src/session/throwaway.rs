@@ -17,9 +17,9 @@ use tokio_util::sync::CancellationToken;
 use super::Error;
 use super::call::{self, Call, CallOutcome};
 use super::jail::Jail;
+use super::outputs::Destination;
+use super::outputs::mirror::Mirror;
 use crate::catalog::Env;
-use crate::outputs::Destination;
-use crate::outputs::mirror::Mirror;
 use crate::wrapper::host::Host;
 use crate::wrapper::{NotStarted, WrapperEnv};
 

@@ -29,8 +29,8 @@ use tokio::time::Instant;
 
 pub mod mirror;
 
-use crate::session::jail::{Broken, Jail};
-use crate::session::verify;
+use super::jail::{Broken, Jail};
+use super::verify;
 use mirror::{Mirror, Skipped};
 
 /// Most images (SVG included) shown per call.

@@ -26,6 +26,7 @@ mod probe;
 mod report;
 mod run;
 mod session;
+mod settings;
 #[cfg(test)]
 mod testing;
 mod wrapper;
@@ -265,8 +266,8 @@ fn serve(
 
 /// Logs to stderr, at `RUST_LOG`'s level.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env(config::RUST_LOG.var_name())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(config::RUST_LOG.text()));
+    let filter = tracing_subscriber::EnvFilter::try_from_env(settings::RUST_LOG.var_name())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(settings::RUST_LOG.text()));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -515,8 +515,8 @@ impl Front {
                  answered, so none was ended for this one; an MCP session ends {} s after its \
                  last request{}, or at once with DELETE /mcp",
                 self.max_mcp_sessions,
-                crate::config::MAX_MCP_SESSIONS.flag.unwrap_or_default(),
-                crate::config::MAX_MCP_SESSIONS.var_name(),
+                crate::settings::MAX_MCP_SESSIONS.flag.unwrap_or_default(),
+                crate::settings::MAX_MCP_SESSIONS.var_name(),
                 self.idle_timeout().as_secs(),
                 first.map_or(String::new(), |s| format!(" (the first idle one in {s} s)"))
             ),

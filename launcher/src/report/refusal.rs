@@ -421,7 +421,7 @@ impl Refusal {
                     "the server was getting other packages ({slots} at once, {}) for as long \
                      as this call may wait; nothing was run. Try again later, or call without \
                      `packages`.",
-                    admission::setting_names(&crate::config::MAX_COMPOSITIONS)
+                    admission::setting_names(&crate::settings::MAX_COMPOSITIONS)
                 ),
             ),
             ComposeError::TimedOut(s) => Self::new(

@@ -14,7 +14,7 @@ use super::jail::{CpuSource, Jail};
 use super::lease::Running;
 use crate::admission::{IdleSession, IdleSessions, SessionSlots, Slot as Place};
 use crate::catalog::Env;
-use crate::config;
+use crate::settings;
 use crate::wrapper::host::Host;
 use crate::wrapper::{NotStarted, WrapperEnv};
 
@@ -37,10 +37,10 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            max_sessions: usize::try_from(config::MAX_SESSIONS.number()).unwrap_or(usize::MAX),
-            max_total: usize::try_from(config::MAX_SESSIONS_TOTAL.number()).unwrap_or(usize::MAX),
-            idle_timeout: Duration::from_secs(config::SESSION_IDLE_TIMEOUT.number()),
-            max_lifetime: Duration::from_secs(config::SESSION_MAX_LIFETIME.number()),
+            max_sessions: usize::try_from(settings::MAX_SESSIONS.number()).unwrap_or(usize::MAX),
+            max_total: usize::try_from(settings::MAX_SESSIONS_TOTAL.number()).unwrap_or(usize::MAX),
+            idle_timeout: Duration::from_secs(settings::SESSION_IDLE_TIMEOUT.number()),
+            max_lifetime: Duration::from_secs(settings::SESSION_MAX_LIFETIME.number()),
         }
     }
 }

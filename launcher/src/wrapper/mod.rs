@@ -45,8 +45,8 @@ use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
 use crate::catalog::{Env, Limits};
-use crate::config;
 use crate::egress::{self, Gate};
+use crate::settings;
 use cgroup::RunCgroup;
 use clone::Started;
 use host::Host;
@@ -67,8 +67,8 @@ impl WrapperEnv {
         // NIX_SANDBOX_CGROUP is the wrapper's own cgroup ([`spawn`]), never
         // the server's.
         let project = [
-            config::PROJECT_DIR.var_name(),
-            config::PROJECT_MOUNT.var_name(),
+            settings::PROJECT_DIR.var_name(),
+            settings::PROJECT_MOUNT.var_name(),
         ];
         for name in ["XDG_RUNTIME_DIR"].into_iter().chain(project) {
             if let Some(value) = lookup(name).filter(|v| !v.is_empty()) {

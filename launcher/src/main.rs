@@ -2,7 +2,7 @@
 //! code through the jailed wrappers they name; it builds no jail itself.
 //!
 //! This file only wires the parts together: the configuration (config.rs),
-//! the environments (catalog.rs), the host's facts (wrapper/host.rs), the
+//! the environments (catalog/), the host's facts (wrapper/host.rs), the
 //! configuration checked against them (preflight.rs), the jails' pid
 //! namespace (lifetime.rs), then `--check` (probe.rs) or MCP over
 //! stdio or HTTP (mcp/).

@@ -34,7 +34,7 @@ pub struct RunArgs {
     pub session: Option<String>,
     pub files: Vec<FileIn>,
     /// nixpkgs attribute names to add to the environment (checked later,
-    /// against the environment's policy: packages/names.rs).
+    /// against the environment's policy: catalog/names.rs).
     pub packages: Option<Vec<String>>,
 }
 

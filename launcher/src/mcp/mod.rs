@@ -40,8 +40,9 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{self, ClientKey, Runs, SessionSlots, Shares, Slot};
+use crate::catalog::names;
 use crate::catalog::{Catalog, Env};
-use crate::packages::{Composer, names};
+use crate::packages::Composer;
 use crate::probe::{self, Probes};
 use crate::report;
 use crate::report::refusal::Refusal;

@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use super::*;
+use crate::catalog::names::Allow;
 use crate::testing;
 
 /// A composer caching in `dir`, and a policy whose helper appends a line

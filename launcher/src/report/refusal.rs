@@ -6,8 +6,8 @@
 use std::fmt;
 
 use crate::admission;
+use crate::catalog::names::{Allow, MAX_NAME_BYTES, MAX_PACKAGES, NameError};
 use crate::packages::ComposeError;
-use crate::packages::names::{Allow, MAX_NAME_BYTES, MAX_PACKAGES, NameError};
 use crate::session;
 use crate::wrapper::{NotStarted, StartError};
 

@@ -22,7 +22,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::egress::policy::Network;
-use crate::packages::OnDemand;
+
+pub mod names;
+
+use names::Allow;
 
 /// What the `interpreter` field names (what a session agent drives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -31,6 +34,18 @@ pub enum Interpreter {
     Python,
     Bash,
     Node,
+}
+
+/// An environment's policy, as mkServer wrote it (lib/packagesOnDemand.nix).
+/// Its `build` (whether Nix may build what the binary cache does not have)
+/// is the helper's to apply: it is in the helper's text.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OnDemand {
+    /// The compose helper's argv; the launcher appends ENV, REQUEST, OUT.
+    pub compose: Vec<String>,
+    pub allow: Allow,
+    /// How long a composition may take (and wait for a slot).
+    pub timeout_s: NonZeroU64,
 }
 
 /// Limits of an environment. The launcher enforces the deadline and the
@@ -400,5 +415,5 @@ fn check_wrapper(program: &str, allow_outside_store: bool) -> Result<(), String>
 }
 
 #[cfg(test)]
-#[path = "catalog_tests.rs"]
+#[path = "mod_tests.rs"]
 mod tests;

@@ -144,9 +144,12 @@ fn main() -> ExitCode {
     // After the jails' pid namespace: its init, a fork of this process,
     // holds no copy of the secrets the proxy reads.
     let runtime = host.jail_users.as_ref().map(|users| users.runtime_dir());
-    host.set_egress(Egress::start(&catalog, &opts.egress, runtime, |var| {
-        std::env::var_os(var)
-    }));
+    host.set_egress(Egress::start(
+        catalog.policies(),
+        &opts.egress,
+        runtime,
+        |var| std::env::var_os(var),
+    ));
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::egress::policy::Network;
+use crate::egress::policy::{Network, Policy};
 
 pub mod names;
 
@@ -202,6 +202,12 @@ impl Catalog {
 
     pub fn names(&self) -> Vec<&str> {
         self.envs.keys().map(String::as_str).collect()
+    }
+
+    /// The name and network policy of each environment that has one (the
+    /// egress proxy serves those).
+    pub fn policies(&self) -> impl Iterator<Item = (&String, &Policy)> {
+        (self.envs.iter()).filter_map(|(name, env)| env.network.policy().map(|p| (name, p)))
     }
 
     /// `python` when there is one, else the first by name.

@@ -219,10 +219,14 @@ pub fn prepare(env: &Env, host: &Host) -> Result<(Option<Lease>, Option<Gate>), 
     let user = host
         .jail_lease()
         .map_err(|why| StartError::Spawn(io::Error::other(why)))?;
-    let gate = host
-        .egress()
-        .gate(env, user.as_ref().map(Lease::ids))
-        .map_err(StartError::Egress)?;
+    let gate = match env.network.policy() {
+        None => None,
+        Some(_) => {
+            let owner = user.as_ref().map(|u| (u.ids().uid, u.ids().gid));
+            let gate = host.egress().gate(&env.name, owner);
+            Some(gate.map_err(StartError::Egress)?)
+        }
+    };
     Ok((user, gate))
 }
 

@@ -10,6 +10,25 @@
 //! stdout is the MCP channel: only the protocol goes there (the `--help`,
 //! `--version` and `--check` modes, which serve no MCP, print there too).
 //! Logs go to stderr.
+//!
+//! The layers, top to bottom: a module uses only modules on lines below its
+//! own, never one on its line or above (tests/layers.rs holds this, and
+//! CONTRIBUTING.md's copy of it). A folder is one module: inside it, its
+//! files use each other freely.
+//!
+//! ```text
+//! main.rs                    wiring: reads the configuration, builds the parts
+//! mcp/                       the MCP surface: the `run` tool over stdio and HTTP
+//! report/                    what the model reads: results, limits hit, refusals
+//! probe.rs                   --check and the start-up sandbox probes
+//! preflight.rs               the configuration checked against the host
+//! config.rs                  flags and variables read into typed settings
+//! session/ run.rs packages/  a session call; one run; packages on demand
+//! wrapper/                   starting a wrapper: its uid, cgroups, group, end
+//! catalog/ admission.rs      the environments served; slots and fair shares
+//! egress/ lifetime.rs        the network proxy; the jails' pid namespace
+//! settings.rs fdlimit.rs     the settings table; the open files limit
+//! ```
 
 mod admission;
 mod catalog;

@@ -1,7 +1,8 @@
 //! The launcher's layers: reads the `crate::` and `super::` paths of every
 //! production file of launcher/src and checks them against the diagram at the
 //! top of main.rs (and its copy in CONTRIBUTING.md), so that no module uses one
-//! on its own line or above, and no import circle crosses folders.
+//! on its own line or above, and no import circle crosses folders. A folder
+//! is one module there: its files use each other freely.
 //!
 //! `LAYER_GRAPH=1 cargo test -p launcher --test layers -- --nocapture graph`
 //! (scripts/layer-graph) prints the file and folder import graphs and their
@@ -439,6 +440,187 @@ fn print_graph(title: &str, graph: &BTreeMap<String, BTreeSet<String>>) {
     for c in &found {
         println!("  {} files: {}", c.len(), c.join(" "));
     }
+}
+
+/// The diagram of the fenced `text` block that follows the line starting
+/// with `intro` in `doc`: each line's leading names (`mcp/`, `run.rs`),
+/// top line first. `prefix` is what each line starts with (`//! ` in a doc
+/// comment).
+fn diagram(doc: &str, intro: &str, prefix: &str) -> Vec<Vec<String>> {
+    let mut lines = doc
+        .lines()
+        .map(|l| l.strip_prefix(prefix.trim_end()).unwrap_or(l).trim_start());
+    lines.by_ref().find(|l| l.starts_with(intro));
+    lines.by_ref().find(|l| l.starts_with("```text"));
+    lines
+        .take_while(|l| !l.starts_with("```"))
+        .map(|l| {
+            let names = l
+                .split_whitespace()
+                .take_while(|w| w.ends_with('/') || w.ends_with(".rs"));
+            names.map(str::to_owned).collect()
+        })
+        .collect()
+}
+
+/// What is wrong with `graph` (top-level modules) against `layers`: a
+/// module missing from the diagram or named there twice or in vain, and
+/// each use of a module on the user's own line or above it.
+fn violations(layers: &[Vec<String>], graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut line_of: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for (n, line) in layers.iter().enumerate() {
+        for name in line {
+            if line_of.insert(name, n).is_some() {
+                wrong.push(format!("{name} is on two lines of the layers"));
+            }
+        }
+    }
+    for name in line_of.keys() {
+        if !graph.contains_key(*name) {
+            wrong.push(format!(
+                "the layers name {name}, which launcher/src does not have"
+            ));
+        }
+    }
+    for (from, targets) in graph {
+        let Some(&own) = line_of.get(from.as_str()) else {
+            wrong.push(format!(
+                "{from} is on no line of the layers: add it where it belongs"
+            ));
+            continue;
+        };
+        for to in targets {
+            match line_of.get(to.as_str()) {
+                Some(&theirs) if theirs > own => {}
+                Some(&theirs) => wrong.push(format!(
+                    "{from} uses {to}, which is {} in the layers: move what it uses down, or \
+                     the user up",
+                    if theirs == own {
+                        "on its own line"
+                    } else {
+                        "above it"
+                    }
+                )),
+                None => {}
+            }
+        }
+    }
+    wrong
+}
+
+/// The top-level modules' graph, with each edge named by the files behind it.
+fn folder_edges(
+    files: &BTreeMap<String, BTreeSet<String>>,
+) -> BTreeMap<(String, String), Vec<String>> {
+    let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (from, targets) in files {
+        for to in targets.iter().filter(|t| top(t) != top(from)) {
+            edges
+                .entry((top(from), top(to)))
+                .or_default()
+                .push(format!("{from} -> {to}"));
+        }
+    }
+    edges
+}
+
+fn main_rs_layers() -> Vec<Vec<String>> {
+    let main = fs::read_to_string(src_dir().join("main.rs")).expect("main.rs is readable");
+    diagram(&main, "The layers, top to bottom", "//! ")
+}
+
+/// The launcher's modules use only the modules below their own line of
+/// main.rs's layers: no use sideways or up, so no circle across folders.
+#[test]
+fn every_module_looks_only_down() {
+    let layers = main_rs_layers();
+    assert!(
+        layers.len() > 3,
+        "main.rs has no layers diagram: {layers:?}"
+    );
+    let files = file_graph(&files());
+    let edges = folder_edges(&files);
+    let wrong: Vec<String> = violations(&layers, &folder_graph(&files))
+        .into_iter()
+        .map(|line| {
+            let behind = edges
+                .iter()
+                .find(|((f, t), _)| line.starts_with(&format!("{f} uses {t},")));
+            match behind {
+                Some((_, why)) => format!("{line} ({})", why.join(", ")),
+                None => line,
+            }
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "the launcher's layers are broken:\n{}",
+        wrong.join("\n")
+    );
+    assert!(circles(&folder_graph(&files)).is_empty());
+}
+
+/// CONTRIBUTING.md's layout map shows main.rs's layers, line for line.
+#[test]
+fn contributing_shows_the_same_layers() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../CONTRIBUTING.md");
+    let contributing = fs::read_to_string(path).expect("CONTRIBUTING.md is readable");
+    let main = fs::read_to_string(src_dir().join("main.rs")).expect("main.rs is readable");
+    let block = |doc: &str, intro: &str, prefix: &str| -> Vec<String> {
+        let mut lines = doc
+            .lines()
+            .map(|l| l.strip_prefix(prefix).unwrap_or(l).trim_end().to_owned());
+        lines.by_ref().find(|l| l.trim_start().starts_with(intro));
+        lines.by_ref().find(|l| l.starts_with("```text"));
+        lines.take_while(|l| !l.starts_with("```")).collect()
+    };
+    let ours = block(&contributing, "### The launcher's layers", "");
+    let theirs = block(&main, "The layers, top to bottom", "//! ");
+    assert!(!theirs.is_empty(), "main.rs has no layers diagram");
+    assert_eq!(
+        ours, theirs,
+        "CONTRIBUTING.md's layers are not main.rs's: copy them"
+    );
+}
+
+#[test]
+fn a_use_up_or_sideways_is_named() {
+    let layers: Vec<Vec<String>> = vec![
+        vec!["a/".into()],
+        vec!["b.rs".into(), "c/".into()],
+        vec!["d.rs".into()],
+    ];
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    graph.insert("a/".into(), ["b.rs".into(), "d.rs".into()].into());
+    graph.insert("b.rs".into(), ["c/".into()].into());
+    graph.insert("c/".into(), BTreeSet::new());
+    graph.insert("d.rs".into(), ["a/".into()].into());
+    graph.insert("e.rs".into(), BTreeSet::new());
+    let wrong = violations(&layers, &graph);
+    assert_eq!(wrong.len(), 3, "{wrong:?}");
+    assert!(wrong[0].starts_with("b.rs uses c/, which is on its own line"));
+    assert!(wrong[1].starts_with("d.rs uses a/, which is above it"));
+    assert!(wrong[2].starts_with("e.rs is on no line"));
+    graph.remove("d.rs");
+    assert!(
+        violations(&layers, &graph)
+            .iter()
+            .any(|w| w.contains("does not have"))
+    );
+}
+
+#[test]
+fn the_diagram_is_read_from_a_doc_comment() {
+    let doc = "//! Intro.\n//! The layers, top to bottom: below.\n//!\n//! ```text\n//! main.rs          wiring\n//! a/ b.rs          two\n//! ```\n//! after/ not read";
+    let got = diagram(doc, "The layers, top to bottom", "//! ");
+    assert_eq!(
+        got,
+        [
+            vec!["main.rs".to_owned()],
+            vec!["a/".to_owned(), "b.rs".to_owned()]
+        ]
+    );
 }
 
 /// Prints the graphs when LAYER_GRAPH is set (scripts/layer-graph).

@@ -62,8 +62,8 @@ use crate::config::Mode;
 use crate::egress::Egress;
 use crate::lifetime::Jails;
 use crate::session::outputs::mirror::{Caps, Mirror};
-use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::{Host, Teardown};
+use crate::wrapper::{Spawner, WrapperEnv};
 
 /// How long the exit waits for reaper threads after the runs were killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -89,7 +89,6 @@ fn main() -> ExitCode {
     for note in &catalog.notes {
         tracing::warn!(%note, "manifest field unknown to this server; the environment is served");
     }
-    let wrapper_env = WrapperEnv::from_process();
     // The self-test's host facts: cgroups (made ready here), the jails' user.
     let host = match Host::detect() {
         Ok(host) => Arc::new(host),
@@ -163,12 +162,16 @@ fn main() -> ExitCode {
     // After the jails' pid namespace: its init, a fork of this process,
     // holds no copy of the secrets the proxy reads.
     let runtime = host.jail_users.as_ref().map(|users| users.runtime_dir());
-    host.set_egress(Egress::start(
-        catalog.policies(),
-        &opts.egress,
-        runtime,
-        |var| std::env::var_os(var),
-    ));
+    let egress = Egress::start(catalog.policies(), &opts.egress, runtime, |var| {
+        std::env::var_os(var)
+    });
+    // What starts every jail, from here down.
+    let spawner = Spawner {
+        env: Arc::new(WrapperEnv::from_lookup(|name| std::env::var_os(name))),
+        host: Arc::clone(&host),
+        egress: Arc::new(egress),
+        shutdown: CancellationToken::new(),
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -190,7 +193,7 @@ fn main() -> ExitCode {
                     .map_or(Ok(()), |line| writeln!(out, "{line}"))
             })
             .and_then(|()| {
-                let check = probe::run_check(&catalog, &problems, &wrapper_env, &host, &mut out);
+                let check = probe::run_check(&catalog, &problems, &spawner, &mut out);
                 runtime.block_on(check).map(|ok| ok && listener_ok)
             });
         match checked {
@@ -202,7 +205,7 @@ fn main() -> ExitCode {
             }
         }
     } else {
-        serve(&runtime, opts, catalog, wrapper_env, host, packages_cache)
+        serve(&runtime, opts, catalog, spawner, packages_cache)
     };
     // Every jail dies with the namespace's init, and the wrappers' reaper
     // tasks (wrapper/reaper.rs) reap them and remove their cgroups before
@@ -227,8 +230,7 @@ fn serve(
     runtime: &tokio::runtime::Runtime,
     opts: config::Options,
     catalog: Catalog,
-    wrapper_env: WrapperEnv,
-    host: Arc<Host>,
+    spawner: Spawner,
     packages_cache: packages::cache::Cache,
 ) -> ExitCode {
     tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
@@ -237,11 +239,9 @@ fn serve(
     }
     let config = mcp::Config {
         catalog,
-        wrapper_env,
+        spawner,
         max_code_bytes: opts.max_code_bytes,
         project_mount: opts.project_mount,
-        shutdown: CancellationToken::new(),
-        host,
         sessions: opts.sessions,
         mirror: opts.output_dir.map(|dir| {
             let caps = Caps {

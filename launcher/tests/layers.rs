@@ -584,6 +584,42 @@ fn contributing_shows_the_same_layers() {
     );
 }
 
+/// The files that read the process's environment themselves, each for a
+/// fact of the host rather than a setting: everything else is handed to
+/// the layers by main.
+const READS_THE_HOST: [(&str, &str); 2] = [
+    ("probe.rs", "HOME: whose home a jail's passwd must not name"),
+    ("wrapper/delegation.rs", "PATH: where systemd's busctl is"),
+];
+
+/// Only main reads the flags and the environment: config.rs parses what
+/// main hands it, and the layers get typed values (but for the host facts
+/// of [`READS_THE_HOST`]).
+#[test]
+fn only_main_reads_the_configuration() {
+    let mut wrong = Vec::new();
+    for f in files() {
+        let reads_env = ["std::env::var(", "std::env::var_os(", "std::env::vars("]
+            .iter()
+            .any(|call| f.code.contains(call));
+        let reads_args = f.code.contains("std::env::args");
+        let parses = f.code.contains("config::parse(");
+        if f.rel == "main.rs" {
+            continue;
+        }
+        if reads_args || parses {
+            wrong.push(format!("{} reads the flags: only main.rs does", f.rel));
+        }
+        if reads_env && !READS_THE_HOST.iter().any(|(file, _)| *file == f.rel) {
+            wrong.push(format!(
+                "{} reads the process's environment: take the value from main instead",
+                f.rel
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 #[test]
 fn a_use_up_or_sideways_is_named() {
     let layers: Vec<Vec<String>> = vec![

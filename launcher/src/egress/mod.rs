@@ -150,7 +150,8 @@ impl Egress {
     /// CA, the hosts file) refuses every such environment. A root
     /// launcher's jails run as uids of their own: its gates live under
     /// `runtime` (its jails' runtime directory, root's), each socket given
-    /// to its jail's uid alone ([`Egress::gate`]).
+    /// to its jail's uid alone ([`Egress::gate`]). `lookup` is the
+    /// server's environment: the secrets' variables, `XDG_RUNTIME_DIR`.
     pub fn start<'a>(
         policies: impl IntoIterator<Item = (&'a String, &'a Policy)>,
         settings: &Settings,
@@ -173,8 +174,8 @@ impl Egress {
                 None => Resolver::system(),
             };
             let tls = tls::Tls::new(settings.extra_roots.as_deref())?;
-            let dir =
-                make_dir(runtime).map_err(|e| format!("cannot make the gates' directory: {e}"))?;
+            let dir = make_dir(runtime, &lookup)
+                .map_err(|e| format!("cannot make the gates' directory: {e}"))?;
             Ok((dir, resolver, tls))
         })();
         let (dir, resolver, tls) = match whole {
@@ -273,7 +274,10 @@ impl Drop for Egress {
 /// or remove anything. A user server's is a fresh directory in its
 /// runtime directory (`XDG_RUNTIME_DIR`), else the temporary one, mode
 /// 0700: its jails run as its own uid.
-fn make_dir(runtime: Option<&Path>) -> io::Result<PathBuf> {
+fn make_dir(
+    runtime: Option<&Path>,
+    lookup: impl Fn(&str) -> Option<OsString>,
+) -> io::Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     if let Some(runtime) = runtime {
         let dir = runtime.join("egress");
@@ -288,7 +292,7 @@ fn make_dir(runtime: Option<&Path>) -> io::Result<PathBuf> {
         }
         return Ok(dir);
     }
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
+    let base = lookup("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_dir())
         .unwrap_or_else(std::env::temp_dir);

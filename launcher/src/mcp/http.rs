@@ -123,7 +123,7 @@ fn max_body_bytes(max_code_bytes: usize) -> usize {
 /// Serves MCP on `options.addr` until a signal; each MCP session gets a
 /// handler of its own. Every call still running is killed on the way out.
 pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
-    let shutdown = config.shutdown.clone();
+    let shutdown = config.spawner.shutdown.clone();
     let max_body_bytes = max_body_bytes(config.max_code_bytes);
     // An MCP session idle this long has nothing left: its sandbox sessions
     // ended, and no call of it can still be running.

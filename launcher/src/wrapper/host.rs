@@ -16,11 +16,10 @@
 //! applies every other limit but the deadline and the output cap (policy,
 //! from Nix).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::cgroup::Cgroups;
 use super::jailuser::{self, Ids, JailUsers, Lease};
-use crate::egress::Egress;
 
 /// What the host gives the jails.
 #[derive(Debug)]
@@ -36,10 +35,6 @@ pub struct Host {
     /// Why the jails cannot have user namespaces and how to fix it, when
     /// they cannot.
     pub userns_problem: Option<String>,
-    /// The egress proxy of environments with a network policy, set once
-    /// the jails' pid namespace is made: its init is a fork of the
-    /// launcher, and must not carry a copy of the secrets the proxy reads.
-    egress: OnceLock<Arc<Egress>>,
 }
 
 impl Host {
@@ -68,7 +63,6 @@ impl Host {
             root,
             jail_users,
             userns_problem,
-            egress: OnceLock::new(),
         })
     }
 
@@ -82,7 +76,6 @@ impl Host {
             root: false,
             jail_users: None,
             userns_problem: None,
-            egress: OnceLock::new(),
         }
     }
 
@@ -91,18 +84,6 @@ impl Host {
     /// none is free.
     pub fn jail_lease(&self) -> Result<Option<Lease>, String> {
         self.jail_users.as_ref().map(JailUsers::lease).transpose()
-    }
-
-    /// Sets the egress proxy, once.
-    pub fn set_egress(&self, egress: Egress) {
-        if self.egress.set(Arc::new(egress)).is_err() {
-            tracing::warn!("the egress proxy was set twice; the first is kept");
-        }
-    }
-
-    /// The egress proxy (one serving no policy until it is set).
-    pub fn egress(&self) -> Arc<Egress> {
-        Arc::clone(self.egress.get_or_init(|| Arc::new(Egress::none())))
     }
 
     pub fn memory_by_cgroup(&self) -> bool {

@@ -43,9 +43,10 @@ use nix::unistd::Pid;
 use proto::frame::Exit;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{Env, Limits};
-use crate::egress::{self, Gate};
+use crate::egress::{self, Egress, Gate};
 use crate::settings;
 use cgroup::RunCgroup;
 use clone::Started;
@@ -76,10 +77,6 @@ impl WrapperEnv {
             }
         }
         Self(vars)
-    }
-
-    pub fn from_process() -> Self {
-        Self::from_lookup(|name| std::env::var_os(name))
     }
 
     fn vars(&self) -> impl Iterator<Item = (&'static str, &OsStr)> {
@@ -212,22 +209,37 @@ pub fn spawn(
     })
 }
 
-/// What one jail of `env` needs before its wrapper starts: the uid and gid
-/// it runs as, when the launcher is root, and its egress gate, when `env`
-/// has a network policy, which only that uid may connect to.
-pub fn prepare(env: &Env, host: &Host) -> Result<(Option<Lease>, Option<Gate>), StartError> {
-    let user = host
-        .jail_lease()
-        .map_err(|why| StartError::Spawn(io::Error::other(why)))?;
-    let gate = match env.network.policy() {
-        None => None,
-        Some(_) => {
-            let owner = user.as_ref().map(|u| (u.ids().uid, u.ids().gid));
-            let gate = host.egress().gate(&env.name, owner);
-            Some(gate.map_err(StartError::Egress)?)
-        }
-    };
-    Ok((user, gate))
+/// What starts jails, built once in main and handed down to whatever starts
+/// one (a run, a session, a probe): the variables a wrapper gets, the
+/// host's facts, the egress proxy (a gate for each jail of an environment
+/// with a network policy) and the server's shutdown, which ends every
+/// jail's call. Cheap to clone.
+#[derive(Clone)]
+pub struct Spawner {
+    pub env: Arc<WrapperEnv>,
+    pub host: Arc<Host>,
+    pub egress: Arc<Egress>,
+    pub shutdown: CancellationToken,
+}
+
+impl Spawner {
+    /// What one jail of `env` needs before its wrapper starts: the uid and
+    /// gid it runs as, when the launcher is root, and its egress gate, when
+    /// `env` has a network policy, which only that uid may connect to.
+    pub fn prepare(&self, env: &Env) -> Result<(Option<Lease>, Option<Gate>), StartError> {
+        let user = (self.host)
+            .jail_lease()
+            .map_err(|why| StartError::Spawn(io::Error::other(why)))?;
+        let gate = match env.network.policy() {
+            None => None,
+            Some(_) => {
+                let owner = user.as_ref().map(|u| (u.ids().uid, u.ids().gid));
+                let gate = self.egress.gate(&env.name, owner);
+                Some(gate.map_err(StartError::Egress)?)
+            }
+        };
+        Ok((user, gate))
+    }
 }
 
 /// How a wrapper got into its run's cgroup, for the log.

@@ -13,6 +13,13 @@
 //! (doc links included), strings, `#[cfg(test)]` items, `*_tests.rs` files and
 //! the modules main.rs declares under `#[cfg(test)]`: tests may look anywhere.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    reason = "a test: a failed unwrap is a failed test, and a scenario reads best whole"
+)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -45,8 +45,11 @@ pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";
 /// which clients would show the model in place of the output).
 fn with_facts(mut result: CallToolResult, facts: &impl Serialize) -> CallToolResult {
     // The facts are structs of strings, numbers and booleans, which always
-    // serialize.
-    let facts = serde_json::to_value(facts).expect("the facts serialize");
+    // serialize; were one not to, the result would still carry the output.
+    let facts = serde_json::to_value(facts).unwrap_or_else(|error| {
+        tracing::error!(%error, "a result's facts did not serialize");
+        Value::Null
+    });
     let mut meta = MetaObject::default();
     meta.0.insert(FACTS_KEY.to_owned(), facts);
     result.meta = Some(meta);

@@ -198,13 +198,42 @@ fn userns_problem(jail: Option<Ids>) -> Option<String> {
     ))
 }
 
+/// In the child [`try_userns`] forks: the first of bubblewrap's steps that
+/// fails (3: becoming `jail`, 1: a new user and mount namespace, 2: a
+/// mount in it; 0: none) and its errno. Only async-signal-safe calls.
+fn userns_steps(jail: Option<Ids>) -> [i32; 2] {
+    use nix::libc;
+    let became = jail.map_or(Ok(()), Ids::become_user);
+    // SAFETY: unshare and mount with constant, valid arguments.
+    let step: i32 = unsafe {
+        if became.is_err() {
+            3
+        } else if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+            1
+        } else if libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            2
+        } else {
+            0
+        }
+    };
+    let errno = if step == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    };
+    [step, errno]
+}
+
 /// Tries, in a child process, what bubblewrap does first: a new user and
 /// mount namespace (`unshare`), then a mount in it, as `jail` when given.
 /// The error names the step that failed and its errno.
-#[expect(
-    clippy::too_many_lines,
-    reason = "older than the 80-line lint: to split, not to copy"
-)]
 fn try_userns(jail: Option<Ids>) -> Result<(), String> {
     use nix::libc;
     let mut fds = [0; 2];
@@ -223,31 +252,7 @@ fn try_userns(jail: Option<Ids>) -> Result<(), String> {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // The child: report (step, errno) on the pipe, exit.
-        let became = jail.map_or(Ok(()), Ids::become_user);
-        let step: i32 = unsafe {
-            if became.is_err() {
-                3
-            } else if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                1
-            } else if libc::mount(
-                c"none".as_ptr(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
-            {
-                2
-            } else {
-                0
-            }
-        };
-        let errno = if step == 0 {
-            0
-        } else {
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-        };
-        let report = [step, errno];
+        let report = userns_steps(jail);
         // SAFETY: writes the 8 bytes of `report`; then the child ends.
         unsafe {
             libc::write(

@@ -633,6 +633,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a test: its scenario reads best whole"
+    )]
     fn every_change_a_listing_holds_is_seen() {
         use std::os::unix::fs::PermissionsExt;
         let (dir, mut ws) = workspace();

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::config;
+use crate::settings;
 
 /// How long a run waits for a free slot before it is refused.
 pub const QUEUE_WAIT: Duration = Duration::from_secs(10);
@@ -351,12 +351,12 @@ impl Runs {
 
     /// The setting that raises the limit, for the refusal.
     pub fn setting() -> String {
-        setting_names(&config::MAX_RUNS)
+        setting_names(&settings::MAX_RUNS)
     }
 
     /// The setting of one client's share, for the refusal.
     pub fn share_setting() -> String {
-        setting_names(&config::CLIENT_RUNS_SHARE)
+        setting_names(&settings::CLIENT_RUNS_SHARE)
     }
 }
 
@@ -449,7 +449,7 @@ impl SessionSlots {
             "the server ended it for another client: it was the least recently used of this \
              client's {held} sessions, beyond its share of {share} ({}) while the server's {} \
              were all open",
-            setting_names(&config::CLIENT_SESSIONS_SHARE),
+            setting_names(&settings::CLIENT_SESSIONS_SHARE),
             self.pool.max
         );
         table.end_idle(&session.name, why)
@@ -467,17 +467,17 @@ impl SessionSlots {
 
     /// The setting that raises the limit, for the refusal.
     pub fn setting() -> String {
-        setting_names(&config::MAX_SESSIONS_TOTAL)
+        setting_names(&settings::MAX_SESSIONS_TOTAL)
     }
 
     /// The setting of one client's share, for the refusal.
     pub fn share_setting() -> String {
-        setting_names(&config::CLIENT_SESSIONS_SHARE)
+        setting_names(&settings::CLIENT_SESSIONS_SHARE)
     }
 }
 
 /// A setting as a refusal names it: `--flag / VAR`.
-pub fn setting_names(setting: &config::Setting) -> String {
+pub fn setting_names(setting: &settings::Setting) -> String {
     format!(
         "--{} / {}",
         setting.flag.unwrap_or_default(),

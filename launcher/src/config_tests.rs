@@ -302,7 +302,7 @@ fn config_doc_is_rendered_from_the_declarations() {
         return;
     }
     panic!(
-        "docs/configuration.md's table is not launcher/src/config.rs's declarations: \
+        "docs/configuration.md's table is not launcher/src/settings.rs's declarations: \
          regenerate it with `UPDATE_DOCS=1 cargo test -p launcher config_doc`"
     );
 }

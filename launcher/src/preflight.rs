@@ -11,7 +11,8 @@ use std::path::{Component, Path};
 
 use nix::unistd::{AccessFlags, access};
 
-use crate::config::{self, Options};
+use crate::config::Options;
+use crate::settings;
 use crate::wrapper::host::Host;
 
 /// One configuration problem, shown as `SETTING: VALUE what is wrong; the
@@ -61,14 +62,14 @@ pub fn check(opts: &Options, host: &Host) -> Vec<Problem> {
         let mount = opts
             .project_mount
             .as_deref()
-            .unwrap_or(config::PROJECT_MOUNT.text());
+            .unwrap_or(settings::PROJECT_MOUNT.text());
         if let Err(why) = check_mount(mount) {
             problems.push(Problem {
-                setting: config::PROJECT_MOUNT.var_name(),
+                setting: settings::PROJECT_MOUNT.var_name(),
                 message: format!(
                     "{mount} {why}; set it to a new absolute path such as {} \
                      (or unset it)",
-                    config::PROJECT_MOUNT.text()
+                    settings::PROJECT_MOUNT.text()
                 ),
                 fatal: true,
             });
@@ -85,7 +86,7 @@ pub fn check(opts: &Options, host: &Host) -> Vec<Problem> {
 /// own, "others" to every file) cannot read would give every run an
 /// unreadable project.
 fn project_dir_problem(dir: &OsString, host: &Host) -> Option<Problem> {
-    let name = config::PROJECT_DIR.var_name();
+    let name = settings::PROJECT_DIR.var_name();
     let shown = Path::new(dir).display();
     let problem = |message: String, fatal| Problem {
         setting: name,
@@ -174,7 +175,7 @@ pub fn check_mount(mount: &str) -> Result<(), String> {
 /// files that never come.
 fn output_dir_problem(dir: &Path) -> Option<Problem> {
     let problem = |what: String| Problem {
-        setting: config::OUTPUT_DIR.var_name(),
+        setting: settings::OUTPUT_DIR.var_name(),
         message: format!(
             "{} {what}, so no output would be mirrored there; set it to \
              a directory this server's user can write (it is made if missing), or unset it",

@@ -1,7 +1,7 @@
 //! One run: code fed to an environment's `run` wrapper (docs/contracts.md,
 //! contract 2) in a fresh jail, its output captured, and nothing of it left
 //! afterwards. The `run` tool without `session` or `files` is one
-//! ([`in_env`]); so is a sandbox probe (wrapper/probe.rs).
+//! ([`in_env`]); so is a sandbox probe (probe.rs).
 //!
 //! - The wrapper is started as wrapper/mod.rs says: its own process group,
 //!   the small environment, its own cgroup when the host has cgroups.
@@ -24,7 +24,7 @@ use crate::egress::Gate;
 use crate::wrapper::cgroup::Stats;
 use crate::wrapper::host::Host;
 use crate::wrapper::jailuser::Lease;
-use crate::wrapper::{self, Group, NotStarted, StartError, WrapperEnv};
+use crate::wrapper::{self, Group, NotStarted, Spawner, StartError, WrapperEnv};
 
 /// After a kill, how long to wait for the pipes to close and the wrapper to
 /// be reaped before giving up on them (a guard against hangs, not a limit).
@@ -76,17 +76,16 @@ impl RunOutcome {
 
 /// What a run of the `run` tool needs besides its environment and code.
 pub struct Context<'a> {
-    pub host: &'a Host,
-    pub env: &'a WrapperEnv,
+    /// What starts the jail; its shutdown token: the server is stopping.
+    pub spawner: &'a Spawner,
     /// The client cancelled the call.
     pub cancel: &'a CancellationToken,
-    /// The server is stopping.
-    pub shutdown: &'a CancellationToken,
 }
 
 /// Runs `code` in a fresh jail of `env`, under its timeout and output cap.
 pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcome, NotStarted> {
-    let (user, gate) = wrapper::prepare(env, cx.host).map_err(|e| NotStarted::run(env, e))?;
+    let spawner = cx.spawner;
+    let (user, gate) = spawner.prepare(env).map_err(|e| NotStarted::run(env, e))?;
     let spec = Spec {
         gate: gate.as_ref(),
         user,
@@ -95,15 +94,15 @@ pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcom
         code: code.as_bytes(),
         timeout: Duration::from_secs(env.limits.timeout_s.get()),
         output_bytes: usize::try_from(env.limits.output_bytes.get()).unwrap_or(usize::MAX),
-        env: cx.env,
+        env: &spawner.env,
     };
     let stop = async {
         tokio::select! {
             () = cx.cancel.cancelled() => {}
-            () = cx.shutdown.cancelled() => {}
+            () = spawner.shutdown.cancelled() => {}
         }
     };
-    let ran = run(cx.host, spec, stop).await;
+    let ran = run(&spawner.host, spec, stop).await;
     match &ran {
         // At info only when the launcher ended it (a deadline, a cancel):
         // otherwise the client has the result, and a line for each run

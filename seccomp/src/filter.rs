@@ -296,11 +296,19 @@ impl When {
 
 /// A conditional jump's offset; a rule's checks (`AllowOnly::check`) keep
 /// every one within 255 instructions.
+#[expect(
+    clippy::expect_used,
+    reason = "the rules' checks hold it; a filter with a wrong jump must not be written"
+)]
 fn jump(offset: usize) -> u8 {
     u8::try_from(offset).expect("a rule's jumps fit in 255 instructions")
 }
 
 /// The `ja` offset from the instruction at `from` to `to`.
+#[expect(
+    clippy::expect_used,
+    reason = "a program is at most 4096 instructions; a wrong offset must not be written"
+)]
 fn offset(from: usize, to: usize) -> u32 {
     u32::try_from(to - from - 1).expect("a program is at most 4096 instructions")
 }

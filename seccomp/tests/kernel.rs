@@ -4,6 +4,13 @@
 //! subprocesses through clone3's ENOSYS fallback, the families kept) keep
 //! working.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    reason = "a test: a failed unwrap is a failed test, and a scenario reads best whole"
+)]
+
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;

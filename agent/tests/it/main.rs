@@ -3,6 +3,13 @@
 //! with a bash runner), each test both directly and inside a fixture
 //! bubblewrap jail.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    reason = "a test: a failed unwrap is a failed test, and a scenario reads best whole"
+)]
+
 mod harness;
 
 mod bash;

@@ -28,7 +28,7 @@ def reprobed(call, label):
     environment at once when it starts; on the guest's emulated CPUs a slow
     starter (node) can miss the probe's 10 s, and the server then answers
     that environment's next call `sandbox_unavailable` once and probes it
-    again at the call after (launcher/src/wrapper/probe.rs). The retry is
+    again at the call after (launcher/src/probe.rs). The retry is
     said in an info line, never silent."""
     result, text = call()
     if result.get("isError") and "sandbox_unavailable" in text and "did not finish within" in text:

@@ -47,8 +47,8 @@ use std::sync::{Arc, Mutex};
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::{Catalog, Env};
-use crate::wrapper::jailuser::Ids;
+use nix::unistd::{Gid, Uid};
+
 use policy::Policy;
 use resolve::Resolver;
 
@@ -144,24 +144,21 @@ impl Egress {
         self
     }
 
-    /// Sets up the proxy for every environment of `catalog` with a policy,
-    /// reading their secrets. A problem of one environment is logged and
+    /// Sets up the proxy for every environment with a policy (`policies`:
+    /// each environment's name and policy), reading their secrets. A problem of one environment is logged and
     /// refuses its calls; a problem of the whole proxy (its directory, its
     /// CA, the hosts file) refuses every such environment. A root
     /// launcher's jails run as uids of their own: its gates live under
     /// `runtime` (its jails' runtime directory, root's), each socket given
-    /// to its jail's uid alone ([`Egress::gate`]).
-    pub fn start(
-        catalog: &Catalog,
+    /// to its jail's uid alone ([`Egress::gate`]). `lookup` is the
+    /// server's environment: the secrets' variables, `XDG_RUNTIME_DIR`.
+    pub fn start<'a>(
+        policies: impl IntoIterator<Item = (&'a String, &'a Policy)>,
         settings: &Settings,
         runtime: Option<&Path>,
         lookup: impl Fn(&str) -> Option<OsString>,
     ) -> Self {
-        let policies: Vec<(&String, &Policy)> = catalog
-            .envs
-            .iter()
-            .filter_map(|(name, env)| env.network.policy().map(|p| (name, p)))
-            .collect();
+        let policies: Vec<(&String, &Policy)> = policies.into_iter().collect();
         let mut egress = Self::none();
         if policies.is_empty() {
             return egress;
@@ -177,8 +174,8 @@ impl Egress {
                 None => Resolver::system(),
             };
             let tls = tls::Tls::new(settings.extra_roots.as_deref())?;
-            let dir =
-                make_dir(runtime).map_err(|e| format!("cannot make the gates' directory: {e}"))?;
+            let dir = make_dir(runtime, &lookup)
+                .map_err(|e| format!("cannot make the gates' directory: {e}"))?;
             Ok((dir, resolver, tls))
         })();
         let (dir, resolver, tls) = match whole {
@@ -205,14 +202,12 @@ impl Egress {
         egress
     }
 
-    /// A gate for one jail of `env`, or `None` when `env` has no policy:
-    /// its socket is the launcher's, or, when the jail runs as `owner` (a
-    /// root launcher's jail), that uid's alone (mode 0600).
-    pub fn gate(self: &Arc<Self>, env: &Env, owner: Option<Ids>) -> Result<Option<Gate>, Error> {
-        if env.network.policy().is_none() {
-            return Ok(None);
-        }
-        let ready = match self.envs.get(&env.name) {
+    /// A gate for one jail of the environment named `env`, which has a
+    /// policy: its socket is the launcher's, or, when the jail runs as
+    /// `owner` (a root launcher's jail: its uid and gid), that uid's alone
+    /// (mode 0600).
+    pub fn gate(self: &Arc<Self>, env: &str, owner: Option<(Uid, Gid)>) -> Result<Gate, Error> {
+        let ready = match self.envs.get(env) {
             Some(Ok(ready)) => ready,
             Some(Err(why)) => return Err(Error::Unavailable(why.clone())),
             None => {
@@ -230,8 +225,8 @@ impl Egress {
         // Bound as root with root's umask, it is not writable, so not
         // connectable, by any other uid until it is given to the jail's.
         let listener = UnixListener::bind(&socket).map_err(Error::Io)?;
-        if let Some(ids) = owner {
-            let given = nix::unistd::chown(&socket, Some(ids.uid), Some(ids.gid))
+        if let Some((uid, gid)) = owner {
+            let given = nix::unistd::chown(&socket, Some(uid), Some(gid))
                 .map_err(io::Error::from)
                 .and_then(|()| {
                     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
@@ -242,7 +237,7 @@ impl Egress {
             }
         }
         let shared = Arc::new(proxy::Shared {
-            env: env.name.clone(),
+            env: env.to_owned(),
             policy: Arc::clone(&ready.policy),
             secrets: Arc::clone(&ready.secrets),
             egress: Arc::clone(self),
@@ -251,12 +246,12 @@ impl Egress {
         });
         let stop = CancellationToken::new();
         tokio::spawn(proxy::accept(listener, Arc::clone(&shared), stop.clone()));
-        Ok(Some(Gate {
+        Ok(Gate {
             socket,
             bundle: ready.bundle.clone(),
             shared,
             stop,
-        }))
+        })
     }
 
     fn resolver(&self) -> &Resolver {
@@ -279,7 +274,10 @@ impl Drop for Egress {
 /// or remove anything. A user server's is a fresh directory in its
 /// runtime directory (`XDG_RUNTIME_DIR`), else the temporary one, mode
 /// 0700: its jails run as its own uid.
-fn make_dir(runtime: Option<&Path>) -> io::Result<PathBuf> {
+fn make_dir(
+    runtime: Option<&Path>,
+    lookup: impl Fn(&str) -> Option<OsString>,
+) -> io::Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     if let Some(runtime) = runtime {
         let dir = runtime.join("egress");
@@ -294,7 +292,7 @@ fn make_dir(runtime: Option<&Path>) -> io::Result<PathBuf> {
         }
         return Ok(dir);
     }
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
+    let base = lookup("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_dir())
         .unwrap_or_else(std::env::temp_dir);

@@ -323,86 +323,109 @@ impl Policy {
 
     /// What is wrong with the policy, as (field under `network`, problem).
     pub fn problems(&self) -> Vec<(String, String)> {
-        let mut problems = Vec::new();
-        let unknown = "a network policy field this server does not know, so it cannot \
-                       enforce it: the environment is not served; upgrade the server";
-        for field in self.unknown.keys() {
-            problems.push((field.clone(), unknown.to_owned()));
-        }
+        let mut problems: Vec<(String, String)> = (self.unknown.keys())
+            .map(|field| (field.clone(), UNKNOWN_FIELD.to_owned()))
+            .collect();
         for (i, rule) in self.allow.iter().enumerate() {
-            let at = |field: &str| format!("allow[{i}].{field}");
-            for field in rule.unknown.keys() {
-                problems.push((at(field), unknown.to_owned()));
-            }
-            if !valid_host_pattern(&rule.host) {
-                problems.push((
-                    at("host"),
-                    format!(
-                        "{:?} is not a host name, `*.suffix` or an address literal",
-                        rule.host
-                    ),
-                ));
-            }
-            if rule.port == Some(0) {
-                problems.push((at("port"), "must be 1 to 65535".into()));
-            }
-            for path in &rule.paths {
-                match target::normalise(path) {
-                    Ok(normal) if normal == *path => {}
-                    Ok(normal) => problems.push((
-                        at("paths"),
-                        format!("{path:?} is not in normal form: write {normal:?}"),
-                    )),
-                    Err("not a path") => {
-                        problems.push((at("paths"), format!("{path:?} does not start with /")));
-                    }
-                    Err(why) => problems.push((
-                        at("paths"),
-                        format!("{path:?} can never match: a path with {why} is refused"),
-                    )),
-                }
-            }
-            for method in &rule.methods {
-                if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
-                    problems.push((at("methods"), format!("{method:?} is not a method (GET)")));
-                }
-            }
-            for name in &rule.credentials {
-                if !self.credentials.contains_key(name) {
-                    problems.push((at("credentials"), format!("no credential named {name}")));
-                }
-            }
+            problems.extend(rule.problems(&format!("allow[{i}]"), &self.credentials));
         }
         for (name, credential) in &self.credentials {
-            let at = |field: &str| format!("credentials.{name}.{field}");
-            for field in credential.unknown.keys() {
-                problems.push((at(field), unknown.to_owned()));
-            }
-            match (&credential.from_file, &credential.from_env) {
-                (Some(_), None) | (None, Some(_)) => {}
-                _ => problems.push((
-                    at("from_file"),
-                    "exactly one of from_file and from_env names the secret's source".into(),
+            problems.extend(credential.problems(&format!("credentials.{name}")));
+        }
+        problems
+    }
+}
+
+/// What a field of a network policy that this server does not know means.
+const UNKNOWN_FIELD: &str = "a network policy field this server does not know, so it cannot \
+                             enforce it: the environment is not served; upgrade the server";
+
+impl Rule {
+    /// What is wrong with the rule at `at` (`allow[0]`), as (field,
+    /// problem); `credentials`: the policy's, which it may name.
+    fn problems(
+        &self,
+        at: &str,
+        credentials: &BTreeMap<String, Credential>,
+    ) -> Vec<(String, String)> {
+        let at = |field: &str| format!("{at}.{field}");
+        let mut problems: Vec<(String, String)> = (self.unknown.keys())
+            .map(|field| (at(field), UNKNOWN_FIELD.to_owned()))
+            .collect();
+        if !valid_host_pattern(&self.host) {
+            problems.push((
+                at("host"),
+                format!(
+                    "{:?} is not a host name, `*.suffix` or an address literal",
+                    self.host
+                ),
+            ));
+        }
+        if self.port == Some(0) {
+            problems.push((at("port"), "must be 1 to 65535".into()));
+        }
+        for path in &self.paths {
+            match target::normalise(path) {
+                Ok(normal) if normal == *path => {}
+                Ok(normal) => problems.push((
+                    at("paths"),
+                    format!("{path:?} is not in normal form: write {normal:?}"),
+                )),
+                Err("not a path") => {
+                    problems.push((at("paths"), format!("{path:?} does not start with /")));
+                }
+                Err(why) => problems.push((
+                    at("paths"),
+                    format!("{path:?} can never match: a path with {why} is refused"),
                 )),
             }
-            if let Some(file) = &credential.from_file
-                && file.starts_with("/nix/store")
-            {
-                problems.push((
-                    at("from_file"),
-                    "a secret in the Nix store is readable by every user: keep it outside".into(),
-                ));
+        }
+        for method in &self.methods {
+            if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+                problems.push((at("methods"), format!("{method:?} is not a method (GET)")));
             }
-            if credential.placeholder.len() < 8 {
-                problems.push((at("placeholder"), "must be at least 8 characters".into()));
+        }
+        for name in &self.credentials {
+            if !credentials.contains_key(name) {
+                problems.push((at("credentials"), format!("no credential named {name}")));
             }
-            if credential.headers.is_empty() {
-                problems.push((at("headers"), "names no header to put the secret in".into()));
-            }
-            for header in &credential.headers {
-                if http::HeaderName::try_from(header.as_str()).is_err() {
-                    problems.push((at("headers"), format!("{header:?} is not a header name")));
-                }
+        }
+        problems
+    }
+}
+
+impl Credential {
+    /// What is wrong with the credential at `at` (`credentials.NAME`), as
+    /// (field, problem).
+    fn problems(&self, at: &str) -> Vec<(String, String)> {
+        let at = |field: &str| format!("{at}.{field}");
+        let mut problems: Vec<(String, String)> = (self.unknown.keys())
+            .map(|field| (at(field), UNKNOWN_FIELD.to_owned()))
+            .collect();
+        match (&self.from_file, &self.from_env) {
+            (Some(_), None) | (None, Some(_)) => {}
+            _ => problems.push((
+                at("from_file"),
+                "exactly one of from_file and from_env names the secret's source".into(),
+            )),
+        }
+        if let Some(file) = &self.from_file
+            && file.starts_with("/nix/store")
+        {
+            problems.push((
+                at("from_file"),
+                "a secret in the Nix store is readable by every user: keep it outside".into(),
+            ));
+        }
+        if self.placeholder.len() < 8 {
+            problems.push((at("placeholder"), "must be at least 8 characters".into()));
+        }
+        if self.headers.is_empty() {
+            problems.push((at("headers"), "names no header to put the secret in".into()));
+        }
+        for header in &self.headers {
+            if http::HeaderName::try_from(header.as_str()).is_err() {
+                problems.push((at("headers"), format!("{header:?} is not a header name")));
             }
         }
         problems

@@ -115,11 +115,11 @@ async fn fixture_bounded(connections: usize, header_timeout: std::time::Duration
         hosts_file: Some(hosts),
         extra_roots: None,
     };
-    let egress = Egress::start(&catalog, &settings, None, |var| {
+    let egress = Egress::start(catalog.policies(), &settings, None, |var| {
         (var == "REAL").then(|| SECRET.into())
     });
     let egress = Arc::new(egress.bounded(connections, header_timeout));
-    let gate = egress.gate(&catalog.envs["e"], None).unwrap().unwrap();
+    let gate = egress.gate("e", None).unwrap();
     Fixture {
         gate,
         port,

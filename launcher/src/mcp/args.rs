@@ -24,7 +24,7 @@ use serde::de::{self, IntoDeserializer, Visitor};
 use serde_json::Value;
 use serde_path_to_error::Segment;
 
-use super::refusal::Refusal;
+use crate::report::refusal::Refusal;
 
 /// The arguments of `run`, checked.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub struct RunArgs {
     pub session: Option<String>,
     pub files: Vec<FileIn>,
     /// nixpkgs attribute names to add to the environment (checked later,
-    /// against the environment's policy: packages/names.rs).
+    /// against the environment's policy: catalog/names.rs).
     pub packages: Option<Vec<String>>,
 }
 

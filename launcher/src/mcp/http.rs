@@ -123,7 +123,7 @@ fn max_body_bytes(max_code_bytes: usize) -> usize {
 /// Serves MCP on `options.addr` until a signal; each MCP session gets a
 /// handler of its own. Every call still running is killed on the way out.
 pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
-    let shutdown = config.shutdown.clone();
+    let shutdown = config.spawner.shutdown.clone();
     let max_body_bytes = max_body_bytes(config.max_code_bytes);
     // An MCP session idle this long has nothing left: its sandbox sessions
     // ended, and no call of it can still be running.
@@ -515,8 +515,8 @@ impl Front {
                  answered, so none was ended for this one; an MCP session ends {} s after its \
                  last request{}, or at once with DELETE /mcp",
                 self.max_mcp_sessions,
-                crate::config::MAX_MCP_SESSIONS.flag.unwrap_or_default(),
-                crate::config::MAX_MCP_SESSIONS.var_name(),
+                crate::settings::MAX_MCP_SESSIONS.flag.unwrap_or_default(),
+                crate::settings::MAX_MCP_SESSIONS.var_name(),
                 self.idle_timeout().as_secs(),
                 first.map_or(String::new(), |s| format!(" (the first idle one in {s} s)"))
             ),

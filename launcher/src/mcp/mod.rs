@@ -13,7 +13,7 @@
 //!   [`report::call::called`].
 //!
 //! Whatever stops a call before its code runs is a [`Refusal`]
-//! (refusal.rs), which the layers' own errors convert into.
+//! (report/refusal.rs), which the layers' own errors convert into.
 
 mod activity;
 pub mod args;
@@ -21,7 +21,6 @@ mod backpressure;
 mod connections;
 pub mod http;
 pub mod listen;
-pub mod refusal;
 mod resources;
 mod sockets;
 pub mod stdio;
@@ -41,18 +40,18 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{self, ClientKey, Runs, SessionSlots, Shares, Slot};
+use crate::catalog::names;
 use crate::catalog::{Catalog, Env};
-use crate::outputs::mirror::Mirror;
-use crate::packages::{Composer, names};
+use crate::packages::Composer;
+use crate::probe::{self, Probes};
 use crate::report;
+use crate::report::refusal::Refusal;
 use crate::run;
+use crate::session::outputs::mirror::Mirror;
 use crate::session::{self, SessionName, Sessions, throwaway};
-use crate::wrapper::WrapperEnv;
-use crate::wrapper::host::Host;
-use crate::wrapper::probe::{self, Probes};
+use crate::wrapper::Spawner;
 use args::RunArgs;
 use proto::files::{MAX_FILES, MAX_FILES_BYTES, MAX_PATH_BYTES};
-use refusal::Refusal;
 use resources::Links;
 
 /// The largest code a session takes: its exec frame, every byte of the
@@ -65,14 +64,12 @@ const SESSION_MAX_CODE_BYTES: usize = (proto::frame::MAX_FRAME_BYTES
 /// What the server needs to answer calls.
 pub struct Config {
     pub catalog: Catalog,
-    pub wrapper_env: WrapperEnv,
+    /// What starts jails; its shutdown token is cancelled when the client
+    /// goes away: every running call is killed.
+    pub spawner: Spawner,
     pub max_code_bytes: usize,
     /// Where the project is mounted in the jail, when `PROJECT_DIR` is set.
     pub project_mount: Option<String>,
-    /// Cancelled when the client goes away: every running call is killed.
-    pub shutdown: CancellationToken,
-    /// What the host gives the jails: cgroups, whether the caller is root.
-    pub host: Arc<Host>,
     /// The session table's limits.
     pub sessions: session::Settings,
     /// Where outputs are mirrored (`NIX_SANDBOX_OUTPUT_DIR`), if anywhere.
@@ -90,12 +87,10 @@ pub struct Config {
 struct Shared {
     catalog: Catalog,
     probes: Arc<Probes>,
-    wrapper_env: WrapperEnv,
+    spawner: Spawner,
     max_code_bytes: usize,
-    shutdown: CancellationToken,
     instructions: String,
     tool: Tool,
-    host: Arc<Host>,
     settings: session::Settings,
     mirror: Option<Mirror>,
     composer: Composer,
@@ -138,45 +133,30 @@ impl Server {
     pub fn new(config: Config) -> Self {
         let Config {
             catalog,
-            wrapper_env,
+            spawner,
             max_code_bytes,
             project_mount,
-            shutdown,
-            host,
             sessions: settings,
             mirror,
             composer,
             max_runs,
             shares,
         } = config;
-        let probes = Probes::new(
-            &catalog,
-            wrapper_env.clone(),
-            Arc::clone(&host),
-            shutdown.clone(),
-        );
+        let probes = Probes::new(&catalog, spawner.clone());
         let session_slots = SessionSlots::new(settings.max_total, shares.map(|s| s.sessions));
         let stateless = Client {
-            sessions: Sessions::server_named(
-                settings,
-                wrapper_env.clone(),
-                Arc::clone(&host),
-                shutdown.clone(),
-                session_slots.clone(),
-            ),
+            sessions: Sessions::server_named(settings, spawner.clone(), session_slots.clone()),
             links: Links::default(),
         };
         Self::for_client(
             None,
             Arc::new(Shared {
-                instructions: tool::instructions(&catalog, project_mount.as_deref(), &host),
+                instructions: tool::instructions(&catalog, project_mount.as_deref(), &spawner.host),
                 tool: tool::run_tool(&catalog, &settings),
                 catalog,
                 probes: Arc::new(probes),
-                wrapper_env,
+                spawner,
                 max_code_bytes,
-                shutdown,
-                host,
                 settings,
                 mirror,
                 composer,
@@ -205,9 +185,7 @@ impl Server {
     fn for_client(mirror_client: Option<String>, shared: Arc<Shared>) -> Self {
         let sessions = Sessions::new(
             shared.settings,
-            shared.wrapper_env.clone(),
-            Arc::clone(&shared.host),
-            shared.shutdown.clone(),
+            shared.spawner.clone(),
             shared.session_slots.clone(),
             mirror_client,
         );
@@ -292,10 +270,8 @@ impl Server {
             Target::Run => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
                 let cx = run::Context {
-                    host: &shared.host,
-                    env: &shared.wrapper_env,
+                    spawner: &shared.spawner,
                     cancel: &ct,
-                    shutdown: &shared.shutdown,
                 };
                 let outcome = run::in_env(&env, code, &cx).await?;
                 Ok(report::run::ran(&env, &outcome))
@@ -312,11 +288,9 @@ impl Server {
             Target::Throwaway => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
                 let cx = throwaway::Context {
-                    wrapper_env: &shared.wrapper_env,
-                    host: &shared.host,
+                    spawner: &shared.spawner,
                     mirror: shared.mirror.as_ref(),
                     cancel: &ct,
-                    shutdown: &shared.shutdown,
                 };
                 let outcome = throwaway::call(&env, code, files, &cx).await?;
                 Ok(report::call::called(&env, &outcome, resource_links))
@@ -439,7 +413,7 @@ impl Server {
             biased;
             admitted = admitted => Ok(admitted?),
             () = ct.cancelled() => Err(Refusal::cancelled_in_line()),
-            () = shared.shutdown.cancelled() => Err(Refusal::cancelled_in_line()),
+            () = shared.spawner.shutdown.cancelled() => Err(Refusal::cancelled_in_line()),
         }
     }
 

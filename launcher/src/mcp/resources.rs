@@ -1,5 +1,5 @@
 //! Resources: the outputs of a session that are not shown in a result are
-//! resource links, `sandbox://SESSION/outputs/PATH` (outputs/), which
+//! resource links, `sandbox://SESSION/outputs/PATH` (session/outputs/), which
 //! `resources/read` serves through the session's agent while the session
 //! lives; `resources/list` lists the links handed out to the client.
 
@@ -10,7 +10,7 @@ use proto::frame::Output;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ListResourcesResult, ReadResourceResult, Resource, ResourceContents};
 
-use crate::outputs::{self, Item, MAX_RESOURCE_BYTES};
+use crate::session::outputs::{self, Item, MAX_RESOURCE_BYTES};
 use crate::session::{OutputUnreadable, Sessions};
 
 /// The resource links handed out to one client, by session, for
@@ -136,7 +136,7 @@ fn unreadable(uri: &str, session: &str, e: OutputUnreadable) -> McpError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outputs::uri;
+    use crate::session::outputs::uri;
 
     #[test]
     fn links_of_closed_sessions_are_forgotten() {

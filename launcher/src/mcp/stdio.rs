@@ -24,7 +24,7 @@ use super::{Config, Server};
 /// before `initialize` (a health check, a probe) is no error either, and it
 /// started no jail: the sandbox probes start with the first handshake.
 pub async fn serve(config: Config, max_unread_bytes: usize) -> Result<(), String> {
-    let shutdown = config.shutdown.clone();
+    let shutdown = config.spawner.shutdown.clone();
     let (stdin, stdout) = streams();
     let stdin = EofCancels::new(stdin, shutdown.clone());
     let stdout = SilentAfter::new(stdout, shutdown.clone());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use ::http::header;
 
 use super::http::Options;
-use crate::config;
+use crate::settings;
 
 /// Tokens shorter than this work, with a warning.
 const SHORT_TOKEN: usize = 16;
@@ -35,7 +35,7 @@ pub fn token_file(options: &Options) -> Result<PathBuf, String> {
     options.token_file.clone().ok_or_else(|| {
         format!(
             "--http needs a bearer token: give --token-file PATH or set {}",
-            config::TOKEN_FILE.var_name()
+            settings::TOKEN_FILE.var_name()
         )
     })
 }

@@ -11,8 +11,9 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::process::Child;
 
+use super::ComposeError;
 use super::tree::{self, Tree};
-use super::{ComposeError, OnDemand};
+use crate::catalog::OnDemand;
 
 /// Runs the helper; its stdout's last line is the composed store path.
 pub async fn run(

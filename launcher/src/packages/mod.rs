@@ -1,5 +1,5 @@
 //! Packages on demand: a call's `packages` added to its environment. The
-//! names are checked here first (names.rs) against the syntax of an
+//! names are checked first (catalog/names.rs) against the syntax of an
 //! attribute path and the server's policy (`packages_on_demand` in the
 //! manifest, set in Nix); then the server's compose helper (a script Nix
 //! generated, named by the policy; helper.rs) realises mkSandbox of the
@@ -19,41 +19,25 @@
 
 pub mod cache;
 mod helper;
-pub mod names;
 mod tree;
 
 use std::collections::HashMap;
-use std::num::NonZeroU64;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use serde::Deserialize;
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::time::Instant;
 
-use crate::catalog::{self, Env};
+use crate::catalog::{self, Env, OnDemand};
 use cache::Cache;
-use names::Allow;
 
 /// How long a failed composition is remembered: the same set asked again
 /// within it gets the same failure without the helper running again.
 pub const FAILURE_MEMORY: Duration = Duration::from_secs(60);
 
-/// An environment's policy, as mkServer wrote it (lib/packagesOnDemand.nix).
-/// Its `build` (whether Nix may build what the binary cache does not have)
-/// is the helper's to apply: it is in the helper's text.
-#[derive(Debug, Clone, Deserialize)]
-pub struct OnDemand {
-    /// The compose helper's argv; the launcher appends ENV, REQUEST, OUT.
-    pub compose: Vec<String>,
-    pub allow: Allow,
-    /// How long a composition may take (and wait for a slot).
-    pub timeout_s: NonZeroU64,
-}
-
 /// Why a composition failed: each is one sentence for the model
-/// (mcp/refusal.rs).
+/// (report/refusal.rs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ComposeError {
     /// No such package in the server's nixpkgs (the helper's line: the

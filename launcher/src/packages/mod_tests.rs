@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use super::*;
+use crate::catalog::names::Allow;
 use crate::testing;
 
 /// A composer caching in `dir`, and a policy whose helper appends a line
@@ -116,7 +117,7 @@ async fn a_call_that_waited_for_a_slot_in_vain_is_not_remembered() {
 
 #[test]
 fn a_busy_server_and_a_name_outside_its_scope_are_told_in_one_line() {
-    use crate::mcp::refusal::Refusal;
+    use crate::report::refusal::Refusal;
     let busy = Refusal::compose_failed("python", &ComposeError::Busy(1)).to_string();
     assert!(
         busy.starts_with("error[server_busy]: ")

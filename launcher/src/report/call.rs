@@ -383,7 +383,7 @@ mod tests {
     #[test]
     fn outputs_that_could_not_be_read_fail_the_call() {
         let mut o = outcome(Some(reply(0, "", "")));
-        o.outputs.items.push(crate::outputs::Item {
+        o.outputs.items.push(crate::session::outputs::Item {
             output: proto::frame::Output {
                 path: "a.png".into(),
                 size: 3,

@@ -1,7 +1,7 @@
 //! Everything that turns an outcome into what the model reads: the `run`
 //! tool's result for a run (run.rs), a session call (call.rs) or a refusal
 //! ([`refused`]), with the limit a run hit (limit.rs) and the outputs a call
-//! wrote (outputs.rs, from outputs/).
+//! wrote (outputs.rs, from session/outputs/).
 //!
 //! # Result format (the decision the README documents)
 //!
@@ -28,6 +28,7 @@
 pub mod call;
 pub mod limit;
 pub mod outputs;
+pub mod refusal;
 pub mod run;
 
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
@@ -35,7 +36,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::catalog::Env;
-use crate::mcp::refusal::Refusal;
+use refusal::Refusal;
 
 /// The `_meta` key of a result's machine-readable facts.
 pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";
@@ -44,8 +45,11 @@ pub const FACTS_KEY: &str = "nix-sandbox-mcp/result";
 /// which clients would show the model in place of the output).
 fn with_facts(mut result: CallToolResult, facts: &impl Serialize) -> CallToolResult {
     // The facts are structs of strings, numbers and booleans, which always
-    // serialize.
-    let facts = serde_json::to_value(facts).expect("the facts serialize");
+    // serialize; were one not to, the result would still carry the output.
+    let facts = serde_json::to_value(facts).unwrap_or_else(|error| {
+        tracing::error!(%error, "a result's facts did not serialize");
+        Value::Null
+    });
     let mut meta = MetaObject::default();
     meta.0.insert(FACTS_KEY.to_owned(), facts);
     result.meta = Some(meta);

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use proto::files::visible;
 
-use crate::outputs::{Collected, Shown, size_text};
+use crate::session::outputs::{Collected, Shown, size_text};
 
 /// The lines of the result's text about the outputs (none when there are
 /// none); `throwaway`: the jail is gone, nothing is readable afterwards.

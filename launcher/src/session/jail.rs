@@ -28,8 +28,7 @@ use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
-use crate::wrapper::host::Host;
-use crate::wrapper::{self, Group, StartError, WrapperEnv};
+use crate::wrapper::{self, Group, Spawner, StartError};
 
 /// Read buffer for the agent's replies, one per open session: a reply of
 /// full output caps takes a few reads. Reserved, never zeroed: a page of it
@@ -115,19 +114,14 @@ pub struct Jail {
 impl Jail {
     /// Starts `env`'s `session` wrapper (in a cgroup holding its limits);
     /// `label` names the session in the log.
-    pub fn spawn(
-        env: &Env,
-        wrapper_env: &WrapperEnv,
-        host: &Host,
-        label: &str,
-    ) -> Result<Self, StartError> {
-        let (user, gate) = wrapper::prepare(env, host)?;
+    pub fn spawn(env: &Env, spawner: &Spawner, label: &str) -> Result<Self, StartError> {
+        let (user, gate) = spawner.prepare(env)?;
         let gate = gate.map(Box::new);
         let wrapper = wrapper::spawn(
             &env.session,
             &env.limits,
-            wrapper_env,
-            host,
+            &spawner.env,
+            &spawner.host,
             gate.as_deref(),
             user,
         )?;

@@ -43,6 +43,7 @@ mod cpu;
 pub mod jail;
 pub mod lease;
 mod names;
+pub mod outputs;
 mod table;
 pub mod throwaway;
 pub mod verify;
@@ -55,16 +56,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{ClientKey, IdleSessions, SessionSlots};
 use crate::catalog::Env;
-use crate::outputs::mirror::Mirror;
-use crate::outputs::{self, Destination, ReadFailed};
-use crate::wrapper::host::Host;
-use crate::wrapper::{NotStarted, WrapperEnv};
+use crate::wrapper::{NotStarted, Spawner};
 use call::{Call, CallOutcome, JailAfter};
 pub use names::{SessionName, random_suffix};
+use outputs::mirror::Mirror;
+use outputs::{Destination, ReadFailed};
 pub use table::Settings;
 use table::{Inner, Slot};
 
-/// Why a session call ran nothing; mcp/refusal.rs says each to the model.
+/// Why a session call ran nothing; report/refusal.rs says each to the model.
 #[derive(Debug)]
 pub enum Error {
     /// The session belongs to environment `bound`, not `requested`.
@@ -150,13 +150,11 @@ pub struct Sessions {
 impl Sessions {
     pub fn new(
         settings: Settings,
-        wrapper_env: WrapperEnv,
-        host: Arc<Host>,
-        shutdown: CancellationToken,
+        spawner: Spawner,
         slots: SessionSlots,
         mirror_client: Option<String>,
     ) -> Self {
-        let inner = Inner::new(settings, wrapper_env, host, shutdown, slots, false);
+        let inner = Inner::new(settings, spawner, slots, false);
         Self {
             inner: registered(inner),
             mirror_client,
@@ -165,14 +163,8 @@ impl Sessions {
 
     /// The table of requests without an MCP session: the server names each
     /// new session, so that only the client it told can reach it.
-    pub fn server_named(
-        settings: Settings,
-        wrapper_env: WrapperEnv,
-        host: Arc<Host>,
-        shutdown: CancellationToken,
-        slots: SessionSlots,
-    ) -> Self {
-        let inner = Inner::new(settings, wrapper_env, host, shutdown, slots, true);
+    pub fn server_named(settings: Settings, spawner: Spawner, slots: SessionSlots) -> Self {
+        let inner = Inner::new(settings, spawner, slots, true);
         // Its names are the server's, unique: no directory of its own.
         Self {
             inner: registered(inner),
@@ -215,7 +207,11 @@ impl Sessions {
         let Some(Slot::Jail(jail)) = &mut lease.slot else {
             unreachable!("a jail was just put in the slot")
         };
-        let ended = call::make(jail, Call::new(env, code, files, cancel, &inner.shutdown)).await;
+        let ended = call::make(
+            jail,
+            Call::new(env, code, files, cancel, &inner.spawner.shutdown),
+        )
+        .await;
         let to = Destination {
             session: Some(name),
             mirror: mirror.map(|m| (m, Mirror::session_dir(self.mirror_client.as_deref(), name))),

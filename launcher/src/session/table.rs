@@ -7,16 +7,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
-
 use super::Error;
 use super::jail::{CpuSource, Jail};
 use super::lease::Running;
 use crate::admission::{IdleSession, IdleSessions, SessionSlots, Slot as Place};
 use crate::catalog::Env;
-use crate::config;
-use crate::wrapper::host::Host;
-use crate::wrapper::{NotStarted, WrapperEnv};
+use crate::settings;
+use crate::wrapper::{NotStarted, Spawner};
 
 /// How many ended sessions are remembered, to tell the next call why its
 /// session is new.
@@ -37,10 +34,10 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            max_sessions: usize::try_from(config::MAX_SESSIONS.number()).unwrap_or(usize::MAX),
-            max_total: usize::try_from(config::MAX_SESSIONS_TOTAL.number()).unwrap_or(usize::MAX),
-            idle_timeout: Duration::from_secs(config::SESSION_IDLE_TIMEOUT.number()),
-            max_lifetime: Duration::from_secs(config::SESSION_MAX_LIFETIME.number()),
+            max_sessions: usize::try_from(settings::MAX_SESSIONS.number()).unwrap_or(usize::MAX),
+            max_total: usize::try_from(settings::MAX_SESSIONS_TOTAL.number()).unwrap_or(usize::MAX),
+            idle_timeout: Duration::from_secs(settings::SESSION_IDLE_TIMEOUT.number()),
+            max_lifetime: Duration::from_secs(settings::SESSION_MAX_LIFETIME.number()),
         }
     }
 }
@@ -78,10 +75,9 @@ pub struct Inner {
     /// New sessions get a name made by the server
     /// ([`super::Sessions::server_named`]).
     pub server_named: bool,
-    wrapper_env: WrapperEnv,
-    host: Arc<Host>,
-    /// The server is stopping: calls end, jails are killed.
-    pub shutdown: CancellationToken,
+    /// What starts the jails; its shutdown token: the server is
+    /// stopping, calls end, jails are killed.
+    pub spawner: Spawner,
     /// The sessions of every table together.
     pub slots: SessionSlots,
     table: Mutex<Table>,
@@ -120,18 +116,14 @@ pub enum Slot {
 impl Inner {
     pub fn new(
         settings: Settings,
-        wrapper_env: WrapperEnv,
-        host: Arc<Host>,
-        shutdown: CancellationToken,
+        spawner: Spawner,
         slots: SessionSlots,
         server_named: bool,
     ) -> Self {
         Self {
             settings,
             server_named,
-            wrapper_env,
-            host,
-            shutdown,
+            spawner,
             slots,
             table: Mutex::new(Table::default()),
         }
@@ -139,7 +131,7 @@ impl Inner {
 
     /// Starts a jail for session `name`.
     pub fn spawn(&self, name: &str, env: &Env) -> Result<Jail, Error> {
-        Jail::spawn(env, &self.wrapper_env, &self.host, name).map_err(|cause| {
+        Jail::spawn(env, &self.spawner, name).map_err(|cause| {
             tracing::error!(session = name, env = %env.name, error = %cause, "cannot start the session jail");
             Error::from(NotStarted::session(env, cause))
         })
@@ -249,7 +241,7 @@ impl Inner {
             table.reaper_started = true;
         }
         let weak: Weak<Inner> = Arc::downgrade(self);
-        let shutdown = self.shutdown.clone();
+        let shutdown = self.spawner.shutdown.clone();
         let tick = self.settings.tick();
         tokio::spawn(async move {
             let mut cpu_checked = tokio::time::Instant::now();

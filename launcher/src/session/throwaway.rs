@@ -17,19 +17,16 @@ use tokio_util::sync::CancellationToken;
 use super::Error;
 use super::call::{self, Call, CallOutcome};
 use super::jail::Jail;
+use super::outputs::Destination;
+use super::outputs::mirror::Mirror;
 use crate::catalog::Env;
-use crate::outputs::Destination;
-use crate::outputs::mirror::Mirror;
-use crate::wrapper::host::Host;
-use crate::wrapper::{NotStarted, WrapperEnv};
+use crate::wrapper::{NotStarted, Spawner};
 
 /// What a throwaway run needs besides the call.
 pub struct Context<'a> {
-    pub wrapper_env: &'a WrapperEnv,
-    pub host: &'a Host,
+    pub spawner: &'a Spawner,
     pub mirror: Option<&'a Mirror>,
     pub cancel: &'a CancellationToken,
-    pub shutdown: &'a CancellationToken,
 }
 
 /// Runs `code` with `files` in a fresh session jail of `env`, then kills it.
@@ -40,13 +37,13 @@ pub async fn call(
     cx: &Context<'_>,
 ) -> Result<CallOutcome, Error> {
     let started = Instant::now();
-    let mut jail = Jail::spawn(env, cx.wrapper_env, cx.host, "run").map_err(|cause| {
+    let mut jail = Jail::spawn(env, cx.spawner, "run").map_err(|cause| {
         tracing::error!(env = %env.name, error = %cause, "cannot start a session jail for a run");
         Error::from(NotStarted::session(env, cause))
     })?;
     let ended = call::make(
         &mut jail,
-        Call::new(env, code, files, cx.cancel, cx.shutdown),
+        Call::new(env, code, files, cx.cancel, &cx.spawner.shutdown),
     )
     .await;
     let to = Destination {

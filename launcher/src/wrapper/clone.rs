@@ -118,6 +118,40 @@ pub fn spawn_into(
     spawn(program, Some(cgroup), setup, None)
 }
 
+/// Runs `forked` in the parent, then lets the held child go: it goes on
+/// once one byte is written on the `gate`, and exits at its end of file
+/// (`forked` failed). The error that kept it held, if one did.
+fn let_go(
+    forked: &mut dyn FnMut() -> io::Result<()>,
+    (gate_r, gate_w): (OwnedFd, OwnedFd),
+) -> Option<io::Error> {
+    drop(gate_r);
+    match forked() {
+        Ok(()) => nix::unistd::write(&gate_w, b"g").err().map(io::Error::from),
+        Err(e) => Some(e),
+    }
+}
+
+/// The errno the child wrote on the status pipe when its exec failed; `None`
+/// at the end of file, which means the exec happened (the pipe was
+/// close-on-exec), or when the pipe cannot be read (logged).
+fn exec_errno(status_r: &OwnedFd) -> Option<i32> {
+    let mut errno = [0u8; 4];
+    let mut got = 0;
+    while got < errno.len() {
+        match nix::unistd::read(status_r, &mut errno[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the wrapper's start status");
+                return None;
+            }
+        }
+    }
+    (got == errno.len()).then(|| i32::from_ne_bytes(errno))
+}
+
 /// Starts `program` as [`spawn_into`] does, but in the calling thread's
 /// own cgroups, and holds the child before its first step until `forked`
 /// ran in the parent: the child does nothing while the parent is still
@@ -187,39 +221,14 @@ fn spawn(
     }
     drop((in_r, out_w, err_w, status_w));
     let pid = pid as libc::pid_t;
-    // The held child goes on once one byte is written; at the end of file
-    // (`forked` failed) it exits.
-    let mut not_let_go = None;
-    if let (Some(forked), Some((gate_r, gate_w))) = (forked, gate) {
-        drop(gate_r);
-        match forked() {
-            Ok(()) => {
-                if let Err(e) = nix::unistd::write(&gate_w, b"g") {
-                    not_let_go = Some(io::Error::from(e));
-                }
-            }
-            Err(e) => not_let_go = Some(e),
-        }
-    }
-    // End of file: the exec happened (the pipe was close-on-exec).
-    let mut errno = [0u8; 4];
-    let mut got = 0;
-    while got < errno.len() {
-        match nix::unistd::read(&status_r, &mut errno[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => {
-                got = 0;
-                tracing::warn!(error = %e, "cannot read the wrapper's start status");
-                break;
-            }
-        }
-    }
-    if got == errno.len() {
+    let not_let_go = match (forked, gate) {
+        (Some(forked), Some(gate)) => let_go(forked, gate),
+        _ => None,
+    };
+    if let Some(errno) = exec_errno(&status_r) {
         // It never ran: reap it here, it is nobody else's.
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-        let error = io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+        let error = io::Error::from_raw_os_error(errno);
         return Err(Err(not_let_go.unwrap_or(error)));
     }
     if let Some(e) = not_let_go {

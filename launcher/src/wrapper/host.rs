@@ -16,11 +16,10 @@
 //! applies every other limit but the deadline and the output cap (policy,
 //! from Nix).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::cgroup::Cgroups;
 use super::jailuser::{self, Ids, JailUsers, Lease};
-use crate::egress::Egress;
 
 /// What the host gives the jails.
 #[derive(Debug)]
@@ -36,10 +35,6 @@ pub struct Host {
     /// Why the jails cannot have user namespaces and how to fix it, when
     /// they cannot.
     pub userns_problem: Option<String>,
-    /// The egress proxy of environments with a network policy, set once
-    /// the jails' pid namespace is made: its init is a fork of the
-    /// launcher, and must not carry a copy of the secrets the proxy reads.
-    egress: OnceLock<Arc<Egress>>,
 }
 
 impl Host {
@@ -68,7 +63,6 @@ impl Host {
             root,
             jail_users,
             userns_problem,
-            egress: OnceLock::new(),
         })
     }
 
@@ -82,7 +76,6 @@ impl Host {
             root: false,
             jail_users: None,
             userns_problem: None,
-            egress: OnceLock::new(),
         }
     }
 
@@ -91,18 +84,6 @@ impl Host {
     /// none is free.
     pub fn jail_lease(&self) -> Result<Option<Lease>, String> {
         self.jail_users.as_ref().map(JailUsers::lease).transpose()
-    }
-
-    /// Sets the egress proxy, once.
-    pub fn set_egress(&self, egress: Egress) {
-        if self.egress.set(Arc::new(egress)).is_err() {
-            tracing::warn!("the egress proxy was set twice; the first is kept");
-        }
-    }
-
-    /// The egress proxy (one serving no policy until it is set).
-    pub fn egress(&self) -> Arc<Egress> {
-        Arc::clone(self.egress.get_or_init(|| Arc::new(Egress::none())))
     }
 
     pub fn memory_by_cgroup(&self) -> bool {
@@ -218,6 +199,39 @@ fn userns_problem(jail: Option<Ids>) -> Option<String> {
     ))
 }
 
+/// In the child [`try_userns`] forks: the first of bubblewrap's steps that
+/// fails (3: becoming `jail`, 1: a new user and mount namespace, 2: a
+/// mount in it; 0: none) and its errno. Only async-signal-safe calls.
+fn userns_steps(jail: Option<Ids>) -> [i32; 2] {
+    use nix::libc;
+    let became = jail.map_or(Ok(()), Ids::become_user);
+    // SAFETY: unshare and mount with constant, valid arguments.
+    let step: i32 = unsafe {
+        if became.is_err() {
+            3
+        } else if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+            1
+        } else if libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            2
+        } else {
+            0
+        }
+    };
+    let errno = if step == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    };
+    [step, errno]
+}
+
 /// Tries, in a child process, what bubblewrap does first: a new user and
 /// mount namespace (`unshare`), then a mount in it, as `jail` when given.
 /// The error names the step that failed and its errno.
@@ -239,31 +253,7 @@ fn try_userns(jail: Option<Ids>) -> Result<(), String> {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // The child: report (step, errno) on the pipe, exit.
-        let became = jail.map_or(Ok(()), Ids::become_user);
-        let step: i32 = unsafe {
-            if became.is_err() {
-                3
-            } else if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                1
-            } else if libc::mount(
-                c"none".as_ptr(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
-            {
-                2
-            } else {
-                0
-            }
-        };
-        let errno = if step == 0 {
-            0
-        } else {
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-        };
-        let report = [step, errno];
+        let report = userns_steps(jail);
         // SAFETY: writes the 8 bytes of `report`; then the child ends.
         unsafe {
             libc::write(

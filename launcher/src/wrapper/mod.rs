@@ -15,7 +15,7 @@
 //!   included.
 //!
 //! What the host gives the jails is found once, at start (host.rs); whether
-//! a wrapper really holds its environment's limits is probed (probe.rs).
+//! a wrapper really holds its environment's limits is probed (../probe.rs).
 
 pub mod cgroup;
 pub mod clone;
@@ -24,7 +24,6 @@ pub mod hop;
 pub mod host;
 pub mod jailuser;
 pub mod mounts;
-pub mod probe;
 pub mod proctree;
 pub mod reaper;
 pub mod uidblock;
@@ -45,10 +44,11 @@ use nix::unistd::Pid;
 use proto::frame::Exit;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{Env, Limits};
-use crate::config;
-use crate::egress::{self, Gate};
+use crate::egress::{self, Egress, Gate};
+use crate::settings;
 use cgroup::RunCgroup;
 use clone::Started;
 use host::Host;
@@ -69,8 +69,8 @@ impl WrapperEnv {
         // NIX_SANDBOX_CGROUP is the wrapper's own cgroup ([`spawn`]), never
         // the server's.
         let project = [
-            config::PROJECT_DIR.var_name(),
-            config::PROJECT_MOUNT.var_name(),
+            settings::PROJECT_DIR.var_name(),
+            settings::PROJECT_MOUNT.var_name(),
         ];
         for name in ["XDG_RUNTIME_DIR"].into_iter().chain(project) {
             if let Some(value) = lookup(name).filter(|v| !v.is_empty()) {
@@ -80,17 +80,13 @@ impl WrapperEnv {
         Self(vars)
     }
 
-    pub fn from_process() -> Self {
-        Self::from_lookup(|name| std::env::var_os(name))
-    }
-
     fn vars(&self) -> impl Iterator<Item = (&'static str, &OsStr)> {
         self.0.iter().map(|(k, v)| (*k, v.as_os_str()))
     }
 }
 
 /// Why a wrapper did not start. Nothing ran either way; the two differ in
-/// what the model is told (mcp/refusal.rs).
+/// what the model is told (report/refusal.rs).
 #[derive(Debug)]
 pub enum StartError {
     /// Its cgroup could not be made: the limits it would write there would
@@ -214,18 +210,37 @@ pub fn spawn(
     })
 }
 
-/// What one jail of `env` needs before its wrapper starts: the uid and gid
-/// it runs as, when the launcher is root, and its egress gate, when `env`
-/// has a network policy, which only that uid may connect to.
-pub fn prepare(env: &Env, host: &Host) -> Result<(Option<Lease>, Option<Gate>), StartError> {
-    let user = host
-        .jail_lease()
-        .map_err(|why| StartError::Spawn(io::Error::other(why)))?;
-    let gate = host
-        .egress()
-        .gate(env, user.as_ref().map(Lease::ids))
-        .map_err(StartError::Egress)?;
-    Ok((user, gate))
+/// What starts jails, built once in main and handed down to whatever starts
+/// one (a run, a session, a probe): the variables a wrapper gets, the
+/// host's facts, the egress proxy (a gate for each jail of an environment
+/// with a network policy) and the server's shutdown, which ends every
+/// jail's call. Cheap to clone.
+#[derive(Clone)]
+pub struct Spawner {
+    pub env: Arc<WrapperEnv>,
+    pub host: Arc<Host>,
+    pub egress: Arc<Egress>,
+    pub shutdown: CancellationToken,
+}
+
+impl Spawner {
+    /// What one jail of `env` needs before its wrapper starts: the uid and
+    /// gid it runs as, when the launcher is root, and its egress gate, when
+    /// `env` has a network policy, which only that uid may connect to.
+    pub fn prepare(&self, env: &Env) -> Result<(Option<Lease>, Option<Gate>), StartError> {
+        let user = (self.host)
+            .jail_lease()
+            .map_err(|why| StartError::Spawn(io::Error::other(why)))?;
+        let gate = match env.network.policy() {
+            None => None,
+            Some(_) => {
+                let owner = user.as_ref().map(|u| (u.ids().uid, u.ids().gid));
+                let gate = self.egress.gate(&env.name, owner);
+                Some(gate.map_err(StartError::Egress)?)
+            }
+        };
+        Ok((user, gate))
+    }
 }
 
 /// How a wrapper got into its run's cgroup, for the log.
@@ -257,6 +272,10 @@ impl Placed {
 /// by a hop (v1; hop.rs) when the kernel can, else forked and moved in
 /// between fork and exec; as `ids` when given.
 #[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "older than the 80-line lint: to split, not to copy"
+)]
 fn place(
     program: &str,
     args: &[String],

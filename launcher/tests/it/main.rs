@@ -1,6 +1,13 @@
 //! Integration tests: the built `nix-sandbox-mcp` against real bubblewrap and
 //! the host's interpreters (launcher/tests/fixtures), through a real MCP client.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    reason = "a test: a failed unwrap is a failed test, and a scenario reads best whole"
+)]
+
 mod bounds;
 mod cgroup_v1;
 mod cli;

@@ -25,18 +25,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
-use tokio_util::sync::CancellationToken;
 
 use proto::frame::Exit;
 
-use super::WrapperEnv;
-use super::cgroup::Stats;
-use super::host::Host;
-use super::mounts::{self, Writable};
 use crate::catalog::{Catalog, Env, Interpreter};
 use crate::egress::policy::Network;
 use crate::preflight::Problem;
 use crate::run::{self, Spec};
+use crate::wrapper::cgroup::Stats;
+use crate::wrapper::host::Host;
+use crate::wrapper::mounts::{self, Writable};
+use crate::wrapper::{self, Spawner};
 
 /// How long the probe's empty program may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -257,7 +256,8 @@ pub fn wrapper_ready(path: &str) -> bool {
 /// Runs the probe program through `env`'s wrapper: what it saw, or the
 /// reason in one line (the wrapper's stderr, trimmed, or the limits that
 /// do not hold).
-pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<Seen, String> {
+pub async fn probe(env: &Env, spawner: &Spawner) -> Result<Seen, String> {
+    let host = &*spawner.host;
     // A program environment's `run` builds a source file: the probe is
     // bash, through its `shell` (the same jail).
     let argv = match env.interpreter {
@@ -271,8 +271,8 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
     let code = probe_code(env.interpreter);
-    let (user, gate) = super::prepare(env, host).map_err(|e| match e {
-        super::StartError::Egress(e) => format!("its network policy cannot be served: {e}"),
+    let (user, gate) = spawner.prepare(env).map_err(|e| match e {
+        wrapper::StartError::Egress(e) => format!("its network policy cannot be served: {e}"),
         other => format!("cannot start {wrapper}: {other}"),
     })?;
     let spec = Spec {
@@ -283,7 +283,7 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
         code: code.as_bytes(),
         timeout: PROBE_TIMEOUT,
         output_bytes: PROBE_OUTPUT_BYTES,
-        env: wrapper_env,
+        env: &spawner.env,
     };
     let outcome = run::run(host, spec, std::future::pending())
         .await
@@ -316,33 +316,21 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
 
 /// The start-up probes of the server, one per environment.
 pub struct Probes {
-    wrapper_env: WrapperEnv,
-    host: Arc<Host>,
-    /// The server's shutdown: a probe whose jail the stopping server
-    /// killed did not fail.
-    stopping: CancellationToken,
+    /// What starts the probes' jails; its shutdown token: a probe whose
+    /// jail the stopping server killed did not fail.
+    spawner: Spawner,
     /// `None`: not probed yet, or the last failure was already reported.
     states: BTreeMap<String, Mutex<Option<Result<(), String>>>>,
 }
 
 impl Probes {
-    pub fn new(
-        catalog: &Catalog,
-        wrapper_env: WrapperEnv,
-        host: Arc<Host>,
-        stopping: CancellationToken,
-    ) -> Self {
+    pub fn new(catalog: &Catalog, spawner: Spawner) -> Self {
         let states = catalog
             .envs
             .keys()
             .map(|name| (name.clone(), Mutex::new(None)))
             .collect();
-        Self {
-            wrapper_env,
-            host,
-            stopping,
-            states,
-        }
+        Self { spawner, states }
     }
 
     /// Starts probing every environment in the background.
@@ -355,14 +343,14 @@ impl Probes {
                 };
                 let mut state = state.lock().await;
                 if state.is_none() {
-                    let result = probe(&env, &probes.wrapper_env, &probes.host).await;
+                    let result = probe(&env, &probes.spawner).await;
                     match &result {
                         Ok(seen) => tracing::info!(
                             env = %env.name,
                             seccomp = seen.seccomp,
                             "sandbox probe ok: the jail holds its limits"
                         ),
-                        Err(reason) if probes.stopping.is_cancelled() => tracing::debug!(
+                        Err(reason) if probes.spawner.shutdown.is_cancelled() => tracing::debug!(
                             env = %env.name,
                             %reason,
                             "sandbox probe ended: the server is stopping"
@@ -381,7 +369,7 @@ impl Probes {
     /// out once; the next call probes again.
     pub async fn ensure(&self, env: &Env) -> Result<(), String> {
         let Some(state) = self.states.get(&env.name) else {
-            return probe(env, &self.wrapper_env, &self.host).await.map(|_| ());
+            return probe(env, &self.spawner).await.map(|_| ());
         };
         let mut state = state.lock().await;
         match state.take() {
@@ -391,7 +379,7 @@ impl Probes {
             }
             Some(Err(reason)) => Err(reason),
             None => {
-                let result = probe(env, &self.wrapper_env, &self.host).await.map(|_| ());
+                let result = probe(env, &self.spawner).await.map(|_| ());
                 if result.is_ok() {
                     *state = Some(Ok(()));
                 }
@@ -408,12 +396,11 @@ impl Probes {
 pub async fn run_check(
     catalog: &Catalog,
     problems: &[Problem],
-    wrapper_env: &WrapperEnv,
-    host: &Host,
+    spawner: &Spawner,
     out: &mut impl Write,
 ) -> std::io::Result<bool> {
     let mut ok = true;
-    for line in host.report() {
+    for line in spawner.host.report() {
         writeln!(out, "{line}")?;
     }
     for problem in problems {
@@ -435,7 +422,7 @@ pub async fn run_check(
         ok = false;
     }
     for env in catalog.envs.values() {
-        match probe(env, wrapper_env, host).await {
+        match probe(env, spawner).await {
             Ok(seen) => writeln!(out, "{}: ok ({})", env.name, protections(env, &seen))?,
             Err(reason) => {
                 writeln!(out, "{}: FAIL: {reason}", env.name)?;

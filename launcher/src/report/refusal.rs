@@ -6,8 +6,8 @@
 use std::fmt;
 
 use crate::admission;
+use crate::catalog::names::{Allow, MAX_NAME_BYTES, MAX_PACKAGES, NameError};
 use crate::packages::ComposeError;
-use crate::packages::names::{Allow, MAX_NAME_BYTES, MAX_PACKAGES, NameError};
 use crate::session;
 use crate::wrapper::{NotStarted, StartError};
 
@@ -421,7 +421,7 @@ impl Refusal {
                     "the server was getting other packages ({slots} at once, {}) for as long \
                      as this call may wait; nothing was run. Try again later, or call without \
                      `packages`.",
-                    admission::setting_names(&crate::config::MAX_COMPOSITIONS)
+                    admission::setting_names(&crate::settings::MAX_COMPOSITIONS)
                 ),
             ),
             ComposeError::TimedOut(s) => Self::new(

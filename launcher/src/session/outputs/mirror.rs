@@ -35,7 +35,7 @@ use nix::fcntl::{AtFlags, OFlag, openat, renameat};
 use nix::sys::stat::{Mode, SFlag, fstatat, mkdirat};
 
 use super::size_text;
-use crate::config;
+use crate::settings;
 
 /// How often the mirror's size may be measured again when it looks full.
 const REMEASURE_EVERY: Duration = Duration::from_secs(60);
@@ -84,19 +84,19 @@ pub enum Skipped {
 impl fmt::Display for Skipped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names =
-            |s: &config::Setting| format!("--{} / {}", s.flag.unwrap_or_default(), s.var_name());
+            |s: &settings::Setting| format!("--{} / {}", s.flag.unwrap_or_default(), s.var_name());
         match self {
             Skipped::CallFull { per_call } => write!(
                 f,
                 "not mirrored: over the {} mirrored per call ({})",
                 size_text(*per_call),
-                names(&config::OUTPUT_CALL_MB)
+                names(&settings::OUTPUT_CALL_MB)
             ),
             Skipped::Full { total } => write!(
                 f,
                 "not mirrored: the outputs directory holds its most, {} ({})",
                 size_text(*total),
-                names(&config::OUTPUT_MAX_MB)
+                names(&settings::OUTPUT_MAX_MB)
             ),
             Skipped::Failed(why) => write!(f, "not mirrored: {why}"),
         }

@@ -21,8 +21,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::egress::policy::Network;
-use crate::packages::OnDemand;
+use crate::egress::policy::{Network, Policy};
+
+pub mod names;
+
+use names::Allow;
 
 /// What the `interpreter` field names (what a session agent drives).
 /// `program`: the code is one source file of a compiled language, which
@@ -37,9 +40,21 @@ pub enum Interpreter {
     Program,
 }
 
+/// An environment's policy, as mkServer wrote it (lib/packagesOnDemand.nix).
+/// Its `build` (whether Nix may build what the binary cache does not have)
+/// is the helper's to apply: it is in the helper's text.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OnDemand {
+    /// The compose helper's argv; the launcher appends ENV, REQUEST, OUT.
+    pub compose: Vec<String>,
+    pub allow: Allow,
+    /// How long a composition may take (and wait for a slot).
+    pub timeout_s: NonZeroU64,
+}
+
 /// Limits of an environment. The launcher enforces the deadline and the
 /// output cap; the wrapper enforces the rest, which the launcher checks at
-/// start (wrapper/probe.rs) and names when a run hits one
+/// start (probe.rs) and names when a run hits one
 /// (report/limit.rs).
 ///
 /// The two the launcher enforces itself may be absent (an older sandbox):
@@ -196,6 +211,12 @@ impl Catalog {
 
     pub fn names(&self) -> Vec<&str> {
         self.envs.keys().map(String::as_str).collect()
+    }
+
+    /// The name and network policy of each environment that has one (the
+    /// egress proxy serves those).
+    pub fn policies(&self) -> impl Iterator<Item = (&String, &Policy)> {
+        (self.envs.iter()).filter_map(|(name, env)| env.network.policy().map(|p| (name, p)))
     }
 
     /// `python` when there is one, else the first by name.
@@ -419,5 +440,5 @@ fn check_wrapper(program: &str, allow_outside_store: bool) -> Result<(), String>
 }
 
 #[cfg(test)]
-#[path = "catalog_tests.rs"]
+#[path = "mod_tests.rs"]
 mod tests;

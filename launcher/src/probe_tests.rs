@@ -166,7 +166,7 @@ fn the_process_limit_is_checked_by_rlimit_or_cgroup() {
             .contains("Max processes")
     );
     let mut cg = Host::plain();
-    cg.cgroups = Some(super::super::cgroup::Cgroups::fake(true, true));
+    cg.cgroups = Some(crate::wrapper::cgroup::Cgroups::fake(true, true));
     let no_as = Seen::parse(&OUTPUT.replace(
         "Max data size             1073741824           1073741824 ",
         "Max data size             unlimited            unlimited ",

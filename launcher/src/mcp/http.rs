@@ -246,20 +246,27 @@ async fn serve_until_stopped(
     Ok(())
 }
 
-/// Completes when `shutdown` is cancelled, or on SIGTERM or SIGINT.
-pub async fn stop_signal(shutdown: CancellationToken) {
+/// Completes when `shutdown` is cancelled, or on SIGTERM or SIGINT. The
+/// handlers are installed when this is called, not when the future is
+/// first polled: a client may answer `initialize` with SIGTERM at once, and
+/// a signal that came before its handler would kill the server with its
+/// jails unreaped. Call it within the runtime, before serving.
+pub fn stop_signal(shutdown: CancellationToken) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::warn!("cannot watch SIGTERM and SIGINT");
-        return shutdown.cancelled().await;
-    };
-    tokio::select! {
-        () = shutdown.cancelled() => {}
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::warn!("cannot watch SIGTERM and SIGINT");
+            return shutdown.cancelled().await;
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
     }
 }
 

@@ -358,7 +358,9 @@ async fn sixteen_calls_on_one_slot_run_one_composition_at_a_time() {
         user: User::Own,
         env: &[("NIX_SANDBOX_MAX_COMPOSITIONS", Some("1"))],
     };
-    let server = std::sync::Arc::new(f.server_as(json!("any"), 30, run).await);
+    // The last call waits for fifteen compositions before its own: the
+    // wait (the packages timeout) is long enough for a loaded machine.
+    let server = std::sync::Arc::new(f.server_as(json!("any"), 300, run).await);
     let calls: Vec<_> = (0..16)
         .map(|i| {
             let server = server.clone();

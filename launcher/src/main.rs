@@ -23,6 +23,7 @@ mod mcp;
 mod outputs;
 mod packages;
 mod preflight;
+mod project;
 mod report;
 mod run;
 mod session;

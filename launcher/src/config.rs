@@ -402,6 +402,16 @@ pub const PROJECT_MOUNT: Setting = Setting {
          jail's own (/nix, /workspace, /tmp, /home/sandbox, /proc, /dev, /etc, /bin, /usr/bin)",
     )
 };
+pub const PROJECT_WRITABLE: Setting = Setting {
+    default: Some(Default::Text("0")),
+    ..variable(
+        "NIX_SANDBOX_PROJECT_WRITABLE",
+        VarRole::Fallback,
+        "1: each session sees PROJECT_DIR writable through a copy-on-write layer of its own \
+         (the host's tree is never written; the changes are the resource \
+         sandbox://SESSION/project.diff); 0: read-only",
+    )
+};
 pub const OUTPUT_DIR: Setting = Setting {
     value: Some("DIR"),
     ..variable(
@@ -455,7 +465,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 34] = [
+pub const SETTINGS: [&Setting; 35] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -484,6 +494,7 @@ pub const SETTINGS: [&Setting; 34] = [
     &VERSION,
     &PROJECT_DIR,
     &PROJECT_MOUNT,
+    &PROJECT_WRITABLE,
     &OUTPUT_DIR,
     &ENVS,
     &SANDBOX_DIR,
@@ -519,6 +530,8 @@ pub struct Options {
     /// `PROJECT_DIR`, and where the jail sees it (`PROJECT_MOUNT`).
     pub project_dir: Option<OsString>,
     pub project_mount: Option<String>,
+    /// `NIX_SANDBOX_PROJECT_WRITABLE`: a copy-on-write layer per session.
+    pub project_writable: bool,
     /// `NIX_SANDBOX_OUTPUT_DIR`.
     pub output_dir: Option<PathBuf>,
     /// `NIX_SANDBOX_EGRESS_HOSTS`, `NIX_SANDBOX_EGRESS_CA_ROOTS`.
@@ -596,6 +609,7 @@ pub fn parse(
         sessions: session::Settings::default(),
         project_dir: None,
         project_mount: None,
+        project_writable: false,
         output_dir: None,
         egress: egress::Settings::default(),
         bounds: Bounds::default(),
@@ -732,6 +746,17 @@ pub fn parse(
         let mount = var(&PROJECT_MOUNT).and_then(|m| m.into_string().ok());
         opts.project_mount = Some(mount.unwrap_or_else(|| PROJECT_MOUNT.text().into()));
     }
+    opts.project_writable = match var(&PROJECT_WRITABLE).as_deref().and_then(|v| v.to_str()) {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(other) => {
+            return Err(format!(
+                "invalid value for {}: {other:?}; expected 1 (writable through a layer per \
+                 session) or 0 (read-only)",
+                PROJECT_WRITABLE.var_name()
+            ));
+        }
+    };
     opts.output_dir = var(&OUTPUT_DIR).map(PathBuf::from);
     opts.egress = egress::Settings {
         hosts_file: var(&EGRESS_HOSTS).map(PathBuf::from),

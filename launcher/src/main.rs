@@ -148,6 +148,30 @@ fn main() -> ExitCode {
     host.set_egress(Egress::start(&catalog, &opts.egress, runtime, |var| {
         std::env::var_os(var)
     }));
+    if let (true, Some(_)) = (opts.project_writable, &opts.project_dir)
+        && host.jail_users.is_some()
+    {
+        tracing::error!(
+            "project: NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by a root server: its jails \
+             run as uids of their own, which cannot own the copies of the project's files the \
+             layer makes; the project stays read-only (run the server as the project's owner)"
+        );
+    } else if let (true, Some(dir)) = (opts.project_writable, &opts.project_dir) {
+        match project::Layers::create(std::path::Path::new("/var/tmp"), dir.as_ref()) {
+            Ok(layers) => {
+                tracing::info!(
+                    "self-test: project: writable through a copy-on-write layer per session in \
+                     {} (an overlay in each jail's user namespace: Linux 5.11 or later)",
+                    layers.dir().display()
+                );
+                host.set_project_layers(layers);
+            }
+            Err(e) => tracing::error!(
+                "project: NIX_SANDBOX_PROJECT_WRITABLE=1, but no directory for the layers could \
+                 be made in /var/tmp ({e}): the project stays read-only"
+            ),
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -212,7 +236,12 @@ fn serve(
 ) -> ExitCode {
     tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
     if let Some(dir) = &opts.project_dir {
-        tracing::debug!(project_dir = ?dir, "project mounted read-only");
+        let how = if host.project_layers().is_some() {
+            "writable through a layer per session"
+        } else {
+            "read-only"
+        };
+        tracing::debug!(project_dir = ?dir, "project mounted {how}");
     }
     let config = mcp::Config {
         catalog,

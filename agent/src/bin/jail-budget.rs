@@ -167,12 +167,18 @@ fn mount_layer(layer: &OsString, lower: &OsString) -> Result<(), String> {
         .map_err(|e| format!("cannot open the project {}: {e}", lower.to_string_lossy()))?;
     // Relative to the layer directory: its path may hold commas or colons,
     // which the overlay's options would read as separators.
+    // O_PATH: the directory is the server's, mode 0711, not listable.
     let layer_fd = open(
         layer.as_os_str(),
-        dir | OFlag::O_RDONLY | OFlag::O_NOFOLLOW,
+        dir | OFlag::O_PATH | OFlag::O_NOFOLLOW,
         Mode::empty(),
     )
-    .map_err(|e| format!("cannot open the project layer {}: {e}", layer.to_string_lossy()))?;
+    .map_err(|e| {
+        format!(
+            "cannot open the project layer {}: {e}",
+            layer.to_string_lossy()
+        )
+    })?;
     nix::unistd::fchdir(&layer_fd).map_err(|e| format!("cannot enter the project layer: {e}"))?;
     let options = format!(
         "lowerdir=/proc/self/fd/{},upperdir=upper,workdir=work,userxattr",

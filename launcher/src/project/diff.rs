@@ -204,7 +204,10 @@ fn file(dir: &OwnedFd, name: &OsStr, upper: bool, walk: &mut Walk) -> Node {
     }
     if size > walk.bounds.file_bytes || walk.read + size > walk.bounds.read_bytes {
         if walk.read + size > walk.bounds.read_bytes {
-            walk.cut(format!("more than {} MiB read", walk.bounds.read_bytes >> 20));
+            walk.cut(format!(
+                "more than {} MiB read",
+                walk.bounds.read_bytes >> 20
+            ));
         }
         return Node::File(None, size);
     }
@@ -347,7 +350,11 @@ impl Walk {
                     }
                 }
                 let from = if kind == Kind::Added { "/dev/null" } else { &a };
-                let to = if kind == Kind::Deleted { "/dev/null" } else { &b };
+                let to = if kind == Kind::Deleted {
+                    "/dev/null"
+                } else {
+                    &b
+                };
                 let _ = writeln!(section, "diff --nsm {a} {b}");
                 let _ = write!(section, "{}", diff.unified_diff().header(from, to));
                 Some((plus, minus))

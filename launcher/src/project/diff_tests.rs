@@ -33,7 +33,12 @@ fn paths(changes: &Changes) -> Vec<(String, Kind)> {
     changes
         .files
         .iter()
-        .map(|c| (String::from_utf8_lossy(&c.path).into_owned(), c.kind.clone()))
+        .map(|c| {
+            (
+                String::from_utf8_lossy(&c.path).into_owned(),
+                c.kind.clone(),
+            )
+        })
         .collect()
 }
 
@@ -58,8 +63,16 @@ fn edits_additions_and_whiteouts_are_read_as_the_merged_tree() {
         ]
     );
     assert_eq!(changes.summary(), "3 files changed, +3 -2");
-    assert!(changes.diff.contains("-  return 1;\n+  return 0;\n"), "{}", changes.diff);
-    assert!(changes.diff.contains("--- /dev/null\n+++ b/NEW"), "{}", changes.diff);
+    assert!(
+        changes.diff.contains("-  return 1;\n+  return 0;\n"),
+        "{}",
+        changes.diff
+    );
+    assert!(
+        changes.diff.contains("--- /dev/null\n+++ b/NEW"),
+        "{}",
+        changes.diff
+    );
 }
 
 #[test]
@@ -108,7 +121,11 @@ fn symlinks_are_compared_as_targets_never_followed() {
     std::os::unix::fs::symlink(t.path(), upper.join("d")).unwrap();
     let changes = read(&upper, &lower);
     assert!(!changes.diff.contains("SECRET-CONTENT"), "{}", changes.diff);
-    assert!(changes.diff.contains(&format!("+symlink -> {}", secret.display())));
+    assert!(
+        changes
+            .diff
+            .contains(&format!("+symlink -> {}", secret.display()))
+    );
     assert_eq!(
         paths(&changes),
         vec![
@@ -151,7 +168,11 @@ fn the_walk_and_the_diff_are_bounded() {
     };
     let few = changes(&open(&upper), &open(&lower), bounds);
     assert!(few.files.len() <= 10);
-    assert!(few.summary().contains("at least: more than 10 entries"), "{}", few.summary());
+    assert!(
+        few.summary().contains("at least: more than 10 entries"),
+        "{}",
+        few.summary()
+    );
     let bounds = Bounds {
         diff_bytes: 2000,
         ..Bounds::default()

@@ -33,6 +33,18 @@ use crate::wrapper::jailuser::Ids;
 /// The wrapper's variable naming a session's layer directory.
 pub const LAYER_VAR: &str = "NIX_SANDBOX_PROJECT_LAYER";
 
+/// The resource that reads session `session`'s project diff.
+pub fn diff_uri(session: &str) -> String {
+    format!("sandbox://{session}/project.diff")
+}
+
+/// The session whose project diff `uri` names, if it names one.
+pub fn parse_diff_uri(uri: &str) -> Option<&str> {
+    uri.strip_prefix("sandbox://")?
+        .strip_suffix("/project.diff")
+        .filter(|s| !s.is_empty() && !s.contains('/'))
+}
+
 /// The server's layer directory and the project it layers.
 #[derive(Debug)]
 pub struct Layers {
@@ -170,13 +182,21 @@ fn fingerprint(dir: &OwnedFd, most: usize) -> u64 {
             if count > most {
                 return hasher.finish() ^ 1;
             }
-            let Ok(stat) =
-                rustix::fs::statat(&fd, entry.file_name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            else {
+            let Ok(stat) = rustix::fs::statat(
+                &fd,
+                entry.file_name(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            ) else {
                 continue;
             };
             (&path, name, stat.st_mode, stat.st_size, stat.st_ino).hash(&mut hasher);
-            (stat.st_mtime, stat.st_mtime_nsec, stat.st_ctime, stat.st_ctime_nsec).hash(&mut hasher);
+            (
+                stat.st_mtime,
+                stat.st_mtime_nsec,
+                stat.st_ctime,
+                stat.st_ctime_nsec,
+            )
+                .hash(&mut hasher);
             if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory
             {
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -188,7 +208,11 @@ fn fingerprint(dir: &OwnedFd, most: usize) -> u64 {
             }
         }
     }
-    if count == 0 { EMPTY } else { hasher.finish() | 2 }
+    if count == 0 {
+        EMPTY
+    } else {
+        hasher.finish() | 2
+    }
 }
 
 /// Removes `dir` and everything in it, making the directories the jail

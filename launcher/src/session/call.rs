@@ -141,6 +141,9 @@ pub struct CallOutcome {
     pub named_by_server: bool,
     /// The network policy's refusals during the call, as note lines.
     pub refusals: Vec<String>,
+    /// The project layer's changes, when they changed during the call
+    /// (or since the one before): `3 files changed, +12 -4`.
+    pub project: Option<String>,
 }
 
 impl CallOutcome {
@@ -161,6 +164,7 @@ impl CallOutcome {
             throwaway,
             named_by_server: false,
             refusals: Vec::new(),
+            project: None,
         }
     }
 }

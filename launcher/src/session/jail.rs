@@ -27,6 +27,7 @@ use super::cpu::{self, CpuWatch};
 use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
+use crate::project::Layer;
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, StartError, WrapperEnv};
@@ -110,6 +111,9 @@ pub struct Jail {
     cpu: Option<Box<CpuMeter>>,
     /// The last reading of its CPU time (cpu.rs; boxed, as `cpu`).
     cpu_watch: Box<CpuWatch>,
+    /// Its copy-on-write project layer, when the project is writable;
+    /// removed once the jail is gone and the jail dropped.
+    layer: Option<Arc<Layer>>,
 }
 
 impl Jail {
@@ -123,6 +127,27 @@ impl Jail {
     ) -> Result<Self, StartError> {
         let (user, gate) = wrapper::prepare(env, host)?;
         let gate = gate.map(Box::new);
+        let layer = match host.project_layers().filter(|_| env.project_layer) {
+            Some(layers) => Some(Arc::new(
+                layers
+                    .layer(user.as_ref().map(wrapper::jailuser::Lease::ids))
+                    .map_err(|e| {
+                        StartError::Spawn(std::io::Error::other(format!(
+                            "cannot make the session's project layer in {}: {e}",
+                            layers.dir().display()
+                        )))
+                    })?,
+            )),
+            None => None,
+        };
+        let layered;
+        let wrapper_env = match &layer {
+            Some(layer) => {
+                layered = wrapper_env.with(layer.var());
+                &layered
+            }
+            None => wrapper_env,
+        };
         let wrapper = wrapper::spawn(
             &env.session,
             &env.limits,
@@ -135,6 +160,7 @@ impl Jail {
         let cpu = cgroup.as_ref().and_then(RunCgroup::cpu_meter).map(Box::new);
         let exited = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&exited);
+        let kept = layer.clone();
         wrapper::reaper::track(async move {
             // An error means the reaper gave up on the pid: the jail is gone
             // or no longer ours either way.
@@ -143,6 +169,7 @@ impl Jail {
             if let Some(cgroup) = cgroup {
                 let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
             }
+            drop(kept);
         });
         let log_tail = Arc::new(Mutex::new(String::new()));
         tokio::spawn(forward_log(
@@ -166,7 +193,13 @@ impl Jail {
             gate,
             cpu,
             cpu_watch: Box::default(),
+            layer,
         })
+    }
+
+    /// Its project layer, when the project is writable.
+    pub fn layer(&self) -> Option<Arc<Layer>> {
+        self.layer.clone()
     }
 
     /// The network policy's refusals since they were last taken.

@@ -57,6 +57,7 @@ use crate::admission::{ClientKey, IdleSessions, SessionSlots};
 use crate::catalog::Env;
 use crate::outputs::mirror::Mirror;
 use crate::outputs::{self, Destination, ReadFailed};
+use crate::project::{self, diff::Bounds};
 use crate::wrapper::host::Host;
 use crate::wrapper::{NotStarted, WrapperEnv};
 use call::{Call, CallOutcome, JailAfter};
@@ -258,6 +259,19 @@ impl Sessions {
                 return Err(e);
             }
         }
+        if let Some(Slot::Jail(jail)) = &lease.slot
+            && outcome.reset.is_none()
+            && let Some(layer) = jail.layer()
+        {
+            let changed = tokio::task::spawn_blocking(move || layer.changed(Bounds::default()));
+            if let Ok(Some(changes)) = changed.await {
+                outcome.project = Some(format!(
+                    "project: {} (diff: {})",
+                    changes.summary(),
+                    project::diff_uri(name)
+                ));
+            }
+        }
         outcome.duration = started.elapsed();
         outcome.ended_after = lease.release();
         Ok(outcome)
@@ -304,6 +318,37 @@ impl Sessions {
             ReadFailed::Gone(why) => OutputUnreadable::Gone(why),
             ReadFailed::Broken(why) => OutputUnreadable::Broken(why),
         })
+    }
+}
+
+impl Sessions {
+    /// The unified diff of session `name`'s project layer (for
+    /// `resources/read`): the session must be open and not running a call.
+    pub async fn read_diff(&self, name: &str) -> Result<String, OutputUnreadable> {
+        let mut lease = self.inner.acquire_open(name)?;
+        let layer = match &lease.slot {
+            Some(Slot::Jail(jail)) if !jail.has_exited() => jail.layer(),
+            _ => None,
+        };
+        lease.release();
+        let Some(layer) = layer else {
+            return Err(OutputUnreadable::Gone(format!(
+                "session `{name}` has no project layer (the project is read-only, or its \
+                 sandbox stopped)"
+            )));
+        };
+        let read = tokio::task::spawn_blocking(move || layer.changes(Bounds::default())).await;
+        match read {
+            Ok(Ok(changes)) => {
+                let mut text = format!("# project: {}\n", changes.summary());
+                text.push_str(&changes.diff);
+                Ok(text)
+            }
+            Ok(Err(e)) => Err(OutputUnreadable::Gone(format!(
+                "the project layer cannot be read: {e}"
+            ))),
+            Err(e) => Err(OutputUnreadable::Broken(e.to_string())),
+        }
     }
 }
 

@@ -40,6 +40,9 @@ pub struct Host {
     /// the jails' pid namespace is made: its init is a fork of the
     /// launcher, and must not carry a copy of the secrets the proxy reads.
     egress: OnceLock<Arc<Egress>>,
+    /// The sessions' copy-on-write project layers, when the project is
+    /// writable (project/).
+    project_layers: OnceLock<Arc<crate::project::Layers>>,
 }
 
 impl Host {
@@ -69,6 +72,7 @@ impl Host {
             jail_users,
             userns_problem,
             egress: OnceLock::new(),
+            project_layers: OnceLock::new(),
         })
     }
 
@@ -83,6 +87,7 @@ impl Host {
             jail_users: None,
             userns_problem: None,
             egress: OnceLock::new(),
+            project_layers: OnceLock::new(),
         }
     }
 
@@ -98,6 +103,16 @@ impl Host {
         if self.egress.set(Arc::new(egress)).is_err() {
             tracing::warn!("the egress proxy was set twice; the first is kept");
         }
+    }
+
+    /// Sets the project layers' directory, once.
+    pub fn set_project_layers(&self, layers: crate::project::Layers) {
+        let _ = self.project_layers.set(Arc::new(layers));
+    }
+
+    /// The project layers' directory, when the project is writable.
+    pub fn project_layers(&self) -> Option<&crate::project::Layers> {
+        self.project_layers.get().map(|l| &**l)
     }
 
     /// The egress proxy (one serving no policy until it is set).

@@ -83,6 +83,13 @@ impl WrapperEnv {
         Self::from_lookup(|name| std::env::var_os(name))
     }
 
+    /// These variables and `var` (a session's project layer).
+    pub fn with(&self, var: (&'static str, OsString)) -> Self {
+        let mut vars = self.0.clone();
+        vars.push(var);
+        Self(vars)
+    }
+
     fn vars(&self) -> impl Iterator<Item = (&'static str, &OsStr)> {
         self.0.iter().map(|(k, v)| (*k, v.as_os_str()))
     }

@@ -16,6 +16,7 @@ mod jail;
 mod lifetime;
 mod outputs;
 mod packages;
+mod project;
 mod protocol;
 mod run;
 mod session;

@@ -1,6 +1,6 @@
 # Takes nixpkgs' lib and a configuration holding the options of
 # serverSettings.nix; returns the server's environment variables
-# (PROJECT_DIR and PROJECT_MOUNT when projectDir is set,
+# (PROJECT_DIR, PROJECT_MOUNT and NIX_SANDBOX_PROJECT_WRITABLE when projectDir is set,
 # NIX_SANDBOX_OUTPUT_DIR and its caps when outputDir is, the session
 # timeouts, the counts and the unread bytes always), an attribute set of
 # strings.
@@ -8,6 +8,7 @@ lib: settings:
 lib.optionalAttrs (settings.projectDir != null) {
   PROJECT_DIR = settings.projectDir;
   PROJECT_MOUNT = settings.projectMount;
+  NIX_SANDBOX_PROJECT_WRITABLE = if settings.projectWritable then "1" else "0";
 }
 // lib.optionalAttrs (settings.outputDir != null) {
   NIX_SANDBOX_OUTPUT_DIR = settings.outputDir;

@@ -18,7 +18,11 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
     assert!(layer.changed(diff::Bounds::default()).is_none());
     // The overlay's work directory as the kernel leaves it: mode 0.
     std::fs::create_dir(dir.join("work/work")).unwrap();
-    std::fs::set_permissions(dir.join("work/work"), std::fs::Permissions::from_mode(0)).unwrap();
+    std::fs::set_permissions(
+        dir.join("work/work"),
+        std::fs::Permissions::from_mode(0o000),
+    )
+    .unwrap();
     drop(layer);
     for _ in 0..100 {
         if !dir.exists() {

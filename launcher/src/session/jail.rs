@@ -95,8 +95,10 @@ impl CpuSource {
 /// A running session jail.
 pub struct Jail {
     group: Group,
-    /// Set once the wrapper has exited.
-    exited: Arc<AtomicBool>,
+    /// Whether the wrapper has exited, and the jail's project layer;
+    /// shared with the task that waits for the wrapper, so the layer is
+    /// removed only once the jail is gone and dropped.
+    shared: Arc<Shared>,
     stdin: pipe::Sender,
     stdout: pipe::Receiver,
     frames: Splitter,
@@ -111,8 +113,13 @@ pub struct Jail {
     cpu: Option<Box<CpuMeter>>,
     /// The last reading of its CPU time (cpu.rs; boxed, as `cpu`).
     cpu_watch: Box<CpuWatch>,
-    /// Its copy-on-write project layer, when the project is writable;
-    /// removed once the jail is gone and the jail dropped.
+}
+
+/// What a jail shares with the task that waits for its wrapper.
+struct Shared {
+    /// Set once the wrapper has exited.
+    exited: AtomicBool,
+    /// Its copy-on-write project layer, when the project is writable.
     layer: Option<Arc<Layer>>,
 }
 
@@ -158,18 +165,19 @@ impl Jail {
         )?;
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let cpu = cgroup.as_ref().and_then(RunCgroup::cpu_meter).map(Box::new);
-        let exited = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&exited);
-        let kept = layer.clone();
+        let shared = Arc::new(Shared {
+            exited: AtomicBool::new(false),
+            layer,
+        });
+        let flag = Arc::clone(&shared);
         wrapper::reaper::track(async move {
             // An error means the reaper gave up on the pid: the jail is gone
             // or no longer ours either way.
             let _ = reaped.await;
-            flag.store(true, Ordering::SeqCst);
+            flag.exited.store(true, Ordering::SeqCst);
             if let Some(cgroup) = cgroup {
                 let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
             }
-            drop(kept);
         });
         let log_tail = Arc::new(Mutex::new(String::new()));
         tokio::spawn(forward_log(
@@ -181,7 +189,7 @@ impl Jail {
         tracing::debug!(session = label, pid, "session jail started");
         Ok(Self {
             group: wrapper.group,
-            exited,
+            shared,
             stdin: wrapper.stdin,
             stdout: wrapper.stdout,
             frames: Splitter::new(),
@@ -193,13 +201,12 @@ impl Jail {
             gate,
             cpu,
             cpu_watch: Box::default(),
-            layer,
         })
     }
 
     /// Its project layer, when the project is writable.
     pub fn layer(&self) -> Option<Arc<Layer>> {
-        self.layer.clone()
+        self.shared.layer.clone()
     }
 
     /// The network policy's refusals since they were last taken.
@@ -218,7 +225,7 @@ impl Jail {
 
     /// Whether the wrapper has exited (the jail is gone).
     pub fn has_exited(&self) -> bool {
-        self.exited.load(Ordering::SeqCst)
+        self.shared.exited.load(Ordering::SeqCst)
     }
 
     /// Writes one request. Not cancel-safe: a jail whose write was cut off

@@ -151,6 +151,29 @@ async fn a_session_writes_its_own_layer_and_never_the_host() {
         assert!(d.contains("-echo two\n+echo TWO\n"), "{d}");
         assert!(d.contains("--- a/gone.txt\n+++ /dev/null\n"), "{d}");
         assert!(d.contains("+++ b/build/out.txt\n"), "{d}");
+        // The diff applies to a copy of the project as docs/workbench.md says.
+        let copy = tmp.path().join("copy");
+        let copied = std::process::Command::new("cp")
+            .args(["-a", project.to_str().unwrap(), copy.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        let mut patch = std::process::Command::new("patch")
+            .args(["-s", "-p1", "-d", copy.to_str().unwrap()])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        patch.stdin.take().unwrap().write_all(d.as_bytes()).unwrap();
+        assert!(patch.wait().unwrap().success(), "patch refused:\n{d}");
+        let patched = std::fs::read_to_string(copy.join("src/main.sh")).unwrap();
+        assert_eq!(patched, "echo one\necho TWO\n");
+        assert!(!copy.join("gone.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(copy.join("build/out.txt")).unwrap(),
+            "one\nTWO\n"
+        );
+        std::fs::remove_dir_all(&copy).unwrap();
         // A call that changes nothing says nothing of the project.
         let r = s
             .call(json!({"env": "shell", "session": "w", "code": "cat /project/src/main.sh"}))

@@ -11,7 +11,9 @@
 # jail's view), the project is an overlay instead: kernelBudgets.nix's
 # jail-budget mounts it at $NIX_SANDBOX_PROJECT_LAYER/merged (the flags in
 # sandbox_project_layer), and the jail sees that read-write. Writes land
-# in the layer's upper directory; the host's tree is the read-only lower.
+# in the layer's upper directory, on a tmpfs of limits.workspace_mb that
+# jail-budget mounts in the jail's own mount namespace (ENOSPC past it);
+# the host's tree is the read-only lower.
 { environment, ... }:
 c:
 c.add-runtime ''
@@ -27,7 +29,10 @@ c.add-runtime ''
       exit 2
     fi
     if [ -n "''${NIX_SANDBOX_PROJECT_LAYER:-}" ]; then
-      sandbox_project_layer=(--project-layer "$NIX_SANDBOX_PROJECT_LAYER" --project-lower "$PROJECT_DIR")
+      sandbox_project_layer=(
+        --project-layer "$NIX_SANDBOX_PROJECT_LAYER" --project-lower "$PROJECT_DIR"
+        --project-size ${toString (environment.limits.workspace_mb * 1024 * 1024)}
+      )
       RUNTIME_ARGS+=(--bind "$NIX_SANDBOX_PROJECT_LAYER/merged" "$sandbox_project_mount")
     else
       RUNTIME_ARGS+=(--ro-bind "$PROJECT_DIR" "$sandbox_project_mount")

@@ -6,13 +6,16 @@
 //! (agent/src/bin/jail-budget.rs) in the jail's own namespaces.
 //!
 //! - [`Layers`]: the server's directory of layers, made at start with an
-//!   unpredictable name under `/var/tmp` (on disk, not in memory: a build's
-//!   output can be large), mode 0711, the server's; removed when the
-//!   server ends.
-//! - [`Layer`]: one session jail's, `DIR/upper`, `DIR/work` and
-//!   `DIR/merged` inside a directory of the server's that the jail's uid
-//!   cannot write (so it cannot put a symlink in their place), those three
-//!   given to the jail's uid when the server is root. It lives as long as
+//!   unpredictable name under `/var/tmp` (its path free of symlinks, so the
+//!   server can find it again in a jail's mount namespace without following
+//!   one), mode 0711, the server's, holding only the layers' mount points;
+//!   removed when the server ends.
+//! - [`Layer`]: one session jail's: `DIR`, an empty directory of the
+//!   server's in that directory, over which the jail's wrapper mounts a
+//!   tmpfs of the environment's `workspace_mb` in the jail's own mount
+//!   namespace, holding `upper`, `work` and `merged`. The tmpfs bounds the
+//!   layer and is never on the host's disk; the server reads `upper`
+//!   through `/proc/PID/root` of the jail's wrapper. It lives as long as
 //!   the jail: a reset starts a fresh one.
 
 pub mod diff;
@@ -23,12 +26,10 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use rustix::fs::{Mode, OFlags};
-
-use crate::wrapper::jailuser::Ids;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 /// The wrapper's variable naming a session's layer directory.
 pub const LAYER_VAR: &str = "NIX_SANDBOX_PROJECT_LAYER";
@@ -56,6 +57,7 @@ pub struct Layers {
 impl Layers {
     /// Makes the directory, under `base` (`/var/tmp` but in tests).
     pub fn create(base: &Path, project: &Path) -> io::Result<Self> {
+        let base = base.canonicalize()?;
         let mut last = None;
         for attempt in 0..8u64 {
             let tag = RandomState::new().hash_one((std::process::id(), attempt));
@@ -79,25 +81,20 @@ impl Layers {
         &self.dir
     }
 
-    /// A fresh layer for one jail, its upper, work and mount point owned
-    /// by `ids` when given (a root server's jail uid).
-    pub fn layer(&self, ids: Option<Ids>) -> io::Result<Layer> {
+    /// A fresh layer for one jail: an empty directory of the server's,
+    /// over which the jail's wrapper mounts the layer's tmpfs in the jail's
+    /// own mount namespace.
+    pub fn layer(&self) -> io::Result<Layer> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let dir = self.dir.join(n.to_string());
         std::fs::DirBuilder::new().mode(0o711).create(&dir)?;
-        let layer = Layer {
+        let host_dev = std::fs::symlink_metadata(&dir)?.dev();
+        Ok(Layer {
             dir,
+            host_dev,
             lower: self.lower.clone(),
             seen: Mutex::new(None),
-        };
-        for sub in ["upper", "work", "merged"] {
-            let path = layer.dir.join(sub);
-            std::fs::DirBuilder::new().mode(0o755).create(&path)?;
-            if let Some(ids) = ids {
-                nix::unistd::chown(&path, Some(ids.uid), Some(ids.gid))?;
-            }
-        }
-        Ok(layer)
+        })
     }
 }
 
@@ -107,10 +104,14 @@ impl Drop for Layers {
     }
 }
 
-/// One jail's layer. Dropping it removes it (the jail is killed first).
+/// One jail's layer. Dropping it removes its directory (the jail is
+/// killed first; its tmpfs went with the jail's mount namespace).
 #[derive(Debug)]
 pub struct Layer {
     dir: PathBuf,
+    /// The device of `dir` on the host: the tmpfs in the jail's namespace
+    /// is another.
+    host_dev: u64,
     lower: PathBuf,
     /// The upper directory's fingerprint when its changes were last told.
     seen: Mutex<Option<u64>>,
@@ -122,17 +123,53 @@ impl Layer {
         (LAYER_VAR, self.dir.clone().into_os_string())
     }
 
-    /// The changes so far (for the diff resource).
-    pub fn changes(&self, bounds: diff::Bounds) -> io::Result<diff::Changes> {
-        let (upper, lower) = self.open()?;
-        Ok(diff::changes(&upper, &lower, bounds))
+    /// The layer's upper directory, on the tmpfs the jail's wrapper mounted
+    /// in the jail's mount namespace, reached through `proc`, the
+    /// `/proc/PID` directory of a process that stays in that namespace (the
+    /// wrapper's bubblewrap, outside the jail's own namespaces). The path
+    /// to the tmpfs is the server's own directories; nothing on it is
+    /// followed, and what is found must be a tmpfs other than the host's
+    /// directory.
+    pub fn open_upper(&self, proc: &OwnedFd) -> io::Result<OwnedFd> {
+        let root = rustix::fs::openat(
+            proc,
+            "root",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let relative = self.dir.strip_prefix("/").map_err(io::Error::other)?;
+        let dir = rustix::fs::openat2(
+            &root,
+            relative,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?;
+        let tmpfs = rustix::fs::fstatfs(&dir)?.f_type == TMPFS_MAGIC;
+        if !tmpfs || rustix::fs::fstat(&dir)?.st_dev == self.host_dev {
+            return Err(io::Error::other(
+                "the jail's layer is not mounted (its sandbox did not start it)",
+            ));
+        }
+        Ok(rustix::fs::openat(
+            &dir,
+            "upper",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+
+    /// The changes so far (for the diff resource), `upper` as
+    /// [`Layer::open_upper`] opened it.
+    pub fn changes(&self, upper: &OwnedFd, bounds: diff::Bounds) -> io::Result<diff::Changes> {
+        let lower = self.open_lower()?;
+        Ok(diff::changes(upper, &lower, bounds))
     }
 
     /// The changes, when the upper directory changed since they were last
     /// told (by this call, or by the jail's processes between calls).
-    pub fn changed(&self, bounds: diff::Bounds) -> Option<diff::Changes> {
-        let (upper, lower) = self.open().ok()?;
-        let print = fingerprint(&upper, bounds.entries);
+    pub fn changed(&self, upper: &OwnedFd, bounds: diff::Bounds) -> Option<diff::Changes> {
+        let print = fingerprint(upper, bounds.entries);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if *seen == Some(print) || (seen.is_none() && print == EMPTY) {
             *seen = Some(print);
@@ -140,16 +177,45 @@ impl Layer {
         }
         *seen = Some(print);
         drop(seen);
-        Some(diff::changes(&upper, &lower, bounds))
+        let lower = self.open_lower().ok()?;
+        Some(diff::changes(upper, &lower, bounds))
     }
 
-    fn open(&self) -> io::Result<(OwnedFd, OwnedFd)> {
+    fn open_lower(&self) -> io::Result<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let upper = rustix::fs::open(self.dir.join("upper"), flags, Mode::empty())?;
-        let lower = rustix::fs::open(&self.lower, flags, Mode::empty())?;
-        Ok((upper, lower))
+        Ok(rustix::fs::open(&self.lower, flags, Mode::empty())?)
     }
 }
+
+/// A jail's layer and the `/proc/PID` directory of its wrapper, through
+/// which it is read.
+pub struct InJail {
+    pub layer: Arc<Layer>,
+    pub proc: io::Result<OwnedFd>,
+}
+
+impl InJail {
+    fn upper(&self) -> io::Result<OwnedFd> {
+        let proc = self
+            .proc
+            .as_ref()
+            .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+        self.layer.open_upper(proc)
+    }
+
+    /// [`Layer::changes`], read in the jail's namespace.
+    pub fn changes(&self, bounds: diff::Bounds) -> io::Result<diff::Changes> {
+        self.layer.changes(&self.upper()?, bounds)
+    }
+
+    /// [`Layer::changed`], read in the jail's namespace.
+    pub fn changed(&self, bounds: diff::Bounds) -> Option<diff::Changes> {
+        self.layer.changed(&self.upper().ok()?, bounds)
+    }
+}
+
+/// `statfs`'s type of a tmpfs.
+const TMPFS_MAGIC: rustix::fs::FsWord = 0x0102_1994;
 
 impl Drop for Layer {
     fn drop(&mut self) {

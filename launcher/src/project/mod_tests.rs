@@ -9,15 +9,28 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
     let layers = Layers::create(t.path(), &project).unwrap();
     let mode = std::fs::metadata(layers.dir()).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o711);
-    let layer = layers.layer(None).unwrap();
+    let layer = layers.layer().unwrap();
     let dir = PathBuf::from(layer.var().1);
-    assert!(layer.changed(diff::Bounds::default()).is_none());
+    // An upper directory as the jail's tmpfs holds it (here on the host).
+    std::fs::create_dir_all(dir.join("upper")).unwrap();
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let upper = rustix::fs::open(dir.join("upper"), flags, Mode::empty()).unwrap();
+    assert!(layer.changed(&upper, diff::Bounds::default()).is_none());
     std::fs::write(dir.join("upper/a"), "b\n").unwrap();
-    let told = layer.changed(diff::Bounds::default()).unwrap();
+    let told = layer.changed(&upper, diff::Bounds::default()).unwrap();
     assert_eq!(told.summary(), "1 file changed, +1 -1");
-    assert!(layer.changed(diff::Bounds::default()).is_none());
+    assert!(layer.changed(&upper, diff::Bounds::default()).is_none());
+    // Found on the host, where no jail mounted the layer: refused.
+    let me = rustix::fs::open(
+        "/proc/self",
+        OFlags::PATH | OFlags::DIRECTORY,
+        Mode::empty(),
+    )
+    .unwrap();
+    let refused = layer.open_upper(&me).unwrap_err();
+    assert!(refused.to_string().contains("not mounted"), "{refused}");
     // The overlay's work directory as the kernel leaves it: mode 0.
-    std::fs::create_dir(dir.join("work/work")).unwrap();
+    std::fs::create_dir_all(dir.join("work/work")).unwrap();
     std::fs::set_permissions(
         dir.join("work/work"),
         std::fs::Permissions::from_mode(0o000),

@@ -27,7 +27,7 @@ use super::cpu::{self, CpuWatch};
 use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
-use crate::project::Layer;
+use crate::project::{InJail, Layer};
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
 use crate::wrapper::host::Host;
 use crate::wrapper::{self, Group, StartError, WrapperEnv};
@@ -135,16 +135,12 @@ impl Jail {
         let (user, gate) = wrapper::prepare(env, host)?;
         let gate = gate.map(Box::new);
         let layer = match host.project_layers().filter(|_| env.project_layer) {
-            Some(layers) => Some(Arc::new(
-                layers
-                    .layer(user.as_ref().map(wrapper::jailuser::Lease::ids))
-                    .map_err(|e| {
-                        StartError::Spawn(std::io::Error::other(format!(
-                            "cannot make the session's project layer in {}: {e}",
-                            layers.dir().display()
-                        )))
-                    })?,
-            )),
+            Some(layers) => Some(Arc::new(layers.layer().map_err(|e| {
+                StartError::Spawn(std::io::Error::other(format!(
+                    "cannot make the session's project layer in {}: {e}",
+                    layers.dir().display()
+                )))
+            })?)),
             None => None,
         };
         let layered;
@@ -204,9 +200,14 @@ impl Jail {
         })
     }
 
-    /// Its project layer, when the project is writable.
-    pub fn layer(&self) -> Option<Arc<Layer>> {
-        self.shared.layer.clone()
+    /// Its project layer, when the project is writable, with the
+    /// wrapper's `/proc/PID` directory, whose mount namespace holds it.
+    pub fn layer(&self) -> Option<InJail> {
+        let layer = self.shared.layer.clone()?;
+        Some(InJail {
+            layer,
+            proc: self.group.proc_dir(),
+        })
     }
 
     /// The network policy's refusals since they were last taken.

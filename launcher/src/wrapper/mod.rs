@@ -473,6 +473,23 @@ impl Group {
         self.pgid
     }
 
+    /// The leader's `/proc/PID` directory, opened while it is not reaped
+    /// (so the id is still the wrapper's): it stays the wrapper's whatever
+    /// becomes of the id, and reads fail once the wrapper is gone.
+    pub fn proc_dir(&self) -> io::Result<OwnedFd> {
+        use rustix::fs::{Mode, OFlags};
+        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        if *reaped {
+            return Err(io::Error::from(Errno::ESRCH));
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        Ok(rustix::fs::open(
+            format!("/proc/{}", self.pgid),
+            flags,
+            Mode::empty(),
+        )?)
+    }
+
     /// SIGKILL to the whole group, unless its leader is already reaped.
     pub fn kill(&self) {
         let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());

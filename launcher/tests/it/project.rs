@@ -257,3 +257,101 @@ async fn the_project_stays_read_only_by_default() {
     );
     assert!(!out.contains("project:"), "{out}");
 }
+
+/// The bytes held on disk under `dir` (blocks, nothing followed).
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        total += meta.blocks() * 512;
+        if meta.is_dir()
+            && let Ok(entries) = std::fs::read_dir(&path)
+        {
+            stack.extend(entries.flatten().map(|e| e.path()));
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn a_session_cannot_write_past_its_layer_bound() {
+    // A jail writing 64 MiB into /project, whose layer is bounded by its
+    // workspace_mb of 16: the write stops at the bound, the host's disk
+    // holds none of it, and the session keeps working.
+    for user in User::all() {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { nix::libc::geteuid() } == 0;
+        if root && user == User::Own {
+            continue; // a root server refuses the layer (the test above)
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let (project, _) = project(tmp.path());
+        if root {
+            chown_tree(&project, 65534);
+        }
+        let mut manifest = template();
+        let shell = &mut manifest["environments"]["shell"];
+        shell["limits"]["workspace_mb"] = json!(16);
+        let session = shell["session"].as_array_mut().unwrap();
+        session.extend([json!("session"), json!("60"), json!("16")]);
+        let s = Server::start_command(
+            user.command(),
+            vec![Manifest::new(&manifest)],
+            &["--allow-wrappers-outside-store"],
+            &[
+                ("PROJECT_DIR", project.to_str().unwrap()),
+                ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
+            ],
+        )
+        .await;
+        let r = s
+            .call(json!({"env": "shell", "session": "big", "code":
+                "{ head -c 64M /dev/zero > /project/big; } 2>&1; echo status $?; \
+                 stat -c 'size %s' /project/big"}))
+            .await;
+        let out = text(&r);
+        let stderr = s.stderr();
+        let layers = stderr
+            .split("copy-on-write layer per session in ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("no layers directory in the log:\n{stderr}"));
+        let on_disk = disk_bytes(Path::new(layers));
+        assert!(
+            out.contains("No space left on device") && out.contains("status 1"),
+            "{user:?}: the write was not stopped:\n{out}"
+        );
+        let size: u64 = out
+            .split("size ")
+            .nth(1)
+            .and_then(|n| n.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(size <= 16 << 20, "{user:?}: {size} bytes written");
+        assert!(
+            on_disk < 1 << 20,
+            "{user:?}: the layer holds {on_disk} bytes of the host's disk in {layers}"
+        );
+        // The session keeps working, and its layer still holds the file;
+        // a directory of the project removed and made again (an opaque
+        // directory, marked with a user xattr on the tmpfs) works too.
+        let r = s
+            .call(json!({"env": "shell", "session": "big", "code":
+                "rm /project/big && echo removed && touch /project/after && ls /project; \
+                 rm -r /project/src && mkdir /project/src && echo new > /project/src/x \
+                 && ls /project/src"}))
+            .await;
+        let out = text(&r);
+        assert!(out.contains("removed"), "{user:?}: {out}");
+        assert!(out.contains("after"), "{user:?}: {out}");
+        assert!(
+            out.ends_with("x\n") || out.contains("\nx\n"),
+            "{user:?}: {out}"
+        );
+        assert!(!out.contains("main.sh"), "{user:?}: {out}");
+    }
+}

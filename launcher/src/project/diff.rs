@@ -202,13 +202,15 @@ fn file(dir: &OwnedFd, name: &OsStr, upper: bool, walk: &mut Walk) -> Node {
             return Node::Whiteout;
         }
     }
-    if size > walk.bounds.file_bytes || walk.read + size > walk.bounds.read_bytes {
-        if walk.read + size > walk.bounds.read_bytes {
-            walk.cut(format!(
-                "more than {} MiB read",
-                walk.bounds.read_bytes >> 20
-            ));
-        }
+    // A file too large to diff is listed, never read: it costs no budget.
+    if size > walk.bounds.file_bytes {
+        return Node::File(None, size);
+    }
+    if walk.read + size > walk.bounds.read_bytes {
+        walk.cut(format!(
+            "more than {} MiB read",
+            walk.bounds.read_bytes >> 20
+        ));
         return Node::File(None, size);
     }
     let mut content = Vec::new();

@@ -183,6 +183,23 @@ fn the_walk_and_the_diff_are_bounded() {
 }
 
 #[test]
+fn a_file_too_large_to_diff_is_listed_without_cutting_the_reading() {
+    let t = tempfile::tempdir().unwrap();
+    let (upper, lower) = (t.path().join("upper"), t.path().join("lower"));
+    fs::create_dir_all(&lower).unwrap();
+    fs::create_dir_all(&upper).unwrap();
+    fs::write(upper.join("big"), vec![b'x'; 3000]).unwrap();
+    let bounds = Bounds {
+        file_bytes: 1000,
+        read_bytes: 2000,
+        ..Bounds::default()
+    };
+    let listed = changes(&open(&upper), &open(&lower), bounds);
+    assert_eq!(listed.summary(), "1 file changed, +0 -0");
+    assert!(listed.diff.contains("Binary or special files"), "{}", listed.diff);
+}
+
+#[test]
 fn an_unchanged_copy_up_is_no_change() {
     let t = tempfile::tempdir().unwrap();
     let (upper, lower) = (t.path().join("upper"), t.path().join("lower"));

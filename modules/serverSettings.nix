@@ -33,7 +33,8 @@ in
       layer of its own (`NIX_SANDBOX_PROJECT_WRITABLE`): builds and edits
       work in place, the host's tree is never written, and the changes are
       the resource `sandbox://SESSION/project.diff` for a person to apply.
-      Not served by a server running as root (the NixOS service).
+      Not served by a server running as root; under the NixOS service's
+      dynamic user, the project's owner's files cannot be modified.
     '';
     example = true;
   };

@@ -148,30 +148,27 @@ fn main() -> ExitCode {
     host.set_egress(Egress::start(&catalog, &opts.egress, runtime, |var| {
         std::env::var_os(var)
     }));
-    if let (true, Some(_)) = (opts.project_writable, &opts.project_dir)
-        && host.jail_users.is_some()
-    {
-        tracing::error!(
-            "project: NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by a root server: its jails \
-             run as uids of their own, which cannot own the copies of the project's files the \
-             layer makes; the project stays read-only (run the server as the project's owner)"
-        );
-    } else if let (true, Some(dir)) = (opts.project_writable, &opts.project_dir) {
-        match project::Layers::create(std::path::Path::new("/var/tmp"), dir.as_ref()) {
-            Ok(layers) => {
-                tracing::info!(
-                    "self-test: project: writable through a copy-on-write layer per session in \
-                     {} (an overlay in each jail's user namespace: Linux 5.11 or later)",
-                    layers.dir().display()
-                );
-                host.set_project_layers(layers);
-            }
-            Err(e) => tracing::error!(
-                "project: NIX_SANDBOX_PROJECT_WRITABLE=1, but no directory for the layers could \
-                 be made in /var/tmp ({e}): the project stays read-only"
-            ),
+    let layers = project::check::layers(
+        opts.project_writable,
+        opts.project_dir.as_deref(),
+        host.jail_users.is_some(),
+    );
+    let project_refused = match layers {
+        Some(Ok(layers)) => {
+            tracing::info!(
+                "self-test: project: writable through a copy-on-write layer per session, mount \
+                 points in {} (an overlay in each jail's namespaces: Linux 5.11 or later)",
+                layers.dir().display()
+            );
+            host.set_project_layers(layers);
+            None
         }
-    }
+        Some(Err(why)) => {
+            tracing::error!("project: {why}");
+            Some(why)
+        }
+        None => None,
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -195,6 +192,15 @@ fn main() -> ExitCode {
             .and_then(|()| {
                 let check = probe::run_check(&catalog, &problems, &wrapper_env, &host, &mut out);
                 runtime.block_on(check).map(|ok| ok && listener_ok)
+            })
+            .and_then(|ok| {
+                let mount = opts.project_mount.as_deref();
+                let refused = project_refused.as_deref();
+                let check = project::check::check(mount, refused, &catalog, &wrapper_env, &host);
+                match runtime.block_on(check) {
+                    Some((held, line)) => writeln!(out, "{line}").map(|()| ok && held),
+                    None => Ok(ok),
+                }
             });
         match checked {
             Ok(true) => ExitCode::SUCCESS,

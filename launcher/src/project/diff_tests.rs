@@ -196,7 +196,11 @@ fn a_file_too_large_to_diff_is_listed_without_cutting_the_reading() {
     };
     let listed = changes(&open(&upper), &open(&lower), bounds);
     assert_eq!(listed.summary(), "1 file changed, +0 -0");
-    assert!(listed.diff.contains("Binary or special files"), "{}", listed.diff);
+    assert!(
+        listed.diff.contains("Binary or special files"),
+        "{}",
+        listed.diff
+    );
 }
 
 #[test]

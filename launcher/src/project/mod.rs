@@ -18,6 +18,7 @@
 //!   through `/proc/PID/root` of the jail's wrapper. It lives as long as
 //!   the jail: a reset starts a fresh one.
 
+pub mod check;
 pub mod diff;
 
 use std::ffi::OsString;
@@ -79,6 +80,11 @@ impl Layers {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The project the layers are over.
+    pub fn lower(&self) -> &Path {
+        &self.lower
     }
 
     /// A fresh layer for one jail: an empty directory of the server's,

@@ -6,7 +6,8 @@
 //!   the server named the session (a client without an MCP session;
 //!   session/names.rs);
 //! - `new session `NAME`: the earlier one ended (WHY); its state and
-//!   /workspace files are gone`: the name was in use before;
+//!   /workspace files are gone` (and project changes, as below): the name
+//!   was in use before;
 //! - `the interpreter had exited; this call ran in a fresh one (variables
 //!   lost, /workspace files kept)`;
 //! - `exit code N` (the call's status: the code's `$?` in bash, 1 for an
@@ -14,7 +15,9 @@
 //! - `the interpreter exited with code N` or `was killed by signal N`, with
 //!   `the next call starts a fresh one (variables lost, /workspace files
 //!   kept)`;
-//! - `WHY: session reset: interpreter state and /workspace files lost`;
+//! - `WHY: session reset: interpreter state and /workspace files lost`
+//!   (`interpreter state, /workspace files and project changes lost` when
+//!   the project is writable: the session's layer goes with its jail);
 //! - `session `NAME` reached its maximum lifetime (N s) and was closed`.
 //!
 //! Then the outputs of the call (report/outputs.rs): a few lines naming
@@ -132,9 +135,20 @@ fn render(env: &Env, o: &Outcome) -> String {
             o.session
         ));
     }
+    // What a session loses when its jail goes.
+    let lost = if o.layered {
+        "interpreter state, /workspace files and project changes"
+    } else {
+        "interpreter state and /workspace files"
+    };
     if let Some(why) = &o.ended_before {
+        let gone = if o.layered {
+            "its state, /workspace files and project changes are gone"
+        } else {
+            "its state and /workspace files are gone"
+        };
         notes.push(format!(
-            "new session `{}`: the earlier one ended ({why}); its state and /workspace files are gone",
+            "new session `{}`: the earlier one ended ({why}); {gone}",
             o.session
         ));
     }
@@ -184,7 +198,7 @@ fn render(env: &Env, o: &Outcome) -> String {
         notes.push(if o.throwaway {
             format!("{why}; the sandbox was killed")
         } else {
-            format!("{why}: session reset: interpreter state and /workspace files lost")
+            format!("{why}: session reset: {lost} lost")
         });
     }
     notes.extend(outputs::lines(&o.outputs, o.throwaway));

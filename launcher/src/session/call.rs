@@ -144,6 +144,9 @@ pub struct CallOutcome {
     /// The project layer's changes, when they changed during the call
     /// (or since the one before): `3 files changed, +12 -4`.
     pub project: Option<String>,
+    /// The session's jails have a project layer: a reset, or a session
+    /// that ended, lost its changes too.
+    pub layered: bool,
 }
 
 impl CallOutcome {
@@ -165,6 +168,7 @@ impl CallOutcome {
             named_by_server: false,
             refusals: Vec::new(),
             project: None,
+            layered: false,
         }
     }
 }

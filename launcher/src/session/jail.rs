@@ -200,6 +200,11 @@ impl Jail {
         })
     }
 
+    /// Whether it has a project layer (the project is writable).
+    pub fn has_layer(&self) -> bool {
+        self.shared.layer.is_some()
+    }
+
     /// Its project layer, when the project is writable, with the
     /// wrapper's `/proc/PID` directory, whose mount namespace holds it.
     pub fn layer(&self) -> Option<InJail> {

@@ -224,6 +224,7 @@ impl Sessions {
         let mut outcome = CallOutcome {
             ended_before,
             named_by_server: lease.named_by_server,
+            layered: jail.has_layer(),
             ..CallOutcome::new(name.to_owned(), false)
         };
         let settled = call::settle(ended, jail, env, &to, &mut outcome).await;

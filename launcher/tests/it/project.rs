@@ -316,7 +316,7 @@ async fn a_session_cannot_write_past_its_layer_bound() {
         let out = text(&r);
         let stderr = s.stderr();
         let layers = stderr
-            .split("copy-on-write layer per session in ")
+            .split("copy-on-write layer per session, mount points in ")
             .nth(1)
             .and_then(|rest| rest.split(' ').next())
             .unwrap_or_else(|| panic!("no layers directory in the log:\n{stderr}"));
@@ -354,4 +354,47 @@ async fn a_session_cannot_write_past_its_layer_bound() {
         );
         assert!(!out.contains("main.sh"), "{user:?}: {out}");
     }
+}
+
+#[tokio::test]
+async fn a_reset_says_the_project_changes_are_lost() {
+    let user = User::unprivileged();
+    let tmp = tempfile::tempdir().unwrap();
+    let (project, _) = project(tmp.path());
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { nix::libc::geteuid() } == 0 {
+        chown_tree(&project, 65534);
+    }
+    let mut manifest = template();
+    manifest["environments"]["shell"]["limits"]["timeout_s"] = json!(1);
+    let s = Server::start_command(
+        user.command(),
+        vec![Manifest::new(&manifest)],
+        &["--allow-wrappers-outside-store"],
+        &[
+            ("PROJECT_DIR", project.to_str().unwrap()),
+            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
+        ],
+    )
+    .await;
+    let r = s
+        .call(json!({"env": "shell", "session": "r", "code": "echo x > /project/mine"}))
+        .await;
+    assert!(text(&r).contains("project: 1 file changed"), "{}", text(&r));
+    let r = s
+        .call(json!({"env": "shell", "session": "r", "code":
+            "trap '' INT; while :; do :; done"}))
+        .await;
+    assert!(
+        text(&r).ends_with(
+            "session reset: interpreter state, /workspace files and project changes lost"
+        ),
+        "{}",
+        text(&r)
+    );
+    let r = s
+        .call(json!({"env": "shell", "session": "r", "code":
+            "ls /project/mine 2>&1 || echo gone"}))
+        .await;
+    assert!(text(&r).contains("gone"), "{}", text(&r));
 }

@@ -1,0 +1,197 @@
+//! What the server does with a project asked writable
+//! (`NIX_SANDBOX_PROJECT_WRITABLE=1`), decided once at start ([`layers`]),
+//! and `--check`'s `project:` line ([`check`]): read-only, a layer per
+//! session (shown by writing through one in a jail of the first
+//! environment whose wrappers mount it, the host's tree left as it was), or
+//! why not on this host, in one line.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use proto::frame::Exit;
+
+use super::Layers;
+use crate::catalog::{Catalog, Interpreter};
+use crate::run::{self, Spec};
+use crate::wrapper::host::Host;
+use crate::wrapper::probe::PROBE_TIMEOUT;
+use crate::wrapper::{self, WrapperEnv};
+
+/// Where the layers' directory (their mount points only) is made.
+const BASE: &str = "/var/tmp";
+
+/// Why a root server keeps the project read-only.
+const ROOT: &str = "NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by a root server: its jails \
+                    run as uids of their own, which cannot own the copies of the project's \
+                    files the layer makes (EOVERFLOW); the project stays read-only (run the \
+                    server as the project's owner)";
+
+/// The layers of a project asked writable, or why it stays read-only (one
+/// line); `None` when it is not asked writable. `root`: the server runs
+/// its jails as uids of their own.
+pub fn layers(
+    writable: bool,
+    project: Option<&OsStr>,
+    root: bool,
+) -> Option<Result<Layers, String>> {
+    let project = project.filter(|_| writable)?;
+    if root {
+        return Some(Err(ROOT.into()));
+    }
+    Some(
+        Layers::create(Path::new(BASE), Path::new(project)).map_err(|e| {
+            format!(
+                "NIX_SANDBOX_PROJECT_WRITABLE=1, but no directory for the layers could be made \
+                 in {BASE} ({e}): the project stays read-only"
+            )
+        }),
+    )
+}
+
+/// `--check`'s line for the project mounted at `mount` (none without a
+/// project), and whether it holds: `refused` is why [`layers`] kept it
+/// read-only.
+pub async fn check(
+    mount: Option<&str>,
+    refused: Option<&str>,
+    catalog: &Catalog,
+    wrapper_env: &WrapperEnv,
+    host: &Host,
+) -> Option<(bool, String)> {
+    let mount = mount?;
+    if let Some(why) = refused {
+        return Some((false, format!("project: FAIL: {why}")));
+    }
+    let Some(layers) = host.project_layers() else {
+        return Some((
+            true,
+            format!(
+                "project: read-only at {mount} (NIX_SANDBOX_PROJECT_WRITABLE=1: writable \
+                 through a copy-on-write layer per session)"
+            ),
+        ));
+    };
+    let Some(env) = catalog.envs.values().find(|env| env.project_layer) else {
+        return Some((
+            false,
+            "project: FAIL: no environment's wrappers mount a project layer (built before \
+             the writable project): rebuild them"
+                .into(),
+        ));
+    };
+    Some(
+        match write_through(env, mount, layers, wrapper_env, host).await {
+            Ok(()) => (
+                true,
+                format!(
+                    "project: ok (writable at {mount} through a copy-on-write layer per session, \
+                 a tmpfs of its environment's workspace_mb in the jail's namespaces, mount \
+                 points in {}: written through one in `{}`, the host's tree unchanged)",
+                    layers.dir().display(),
+                    env.name
+                ),
+            ),
+            Err(why) => (
+                false,
+                format!(
+                    "project: FAIL: a session's layer does not work here ({why}): every session \
+                 would fail to start; unset NIX_SANDBOX_PROJECT_WRITABLE"
+                ),
+            ),
+        },
+    )
+}
+
+/// Runs `env`'s `run` wrapper over a fresh layer with a program that writes
+/// a file of a new name in the project and reads it back; the host's
+/// project must not have it afterwards.
+async fn write_through(
+    env: &crate::catalog::Env,
+    mount: &str,
+    layers: &Layers,
+    wrapper_env: &WrapperEnv,
+    host: &Host,
+) -> Result<(), String> {
+    let layer = layers
+        .layer()
+        .map_err(|e| format!("cannot make a layer: {e}"))?;
+    let name = format!(".nix-sandbox-mcp-check.{}", std::process::id());
+    let path = format!("{}/{name}", mount.trim_end_matches('/'));
+    let code = program(env.interpreter, &path);
+    let (user, gate) = wrapper::prepare(env, host).map_err(|e| e.to_string())?;
+    let layered = wrapper_env.with(layer.var());
+    let spec = Spec {
+        gate: gate.as_ref(),
+        user,
+        argv: &env.run,
+        limits: &env.limits,
+        code: code.as_bytes(),
+        timeout: PROBE_TIMEOUT,
+        output_bytes: 4096,
+        env: &layered,
+    };
+    let outcome = run::run(host, spec, std::future::pending())
+        .await
+        .map_err(|e| format!("cannot start {}: {e}", env.run[0]))?;
+    let stdout = outcome.stdout.render();
+    if !outcome.succeeded() || stdout.trim() != "layer ok" {
+        let how = match outcome.exit {
+            _ if outcome.timed_out => "it did not finish in time".to_owned(),
+            Some(Exit::Code(code)) => format!("exit code {code}"),
+            Some(Exit::Signal(n)) => format!("killed by signal {n}"),
+            None => "no exit status".to_owned(),
+        };
+        let stderr = outcome.stderr.render();
+        let said = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+        return Err(format!("{how}: {said}{}", stdout.trim()));
+    }
+    if layers.lower().join(&name).symlink_metadata().is_ok() {
+        return Err(format!("the write reached the host's project: {name}"));
+    }
+    Ok(())
+}
+
+/// The program, in `interpreter`'s language, that writes `path` and prints
+/// `layer ok` when it reads back what it wrote.
+fn program(interpreter: Interpreter, path: &str) -> String {
+    // A JSON string is a Python and a JavaScript string literal.
+    let quoted = serde_json::Value::from(path).to_string();
+    match interpreter {
+        Interpreter::Python => format!(
+            "p = {quoted}\nopen(p, 'w').write('x')\nprint('layer ok' if open(p).read() == 'x' else 'not written')\n"
+        ),
+        Interpreter::Bash => {
+            let quoted = path.replace('\'', r"'\''");
+            format!(
+                "p='{quoted}'; echo x >\"$p\" && read -r v <\"$p\" && [ \"$v\" = x ] && echo 'layer ok'\n"
+            )
+        }
+        Interpreter::Node => format!(
+            "const fs = require('fs'); const p = {quoted}; fs.writeFileSync(p, 'x'); \
+             console.log(fs.readFileSync(p, 'utf8') === 'x' ? 'layer ok' : 'not written');\n"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_server_and_an_unasked_project_make_no_layers() {
+        assert!(layers(false, Some(OsStr::new("/p")), false).is_none());
+        assert!(layers(true, None, false).is_none());
+        let refused = layers(true, Some(OsStr::new("/p")), true)
+            .unwrap()
+            .unwrap_err();
+        assert!(refused.contains("not served by a root server"), "{refused}");
+    }
+
+    #[test]
+    fn the_programs_quote_the_path() {
+        let path = "/pro'ject\"/x";
+        assert!(program(Interpreter::Bash, path).starts_with(r#"p='/pro'\''ject"/x'"#));
+        assert!(program(Interpreter::Python, path).starts_with(r#"p = "/pro'ject\"/x""#));
+        assert!(program(Interpreter::Node, path).contains(r#"const p = "/pro'ject\"/x";"#));
+    }
+}

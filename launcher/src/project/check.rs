@@ -8,14 +8,11 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
-use proto::frame::Exit;
-
 use super::Layers;
 use crate::catalog::{Catalog, Interpreter};
-use crate::run::{self, Spec};
+use crate::wrapper::WrapperEnv;
 use crate::wrapper::host::Host;
-use crate::wrapper::probe::PROBE_TIMEOUT;
-use crate::wrapper::{self, WrapperEnv};
+use crate::wrapper::probe;
 
 /// Where the layers' directory (their mount points only) is made.
 const BASE: &str = "/var/tmp";
@@ -118,32 +115,14 @@ async fn write_through(
     let name = format!(".nix-sandbox-mcp-check.{}", std::process::id());
     let path = format!("{}/{name}", mount.trim_end_matches('/'));
     let code = program(env.interpreter, &path);
-    let (user, gate) = wrapper::prepare(env, host).map_err(|e| e.to_string())?;
     let layered = wrapper_env.with(layer.var());
-    let spec = Spec {
-        gate: gate.as_ref(),
-        user,
-        argv: &env.run,
-        limits: &env.limits,
-        code: code.as_bytes(),
-        timeout: PROBE_TIMEOUT,
-        output_bytes: 4096,
-        env: &layered,
-    };
-    let outcome = run::run(host, spec, std::future::pending())
-        .await
-        .map_err(|e| format!("cannot start {}: {e}", env.run[0]))?;
+    let outcome = probe::run_program(env, &layered, host, &code).await?;
     let stdout = outcome.stdout.render();
-    if !outcome.succeeded() || stdout.trim() != "layer ok" {
-        let how = match outcome.exit {
-            _ if outcome.timed_out => "it did not finish in time".to_owned(),
-            Some(Exit::Code(code)) => format!("exit code {code}"),
-            Some(Exit::Signal(n)) => format!("killed by signal {n}"),
-            None => "no exit status".to_owned(),
-        };
-        let stderr = outcome.stderr.render();
-        let said = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
-        return Err(format!("{how}: {said}{}", stdout.trim()));
+    if stdout.trim() != "layer ok" {
+        return Err(format!(
+            "the program wrote no file there: {}",
+            stdout.trim()
+        ));
     }
     if layers.lower().join(&name).symlink_metadata().is_ok() {
         return Err(format!("the write reached the host's project: {name}"));

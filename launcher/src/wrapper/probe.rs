@@ -209,11 +209,26 @@ pub fn wrapper_ready(path: &str) -> bool {
 /// reason in one line (the wrapper's stderr, trimmed, or the limits that
 /// do not hold).
 pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<Seen, String> {
+    let outcome = run_program(env, wrapper_env, host, &probe_code(env.interpreter)).await?;
+    let seen = Seen::parse(&outcome.stdout.render());
+    verify(env, host, &seen, outcome.usage.as_ref())?;
+    Ok(seen)
+}
+
+/// Runs `code`, a small program of the server's own, through `env`'s run
+/// wrapper with `wrapper_env`: its outcome when it exited 0 within
+/// [`PROBE_TIMEOUT`], else why not in one line (how it ended and the
+/// wrapper's stderr, trimmed).
+pub async fn run_program(
+    env: &Env,
+    wrapper_env: &WrapperEnv,
+    host: &Host,
+    code: &str,
+) -> Result<run::RunOutcome, String> {
     let wrapper = &env.run[0];
     if !wrapper_ready(wrapper) {
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
-    let code = probe_code(env.interpreter);
     let (user, gate) = super::prepare(env, host).map_err(|e| match e {
         super::StartError::Egress(e) => format!("its network policy cannot be served: {e}"),
         other => format!("cannot start {wrapper}: {other}"),
@@ -232,13 +247,11 @@ pub async fn probe(env: &Env, wrapper_env: &WrapperEnv, host: &Host) -> Result<S
         .await
         .map_err(|e| format!("cannot start {wrapper}: {e}"))?;
     if outcome.succeeded() {
-        let seen = Seen::parse(&outcome.stdout.render());
-        verify(env, host, &seen, outcome.usage.as_ref())?;
-        return Ok(seen);
+        return Ok(outcome);
     }
     let how = if outcome.timed_out {
         format!(
-            "an empty program did not finish within {} s",
+            "a program of a few lines did not finish within {} s",
             PROBE_TIMEOUT.as_secs()
         )
     } else {

@@ -80,6 +80,20 @@ fn chown_tree(dir: &Path, uid: u32) {
     }
 }
 
+/// A server as `user` serving `manifest` over `project` made writable.
+async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> Server {
+    Server::start_command(
+        user.command(),
+        vec![Manifest::new(manifest)],
+        &["--allow-wrappers-outside-store"],
+        &[
+            ("PROJECT_DIR", project.to_str().unwrap()),
+            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
+        ],
+    )
+    .await
+}
+
 async fn diff(s: &Server, session: &str) -> String {
     let read = s
         .client
@@ -108,16 +122,7 @@ async fn a_session_writes_its_own_layer_and_never_the_host() {
             chown_tree(&project, 65534);
         }
         let (before, outside_before) = (snapshot(&project), snapshot(&outside));
-        let s = Server::start_command(
-            user.command(),
-            vec![Manifest::new(&template())],
-            &["--allow-wrappers-outside-store"],
-            &[
-                ("PROJECT_DIR", project.to_str().unwrap()),
-                ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
-            ],
-        )
-        .await;
+        let s = writable(user, &template(), &project).await;
         if root && user == User::Own {
             // A root server's jails run as uids of their own: it refuses
             // the layer at start, and the project stays read-only.
@@ -298,16 +303,7 @@ async fn a_session_cannot_write_past_its_layer_bound() {
         shell["limits"]["workspace_mb"] = json!(16);
         let session = shell["session"].as_array_mut().unwrap();
         session.extend([json!("session"), json!("60"), json!("16")]);
-        let s = Server::start_command(
-            user.command(),
-            vec![Manifest::new(&manifest)],
-            &["--allow-wrappers-outside-store"],
-            &[
-                ("PROJECT_DIR", project.to_str().unwrap()),
-                ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
-            ],
-        )
-        .await;
+        let s = writable(user, &manifest, &project).await;
         let r = s
             .call(json!({"env": "shell", "session": "big", "code":
                 "{ head -c 64M /dev/zero > /project/big; } 2>&1; echo status $?; \
@@ -367,16 +363,7 @@ async fn a_reset_says_the_project_changes_are_lost() {
     }
     let mut manifest = template();
     manifest["environments"]["shell"]["limits"]["timeout_s"] = json!(1);
-    let s = Server::start_command(
-        user.command(),
-        vec![Manifest::new(&manifest)],
-        &["--allow-wrappers-outside-store"],
-        &[
-            ("PROJECT_DIR", project.to_str().unwrap()),
-            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
-        ],
-    )
-    .await;
+    let s = writable(user, &manifest, &project).await;
     let r = s
         .call(json!({"env": "shell", "session": "r", "code": "echo x > /project/mine"}))
         .await;

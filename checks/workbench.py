@@ -33,6 +33,7 @@ from e2e import DEADLINE, MANIFEST, Suite, check, manifest_of
 from sessions import Server
 
 CALC = "def add(a, b):\n    return a - b\n"
+# A test package, as unittest's discovery from the project's root wants.
 TEST = (
     "import unittest\nfrom calc import add\n\n\n"
     "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
@@ -81,6 +82,7 @@ class Bench:
         self.outside.mkdir()
         (self.project / "calc.py").write_text(CALC)
         (self.project / "tests" / "test_calc.py").write_text(TEST)
+        (self.project / "tests" / "__init__.py").write_text("")
         (self.outside / "secret").write_text("host secret\n")
         (self.project / "out").symlink_to(self.outside)
         self.env = {"PROJECT_DIR": str(self.project), "NIX_SANDBOX_PROJECT_WRITABLE": "1"}
@@ -118,7 +120,8 @@ def t_build_in_place(args, scratch):
         out = b.call("python", "w", (
             "import subprocess, sys, compileall\n"
             "p = '/project/calc.py'\n"
-            "open(p, 'w').write(open(p).read().replace('a - b', 'a + b'))\n"
+            "fixed = open(p).read().replace('a - b', 'a + b')\n"
+            "open(p, 'w').write(fixed)\n"
             "compileall.compile_dir('/project', quiet=1)\n"
             "t = subprocess.run([sys.executable, '-m', 'unittest', 'discover', '-s', 'tests', '-t', '.'],\n"
             "                   cwd='/project', capture_output=True, text=True)\n"
@@ -128,6 +131,8 @@ def t_build_in_place(args, scratch):
         d = b.diff("w")
         check(d.startswith("# project: "), d[:200])
         check("-    return a - b\n+    return a + b\n" in d, f"the edit is not in the diff: {d[:800]}")
+        check(" files changed, +1 -1 (diff: sandbox://w/project.diff)" in out,
+              f"not calc.py's one line and the bytecode: {out}")
         check("__pycache__/calc." in d and "Binary or special files" in d, f"the bytecode is not listed: {d[:800]}")
         # The diff gives the session's sources to a copy of the project.
         copy = b.dir / "copy"

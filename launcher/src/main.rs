@@ -27,7 +27,8 @@
 //! wrapper/                   starting a wrapper: its uid, cgroups, group, end
 //! catalog/ admission.rs      the environments served; slots and fair shares
 //! egress/ lifetime.rs        the network proxy; the jails' pid namespace
-//! settings.rs fdlimit.rs     the settings table; the open files limit
+//! settings.rs fdlimit.rs     the settings table; the open files limit;
+//! live.rs                    a run's newest output while it runs
 //! ```
 
 mod admission;
@@ -38,6 +39,7 @@ mod config;
 mod egress;
 mod fdlimit;
 mod lifetime;
+mod live;
 mod mcp;
 mod packages;
 mod preflight;

@@ -284,6 +284,7 @@ pub async fn probe(env: &Env, spawner: &Spawner) -> Result<Seen, String> {
         timeout: PROBE_TIMEOUT,
         output_bytes: PROBE_OUTPUT_BYTES,
         env: &spawner.env,
+        tail: None,
     };
     let outcome = run::run(host, spec, std::future::pending())
         .await

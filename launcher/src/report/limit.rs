@@ -85,10 +85,11 @@ pub fn diagnose(env: &Env, outcome: &RunOutcome, used: &Used) -> Option<Hit> {
 }
 
 /// The signs of every limit that has them, in the table's order.
-fn signs() -> impl Iterator<Item = &'static Signs> + Clone {
+fn signs() -> impl Iterator<Item = &'static Signs> {
     LIMITS.iter().filter_map(|limit| limit.hit)
 }
 
+/// A hit of the limit whose signs are `signs`.
 fn found(signs: &Signs, certain: bool, sentence: String) -> Option<Hit> {
     Some(Hit {
         limit: signs.name,

@@ -28,7 +28,8 @@ use tokio::sync::Mutex;
 
 use proto::frame::Exit;
 
-use crate::catalog::{Catalog, Env, Interpreter};
+use crate::catalog::limits::{Controller, LIMITS, Limit, Probe};
+use crate::catalog::{Catalog, Env, Interpreter, Limits};
 use crate::egress::policy::Network;
 use crate::preflight::Problem;
 use crate::run::{self, Spec};
@@ -188,54 +189,24 @@ impl Seen {
 /// Checks that the jail holds what `env` declares on `host`; the error
 /// names every limit that does not hold.
 pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Result<(), String> {
-    const MIB: u64 = 1024 * 1024;
-    let l = &env.limits;
-    let mut problems = Vec::new();
-    let mut check = |r: Result<(), String>| {
-        if let Err(e) = r {
-            problems.push(e);
-        }
-    };
-    check(seen.within("Max cpu time", l.cpu_s.get()));
-    check(seen.within("Max file size", l.file_mb.get() * MIB));
-    check(seen.within("Max open files", l.nofile.get()));
-    check(seen.mount_within("/tmp", l.tmp_mb.get() * MIB));
-    check(seen.mount_within("/workspace", l.workspace_mb.get() * MIB));
-    let memory = l.memory_mb.get() * MIB;
-    if host.memory_by_cgroup() {
-        check(match cgroup.and_then(|s| s.memory_limit) {
-            Some(v) if v <= memory => Ok(()),
-            other => Err(format!(
-                "the cgroup memory limit is {other:?}, not {memory}"
-            )),
-        });
-    } else {
-        // Each process's data and its main stack (which RLIMIT_DATA does not
-        // count), hard limits both, or, in a sandbox built before the jails
-        // set RLIMIT_DATA, its address space.
-        let data = seen
-            .hard_within("Max data size", memory)
-            .and(seen.hard_within("Max stack size", memory));
-        check(data.or_else(|e| seen.within("Max address space", memory).map_err(|_| e)));
-    }
-    if host.pids_by_cgroup() {
-        check(match cgroup.and_then(|s| s.pids_limit) {
-            Some(v) if v <= l.pids.get() => Ok(()),
-            other => Err(format!("the cgroup pids.max is {other:?}, not {}", l.pids)),
-        });
-    } else {
-        check(seen.within("Max processes", l.pids.get()));
-    }
+    let mut problems: Vec<String> = (LIMITS.iter())
+        .filter_map(|limit| {
+            let problem = holds(limit, &env.limits, host, seen, cgroup).err()?;
+            Some(format!("{}: {problem}", limit.key))
+        })
+        .collect();
     for (budget, row) in BUDGET_RLIMITS {
-        if let Some(&most) = env.kernel_budgets.as_ref().and_then(|b| b.get(budget)) {
-            check(seen.within(row, most));
+        if let Some(&most) = env.kernel_budgets.as_ref().and_then(|b| b.get(budget))
+            && let Err(e) = seen.within(row, most)
+        {
+            problems.push(e);
         }
     }
     if env.network != Network::Open(true) && seen.interfaces.iter().any(|i| i != "lo") {
-        check(Err(format!(
+        problems.push(format!(
             "network is off but the jail has interfaces {:?}",
             seen.interfaces
-        )));
+        ));
     }
     if problems.is_empty() {
         Ok(())
@@ -244,6 +215,39 @@ pub fn verify(env: &Env, host: &Host, seen: &Seen, cgroup: Option<&Stats>) -> Re
             "the jail does not hold the declared limits: {}",
             problems.join("; ")
         ))
+    }
+}
+
+/// Whether the jail holds `limit` as the limits table says to check it: in
+/// the run's cgroup where the host has one for it, else from inside.
+fn holds(
+    limit: &Limit,
+    limits: &Limits,
+    host: &Host,
+    seen: &Seen,
+    cgroup: Option<&Stats>,
+) -> Result<(), String> {
+    let most = limit.base(limits);
+    if let Some(controller) = limit.cgroup
+        && host.by_cgroup(controller)
+    {
+        let what = match controller {
+            Controller::Memory => "memory limit",
+            Controller::Pids => "pids.max",
+        };
+        return match cgroup.and_then(|s| s.limit(controller)) {
+            Some(v) if v <= most => Ok(()),
+            other => Err(format!("the cgroup {what} is {other:?}, not {most}")),
+        };
+    }
+    match limit.probe {
+        Probe::Launcher => Ok(()),
+        Probe::Rlimit(row) => seen.within(row, most),
+        Probe::Mount(path) => seen.mount_within(path, most),
+        Probe::Data => seen
+            .hard_within("Max data size", most)
+            .and(seen.hard_within("Max stack size", most))
+            .or_else(|e| seen.within("Max address space", most).map_err(|_| e)),
     }
 }
 

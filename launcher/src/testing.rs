@@ -1,21 +1,25 @@
 //! What the unit tests share, written once: their environment, as a
-//! manifest holds it ([`env_json`], contract 1's example limits) and as the
+//! manifest holds it ([`env_json`], the limits' defaults) and as the
 //! launcher holds it ([`env`], a builder over the same JSON); HTTP headers.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::catalog::limits::LIMITS;
 use crate::catalog::{Catalog, Env};
 
-/// One environment as a manifest declares it: Python, the limits of
-/// docs/contracts.md's example, no network, no packages, no sessions.
+/// One environment as a manifest declares it: Python, every limit at its
+/// default (the limits table's, as docs/contracts.md's example has them),
+/// no network, no packages, no sessions.
 pub fn env_json() -> Value {
+    let limits: serde_json::Map<String, Value> = (LIMITS.iter())
+        .map(|limit| (limit.key.to_owned(), json!(limit.default)))
+        .collect();
     json!({
         "description": "d", "interpreter": "python",
         "run": ["/nix/store/x-a/bin/a"], "session": [],
-        "limits": {"timeout_s": 30, "memory_mb": 1024, "pids": 32, "output_bytes": 65536,
-                   "workspace_mb": 512, "tmp_mb": 256, "cpu_s": 60, "file_mb": 256, "nofile": 1024},
+        "limits": limits,
         "network": false, "packages": [],
         "store_path": "/nix/store/x-a", "nixpkgs_rev": null
     })

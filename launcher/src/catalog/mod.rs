@@ -23,8 +23,10 @@ use serde_json::Value;
 
 use crate::egress::policy::{Network, Policy};
 
+pub mod limits;
 pub mod names;
 
+pub use limits::Limits;
 use names::Allow;
 
 /// What the `interpreter` field names (what a session agent drives).
@@ -50,43 +52,6 @@ pub struct OnDemand {
     pub allow: Allow,
     /// How long a composition may take (and wait for a slot).
     pub timeout_s: NonZeroU64,
-}
-
-/// Limits of an environment. The launcher enforces the deadline and the
-/// output cap; the wrapper enforces the rest, which the launcher checks at
-/// start (probe.rs) and names when a run hits one
-/// (report/limit.rs).
-///
-/// The two the launcher enforces itself may be absent (an older sandbox):
-/// they take mkSandbox's defaults (lib/environment.nix). The others are the
-/// wrapper's to enforce, so only the manifest can say that it does: each
-/// must be there. A limit this server does not know is in `unknown`, and
-/// refuses the environment: it cannot be enforced here.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Limits {
-    #[serde(default = "default_timeout_s")]
-    pub timeout_s: NonZeroU64,
-    #[serde(default = "default_output_bytes")]
-    pub output_bytes: NonZeroU64,
-    pub memory_mb: NonZeroU64,
-    pub pids: NonZeroU64,
-    pub workspace_mb: NonZeroU64,
-    pub tmp_mb: NonZeroU64,
-    pub cpu_s: NonZeroU64,
-    pub file_mb: NonZeroU64,
-    pub nofile: NonZeroU64,
-    #[serde(flatten)]
-    pub unknown: BTreeMap<String, Value>,
-}
-
-/// mkSandbox's default `timeout_s` (lib/environment.nix).
-fn default_timeout_s() -> NonZeroU64 {
-    NonZeroU64::new(30).unwrap_or(NonZeroU64::MIN)
-}
-
-/// mkSandbox's default `output_bytes` (lib/environment.nix).
-fn default_output_bytes() -> NonZeroU64 {
-    NonZeroU64::new(65536).unwrap_or(NonZeroU64::MIN)
 }
 
 /// One environment as the manifest declares it. Besides `nixpkgs_rev`,

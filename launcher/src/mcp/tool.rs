@@ -6,6 +6,7 @@
 use rmcp::model::Tool;
 use serde_json::{Value, json};
 
+use crate::catalog::limits::{LIMITS, Unit};
 use crate::catalog::{Catalog, Env};
 use crate::egress::policy::Network;
 use crate::session;
@@ -168,39 +169,36 @@ fn packages_line(catalog: &Catalog) -> Option<String> {
 }
 
 /// The instructions' one line: the limits every environment enforces
-/// (values that differ are given per environment). Each holds on every
-/// host the probes pass: the jails never run as root, so RLIMIT_NPROC
-/// binds them even without a cgroup.
+/// that the limits table shows (values that differ are given per
+/// environment). Each holds on every host the probes pass: the jails never
+/// run as root, so RLIMIT_NPROC binds them even without a cgroup.
 fn limits_line(host: &Host, catalog: &Catalog) -> Option<String> {
     let envs: Vec<&Env> = catalog.envs.values().map(|e| e.as_ref()).collect();
     if envs.is_empty() {
         return None;
     }
-    let secs = |v: u64| format!("{v} s");
-    let count = |v: u64| v.to_string();
-    // Without a cgroup, RLIMIT_DATA binds each process, not the run.
-    let memory = if host.memory_by_cgroup() {
-        "memory"
-    } else {
-        "memory per process"
-    };
-    let parts = [
-        ("time", common(&envs, |e| e.limits.timeout_s.get(), secs)),
-        (memory, common(&envs, |e| e.limits.memory_mb.get(), mib)),
-        ("processes", common(&envs, |e| e.limits.pids.get(), count)),
-        ("CPU", common(&envs, |e| e.limits.cpu_s.get(), secs)),
-        ("files", common(&envs, |e| e.limits.file_mb.get(), mib)),
-        ("/tmp", common(&envs, |e| e.limits.tmp_mb.get(), mib)),
-        (
-            "/workspace",
-            common(&envs, |e| e.limits.workspace_mb.get(), mib),
-        ),
-    ];
-    let parts: Vec<String> = parts
-        .into_iter()
-        .map(|(what, v)| format!("{what} {v}"))
+    let parts: Vec<String> = (LIMITS.iter())
+        .filter_map(|limit| {
+            let shown = limit.shown?;
+            let word = match limit.cgroup {
+                Some(controller) if !host.by_cgroup(controller) => shown.without_cgroup,
+                _ => shown.word,
+            };
+            let value = common(&envs, |e| limit.of(&e.limits), |v| brief(limit.unit, v));
+            Some(format!("{word} {value}"))
+        })
         .collect();
     Some(format!("Limits per run: {}.", parts.join(", ")))
+}
+
+/// `30 s`, `1 GiB`, `32`.
+fn brief(unit: Unit, v: u64) -> String {
+    match unit {
+        Unit::Seconds => format!("{v} s"),
+        Unit::Mib => mib(v),
+        Unit::Count => v.to_string(),
+        Unit::Bytes => format!("{v} B"),
+    }
 }
 
 /// "1 GiB" or "512 MiB".

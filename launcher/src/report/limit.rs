@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use proto::frame::Exit;
 
-use crate::catalog::Env;
+use crate::catalog::limits::{LIMITS, Signs};
+use crate::catalog::{Env, Limits};
 use crate::run::RunOutcome;
 use crate::wrapper::cgroup::Stats;
 
+pub use crate::catalog::limits::{SIGXCPU, SIGXFSZ};
+
 pub const SIGKILL: i32 = 9;
-pub const SIGXCPU: i32 = 24;
-pub const SIGXFSZ: i32 = 25;
 const MIB: u64 = 1024 * 1024;
 
 /// The signal that ended a wrapper: the one it was killed by, or N when it
@@ -69,136 +70,69 @@ impl Used {
 }
 
 /// Tells which limit ended or broke the run: first what the kernel says
-/// (cgroup counters, the signal), then the program's own error messages.
-#[expect(
-    clippy::too_many_lines,
-    reason = "older than the 80-line lint: to split, not to copy"
-)]
+/// (cgroup counters, the signal), then the program's own error messages;
+/// the limits table says what each limit's signs are.
 pub fn diagnose(env: &Env, outcome: &RunOutcome, used: &Used) -> Option<Hit> {
-    let l = &env.limits;
-    let hit = |limit, certain, sentence: String| {
-        Some(Hit {
-            limit,
-            certain,
-            sentence,
-        })
-    };
-    let signal = signal(outcome.exit);
-    let cgroup = outcome.usage.as_ref();
+    let limits = &env.limits;
+    // A run the launcher ended died of its signal, not of a limit's.
     let by_launcher = outcome.timed_out || outcome.cancelled;
-    if cgroup.is_some_and(|s| s.oom_kills > 0) {
-        return hit(
-            "memory",
-            true,
-            format!("killed: memory limit {} MiB", l.memory_mb),
-        );
-    }
-    if cgroup.is_some_and(|s| s.pids_refused > 0) {
-        return hit(
-            "processes",
-            true,
-            format!(
-                "too many processes: the limit of {} refused new ones",
-                l.pids
-            ),
-        );
-    }
-    if !by_launcher {
-        match signal {
-            Some(SIGXCPU) => {
-                return hit("cpu", true, format!("killed: CPU time limit {} s", l.cpu_s));
-            }
-            Some(SIGXFSZ) => {
-                return hit(
-                    "file_size",
-                    true,
-                    format!("killed: file size limit {} MiB", l.file_mb),
-                );
-            }
-            Some(SIGKILL) if used.cpu.is_some_and(|c| c.as_secs() >= l.cpu_s.get()) => {
-                return hit(
-                    "cpu",
-                    false,
-                    format!("killed: probably the CPU time limit {} s", l.cpu_s),
-                );
-            }
-            _ => {}
-        }
-    }
-    let stderr = outcome.stderr.render();
-    let said = |needles: &[&str]| needles.iter().any(|n| stderr.contains(n));
-    // The runtimes' own words, the most telling first: they are told the
-    // limit (lib/jail/runtimeLimits.nix) or get ENOMEM at RLIMIT_DATA.
-    if let Some(words) = [
-        "java.lang.OutOfMemoryError",
-        "JavaScript heap out of memory",
-        "MemoryError",
-        "fatal error: runtime: out of memory",
-        "memory allocation of",
-        "insufficient memory for the Java Runtime",
-        "Cannot allocate memory",
-        "out of memory",
-        "bad_alloc",
-        "could not allocate memory",
-        "Fatal process OOM",
-    ]
-    .into_iter()
-    .find(|n| stderr.contains(n))
+    refused_by_cgroup(limits, outcome.usage.as_ref())
+        .or_else(|| match signal(outcome.exit) {
+            Some(signal) if !by_launcher => killed_at(limits, signal, used),
+            _ => None,
+        })
+        .or_else(|| said_by_program(limits, &outcome.stderr.render()))
+}
+
+/// The signs of every limit that has them, in the table's order.
+fn signs() -> impl Iterator<Item = &'static Signs> {
+    LIMITS.iter().filter_map(|limit| limit.hit)
+}
+
+/// A hit of the limit whose signs are `signs`.
+fn found(signs: &Signs, certain: bool, sentence: String) -> Option<Hit> {
+    Some(Hit {
+        limit: signs.name,
+        certain,
+        sentence,
+    })
+}
+
+/// A limit whose cgroup counted what it refused (the OOM killer's kills,
+/// forks refused).
+fn refused_by_cgroup(limits: &Limits, cgroup: Option<&Stats>) -> Option<Hit> {
+    let stats = cgroup?;
+    LIMITS.iter().find_map(|limit| {
+        let (controller, signs) = (limit.cgroup?, limit.hit?);
+        let sentence = signs.certain?;
+        (stats.refused(controller) > 0).then(|| found(signs, true, sentence(limits)))?
+    })
+}
+
+/// The limit whose signal ended the run, or, for a SIGKILL, the one the
+/// run had spent (the CPU time's hard limit).
+fn killed_at(limits: &Limits, signal: i32, used: &Used) -> Option<Hit> {
+    if let Some(signs) = signs().find(|s| s.signal == Some(signal))
+        && let Some(sentence) = signs.certain
     {
-        return hit(
-            "memory",
-            false,
-            format!(
-                "probably hit the memory limit ({} MiB): the output says \"{words}\"",
-                l.memory_mb
-            ),
-        );
+        return found(signs, true, sentence(limits));
     }
-    if said(&["CPU time limit exceeded"]) {
-        return hit(
-            "cpu",
-            false,
-            format!("a process hit the CPU time limit ({} s)", l.cpu_s),
-        );
-    }
-    if said(&["File too large", "File size limit exceeded"]) {
-        return hit(
-            "file_size",
-            false,
-            format!("a write hit the file size limit ({} MiB)", l.file_mb),
-        );
-    }
-    if said(&["No space left on device"]) {
-        return hit(
-            "disk",
-            false,
-            format!(
-                "/tmp ({} MiB) or /workspace ({} MiB) is full",
-                l.tmp_mb, l.workspace_mb
-            ),
-        );
-    }
-    if said(&["Too many open files"]) {
-        return hit(
-            "open_files",
-            false,
-            format!("hit the open files limit ({})", l.nofile),
-        );
-    }
-    if said(&[
-        "fork: retry",
-        "fork: Resource temporarily unavailable",
-        "can't start new thread",
-        "BlockingIOError: [Errno 11]",
-        "spawn EAGAIN",
-    ]) {
-        return hit(
-            "processes",
-            false,
-            format!("probably too many processes (limit {})", l.pids),
-        );
-    }
-    None
+    let cpu = used.cpu.filter(|_| signal == SIGKILL)?;
+    LIMITS.iter().find_map(|limit| {
+        let signs = limit.hit?;
+        let sentence = signs.spent?;
+        (cpu.as_secs() >= limit.of(limits)).then(|| found(signs, false, sentence(limits)))?
+    })
+}
+
+/// The limit the program's error messages name, the most telling words
+/// first and the generic ones last.
+fn said_by_program(limits: &Limits, stderr: &str) -> Option<Hit> {
+    let (generic, telling): (Vec<&Signs>, Vec<&Signs>) = signs().partition(|s| s.generic_words);
+    telling.into_iter().chain(generic).find_map(|signs| {
+        let words = signs.words.iter().find(|w| stderr.contains(*w))?;
+        found(signs, false, (signs.probable)(limits, words))
+    })
 }
 
 #[cfg(test)]

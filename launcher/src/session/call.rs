@@ -165,11 +165,7 @@ impl CallOutcome {
     }
 }
 
-/// Makes `call` in `jail`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "older than the 80-line lint: to split, not to copy"
-)]
+/// Makes `call` in `jail`: sends it, then waits for its reply.
 pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
     let deadline = Instant::now() + call.timeout;
     let id = jail.fresh_id();
@@ -179,11 +175,10 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
         output_bytes: call.output_bytes,
         files: call.files.to_vec(),
     };
-    let (mut timed_out, mut cancelled) = (false, false);
-    let reset = |why, timed_out, cancelled| Ended::Reset {
+    let reset = |why, timed_out| Ended::Reset {
         why,
         timed_out,
-        cancelled,
+        cancelled: false,
         output: None,
     };
     tokio::select! {
@@ -191,72 +186,135 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
         () = call.shutdown.cancelled() => return Ended::Shutdown,
         sent = jail.request(&request) => {
             if let Err(e) = sent {
-                return reset(ResetReason::Broken(e), false, false);
+                return reset(ResetReason::Broken(e), false);
             }
         }
         () = tokio::time::sleep_until(deadline + WRITE_GRACE) => {
-            return reset(ResetReason::Stuck, true, false);
+            return reset(ResetReason::Stuck, true);
         }
     }
     drop(request);
-    // The interrupt asked for (its id) and when to give up on the reply.
-    let mut interrupt: Option<(u64, Instant)> = None;
+    let mut waiting = Waiting {
+        id,
+        output_bytes: call.output_bytes,
+        timed_out: false,
+        cancelled: false,
+        interrupt: None,
+    };
     loop {
-        let wake = interrupt.map_or(deadline, |(_, give_up)| give_up);
-        let why = tokio::select! {
+        let wake = waiting.interrupt.map_or(deadline, |(_, give_up)| give_up);
+        let step = tokio::select! {
             biased;
-            () = call.shutdown.cancelled() => return Ended::Shutdown,
-            reply = jail.next_reply() => match reply {
-                Ok(Reply::Exec(reply)) if reply.id == id => {
-                    return match verify::exec(&reply, call.output_bytes) {
-                        Ok(()) => Ended::Answered { reply, timed_out, cancelled },
-                        Err(violation) => Ended::Reset {
-                            why: ResetReason::Broken(Broken::Invalid(violation)),
-                            timed_out,
-                            cancelled,
-                            output: Some(verify::bounded(&reply, call.output_bytes)),
-                        },
-                    };
-                }
-                Ok(Reply::Ack { id: ack, .. }) if interrupt.is_some_and(|(i, _)| i == ack) => continue,
-                Ok(Reply::Error { id: Some(err), code, message })
-                    if err == id && matches!(code, ErrorCode::SpawnFailed | ErrorCode::BadFile) =>
-                {
-                    match verify::message(&message) {
-                        Ok(()) if code == ErrorCode::SpawnFailed => return Ended::Refused { message },
-                        Ok(()) => return Ended::FilesRefused { message },
-                        Err(violation) => ResetReason::Broken(Broken::Invalid(violation)),
-                    }
-                }
-                Ok(other) => ResetReason::Broken(Broken::Unexpected(verify::describe(&other))),
-                Err(e) => ResetReason::Broken(e),
-            },
-            () = tokio::time::sleep_until(wake) => {
-                if interrupt.is_some() {
-                    ResetReason::IgnoredInterrupt
-                } else {
-                    timed_out = true;
-                    match ask_interrupt(jail).await {
-                        Ok(asked) => {
-                            interrupt = Some(asked);
-                            continue;
-                        }
-                        Err(why) => why,
-                    }
-                }
-            }
-            () = call.cancel.cancelled(), if !cancelled && interrupt.is_none() => {
-                cancelled = true;
-                match ask_interrupt(jail).await {
-                    Ok(asked) => {
-                        interrupt = Some(asked);
-                        continue;
-                    }
-                    Err(why) => why,
-                }
+            () = call.shutdown.cancelled() => Step::Ended(Ended::Shutdown),
+            reply = jail.next_reply() => waiting.answer(reply),
+            () = tokio::time::sleep_until(wake) => waiting.woken(jail).await,
+            () = call.cancel.cancelled(), if !waiting.cancelled && waiting.interrupt.is_none() => {
+                waiting.cancelled = true;
+                waiting.interrupt(jail).await
             }
         };
-        return reset(why, timed_out, cancelled);
+        match step {
+            Step::Wait => {}
+            Step::Ended(ended) => return ended,
+            Step::Reset(why) => {
+                return Ended::Reset {
+                    why,
+                    timed_out: waiting.timed_out,
+                    cancelled: waiting.cancelled,
+                    output: None,
+                };
+            }
+        }
+    }
+}
+
+/// A call sent, waiting for its reply.
+struct Waiting {
+    /// The call's request id.
+    id: u64,
+    output_bytes: usize,
+    timed_out: bool,
+    cancelled: bool,
+    /// The interrupt asked for (its id) and when to give up on the reply.
+    interrupt: Option<(u64, Instant)>,
+}
+
+/// What a reply, the deadline or a cancellation leads to while a call
+/// waits.
+enum Step {
+    Ended(Ended),
+    /// Wait on (an interrupt was asked for, or acknowledged).
+    Wait,
+    /// The jail must be killed.
+    Reset(ResetReason),
+}
+
+impl Waiting {
+    /// What the agent's `reply` leads to: the call's answer or refusal, an
+    /// interrupt acknowledged, or anything else, which resets the session.
+    fn answer(&self, reply: Result<Reply, Broken>) -> Step {
+        match reply {
+            Ok(Reply::Exec(reply)) if reply.id == self.id => Step::Ended(self.answered(reply)),
+            Ok(Reply::Ack { id: ack, .. }) if self.interrupt.is_some_and(|(i, _)| i == ack) => {
+                Step::Wait
+            }
+            Ok(Reply::Error {
+                id: Some(err),
+                code,
+                message,
+            }) if err == self.id && matches!(code, ErrorCode::SpawnFailed | ErrorCode::BadFile) => {
+                match verify::message(&message) {
+                    Ok(()) if code == ErrorCode::SpawnFailed => {
+                        Step::Ended(Ended::Refused { message })
+                    }
+                    Ok(()) => Step::Ended(Ended::FilesRefused { message }),
+                    Err(violation) => Step::Reset(ResetReason::Broken(Broken::Invalid(violation))),
+                }
+            }
+            Ok(other) => Step::Reset(ResetReason::Broken(Broken::Unexpected(verify::describe(
+                &other,
+            )))),
+            Err(e) => Step::Reset(ResetReason::Broken(e)),
+        }
+    }
+
+    /// The call's exec reply: its answer, or, when an honest agent cannot
+    /// send it (verify.rs), a reset keeping its output cut to the cap.
+    fn answered(&self, reply: ExecReply) -> Ended {
+        match verify::exec(&reply, self.output_bytes) {
+            Ok(()) => Ended::Answered {
+                reply,
+                timed_out: self.timed_out,
+                cancelled: self.cancelled,
+            },
+            Err(violation) => Ended::Reset {
+                why: ResetReason::Broken(Broken::Invalid(violation)),
+                timed_out: self.timed_out,
+                cancelled: self.cancelled,
+                output: Some(verify::bounded(&reply, self.output_bytes)),
+            },
+        }
+    }
+
+    /// The deadline came (the code is interrupted), or the grace after the
+    /// interrupt ran out (the session is reset).
+    async fn woken(&mut self, jail: &mut Jail) -> Step {
+        if self.interrupt.is_some() {
+            return Step::Reset(ResetReason::IgnoredInterrupt);
+        }
+        self.timed_out = true;
+        self.interrupt(jail).await
+    }
+
+    /// Asks the agent to interrupt the code, then waits for the reply.
+    async fn interrupt(&mut self, jail: &mut Jail) -> Step {
+        match ask_interrupt(jail).await {
+            Ok(asked) => {
+                self.interrupt = Some(asked);
+                Step::Wait
+            }
+            Err(why) => Step::Reset(why),
+        }
     }
 }
 

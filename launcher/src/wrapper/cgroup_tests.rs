@@ -172,3 +172,22 @@ fn the_cpu_meter_reads_the_cgroups_counter() {
     };
     assert!(cg.cpu_meter().is_none());
 }
+
+/// A run's cgroup holds what the limits table says each controller holds,
+/// in the unit the kernel counts.
+#[test]
+fn a_runs_cgroup_holds_the_limits_the_table_gives_its_controllers() {
+    let env = crate::testing::env("python")
+        .with("limits.memory_mb", serde_json::json!(300))
+        .with("limits.pids", serde_json::json!(24))
+        .build();
+    let run = RunLimits::from(&env.limits);
+    let mut held = 0;
+    for limit in crate::catalog::limits::LIMITS {
+        if let Some(controller) = limit.cgroup {
+            assert_eq!(run.of(controller), limit.base(&env.limits), "{}", limit.key);
+            held += 1;
+        }
+    }
+    assert_eq!(held, 2, "a controller the cgroup code does not write");
+}

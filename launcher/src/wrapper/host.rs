@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use super::cgroup::Cgroups;
 use super::jailuser::{self, Ids, JailUsers, Lease};
+use crate::catalog::limits::Controller;
 
 /// What the host gives the jails.
 #[derive(Debug)]
@@ -86,12 +87,9 @@ impl Host {
         self.jail_users.as_ref().map(JailUsers::lease).transpose()
     }
 
-    pub fn memory_by_cgroup(&self) -> bool {
-        self.cgroups.as_ref().is_some_and(|c| c.memory)
-    }
-
-    pub fn pids_by_cgroup(&self) -> bool {
-        self.cgroups.as_ref().is_some_and(|c| c.pids)
+    /// Whether a run's cgroup holds the limit of `controller` here.
+    pub fn by_cgroup(&self, controller: Controller) -> bool {
+        self.cgroups.as_ref().is_some_and(|c| c.holds(controller))
     }
 
     /// The self-test's lines about the host (for `--check` and the log);
@@ -123,14 +121,14 @@ impl Host {
             (None, Some(why)) => format!("cgroups: none usable: {why}"),
             (None, None) => "cgroups: none usable".into(),
         });
-        let memory = if self.memory_by_cgroup() {
+        let memory = if self.by_cgroup(Controller::Memory) {
             "memory by cgroup, per run, its tmpfs mounts counted"
         } else {
             "memory PER PROCESS only, by RLIMIT_DATA (each process's private writable \
              memory) and an 8 MiB stack: a run's processes together may use up to pids x \
              memory_mb, and its tmpfs mounts and shared memory besides"
         };
-        let pids = if self.pids_by_cgroup() {
+        let pids = if self.by_cgroup(Controller::Pids) {
             "processes by cgroup pids.max"
         } else {
             "processes by RLIMIT_NPROC in the jail's user namespace"

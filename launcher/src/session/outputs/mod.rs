@@ -31,7 +31,7 @@ pub mod mirror;
 
 use super::jail::{Broken, Jail};
 use super::verify;
-use mirror::{Mirror, Skipped};
+use mirror::{Mirror, MirrorFile, Skipped};
 
 /// Most images (SVG included) shown per call.
 pub const MAX_SHOWN: usize = 4;
@@ -105,41 +105,107 @@ pub fn parse_uri(uri: &str) -> Option<(&str, String)> {
 }
 
 /// Collects what the listed `outputs` of a call become.
-#[expect(
-    clippy::too_many_lines,
-    reason = "older than the 80-line lint: to split, not to copy"
-)]
 pub async fn collect(
     jail: &mut Jail,
     outputs: &[Output],
     more: u64,
     to: &Destination<'_>,
 ) -> Collected {
-    let deadline = Instant::now() + READ_TIME;
-    let mut collected = Collected {
-        more,
-        mirror_on: to.mirror.is_some(),
-        ..Collected::default()
+    let mut collector = Collector {
+        jail,
+        to,
+        deadline: Instant::now() + READ_TIME,
+        call_left: to.mirror.as_ref().map_or(0, |(m, _)| m.caps.per_call),
+        shown: 0,
+        shown_bytes: 0,
+        collected: Collected {
+            more,
+            mirror_on: to.mirror.is_some(),
+            ..Collected::default()
+        },
     };
-    let mut call_left = to.mirror.as_ref().map_or(0, |(m, _)| m.caps.per_call);
-    let (mut shown, mut shown_bytes) = (0usize, 0u64);
     for output in outputs {
-        // A path the agent cannot read back (too long once escaped, or from
-        // an agent that broke the rules) is listed all the same, unread.
-        if let Err(why) = files::check_path(&output.path) {
-            tracing::warn!(path = %files::visible(&output.path), "an output path that cannot be read");
-            collected.items.push(Item {
-                output: output.clone(),
-                shown: None,
-                note: Some(format!("not read: {why}")),
-                uri: None,
-                unmirrored: to
-                    .mirror
-                    .as_ref()
-                    .map(|_| Skipped::Failed("its path cannot be read".into())),
-            });
-            continue;
+        let item = match files::check_path(&output.path) {
+            Ok(_) => collector.one(output).await,
+            Err(why) => unreadable(output, &why, to),
+        };
+        collector.collected.items.push(item);
+    }
+    collector.collected
+}
+
+/// A path the agent cannot read back (too long once escaped, or from an
+/// agent that broke the rules): listed all the same, unread.
+fn unreadable(output: &Output, why: &files::BadPath, to: &Destination<'_>) -> Item {
+    tracing::warn!(path = %files::visible(&output.path), "an output path that cannot be read");
+    Item {
+        output: output.clone(),
+        shown: None,
+        note: Some(format!("not read: {why}")),
+        uri: None,
+        unmirrored: to
+            .mirror
+            .as_ref()
+            .map(|_| Skipped::Failed("its path cannot be read".into())),
+    }
+}
+
+/// Whether an output is shown to the model.
+struct View {
+    svg: bool,
+    /// It is an image or an SVG, within the call's caps.
+    show: bool,
+    /// The most bytes of it shown.
+    limit: u64,
+    /// Why an image is not shown.
+    refusal: Option<String>,
+}
+
+/// One call's outputs as they are collected, and what they have used of
+/// the call's caps.
+struct Collector<'a, 'd> {
+    jail: &'a mut Jail,
+    to: &'a Destination<'d>,
+    deadline: Instant,
+    /// What the call may still mirror, in bytes.
+    call_left: u64,
+    /// Images shown so far, and their bytes.
+    shown: usize,
+    shown_bytes: u64,
+    collected: Collected,
+}
+
+impl<'d> Collector<'_, 'd> {
+    /// What `output` becomes: shown, copied to the mirror, listed.
+    async fn one(&mut self, output: &Output) -> Item {
+        let view = self.view(output);
+        let mut item = Item {
+            output: output.clone(),
+            shown: None,
+            note: view.refusal.clone(),
+            uri: None,
+            unmirrored: None,
+        };
+        let broken = self.collected.broken.is_some();
+        let copy = if broken {
+            None
+        } else {
+            self.begin_copy(output, &mut item)
+        };
+        if (view.show || copy.is_some()) && !broken {
+            self.read(output, &view, copy, &mut item).await;
+        } else if self.to.mirror.is_some() && item.unmirrored.is_none() {
+            // The agent broke before this one was read.
+            item.unmirrored = Some(Skipped::Failed("reading it failed".into()));
         }
+        if item.shown.is_none() {
+            item.uri = self.to.session.map(|s| uri(s, &output.path));
+        }
+        item
+    }
+
+    /// Whether `output` is shown, within the call's caps, or why not.
+    fn view(&self, output: &Output) -> View {
         let svg = output.mime == "image/svg+xml";
         let image = output.mime.starts_with("image/") && !svg;
         let limit = if svg { MAX_SVG_BYTES } else { MAX_IMAGE_BYTES };
@@ -147,9 +213,9 @@ pub async fn collect(
             None
         } else if output.size > limit {
             Some(format!("not shown: over {} per image", size_text(limit)))
-        } else if shown >= MAX_SHOWN {
+        } else if self.shown >= MAX_SHOWN {
             Some(format!("not shown: over {MAX_SHOWN} images per call"))
-        } else if shown_bytes + output.size > MAX_SHOWN_BYTES {
+        } else if self.shown_bytes + output.size > MAX_SHOWN_BYTES {
             Some(format!(
                 "not shown: over {} of images per call",
                 size_text(MAX_SHOWN_BYTES)
@@ -157,91 +223,111 @@ pub async fn collect(
         } else {
             None
         };
-        let show = (image || svg) && refusal.is_none();
-        let mut item = Item {
-            output: output.clone(),
-            shown: None,
-            note: refusal,
-            uri: None,
-            unmirrored: None,
-        };
-        // The mirror's copy, begun when the call's share and the
-        // directory have room for it.
-        let mut copy = None;
-        if let Some((mirror, dir)) = &to.mirror
-            && collected.broken.is_none()
-        {
-            if output.size > call_left {
-                item.unmirrored = Some(Skipped::CallFull {
-                    per_call: mirror.caps.per_call,
-                });
-            } else {
-                match mirror.create(dir, &output.path, output.size) {
-                    Ok(file) => copy = Some(file),
-                    Err(skipped) => item.unmirrored = Some(skipped),
-                }
-            }
+        View {
+            svg,
+            show: (image || svg) && refusal.is_none(),
+            limit,
+            refusal,
         }
-        if (show || copy.is_some()) && collected.broken.is_none() {
-            let max = if copy.is_some() { call_left } else { limit };
-            let mut bytes = Vec::new();
-            let mut failed = None;
-            let read = read_each(jail, &output.path, max, deadline, |chunk| {
-                if show && bytes.len() as u64 <= limit {
-                    bytes.extend_from_slice(chunk);
-                }
-                if let Some(file) = &mut copy
-                    && let Err(e) = file.write(chunk)
-                {
-                    tracing::warn!(path = %output.path, "mirroring an output failed: {e}");
-                    failed = Some(Skipped::Failed(e.to_string()));
-                    copy = None;
-                }
-            })
-            .await;
-            item.unmirrored = item.unmirrored.take().or(failed);
-            match read {
-                Ok(total) => {
-                    if show {
-                        item.shown = shown_form(&bytes, svg, limit);
-                        match &item.shown {
-                            Some(_) => {
-                                shown += 1;
-                                shown_bytes += bytes.len() as u64;
-                            }
-                            None => item.note = Some("not shown: not a whole image".into()),
-                        }
-                    }
-                    if let (Some(file), Some((mirror, dir))) = (copy, &to.mirror) {
-                        match file.finish() {
-                            Ok(()) => {
-                                call_left = call_left.saturating_sub(total);
-                                collected.mirrored = Some(mirror.path_of(dir));
-                            }
-                            Err(skipped) => item.unmirrored = Some(skipped),
-                        }
-                    }
-                }
-                Err(ReadFailed::Gone(why)) => {
-                    item.note = Some(format!("gone before it could be read ({why})"));
-                    item.unmirrored = None;
-                }
-                Err(ReadFailed::Broken(why)) => {
-                    tracing::warn!(path = %output.path, "reading outputs failed: {why}");
-                    item.unmirrored = Some(Skipped::Failed("reading it failed".into()));
-                    collected.broken = Some(why);
-                }
-            }
-        } else if to.mirror.is_some() && item.unmirrored.is_none() {
-            // The agent broke before this one was read.
-            item.unmirrored = Some(Skipped::Failed("reading it failed".into()));
-        }
-        if item.shown.is_none() {
-            item.uri = to.session.map(|s| uri(s, &output.path));
-        }
-        collected.items.push(item);
     }
-    collected
+
+    /// The mirror's copy of `output`, begun when the call's share and the
+    /// directory have room for it; else `item` says why not.
+    fn begin_copy(&self, output: &Output, item: &mut Item) -> Option<MirrorFile<'d>> {
+        let (mirror, dir) = self.to.mirror.as_ref()?;
+        let mirror: &'d Mirror = mirror;
+        if output.size > self.call_left {
+            item.unmirrored = Some(Skipped::CallFull {
+                per_call: mirror.caps.per_call,
+            });
+            return None;
+        }
+        match mirror.create(dir, &output.path, output.size) {
+            Ok(file) => Some(file),
+            Err(skipped) => {
+                item.unmirrored = Some(skipped);
+                None
+            }
+        }
+    }
+
+    /// Reads `output` from the agent, for the model (`view`) and into the
+    /// mirror's `copy`; `item` says what came of it.
+    async fn read(
+        &mut self,
+        output: &Output,
+        view: &View,
+        mut copy: Option<MirrorFile<'d>>,
+        item: &mut Item,
+    ) {
+        let max = if copy.is_some() {
+            self.call_left
+        } else {
+            view.limit
+        };
+        let mut bytes = Vec::new();
+        let mut failed = None;
+        let read = read_each(self.jail, &output.path, max, self.deadline, |chunk| {
+            if view.show && bytes.len() as u64 <= view.limit {
+                bytes.extend_from_slice(chunk);
+            }
+            if let Some(file) = &mut copy
+                && let Err(e) = file.write(chunk)
+            {
+                tracing::warn!(path = %output.path, "mirroring an output failed: {e}");
+                failed = Some(Skipped::Failed(e.to_string()));
+                copy = None;
+            }
+        })
+        .await;
+        item.unmirrored = item.unmirrored.take().or(failed);
+        match read {
+            Ok(total) => {
+                if view.show {
+                    self.show(&bytes, view, item);
+                }
+                if let Some(file) = copy {
+                    self.finish_copy(file, total, item);
+                }
+            }
+            Err(ReadFailed::Gone(why)) => {
+                item.note = Some(format!("gone before it could be read ({why})"));
+                item.unmirrored = None;
+            }
+            Err(ReadFailed::Broken(why)) => {
+                tracing::warn!(path = %output.path, "reading outputs failed: {why}");
+                item.unmirrored = Some(Skipped::Failed("reading it failed".into()));
+                self.collected.broken = Some(why);
+            }
+        }
+    }
+
+    /// Shows the image or SVG `bytes` in `item`, counted in the call's caps.
+    fn show(&mut self, bytes: &[u8], view: &View, item: &mut Item) {
+        item.shown = shown_form(bytes, view.svg, view.limit);
+        match &item.shown {
+            Some(_) => {
+                self.shown += 1;
+                self.shown_bytes += bytes.len() as u64;
+            }
+            None => item.note = Some("not shown: not a whole image".into()),
+        }
+    }
+
+    /// Completes the mirror's copy of `total` bytes, counted in the call's
+    /// share; else `item` says why it is not mirrored.
+    fn finish_copy(&mut self, file: MirrorFile<'_>, total: u64, item: &mut Item) {
+        let Some((mirror, dir)) = &self.to.mirror else {
+            return;
+        };
+        match file.finish() {
+            Ok(()) => {
+                self.call_left = self.call_left.saturating_sub(total);
+                self.collected.mirrored = Some(mirror.path_of(dir));
+            }
+            Err(skipped) => item.unmirrored = Some(skipped),
+        }
+    }
 }
 
 /// The shown form of an output's bytes: an image whose bytes say so, or an

@@ -6,6 +6,6 @@ pkgs: {
   name = "c";
   interpreter = "program";
   program = import ../lib/languages/c.nix;
-  description = "C (gcc ${pkgs.gcc.version}, C17, -O2, libm): the code is one file with main, built and run";
+  description = "C17 (gcc ${pkgs.lib.versions.major pkgs.gcc.version}), one file with main. Built with -O2 and libm, then run.";
   packages = [ pkgs.gcc ];
 }

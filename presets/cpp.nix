@@ -6,6 +6,6 @@ pkgs: {
   name = "cpp";
   interpreter = "program";
   program = import ../lib/languages/cpp.nix;
-  description = "C++ (g++ ${pkgs.gcc.version}, C++20, -O2): the code is one file with main, built and run";
+  description = "C++20 (g++ ${pkgs.lib.versions.major pkgs.gcc.version}), one file with main. Built with -O2, then run.";
   packages = [ pkgs.gcc ];
 }

@@ -7,7 +7,7 @@ pkgs: {
   name = "go";
   interpreter = "program";
   program = import ../lib/languages/go.nix;
-  description = "Go ${pkgs.go.version}: the code is one file of package main, built and run (standard library only)";
+  description = "Go ${pkgs.lib.versions.majorMinor pkgs.go.version}, one file of package main. Built and run; standard library only.";
   packages = [ pkgs.go ];
   limits.pids = 128;
 }

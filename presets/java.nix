@@ -8,7 +8,7 @@ pkgs: {
   name = "java";
   interpreter = "program";
   program = import ../lib/languages/java.nix;
-  description = "Java ${pkgs.jdk_headless.version}: the code is one file whose public class has main, compiled and run";
+  description = "Java ${pkgs.lib.versions.major pkgs.jdk_headless.version}, one file, a public class with main. Compiled and run.";
   packages = [ pkgs.jdk_headless ];
   limits.pids = 128;
 }

@@ -9,7 +9,7 @@
 pkgs: {
   name = "network-tools";
   interpreter = "bash";
-  description = "Bash with curl, dig, nc, openssl and ip; HTTP(S) only to allowed hosts, through a proxy";
+  description = "Bash with curl, dig, nc, openssl, ip. HTTP(S) only to allowed hosts, through a proxy.";
   packages = with pkgs; [
     bash
     coreutils

@@ -7,7 +7,7 @@ pkgs: {
   name = "rust";
   interpreter = "program";
   program = import ../lib/languages/rust.nix;
-  description = "Rust ${pkgs.rustc.version}: the code is one file with fn main (edition 2021, std only), built unoptimised and run";
+  description = "Rust ${pkgs.lib.versions.majorMinor pkgs.rustc.version}, one file with fn main. Edition 2021, std only, built unoptimised and run.";
   packages = [
     pkgs.rustc
     pkgs.gcc

@@ -45,7 +45,7 @@
         # which the interpreter imports from.
         packaging = {
           interpreter = "python";
-          description = "Python with pip: installs from PyPI, reaches nothing else";
+          description = "Python with pip. It installs from PyPI and reaches nothing else.";
           packages = [ (pkgs.python3.withPackages (ps: [ ps.pip ])) ];
           network.allow = [
             { host = "pypi.org"; }
@@ -59,7 +59,7 @@
         };
         tools = {
           interpreter = "bash";
-          description = "Bash with jq, ripgrep and the usual command-line tools";
+          description = "Bash with jq, ripgrep and the usual tools";
           packages = with pkgs; [
             bash
             coreutils

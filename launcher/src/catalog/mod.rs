@@ -80,7 +80,14 @@ pub struct Env {
     pub limits: Limits,
     /// `false`, `true`, or an allowlist the egress proxy enforces.
     pub network: Network,
+    /// The store names of what the environment holds. Read so that a
+    /// manifest listing them wrongly is refused; shown nowhere, since the
+    /// description says what matters in fewer tokens.
     #[serde(default)]
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "parsed to check the manifest; shown nowhere")
+    )]
     pub packages: Vec<String>,
     pub store_path: String,
     #[serde(default)]

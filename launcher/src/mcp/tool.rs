@@ -1,7 +1,13 @@
 //! What a client sees before any call: the `run` tool's schema and the
 //! server's instructions. Both are paid in every conversation's tokens, so
-//! they stay small (the target: at most 350 tokens with three
-//! environments).
+//! they stay small: at most 250 o200k tokens with the three bundled
+//! environments, and about 15 more for each other one (bench/run counts
+//! them). What each environment holds is in the schema's `env`, which
+//! every client shows the model (some drop the instructions); the
+//! instructions name the environments, their network and the limits.
+//! Optional arguments carry `"default": null`, so that adapters which
+//! take an argument without a default for a required one (mcpadapt, for
+//! smolagents) keep them optional and send null, which counts as absent.
 
 use rmcp::model::Tool;
 use serde_json::{Value, json};
@@ -12,21 +18,19 @@ use crate::egress::policy::Network;
 use crate::session;
 use crate::wrapper::host::Host;
 
-/// Most packages listed per environment in the instructions.
-const MAX_PACKAGES_LISTED: usize = 16;
-/// How many of them (the first, the key ones: the interpreter comes first)
-/// are listed with their versions; the others by name only, to keep the
-/// instructions within their token budget.
-const PACKAGES_WITH_VERSIONS: usize = 3;
+/// The characters of an environment's description the schema shows at
+/// most (about 12 tokens): its first sentence, cut at a word past this.
+const MAX_DESCRIPTION_CHARS: usize = 48;
 
-/// The `run` tool: `code`, `env` (enumerated, with its default) and, when
-/// an environment has sessions, `session` (with how long one lives).
+/// The `run` tool: `code`, `env` (enumerated, each with what it holds,
+/// the default named) and, when an environment has sessions, `session`
+/// (with how long one lives) and `files`.
 pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
-    let mut env = json!({"type": "string"});
+    let mut env = json!({"type": "string", "default": null});
     match catalog.default_env() {
         Some(default) => {
             env["enum"] = json!(catalog.names());
-            env["description"] = json!(format!("Environment (default {default})."));
+            env["description"] = json!(env_lines(catalog, default));
         }
         None => env["description"] = json!("No environment is available."),
     }
@@ -43,24 +47,23 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     let description = if with_sessions {
         schema["properties"]["session"] = json!({
             "type": "string",
+            "default": null,
             "description": format!(
-                "Keeps state and /workspace across calls (ends {} s idle, {} s max).",
+                "Name; keeps state and /workspace across calls (ends {} s idle, {} s max).",
                 sessions.idle_timeout.as_secs(),
                 sessions.max_lifetime.as_secs()
             ),
         });
         schema["properties"]["files"] = json!({
             "type": "array",
-            "description": "Text files put in /workspace first.",
-            "items": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            },
+            "default": null,
+            "description": "[{path, content}] text files put in /workspace first.",
+            "items": {"type": "object"},
         });
-        "Run code in a sandbox; without `session` each call starts fresh. Sessions and `files` \
-         runs return what is saved in /workspace/outputs (images shown)."
+        "Run code in a fresh sandbox, or a `session`'s. Session and `files` runs return \
+         /workspace/outputs (images shown)."
     } else {
-        "Run a program in a fresh sandbox (new each call) and return its output."
+        "Run a program in a fresh sandbox and return its output."
     };
     if catalog
         .envs
@@ -70,6 +73,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         // Described in the instructions' line (packages_line), once.
         schema["properties"]["packages"] = json!({
             "type": "array",
+            "default": null,
             "items": {"type": "string"},
         });
     }
@@ -79,43 +83,72 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     Tool::new("run", description, schema)
 }
 
-/// One line per environment (sorted), the project mount, the limits every
-/// run holds ([`limits_line`]), how to read results.
-pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
-    let mut text = String::from("Sandboxed code runner; no network unless noted. Environments:\n");
-    if catalog.envs.is_empty() {
-        text.push_str("(none usable: run answers why)\n");
-    }
+/// `env`'s description: each environment with what it holds (its
+/// description's first sentence) and its network, the default first.
+fn env_lines(catalog: &Catalog, default: &str) -> String {
+    let mut lines: Vec<String> = Vec::new();
     for env in catalog.envs.values() {
-        text.push_str(&format!("- {}: {}", env.name, env.description));
-        if !env.packages.is_empty() {
-            let shown: Vec<&str> = env
-                .packages
-                .iter()
-                .take(MAX_PACKAGES_LISTED)
-                .enumerate()
-                .map(|(i, p)| {
-                    module_name(if i < PACKAGES_WITH_VERSIONS {
-                        p.as_str()
-                    } else {
-                        package_name(p)
-                    })
-                })
-                .collect();
-            text.push_str(&format!("; packages: {}", shown.join(", ")));
-            let more = env.packages.len().saturating_sub(MAX_PACKAGES_LISTED);
-            if more > 0 {
-                text.push_str(&format!(" (+{more} more)"));
-            }
+        let mut line = match env.name == default {
+            true => format!(
+                "{} (default): {}",
+                env.name,
+                first_sentence(&env.description)
+            ),
+            false => format!("{}: {}", env.name, first_sentence(&env.description)),
+        };
+        if let Some(network) = network_note(&env.network) {
+            line.push_str(&format!(" ({network})"));
         }
-        match &env.network {
-            Network::Open(true) => text.push_str("; network"),
-            Network::Open(false) => {}
-            Network::Policy(policy) => {
-                text.push_str(&format!("; network only to {}", policy.hosts().join(", ")));
-            }
+        match env.name == default {
+            true => lines.insert(0, line),
+            false => lines.push(line),
         }
-        text.push('\n');
+    }
+    lines.join("; ")
+}
+
+/// A description's first sentence, at most about [`MAX_DESCRIPTION_CHARS`].
+fn first_sentence(description: &str) -> String {
+    let first = description
+        .split_once(". ")
+        .map_or(description, |(first, _)| first)
+        .trim()
+        .trim_end_matches('.');
+    if first.chars().count() <= MAX_DESCRIPTION_CHARS {
+        return first.to_owned();
+    }
+    let cut: String = first.chars().take(MAX_DESCRIPTION_CHARS).collect();
+    let cut = cut.rsplit_once(' ').map_or(cut.as_str(), |(head, _)| head);
+    format!("{}…", cut.trim_end_matches([',', ';', ':']))
+}
+
+/// `network`, or `network only to HOSTS`; nothing when offline.
+fn network_note(network: &Network) -> Option<String> {
+    match network {
+        Network::Open(true) => Some("network".into()),
+        Network::Open(false) => None,
+        Network::Policy(policy) if policy.hosts().is_empty() => {
+            Some("network: no host allowed".into())
+        }
+        Network::Policy(policy) => Some(format!("network only to {}", policy.hosts().join(", "))),
+    }
+}
+
+/// The environments by name (what each holds is in the schema's `env`),
+/// the network of those that have one, the project mount, packages on
+/// demand, the limits every run holds ([`limits_line`]).
+pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
+    let mut text = String::from("Sandboxed code runner; no network unless noted. ");
+    if catalog.envs.is_empty() {
+        text.push_str("No environment is usable: run answers why.\n");
+    } else {
+        let names: Vec<String> = (catalog.envs.values())
+            .map(|env| match network_note(&env.network) {
+                Some(network) => format!("{} ({network})", env.name),
+                None => env.name.clone(),
+            })
+            .collect();
+        text.push_str(&format!("Environments: {}.\n", names.join(", ")));
     }
     if !catalog.replaced.is_empty() {
         text.push_str(&format!(
@@ -136,7 +169,7 @@ pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host)
         text.push_str(&line);
         text.push('\n');
     }
-    text.push_str("Results: stdout, then `--- stderr ---` and stderr, then notes.");
+    text.truncate(text.trim_end().len());
     text
 }
 
@@ -238,126 +271,104 @@ fn common(envs: &[&Env], value: impl Fn(&Env) -> u64, show: impl Fn(u64) -> Stri
     }
 }
 
-/// A package's name without its version, as nixpkgs' `lib.getName` has it:
-/// what comes before the first `-` that is not followed by a letter.
-fn package_name(name: &str) -> &str {
-    name.char_indices()
-        .find(|&(i, c)| {
-            c == '-'
-                && !name[i + 1..]
-                    .chars()
-                    .next()
-                    .is_some_and(|next| next.is_ascii_alphabetic())
-        })
-        .map_or(name, |(i, _)| &name[..i])
-}
-
-/// A Python module's name without nixpkgs' `pythonX.Y-` prefix, which says
-/// nothing the environment's Python does not (`python3.12-numpy-2.2.1` is
-/// shown `numpy-2.2.1`): a python3.withPackages environment lists many.
-fn module_name(name: &str) -> &str {
-    let Some(rest) = name.strip_prefix("python") else {
-        return name;
-    };
-    let Some((version, module)) = rest.split_once('-') else {
-        return name;
-    };
-    let is_version = version.split_once('.').is_some_and(|(major, minor)| {
-        [major, minor]
-            .iter()
-            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-    });
-    if is_version && module.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        module
-    } else {
-        name
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing;
 
-    /// The template's data-science environment as its manifest lists it
-    /// (a python3.withPackages: the Python, then its modules).
-    #[test]
-    fn a_python_with_packages_shows_its_modules_by_their_own_names() {
-        let c = testing::catalog([testing::env("data-science")
-            .with(
-                "description",
-                json!("Python with numpy, pandas and matplotlib"),
-            )
-            .with(
-                "packages",
-                json!([
-                    "python3-3.11.2",
-                    "python3.11-numpy-1.24.2",
-                    "python3.11-pandas-1.5.3",
-                    "python3.11-matplotlib-3.6.3",
-                    "python3.11-python-dateutil-2.8.2"
-                ]),
-            )
-            .build()]);
-        let text = instructions(&c, None, &Host::plain());
-        assert_eq!(
-            text.lines().nth(1),
-            Some(
-                "- data-science: Python with numpy, pandas and matplotlib; packages: \
-                 python3-3.11.2, numpy-1.24.2, pandas-1.5.3, matplotlib, python-dateutil"
-            )
-        );
-        assert_eq!(module_name("python3-3.11.2"), "python3-3.11.2");
-        assert_eq!(module_name("pythonx-1"), "pythonx-1");
-        assert_eq!(module_name("python3.11-2"), "python3.11-2");
-    }
-
-    /// One short line says which hosts an environment with a network
-    /// policy reaches.
-    #[test]
-    fn a_network_policy_names_its_hosts() {
-        let c = testing::catalog([testing::env("packaging")
-            .with("description", json!("Python with pip"))
-            .with(
-                "network",
-                json!({"allow": [{"host": "pypi.org"}, {"host": "*.example.com", "port": 8443}]}),
-            )
-            .build()]);
-        let text = instructions(&c, None, &Host::plain());
-        assert_eq!(
-            text.lines().nth(1),
-            Some("- packaging: Python with pip; network only to pypi.org, *.example.com:8443")
-        );
-    }
-
-    fn catalog(envs: &[(&str, bool, usize)]) -> Catalog {
-        testing::catalog(envs.iter().map(|&(name, network, packages)| {
-            let packages: Vec<String> = (0..packages).map(|i| format!("pkg-{i}.1")).collect();
+    fn catalog(envs: &[(&str, bool)]) -> Catalog {
+        testing::catalog(envs.iter().map(|&(name, network)| {
             testing::env(name)
                 .with("description", json!(format!("{name} env")))
                 .with("network", json!(network))
-                .with("packages", json!(packages))
                 .build()
         }))
     }
 
+    /// What each environment holds is in the schema (some clients drop
+    /// the instructions), the default first, its network said.
     #[test]
-    fn instructions_are_sorted_and_capped() {
-        let c = catalog(&[("shell", true, 2), ("python", false, 18)]);
+    fn the_schema_says_what_each_env_holds_and_names_the_default() {
+        let settings = session::Settings::default();
+        let c = testing::catalog([
+            testing::env("shell")
+                .with("description", json!("Bash with coreutils, jq"))
+                .build(),
+            testing::env("python")
+                .with("description", json!("Python, standard library only"))
+                .build(),
+            testing::env("packaging")
+                .with("description", json!("Python with pip. Builds wheels."))
+                .with(
+                    "network",
+                    json!({"allow": [{"host": "pypi.org"}, {"host": "*.example.com", "port": 8443}]}),
+                )
+                .build(),
+        ]);
+        let tool = run_tool(&c, &settings);
+        let env = &tool.input_schema["properties"]["env"];
+        assert_eq!(env["enum"], json!(["packaging", "python", "shell"]));
+        assert_eq!(
+            env["description"],
+            "python (default): Python, standard library only; packaging: Python with pip \
+             (network only to pypi.org, *.example.com:8443); shell: Bash with coreutils, jq"
+        );
+        // No environment has sessions: no `session` argument is offered.
+        assert!(tool.input_schema["properties"].get("session").is_none());
+    }
+
+    /// Only `code` is required; every other argument has a null default,
+    /// so that schema-strict adapters keep it optional.
+    #[test]
+    fn optional_arguments_have_a_null_default() {
+        let policy = json!({
+            "compose": ["/nix/store/x-compose/bin/nix-sandbox-mcp-compose"],
+            "allow": ["jq"],
+            "timeout_s": 300,
+        });
+        let c = testing::catalog([testing::env("python")
+            .with("session", json!(["/x/session"]))
+            .with("packages_on_demand", policy)
+            .build()]);
+        let tool = run_tool(&c, &session::Settings::default());
+        assert_eq!(tool.input_schema["required"], json!(["code"]));
+        let properties = tool.input_schema["properties"].as_object().unwrap();
+        for (name, property) in properties {
+            if name != "code" {
+                assert_eq!(property.get("default"), Some(&Value::Null), "{name}");
+            }
+        }
+        assert_eq!(properties.len(), 5, "{properties:?}");
+    }
+
+    #[test]
+    fn a_long_description_shows_its_first_sentence_within_the_bound() {
+        assert_eq!(first_sentence("Node.js"), "Node.js");
+        assert_eq!(
+            first_sentence("Python with pip. Builds wheels."),
+            "Python with pip"
+        );
+        let long = "Rust 1.63: the code is one file with fn main (edition 2021, std only), built \
+                    unoptimised and run";
+        let cut = first_sentence(long);
+        assert!(
+            cut.ends_with('…') && cut.chars().count() <= MAX_DESCRIPTION_CHARS + 1,
+            "{cut}"
+        );
+        assert_eq!(cut, "Rust 1.63: the code is one file with fn main…");
+    }
+
+    #[test]
+    fn instructions_name_the_envs_their_network_and_the_project() {
+        let c = catalog(&[("shell", true), ("python", false)]);
         let text = instructions(&c, Some("/project"), &Host::plain());
         let lines: Vec<&str> = text.lines().collect();
-        // Versions for the first three packages, names for the others.
+        assert_eq!(
+            lines[0],
+            "Sandboxed code runner; no network unless noted. Environments: python, shell (network)."
+        );
         assert_eq!(
             lines[1],
-            "- python: python env; packages: pkg-0.1, pkg-1.1, pkg-2.1, pkg, pkg, pkg, pkg, pkg, \
-             pkg, pkg, pkg, pkg, pkg, pkg, pkg, pkg (+2 more)"
-        );
-        assert_eq!(
-            lines[2],
-            "- shell: shell env; packages: pkg-0.1, pkg-1.1; network"
-        );
-        assert_eq!(
-            lines[3],
             "The project is read-only at /project. Read inputs there, not through `files`."
         );
         assert!(!text.contains("Custom"), "{text}");
@@ -365,40 +376,10 @@ mod tests {
         replaced.replaced = vec!["node".into(), "python".into()];
         let text = instructions(&replaced, None, &Host::plain());
         assert_eq!(
-            text.lines().nth(3),
+            text.lines().nth(1),
             Some("Custom, in place of the server's own: node, python.")
         );
         assert!(!instructions(&c, None, &Host::plain()).contains("project"));
-    }
-
-    #[test]
-    fn the_schema_enumerates_envs_and_names_the_default() {
-        let settings = session::Settings::default();
-        let tool = run_tool(
-            &catalog(&[("shell", false, 0), ("node", false, 0)]),
-            &settings,
-        );
-        let env = &tool.input_schema["properties"]["env"];
-        assert_eq!(env["enum"], json!(["node", "shell"]));
-        assert_eq!(env["description"], "Environment (default node).");
-        let tool = run_tool(
-            &catalog(&[("shell", false, 0), ("python", false, 0)]),
-            &settings,
-        );
-        assert_eq!(
-            tool.input_schema["properties"]["env"]["description"],
-            "Environment (default python)."
-        );
-        // No environment has sessions: no `session` argument is offered.
-        assert!(tool.input_schema["properties"].get("session").is_none());
-    }
-
-    #[test]
-    fn package_names_lose_their_versions() {
-        assert_eq!(package_name("python3.12-numpy-2.2.1"), "python3.12-numpy");
-        assert_eq!(package_name("nodejs-20.20.2"), "nodejs");
-        assert_eq!(package_name("python3-3.11.2-env"), "python3");
-        assert_eq!(package_name("jq"), "jq");
     }
 
     #[test]
@@ -422,7 +403,7 @@ mod tests {
     #[test]
     fn packages_are_offered_only_where_the_policy_allows_them() {
         let settings = session::Settings::default();
-        let plain = catalog(&[("python", false, 0), ("shell", false, 0)]);
+        let plain = catalog(&[("python", false), ("shell", false)]);
         let tool = run_tool(&plain, &settings);
         assert!(tool.input_schema["properties"].get("packages").is_none());
         let text = instructions(&plain, None, &Host::plain());

@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, processes  # noqa: E402
-from host_sharing import c_host_reach, c_identity, c_kernel_budgets, c_socket_families  # noqa: E402
+from host_sharing import c_host_reach, c_identity, c_kernel_budgets, c_socket_families, c_sysv_ipc  # noqa: E402
 
 SAFETY_PIDS = 4096
 SAFETY_MEMORY = 4 << 30
@@ -1440,6 +1440,9 @@ def main():
             case("a jail holding every inotify instance and watch, pending signal, message queue byte and "
                  "fanotify group it can stops at its own budgets; the host user keeps its",
                  on_own_server("budgets", c_kernel_budgets), args, sandboxes, project, scratch, budgets)
+            case("a jail holding every System V segment, queue and semaphore set it can stops at 64 MiB, "
+                 "16 queues and 16 sets in an IPC namespace of its own, which it cannot raise",
+                 on_own_server("sysv", c_sysv_ipc), args, sandboxes, project, scratch)
             reach_case = ("a host process of uid 65534 or of another jail's uid cannot take a session's "
                           "channel, read its memory or enter its jail")
             if os.geteuid() == 0:

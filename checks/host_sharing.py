@@ -7,6 +7,10 @@ these cases, as root and as an unprivileged user).
 - kernel budgets: a jail that takes every inotify instance and watch,
   pending signal, POSIX message queue byte and fanotify group it can leaves
   its host user (and, under a root server, the other jails) theirs;
+- System V IPC: a jail that makes every shared memory segment, message
+  queue and semaphore set it can holds at most its IPC namespace's limits
+  (lib/kernelBudgets.nix `ipc`), which it cannot raise, and they are gone
+  with its session;
 - reach: under a root server, a host process of uid 65534 (nobody), or of
   another jail's uid, cannot take a session agent's channel
   (pidfd_getfd), read its memory (process_vm_readv) or enter its jail
@@ -297,6 +301,90 @@ def c_kernel_budgets(s, budgets):
     for key, budget in [("inotify", "max_inotify_instances"), ("watches", "max_inotify_watches"),
                         ("signals", "sigpending"), ("fanotify", "max_fanotify_groups")]:
         check(took[key] <= budgets[budget], f"{key}: the jail took {took[key]}, over its {budget} {budgets[budget]}")
+
+
+# --- System V IPC ----------------------------------------------------------------
+
+# Run in a session: as many System V shared memory segments of 64 MiB (each
+# touched, and kept after detaching), message queues (each filled) and
+# semaphore sets of 250 as it can, up to 1.5 GiB, 1000 and 1000; then an
+# attempt to raise the namespace's limit. One JSON object.
+SYSV = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+def why():
+    n = ctypes.get_errno()
+    return errno.errorcode.get(n, str(n))
+out = {'ipc_ns': os.readlink('/proc/self/ns/ipc')}
+MiB = 1 << 20
+held, stop = 0, None
+for _ in range(24):
+    sid = libc.shmget(0, 64 * MiB, 0o1000 | 0o600)
+    if sid < 0:
+        stop = 'shmget ' + why(); break
+    addr = libc.shmat(sid, None, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        stop = 'shmat ' + why(); break
+    ctypes.memset(addr, 1, 64 * MiB)
+    libc.shmdt(ctypes.c_void_p(addr))
+    held += 64 * MiB
+out['shm_mib'], out['shm_stop'] = held >> 20, stop
+class Msg(ctypes.Structure):
+    _fields_ = [('mtype', ctypes.c_long), ('text', ctypes.c_char * 8192)]
+queues, queued, stop = 0, 0, None
+for _ in range(1000):
+    q = libc.msgget(0, 0o1000 | 0o600)
+    if q < 0:
+        stop = 'msgget ' + why(); break
+    queues += 1
+    m = Msg(1, b'x' * 8191)
+    while libc.msgsnd(q, ctypes.byref(m), 8192, 0o4000) == 0:  # IPC_NOWAIT
+        queued += 8192
+out['queues'], out['queued_kib'], out['msg_stop'] = queues, queued >> 10, stop
+sets, stop = 0, None
+for _ in range(1000):
+    if libc.semget(0, 250, 0o1000 | 0o600) < 0:
+        stop = 'semget ' + why(); break
+    sets += 1
+out['sem_sets'], out['sem_stop'] = sets, stop
+try:
+    open('/proc/sys/kernel/shmall', 'w').write('999999999')
+    out['raise'] = 'wrote'
+except OSError as e:
+    out['raise'] = errno.errorcode.get(e.errno, str(e.errno))
+out['shmall'] = int(open('/proc/sys/kernel/shmall').read())
+print(json.dumps(out))
+"""
+
+# The segments a session's IPC namespace holds, seen from its next call.
+SYSV_AFTER = r"""
+print(sum(1 for line in open('/proc/sysvipc/shm').readlines()[1:]))
+"""
+
+
+def c_sysv_ipc(s):
+    """A session takes every System V segment, queue and semaphore set it
+    can: it stops at its IPC namespace's limits (64 MiB of segments, 16
+    queues of 16 KiB, 16 sets), cannot raise them, does not share the
+    host's IPC namespace, and its segments outlive a call but not the
+    session."""
+    _, text, _ = s.call({"env": "python", "session": "sysv", "code": SYSV})
+    try:
+        took = json.loads(text)
+    except ValueError:
+        raise Failed(f"the taking session's output: {text[-400:]!r}") from None
+    check(took["ipc_ns"] != os.readlink("/proc/self/ns/ipc"), f"the jail shares the host's IPC namespace: {took}")
+    check(took["shm_mib"] <= 64, f"the jail held {took['shm_mib']} MiB of System V shared memory, over 64: {took}")
+    check(took["queues"] <= 16 and took["queued_kib"] <= 16 * 16, f"message queues over 16 of 16 KiB: {took}")
+    check(took["sem_sets"] <= 16, f"semaphore sets over 16: {took}")
+    check(took["raise"] in ("EROFS", "EACCES", "EPERM"), f"the jail raised its shmall: {took}")
+    check(took["shmall"] * os.sysconf("SC_PAGE_SIZE") == 64 << 20, f"shmall is not 64 MiB: {took}")
+    _, text, _ = s.call({"env": "python", "session": "sysv", "code": SYSV_AFTER})
+    check(text.strip() == str(took["shm_mib"] // 64), f"the session's next call sees {text.strip()!r} segments, "
+          f"not the {took['shm_mib'] // 64} it made")
+    _, text, _ = s.call({"env": "python", "session": "sysv-other", "code": SYSV_AFTER})
+    check(text.strip() == "0", f"another session sees {text.strip()!r} of the first one's segments")
 
 
 # --- reach into a jail from the host -------------------------------------------------

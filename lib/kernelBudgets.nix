@@ -15,9 +15,17 @@
 # - rlimits: pending signals, POSIX message queue bytes and locked shared
 #   memory, which the kernel counts per user namespace and uid as well and
 #   bounds by the rlimit: every process of the jail has these at most.
+# - ipc: the System V limits of the jail's own IPC namespace, which
+#   jail-budget makes and bubblewrap shares (a new IPC namespace starts
+#   with the kernel's defaults: thousands of segments and queues, gigabytes
+#   of shared memory and kernel memory that no rlimit counts, and a
+#   segment outlives the processes that made it, for as long as the
+#   session). Shared memory segments 64 MiB in all (`shm_total_bytes`,
+#   written in pages), 64 of them; 16 message queues of 16 KiB; 16
+#   semaphore sets, 4096 semaphores in all.
 #
-# Other per-user counters have no limit a namespace can hold: SysV IPC and
-# POSIX queues live in the jail's own IPC namespace; keys (keyctl, add_key)
+# Other per-user counters have no limit a namespace can hold: POSIX
+# queues live in the jail's own IPC namespace; keys (keyctl, add_key)
 # are refused by seccomp (seccompRules.nix); processes are RLIMIT_NPROC
 # inside the jail (jail/processLimit.nix) or the run's cgroup.
 {
@@ -39,5 +47,17 @@
     sigpending = 1024;
     msgqueue = 262144;
     memlock = 65536;
+  };
+  ipc = {
+    shm_total_bytes = 67108864;
+    shmmax = 67108864;
+    shmmni = 64;
+    msgmax = 8192;
+    msgmnb = 16384;
+    msgmni = 16;
+    semmsl = 250;
+    semmns = 4096;
+    semopm = 32;
+    semmni = 16;
   };
 }

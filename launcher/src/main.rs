@@ -28,8 +28,8 @@
 //! wrapper/                   starting a wrapper: its uid, cgroups, group, end
 //! catalog/ admission.rs      the environments served; slots and fair shares
 //! egress/ lifetime.rs        the network proxy; the jails' pid namespace
-//! settings.rs fdlimit.rs     the settings table; the open files limit
-//! project/                   a session's copy-on-write project layer, its diff
+//! settings.rs fdlimit.rs     the settings table; the open files limit;
+//! live.rs project/           a run's newest output; a session's project layer, its diff
 //! ```
 
 mod admission;
@@ -40,6 +40,7 @@ mod config;
 mod egress;
 mod fdlimit;
 mod lifetime;
+mod live;
 mod mcp;
 mod packages;
 mod preflight;

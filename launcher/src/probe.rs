@@ -296,6 +296,7 @@ pub async fn run_program(
         timeout: PROBE_TIMEOUT,
         output_bytes: PROBE_OUTPUT_BYTES,
         env: &spawner.env,
+        tail: None,
     };
     let outcome = run::run(&spawner.host, spec, std::future::pending())
         .await

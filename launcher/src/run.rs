@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{Env, Limits};
 use crate::egress::Gate;
+use crate::live::Tail;
 use crate::wrapper::cgroup::Stats;
 use crate::wrapper::host::Host;
 use crate::wrapper::jailuser::Lease;
@@ -48,6 +49,9 @@ pub struct Spec<'a> {
     pub gate: Option<&'a Gate>,
     /// The jail's uid and gid, when the launcher is root (wrapper::prepare).
     pub user: Option<Lease>,
+    /// Where the newest output goes while the run runs, when someone
+    /// watches it (a client that asked for progress).
+    pub tail: Option<&'a Tail>,
 }
 
 /// Everything a finished run produced.
@@ -80,6 +84,8 @@ pub struct Context<'a> {
     pub spawner: &'a Spawner,
     /// The client cancelled the call.
     pub cancel: &'a CancellationToken,
+    /// Where the newest output goes while it runs, if anywhere.
+    pub tail: Option<&'a Tail>,
 }
 
 /// Runs `code` in a fresh jail of `env`, under its timeout and output cap.
@@ -95,6 +101,7 @@ pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcom
         timeout: Duration::from_secs(env.limits.timeout_s.get()),
         output_bytes: usize::try_from(env.limits.output_bytes.get()).unwrap_or(usize::MAX),
         env: &spawner.env,
+        tail: cx.tail,
     };
     let stop = async {
         tokio::select! {
@@ -161,8 +168,8 @@ pub async fn run(
             };
             let (_, _, _, exit) = tokio::join!(
                 write,
-                pump(wrapper.stdout, &mut out),
-                pump(wrapper.stderr, &mut err),
+                pump(wrapper.stdout, &mut out, spec.tail),
+                pump(wrapper.stderr, &mut err, spec.tail),
                 wrapper.reaped
             );
             exit.ok().flatten()
@@ -225,13 +232,19 @@ async fn kill_and_drain(
     }
 }
 
-/// Reads `r` to its end into `cap`, through one fixed-size buffer.
-async fn pump(mut r: impl AsyncRead + Unpin, cap: &mut Cap) {
+/// Reads `r` to its end into `cap`, and `tail` when given, through one
+/// fixed-size buffer.
+async fn pump(mut r: impl AsyncRead + Unpin, cap: &mut Cap, tail: Option<&Tail>) {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
         match r.read(&mut buf).await {
             Ok(0) => break,
-            Ok(n) => cap.push(&buf[..n]),
+            Ok(n) => {
+                cap.push(&buf[..n]);
+                if let Some(tail) = tail {
+                    tail.push(&buf[..n]);
+                }
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "reading the wrapper's output failed");
                 break;
@@ -259,6 +272,7 @@ mod tests {
             env,
             gate: None,
             user: None,
+            tail: None,
         }
     }
 

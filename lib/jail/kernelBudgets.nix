@@ -2,7 +2,9 @@
 # that starts bubblewrap through the agent package's jail-budget: a user
 # namespace of the jail's own, mapping the caller's uid and gid to
 # themselves, whose per-user kernel limits and rlimits are
-# ../kernelBudgets.nix. The jail, nested below it, holds no capability
+# ../kernelBudgets.nix, and an IPC namespace of the jail's own with its
+# System V limits (bubblewrap shares it instead of making one with the
+# kernel's defaults). The jail, nested below it, holds no capability
 # there: it cannot raise them, and its use is charged to this namespace's
 # count, so the host user keeps the rest. A budget that cannot be set stops
 # the wrapper with status 2 and one line on stderr. It also mounts the
@@ -16,10 +18,16 @@ let
   jailBudget = "${pkgs.callPackage ../../package.nix { }}/bin/jail-budget";
   flags =
     lib.mapAttrsToList (name: value: "--sysctl ${name}=${toString value}") budgets.sysctls
-    ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits;
+    ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits
+    ++ lib.mapAttrsToList (name: value: "--ipc ${name}=${toString value}") budgets.ipc;
 in
-s:
-s
-// {
-  cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_project_layer[@]}\" -- ${s.cmd}";
-}
+c.compose [
+  (c.share-ns "ipc")
+  (
+    s:
+    s
+    // {
+      cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_project_layer[@]}\" -- ${s.cmd}";
+    }
+  )
+]

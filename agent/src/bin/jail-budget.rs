@@ -12,24 +12,37 @@
 //! below, cannot write these limits: it holds no capability in this
 //! namespace, and reads and writes its own namespace's sysctls only.
 //!
-//!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... -- PROGRAM [ARGS...]
+//! With `--ipc`, it also makes the jail's IPC namespace (bubblewrap then
+//! shares it instead of making one) and writes that namespace's System V
+//! limits: a new IPC namespace starts with the kernel's defaults, which
+//! allow a jail to hold gigabytes of shared memory segments and of
+//! message queue and semaphore kernel memory, none of it counted by an
+//! rlimit, and the segments outlive the processes that made them.
+//!
+//!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
+//!               [--project-layer DIR --project-lower PATH --project-size BYTES] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
-//! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`. The values
+//! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`; NAME of
+//! `--ipc` is a System V limit of /proc/sys/kernel (`shmmax`, `shmmni`,
+//! `msgmax`, `msgmnb`, `msgmni`), `shm_total_bytes` (written to `shmall`
+//! in pages of this machine), or one of the four fields of its `sem`
+//! (`semmsl`, `semmns`, `semopm`, `semmni`: all four or none). The values
 //! are the jail's policy (lib/kernelBudgets.nix). Every limit is read back:
 //! any that does not hold stops the wrapper with status 2 and one line on
 //! stderr, so no jail runs with a budget weaker than it states.
 //!
 //! With `--project-layer DIR --project-lower PATH --project-size BYTES` (a
 //! server with a writable project, docs/workbench.md) it also makes a mount
-//! namespace owned by that user namespace, mounts a tmpfs of BYTES over DIR
-//! (the server's empty directory for this session, outside the jail's
-//! view) there, and an overlay at DIR/merged: PATH (the host's project) as
-//! the read-only lower layer, DIR/upper and DIR/work on that tmpfs as the
-//! upper one. The wrapper binds DIR/merged at the project mount, so the
-//! jail writes only DIR/upper, and at most BYTES. The mount must be made by this process,
-//! which holds every capability in the namespace until it execs; bubblewrap
-//! below holds none here.
+//! namespace owned by the user namespace it execs in (the innermost, with
+//! `--ipc`), mounts a tmpfs of BYTES over DIR (the server's empty directory
+//! for this session, outside the jail's view) there, and an overlay at
+//! DIR/merged: PATH (the host's project) as the read-only lower layer,
+//! DIR/upper and DIR/work on that tmpfs as the upper one. The wrapper binds
+//! DIR/merged at the project mount, so the jail writes only DIR/upper, and
+//! at most BYTES. The mount must be made by this process, which holds every
+//! capability in the namespace until it execs; bubblewrap below holds none
+//! here.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -39,14 +52,25 @@ use nix::sched::CloneFlags;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
+                     [--ipc NAME=VALUE]... \
                      [--project-layer DIR --project-lower PATH --project-size BYTES] \
                      -- PROGRAM [ARGS...]";
+
+/// The System V limits of an IPC namespace that `--ipc` may set, each a
+/// file of /proc/sys/kernel.
+const IPC_FILES: [&str; 5] = ["shmmax", "shmmni", "msgmax", "msgmnb", "msgmni"];
+
+/// The fields of /proc/sys/kernel/sem, in its order.
+const SEM_FIELDS: [&str; 4] = ["semmsl", "semmns", "semopm", "semmni"];
 
 /// What to set, and what to run afterwards.
 #[derive(Debug, PartialEq, Eq)]
 struct Args {
     sysctls: Vec<(String, u64)>,
     rlimits: Vec<(Resource, u64)>,
+    /// Files of /proc/sys/kernel and what to write there; `sem`'s four
+    /// fields are one entry.
+    ipc: Vec<(String, String)>,
     /// The session's project layer, when the project is writable.
     layer: Option<Layer>,
     program: OsString,
@@ -97,10 +121,12 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     let mut parsed = Args {
         sysctls: Vec::new(),
         rlimits: Vec::new(),
+        ipc: Vec::new(),
         layer: None,
         program,
         args: command.collect(),
     };
+    let mut sem = [None; 4];
     let mut parser = lexopt::Parser::from_args(flags.iter().cloned());
     let text = |v: OsString| v.into_string().map_err(|v| format!("not UTF-8: {v:?}"));
     let (mut layer, mut lower, mut size) = (None, None, None);
@@ -126,7 +152,24 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 let bytes = value.parse().ok().filter(|&n: &u64| n > 0);
                 size = Some(bytes.ok_or_else(|| format!("--project-size {value}: not a size"))?);
             }
+            Long("ipc") => {
+                let value = text(parser.value().map_err(|e| e.to_string())?)?;
+                let (name, value) = pair(&value)?;
+                sem_or_ipc(&mut parsed.ipc, &mut sem, name, value)?;
+            }
             other => return Err(other.unexpected().to_string()),
+        }
+    }
+    match sem {
+        [None, None, None, None] => {}
+        [Some(msl), Some(mns), Some(opm), Some(mni)] => parsed
+            .ipc
+            .push(("sem".to_owned(), format!("{msl}\t{mns}\t{opm}\t{mni}"))),
+        _ => {
+            return Err(format!(
+                "--ipc needs all four of {} or none",
+                SEM_FIELDS.join(", ")
+            ));
         }
     }
     parsed.layer = match (layer, lower, size) {
@@ -139,9 +182,40 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     Ok(parsed)
 }
 
-/// A user namespace of this process' own that maps its uid and gid to
-/// themselves (so files, sockets and the jail's own maps are as before).
-fn enter_namespace() -> Result<(), String> {
+/// Files one `--ipc NAME=VALUE`: a file of [`IPC_FILES`], or a field of
+/// `sem`, kept until all four are known.
+fn sem_or_ipc(
+    ipc: &mut Vec<(String, String)>,
+    sem: &mut [Option<u64>; 4],
+    name: &str,
+    value: u64,
+) -> Result<(), String> {
+    if let Some(field) = SEM_FIELDS.iter().position(|f| *f == name) {
+        sem[field] = Some(value);
+    } else if name == "shm_total_bytes" {
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .and_then(|p| u64::try_from(p).ok())
+            .filter(|p| *p > 0)
+            .ok_or("cannot read this machine's page size")?;
+        ipc.push(("shmall".to_owned(), (value / page).to_string()));
+    } else if IPC_FILES.contains(&name) {
+        ipc.push((name.to_owned(), value.to_string()));
+    } else {
+        return Err(format!(
+            "unknown IPC limit `{name}` ({}, shm_total_bytes or {})",
+            IPC_FILES.join(", "),
+            SEM_FIELDS.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// A user namespace of this process' own that maps this process's uid
+/// and gid to `root` (0) or, without, to the caller's uid and gid
+/// (`outside`), as they were before any namespace.
+fn enter_namespace(root: bool, outside: (u32, u32)) -> Result<(), String> {
     let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
         format!(
@@ -149,10 +223,17 @@ fn enter_namespace() -> Result<(), String> {
              namespaces nested in user namespaces must be allowed)"
         )
     })?;
+    let inside = |own: u32| if root { 0 } else { own };
     for (file, line) in [
         ("/proc/self/setgroups", "deny".to_owned()),
-        ("/proc/self/uid_map", format!("{uid} {uid} 1")),
-        ("/proc/self/gid_map", format!("{gid} {gid} 1")),
+        (
+            "/proc/self/uid_map",
+            format!("{} {uid} 1", inside(outside.0)),
+        ),
+        (
+            "/proc/self/gid_map",
+            format!("{} {gid} 1", inside(outside.1)),
+        ),
     ] {
         std::fs::write(file, &line).map_err(|e| format!("cannot write {line:?} to {file}: {e}"))?;
     }
@@ -246,8 +327,23 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
 
 /// Writes one limit of this namespace and reads it back.
 fn set_sysctl(name: &str, value: u64) -> Result<(), String> {
-    let path = format!("/proc/sys/user/{name}");
-    std::fs::write(&path, value.to_string()).map_err(|e| {
+    write_and_check(&format!("/proc/sys/user/{name}"), &value.to_string())
+}
+
+/// Makes the jail's IPC namespace, owned by the user namespace this
+/// process holds every capability in, and writes its System V limits.
+fn enter_ipc_namespace(limits: &[(String, String)]) -> Result<(), String> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWIPC)
+        .map_err(|e| format!("cannot make the jail's IPC namespace: unshare(CLONE_NEWIPC): {e}"))?;
+    limits
+        .iter()
+        .try_for_each(|(file, value)| write_and_check(&format!("/proc/sys/kernel/{file}"), value))
+}
+
+/// Writes `value` to the sysctl file `path` and reads it back (fields
+/// compared whatever whitespace separates them).
+fn write_and_check(path: &str, value: &str) -> Result<(), String> {
+    std::fs::write(path, value).map_err(|e| {
         if e.raw_os_error() == Some(nix::libc::EROFS) {
             format!(
                 "cannot write {path}: /proc/sys is read-only here (a container's default); \
@@ -258,8 +354,8 @@ fn set_sysctl(name: &str, value: u64) -> Result<(), String> {
             format!("cannot write {path}: {e}")
         }
     })?;
-    let read = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    if read.trim() != value.to_string() {
+    let read = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    if !read.split_whitespace().eq(value.split_whitespace()) {
         return Err(format!("{path} is {}, not {value}", read.trim()));
     }
     Ok(())
@@ -278,6 +374,34 @@ fn set_rlimit(resource: Resource, value: u64) -> Result<(), String> {
     }
 }
 
+/// Enters the budget namespace and sets every limit of `args`. Without
+/// `--ipc`, the namespace maps the caller's uid and gid to themselves.
+/// With it, the kernel lets only the uid that is root in the user
+/// namespace owning an IPC namespace write its limits, whatever its
+/// capabilities: so the budget namespace maps root to the caller, makes
+/// the IPC namespace there and writes its limits, and a namespace nested
+/// in it maps the caller's uid and gid back to themselves, as bubblewrap
+/// expects them. (The jail, whose uid outside is the caller's, could
+/// write them too through a writable /proc/sys: bubblewrap mounts it
+/// read-only, and the jail can mount nothing.)
+fn budgets(args: &Args) -> Result<(), String> {
+    let outside = (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    );
+    enter_namespace(!args.ipc.is_empty(), outside)?;
+    args.sysctls
+        .iter()
+        .try_for_each(|(name, value)| set_sysctl(name, *value))?;
+    if !args.ipc.is_empty() {
+        enter_ipc_namespace(&args.ipc)?;
+        enter_namespace(false, outside)?;
+    }
+    args.rlimits
+        .iter()
+        .try_for_each(|(resource, value)| set_rlimit(*resource, *value))
+}
+
 fn main() -> ExitCode {
     let args = match parse(std::env::args_os().skip(1).collect()) {
         Ok(args) => args,
@@ -289,17 +413,7 @@ fn main() -> ExitCode {
     // The rlimits after the namespace: its own ceilings for them are the
     // caller's limits at its creation, which bound the caller's user; the
     // jail's, lowered, bound the jail.
-    let set = enter_namespace()
-        .and_then(|()| {
-            args.sysctls
-                .iter()
-                .try_for_each(|(name, value)| set_sysctl(name, *value))
-        })
-        .and_then(|()| {
-            args.rlimits
-                .iter()
-                .try_for_each(|(resource, value)| set_rlimit(*resource, *value))
-        });
+    let set = budgets(&args);
     if let (Ok(()), Some(layer)) = (&set, &args.layer)
         && let Err(e) = mount_layer(layer)
     {
@@ -348,6 +462,7 @@ mod tests {
             Args {
                 sysctls: vec![("max_inotify_instances".into(), 16)],
                 rlimits: vec![(Resource::RLIMIT_SIGPENDING, 1024)],
+                ipc: vec![],
                 layer: None,
                 program: "/bin/bwrap".into(),
                 args: args(&["--unshare-all", "--", "sh"]),
@@ -378,8 +493,35 @@ mod tests {
                 "--",
                 "x",
             ],
+            &["--ipc", "core_pattern=1", "--", "x"],
+            &["--ipc", "semmsl=250", "--", "x"],
         ] {
             assert!(parse(args(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn ipc_limits_and_sem_as_one_line() {
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .unwrap()
+            .unwrap() as u64;
+        let parsed = parse(args(&[
+            "--ipc=shm_total_bytes=67108864",
+            "--ipc",
+            "semmni=16",
+            "--ipc=semmsl=250",
+            "--ipc=semopm=32",
+            "--ipc=semmns=4096",
+            "--",
+            "/bin/bwrap",
+        ]))
+        .unwrap();
+        assert_eq!(
+            parsed.ipc,
+            vec![
+                ("shmall".to_owned(), (67_108_864 / page).to_string()),
+                ("sem".to_owned(), "250\t4096\t32\t16".to_owned()),
+            ]
+        );
     }
 }

@@ -28,6 +28,8 @@ mod token;
 mod tool;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
@@ -42,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::{self, ClientKey, Runs, SessionSlots, Shares, Slot};
 use crate::catalog::names;
 use crate::catalog::{Catalog, Env};
+use crate::live::Tail;
 use crate::packages::Composer;
 use crate::probe::{self, Probes};
 use crate::report;
@@ -257,7 +260,7 @@ impl Server {
                     None => base,
                     Some(asked) => {
                         let bound = args.session.as_deref().zip(open.as_deref());
-                        self.with_packages(base, asked, bound, progress).await?
+                        self.with_packages(base, asked, bound, &progress).await?
                     }
                 }
             }
@@ -269,18 +272,20 @@ impl Server {
         match self.precheck(&env, &args, starts_jail).await? {
             Target::Run => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
+                let tail = progress.wanted().then(Tail::new);
                 let cx = run::Context {
                     spawner: &shared.spawner,
                     cancel: &ct,
+                    tail: tail.as_ref(),
                 };
-                let outcome = run::in_env(&env, code, &cx).await?;
+                let ran = run::in_env(&env, code, &cx);
+                let outcome = progress.while_running(&env, tail.as_ref(), ran).await?;
                 Ok(report::run::ran(&env, &outcome))
             }
             Target::Session(name) => {
                 let mirror = shared.mirror.as_ref();
-                let outcome = (client.sessions)
-                    .call(&key, &name, &env, code, files, mirror, &ct)
-                    .await?;
+                let called = (client.sessions).call(&key, &name, &env, code, files, mirror, &ct);
+                let outcome = progress.while_running(&env, None, called).await?;
                 let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
                 (client.links).note(&outcome.session, fresh, &outcome.outputs.items);
                 Ok(report::call::called(&env, &outcome, resource_links))
@@ -292,7 +297,8 @@ impl Server {
                     mirror: shared.mirror.as_ref(),
                     cancel: &ct,
                 };
-                let outcome = throwaway::call(&env, code, files, &cx).await?;
+                let called = throwaway::call(&env, code, files, &cx);
+                let outcome = progress.while_running(&env, None, called).await?;
                 Ok(report::call::called(&env, &outcome, resource_links))
             }
         }
@@ -365,7 +371,7 @@ impl Server {
         base: Arc<Env>,
         asked: &[String],
         bound: Option<(&str, &Env)>,
-        progress: Progress,
+        progress: &Progress,
     ) -> Result<Arc<Env>, Refusal> {
         let Some(policy) = &base.packages_on_demand else {
             return Err(Refusal::packages_off(&base.name));
@@ -494,6 +500,7 @@ impl ServerHandler for Server {
                 let resource_links = takes_resource_links(&context);
                 let progress = Progress(
                     (context.meta.get_progress_token()).map(|token| (context.peer.clone(), token)),
+                    AtomicU64::new(0),
                 );
                 self.dispatch(args, client, resource_links, context.ct.clone(), progress)
                     .await
@@ -506,16 +513,66 @@ impl ServerHandler for Server {
     }
 }
 
-/// Where a call's progress goes: the client, when it sent a progressToken.
-struct Progress(Option<(Peer<RoleServer>, ProgressToken)>);
+/// Where a call's progress goes: the client, when it sent a progressToken;
+/// and the last progress value sent (the protocol wants each larger).
+struct Progress(Option<(Peer<RoleServer>, ProgressToken)>, AtomicU64);
+
+/// How often a running call tells a client that asked for progress how it
+/// goes: often enough that a client resetting its timeout on progress
+/// never gives up on a live run, seldom enough to cost nothing.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 impl Progress {
+    /// Whether the client asked for progress.
+    fn wanted(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Awaits `work` (a run or a session call in `env`), telling the
+    /// client, when it asked, every [`PROGRESS_EVERY`]: the seconds
+    /// passed (of the environment's `timeout_s`, the total) and the
+    /// newest lines of `tail` (a run's output), or that it is running.
+    async fn while_running<T>(
+        &self,
+        env: &Env,
+        tail: Option<&Tail>,
+        work: impl Future<Output = T>,
+    ) -> T {
+        if !self.wanted() {
+            return work.await;
+        }
+        let started = tokio::time::Instant::now();
+        // After a package set's steps, the run's seconds count on from them.
+        let base = f64::from_bits(self.1.load(Ordering::Relaxed));
+        let total = base + env.limits.timeout_s.get() as f64;
+        let mut ticks = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                done = &mut work => return done,
+                _ = ticks.tick() => {
+                    let secs = started.elapsed().as_secs();
+                    let lines = tail.map(Tail::lines).filter(|l| !l.is_empty());
+                    let message = lines.unwrap_or_else(|| format!("running, {secs} s"));
+                    self.send_of(base + secs as f64, total, &message);
+                }
+            }
+        }
+    }
+
+    /// One progress notification of a step (a package set's build).
+    fn send(&self, progress: f64, message: &str) {
+        self.send_of(progress, 1.0, message);
+    }
+
     /// One progress notification (sent in the background: the call does
     /// not wait for the client to read it).
-    fn send(&self, progress: f64, message: &str) {
+    fn send_of(&self, progress: f64, total: f64, message: &str) {
         if let Some((peer, token)) = &self.0 {
+            self.1.store(progress.to_bits(), Ordering::Relaxed);
             let param = ProgressNotificationParam::new(token.clone(), progress)
-                .with_total(1.0)
+                .with_total(total)
                 .with_message(message);
             let peer = peer.clone();
             tokio::spawn(async move {

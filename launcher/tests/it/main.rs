@@ -23,6 +23,7 @@ mod jail;
 mod lifetime;
 mod outputs;
 mod packages;
+mod progress;
 mod project;
 mod protocol;
 mod run;

@@ -42,6 +42,17 @@ class V1Api:
     async def call(self, args):
         return c.Seen.from_result(await self.s.call_tool("run", args))
 
+    async def call_with_progress(self, args):
+        """The call with a progress_callback: the result and every
+        (progress, total, message) the SDK handed it."""
+        seen = []
+
+        async def on_progress(progress, total, message):
+            seen.append((progress, total, message))
+
+        result = await self.s.call_tool("run", args, progress_callback=on_progress)
+        return c.Seen.from_result(result), seen
+
     async def read_resource(self, uri):
         from pydantic import AnyUrl
 
@@ -81,6 +92,26 @@ class V2Api(V1Api):
             await self.s.call_tool("run", args)
 
 
+# Prints a numbered line every half second for 5 s, in the shell (the
+# suite holds python to a 5 s timeout).
+PRINTING = "for i in 0 1 2 3 4 5 6 7 8 9; do echo tick $i; sleep 0.5; done"
+
+
+async def progress_checks(rep, api):
+    """A 5-second printing run: progress notifications carry its lines."""
+    what = "a 5 s printing run sends progress with its newest output lines"
+    try:
+        seen, notes = await api.call_with_progress({"env": "shell", "code": PRINTING})
+        with_lines = [n for n in notes if n[2] and "tick" in n[2]]
+        growing = all(a[0] < b[0] for a, b in zip(notes, notes[1:]))
+        rep.info(f"progress: {len(notes)} notifications, {len(with_lines)} with output")
+        rep.check(what, "tick 9" in seen.text and len(with_lines) >= 3 and growing,
+                  f"{len(notes)} notifications, {len(with_lines)} with output, growing={growing}",
+                  notes[-3:])
+    except Exception as e:  # noqa: BLE001
+        rep.exception(what, e)
+
+
 async def main_v1(rep):
     from mcp import ClientSession, StdioServerParameters
 
@@ -100,6 +131,7 @@ async def main_v1(rep):
             protocol = init.protocolVersion
             rep.info(f"negotiated: {protocol} (initialize)")
             await c.run_scenario(rep, V1Api(session), protocol=protocol)
+            await progress_checks(rep, V1Api(session))
 
 
 async def main_v2(rep):
@@ -125,6 +157,7 @@ async def scenario_v2(rep, client):
     how = "server/discover" if client.session.discover_result is not None else "initialize"
     rep.info(f"negotiated: {protocol} ({how}, mode=auto)")
     await c.run_scenario(rep, V2Api(client), protocol=protocol)
+    await progress_checks(rep, V2Api(client))
 
 
 def main():

@@ -1,0 +1,215 @@
+//! Progress while a call runs: a client that sends a progressToken gets
+//! `notifications/progress` about once a second, with the newest lines of
+//! a run's output, or that a session call is running; a client whose
+//! timeout is shorter than the run but resets on progress keeps waiting
+//! and gets the whole result; a client that sends no token gets none.
+//! (A client without progress that gives up first: rmcp's own tests.)
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam, ServerResult,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::common::{BIN, GUARD, Manifest, template, text};
+
+/// A client that keeps every progress notification it is sent.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<ProgressNotificationParam>>>);
+
+impl ClientHandler for Recorder {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params);
+    }
+}
+
+async fn start(timeout_s: u64) -> (RunningService<RoleClient, Recorder>, Recorder, Manifest) {
+    let mut m = template();
+    for env in m["environments"].as_object_mut().unwrap().values_mut() {
+        env["limits"]["timeout_s"] = json!(timeout_s);
+    }
+    let manifest = Manifest::new(&m);
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("--manifest")
+        .arg(&manifest.path)
+        .arg("--allow-wrappers-outside-store")
+        .env_remove("NIX_SANDBOX_MANIFEST")
+        .env_remove("PROJECT_DIR");
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let recorder = Recorder::default();
+    let client = tokio::time::timeout(GUARD, recorder.clone().serve(transport))
+        .await
+        .unwrap()
+        .unwrap();
+    (client, recorder, manifest)
+}
+
+/// Calls `run` with `arguments` (rmcp's client sends a progressToken with
+/// every request), giving up after `timeout` unless progress comes: then
+/// it waits on, to 120 s.
+async fn call(
+    client: &RunningService<RoleClient, Recorder>,
+    arguments: Value,
+    timeout: Duration,
+) -> Result<String, String> {
+    let params =
+        CallToolRequestParams::new("run").with_arguments(arguments.as_object().cloned().unwrap());
+    let mut options = PeerRequestOptions::no_options();
+    options.timeout = Some(timeout);
+    options.reset_timeout_on_progress = true;
+    options.max_total_timeout = Some(Duration::from_secs(120));
+    let handle = client
+        .peer()
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            options,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    match handle.await_response().await {
+        Ok(ServerResult::CallToolResult(result)) => Ok(text(&result)),
+        Ok(other) => Err(format!("not a tool result: {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Prints a numbered line every 0.4 s for about 4 s.
+const PRINTER: &str =
+    "import time\nfor i in range(10):\n    print('line', i, flush=True)\n    time.sleep(0.4)\n";
+
+#[tokio::test]
+async fn a_run_tells_its_newest_lines_and_a_short_client_timeout_keeps_waiting() {
+    let (client, recorder, _m) = start(30).await;
+    // A 1.5 s timeout that progress resets: the 4 s run still answers.
+    let answer = call(
+        &client,
+        json!({"env": "python", "code": PRINTER}),
+        Duration::from_millis(1500),
+    )
+    .await
+    .expect("progress kept the client waiting");
+    assert!(
+        answer.contains("line 0") && answer.contains("line 9"),
+        "{answer}"
+    );
+    let seen = recorder.0.lock().unwrap().clone();
+    assert!(seen.len() >= 2, "progress notifications: {seen:?}");
+    let with_lines: Vec<_> = seen
+        .iter()
+        .filter(|p| p.message.as_deref().is_some_and(|m| m.contains("line ")))
+        .collect();
+    assert!(
+        !with_lines.is_empty(),
+        "no notification carried output: {seen:?}"
+    );
+    for p in &seen {
+        assert_eq!(p.progress_token, seen[0].progress_token);
+        assert_eq!(p.total, Some(30.0), "{p:?}");
+        let message = p.message.as_deref().unwrap_or_default();
+        assert!(
+            message.lines().count() <= 8 && message.len() <= 2048,
+            "{message:?}"
+        );
+    }
+    for pair in seen.windows(2) {
+        assert!(
+            pair[0].progress < pair[1].progress,
+            "progress must grow: {seen:?}"
+        );
+    }
+    client.cancel().await.unwrap();
+}
+
+/// Without a progressToken (rmcp's client always sends one, so this
+/// speaks JSON-RPC itself): the result comes, and no notification before
+/// it.
+#[tokio::test]
+async fn without_a_token_no_progress() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut m = template();
+    m["environments"]["python"]["limits"]["timeout_s"] = json!(30);
+    let manifest = Manifest::new(&m);
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("--manifest")
+        .arg(&manifest.path)
+        .arg("--allow-wrappers-outside-store")
+        .env_remove("NIX_SANDBOX_MANIFEST")
+        .env_remove("PROJECT_DIR")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run", "arguments": {"env": "python", "code": PRINTER}}});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    stdin
+        .write_all(format!("{init}\n").as_bytes())
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(GUARD, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(first.contains("\"id\":1"), "{first}");
+    stdin
+        .write_all(format!("{initialized}\n{call}\n").as_bytes())
+        .await
+        .unwrap();
+    loop {
+        let line = tokio::time::timeout(GUARD, lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(
+            !line.contains("notifications/progress"),
+            "progress without a token: {line}"
+        );
+        if line.contains("\"id\":2") {
+            assert!(line.contains("line 9"), "{line}");
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_session_call_says_it_is_running() {
+    let (client, recorder, _m) = start(30).await;
+    let answer = call(
+        &client,
+        json!({"env": "python", "session": "s", "code": "import time\ntime.sleep(2.5)\nprint('slept')"}),
+        Duration::from_millis(1500),
+    )
+    .await
+    .expect("progress kept the client waiting");
+    assert!(answer.contains("slept"), "{answer}");
+    let seen = recorder.0.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|p| p
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("running, "))),
+        "{seen:?}"
+    );
+    client.cancel().await.unwrap();
+}

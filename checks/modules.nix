@@ -231,6 +231,14 @@ in
         NIX_SANDBOX_PACKAGES_CACHE_MAX = "32";
       };
     };
+    "home-manager: projectWritable is the server's NIX_SANDBOX_PROJECT_WRITABLE=1" = {
+      got =
+        (home [
+          ./snippets/home-manager.nix
+          { programs.nix-sandbox-mcp.projectWritable = true; }
+        ]).programs.mcp.servers.nix-sandbox.env.NIX_SANDBOX_PROJECT_WRITABLE;
+      want = "1";
+    };
     "home-manager: the server serves the presets and the custom environment, not the disabled node" = {
       got = lib.attrNames (served homeServer);
       want = [

@@ -69,6 +69,9 @@ in
     # probe: the namespace limits by their sysctl's name, the rlimits by
     # theirs.
     kernel_budgets = (import ./kernelBudgets.nix).sysctls // (import ./kernelBudgets.nix).rlimits;
+    # The wrappers mount a session's copy-on-write project layer when the
+    # launcher names one (jail/projectMount.nix, NIX_SANDBOX_PROJECT_LAYER).
+    project_layer = true;
     store_path = storePath;
     nixpkgs_rev = nixpkgsRev;
   }

@@ -1,6 +1,7 @@
 # Takes nixpkgs' lib and a configuration holding the options of
 # serverSettings.nix; returns the server's environment variables
-# (PROJECT_DIR and PROJECT_MOUNT when projectDir is set,
+# (PROJECT_DIR and PROJECT_MOUNT when projectDir is set, and
+# NIX_SANDBOX_PROJECT_WRITABLE=1 when it is writable too,
 # NIX_SANDBOX_OUTPUT_DIR and its caps when outputDir is, the session
 # timeouts, the counts, the unread bytes and packages on demand's bounds
 # always), an attribute set of strings.
@@ -8,6 +9,9 @@ lib: settings:
 lib.optionalAttrs (settings.projectDir != null) {
   PROJECT_DIR = settings.projectDir;
   PROJECT_MOUNT = settings.projectMount;
+}
+// lib.optionalAttrs (settings.projectDir != null && settings.projectWritable) {
+  NIX_SANDBOX_PROJECT_WRITABLE = "1";
 }
 // lib.optionalAttrs (settings.outputDir != null) {
   NIX_SANDBOX_OUTPUT_DIR = settings.outputDir;

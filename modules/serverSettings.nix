@@ -1,6 +1,6 @@
 # Takes nixpkgs' lib; returns the option declarations of how the server
 # runs, shared by programs.nix-sandbox-mcp (home-manager) and
-# services.nix-sandbox-mcp (NixOS): projectDir, projectMount,
+# services.nix-sandbox-mcp (NixOS): projectDir, projectMount, projectWritable,
 # sessionIdleTimeout, sessionMaxLifetime, maxSessions, maxSessionsTotal,
 # maxRuns, maxUnreadBytes, outputDir, outputMaxMb, outputCallMb, and
 # packages on demand's bounds, maxCompositions and packagesCacheMax.
@@ -25,6 +25,19 @@ in
     default = "/project";
     description = "Where {option}`projectDir` appears in the jail (`PROJECT_MOUNT`).";
     example = "/src";
+  };
+  projectWritable = mkOption {
+    type = types.bool;
+    default = false;
+    description = ''
+      Each session sees {option}`projectDir` writable through a copy-on-write
+      layer of its own (`NIX_SANDBOX_PROJECT_WRITABLE`): builds and edits
+      work in place, the host's tree is never written, and the changes are
+      the resource `sandbox://SESSION/project.diff` for a person to apply.
+      Not served by a server running as root; under the NixOS service's
+      dynamic user, the project's owner's files cannot be modified.
+    '';
+    example = true;
   };
   sessionIdleTimeout = mkOption {
     type = types.ints.positive;

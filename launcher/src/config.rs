@@ -6,7 +6,7 @@
 //!
 //! A flag overrides its variable. An empty variable counts as unset.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -41,6 +41,8 @@ pub struct Options {
     /// `PROJECT_DIR`, and where the jail sees it (`PROJECT_MOUNT`).
     pub project_dir: Option<OsString>,
     pub project_mount: Option<String>,
+    /// `NIX_SANDBOX_PROJECT_WRITABLE`: a copy-on-write layer per session.
+    pub project_writable: bool,
     /// `NIX_SANDBOX_OUTPUT_DIR`.
     pub output_dir: Option<PathBuf>,
     /// `NIX_SANDBOX_EGRESS_HOSTS`, `NIX_SANDBOX_EGRESS_CA_ROOTS`.
@@ -97,6 +99,20 @@ impl std::default::Default for Bounds {
     }
 }
 
+/// `NIX_SANDBOX_PROJECT_WRITABLE`'s value: `1` or `0` (or unset).
+fn project_writable(value: Option<&OsStr>) -> Result<bool, String> {
+    match value.map(OsStr::to_str) {
+        None | Some(Some("0")) => Ok(false),
+        Some(Some("1")) => Ok(true),
+        Some(other) => Err(format!(
+            "invalid value for {}: {:?}; expected 1 (writable through a layer per session) \
+             or 0 (read-only)",
+            PROJECT_WRITABLE.var_name(),
+            other.unwrap_or("(not UTF-8)")
+        )),
+    }
+}
+
 /// Reads `args` (without the program name) and the environment
 /// (`lookup`). The error is one line for stderr. `--help` and `--version`
 /// are answered whatever the environment holds.
@@ -122,6 +138,7 @@ pub fn parse(
         sessions: session::Settings::default(),
         project_dir: None,
         project_mount: None,
+        project_writable: false,
         output_dir: None,
         egress: egress::Settings::default(),
         bounds: Bounds::default(),
@@ -258,6 +275,7 @@ pub fn parse(
         let mount = var(&PROJECT_MOUNT).and_then(|m| m.into_string().ok());
         opts.project_mount = Some(mount.unwrap_or_else(|| PROJECT_MOUNT.text().into()));
     }
+    opts.project_writable = project_writable(var(&PROJECT_WRITABLE).as_deref())?;
     opts.output_dir = var(&OUTPUT_DIR).map(PathBuf::from);
     opts.egress = egress::Settings {
         hosts_file: var(&EGRESS_HOSTS).map(PathBuf::from),

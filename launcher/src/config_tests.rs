@@ -373,3 +373,19 @@ fn nix_default(nix: &str, option: &str) -> Option<String> {
         .find_map(|l| l.trim().strip_prefix("default = "))
         .map(|v| v.trim_end_matches(';').to_owned())
 }
+
+#[test]
+fn the_project_is_writable_only_when_asked_and_a_bad_value_is_named() {
+    let writable = |vars: &[(&str, &str)]| parse(args(&[]), env(vars)).map(|o| o.project_writable);
+    assert_eq!(writable(&[]), Ok(false));
+    assert_eq!(
+        writable(&[("NIX_SANDBOX_PROJECT_WRITABLE", "0")]),
+        Ok(false)
+    );
+    assert_eq!(writable(&[("NIX_SANDBOX_PROJECT_WRITABLE", "1")]), Ok(true));
+    let bad = writable(&[("NIX_SANDBOX_PROJECT_WRITABLE", "yes")]).unwrap_err();
+    assert!(
+        bad.starts_with("invalid value for NIX_SANDBOX_PROJECT_WRITABLE: \"yes\"; expected 1"),
+        "{bad}"
+    );
+}

@@ -4,8 +4,8 @@
 //! This file only wires the parts together: the configuration (config.rs),
 //! the environments (catalog/), the host's facts (wrapper/host.rs), the
 //! configuration checked against them (preflight.rs), the jails' pid
-//! namespace (lifetime.rs), then `--check` (probe.rs) or MCP over
-//! stdio or HTTP (mcp/).
+//! namespace (lifetime.rs), the project's layers (project_check.rs), then
+//! `--check` (probe.rs) or MCP over stdio or HTTP (mcp/).
 //!
 //! stdout is the MCP channel: only the protocol goes there (the `--help`,
 //! `--version` and `--check` modes, which serve no MCP, print there too).
@@ -20,6 +20,7 @@
 //! main.rs                    wiring: reads the configuration, builds the parts
 //! mcp/                       the MCP surface: the `run` tool over stdio and HTTP
 //! report/                    what the model reads: results, limits hit, refusals
+//! project_check.rs           a writable project decided at start; its --check line
 //! probe.rs                   --check and the start-up sandbox probes
 //! preflight.rs               the configuration checked against the host
 //! config.rs                  flags and variables read into typed settings
@@ -28,7 +29,7 @@
 //! catalog/ admission.rs      the environments served; slots and fair shares
 //! egress/ lifetime.rs        the network proxy; the jails' pid namespace
 //! settings.rs fdlimit.rs     the settings table; the open files limit;
-//! live.rs                    a run's newest output while it runs
+//! live.rs project/           a run's newest output; a session's project layer, its diff
 //! ```
 
 mod admission;
@@ -44,6 +45,8 @@ mod mcp;
 mod packages;
 mod preflight;
 mod probe;
+mod project;
+mod project_check;
 mod report;
 mod run;
 mod session;
@@ -171,12 +174,19 @@ fn main() -> ExitCode {
     let egress = Egress::start(catalog.policies(), &opts.egress, runtime, |var| {
         std::env::var_os(var)
     });
+    // A project asked writable: a layer per session, or why not (logged).
+    let project = project_check::start(
+        opts.project_writable,
+        opts.project_dir.as_deref(),
+        host.jail_users.is_some(),
+    );
     // What starts every jail, from here down.
     let spawner = Spawner {
         env: Arc::new(WrapperEnv::from_lookup(|name| std::env::var_os(name))),
         host: Arc::clone(&host),
         egress: Arc::new(egress),
         shutdown: CancellationToken::new(),
+        project: project.layers.clone(),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -201,6 +211,14 @@ fn main() -> ExitCode {
             .and_then(|()| {
                 let check = probe::run_check(&catalog, &problems, &spawner, &mut out);
                 runtime.block_on(check).map(|ok| ok && listener_ok)
+            })
+            .and_then(|ok| {
+                let mount = opts.project_mount.as_deref();
+                let check = project_check::check(mount, &project, &catalog, &spawner);
+                match runtime.block_on(check) {
+                    Some((held, line)) => writeln!(out, "{line}").map(|()| ok && held),
+                    None => Ok(ok),
+                }
             });
         match checked {
             Ok(true) => ExitCode::SUCCESS,
@@ -241,7 +259,12 @@ fn serve(
 ) -> ExitCode {
     tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
     if let Some(dir) = &opts.project_dir {
-        tracing::debug!(project_dir = ?dir, "project mounted read-only");
+        let how = if spawner.project.is_some() {
+            "writable through a layer per session"
+        } else {
+            "read-only"
+        };
+        tracing::debug!(project_dir = ?dir, "project mounted {how}");
     }
     let config = mcp::Config {
         catalog,

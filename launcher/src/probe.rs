@@ -261,9 +261,22 @@ pub fn wrapper_ready(path: &str) -> bool {
 /// reason in one line (the wrapper's stderr, trimmed, or the limits that
 /// do not hold).
 pub async fn probe(env: &Env, spawner: &Spawner) -> Result<Seen, String> {
-    let host = &*spawner.host;
-    // A program environment's `run` builds a source file: the probe is
-    // bash, through its `shell` (the same jail).
+    let outcome = run_program(env, spawner, &probe_code(env.interpreter)).await?;
+    let seen = Seen::parse(&outcome.stdout.render());
+    verify(env, &spawner.host, &seen, outcome.usage.as_ref())?;
+    Ok(seen)
+}
+
+/// Runs `code`, a small program of the server's own in bash for a program
+/// environment (through its `shell`, the same jail), else in `env`'s
+/// language, through `env`'s run wrapper started by `spawner`: its outcome
+/// when it exited 0 within [`PROBE_TIMEOUT`], else why not in one line
+/// (how it ended and the wrapper's stderr, trimmed).
+pub async fn run_program(
+    env: &Env,
+    spawner: &Spawner,
+    code: &str,
+) -> Result<run::RunOutcome, String> {
     let argv = match env.interpreter {
         Interpreter::Program => &env.shell,
         _ => &env.run,
@@ -274,7 +287,6 @@ pub async fn probe(env: &Env, spawner: &Spawner) -> Result<Seen, String> {
     if !wrapper_ready(wrapper) {
         return Err(format!("wrapper {wrapper} is missing or not executable"));
     }
-    let code = probe_code(env.interpreter);
     let (user, gate) = spawner.prepare(env).map_err(|e| match e {
         wrapper::StartError::Egress(e) => format!("its network policy cannot be served: {e}"),
         other => format!("cannot start {wrapper}: {other}"),
@@ -290,17 +302,15 @@ pub async fn probe(env: &Env, spawner: &Spawner) -> Result<Seen, String> {
         env: &spawner.env,
         tail: None,
     };
-    let outcome = run::run(host, spec, std::future::pending())
+    let outcome = run::run(&spawner.host, spec, std::future::pending())
         .await
         .map_err(|e| format!("cannot start {wrapper}: {e}"))?;
     if outcome.succeeded() {
-        let seen = Seen::parse(&outcome.stdout.render());
-        verify(env, host, &seen, outcome.usage.as_ref())?;
-        return Ok(seen);
+        return Ok(outcome);
     }
     let how = if outcome.timed_out {
         format!(
-            "an empty program did not finish within {} s",
+            "a program of a few lines did not finish within {} s",
             PROBE_TIMEOUT.as_secs()
         )
     } else {

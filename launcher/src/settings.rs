@@ -395,6 +395,16 @@ pub const PROJECT_MOUNT: Setting = Setting {
          jail's own (/nix, /workspace, /tmp, /home/sandbox, /proc, /dev, /etc, /bin, /usr/bin)",
     )
 };
+pub const PROJECT_WRITABLE: Setting = Setting {
+    default: Some(Default::Text("0")),
+    ..variable(
+        "NIX_SANDBOX_PROJECT_WRITABLE",
+        VarRole::Fallback,
+        "1: each session sees PROJECT_DIR writable through a copy-on-write layer of its own \
+         (the host's tree is never written; the changes are the resource \
+         sandbox://SESSION/project.diff); 0: read-only",
+    )
+};
 pub const OUTPUT_DIR: Setting = Setting {
     value: Some("DIR"),
     ..variable(
@@ -448,7 +458,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 34] = [
+pub const SETTINGS: [&Setting; 35] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -477,6 +487,7 @@ pub const SETTINGS: [&Setting; 34] = [
     &VERSION,
     &PROJECT_DIR,
     &PROJECT_MOUNT,
+    &PROJECT_WRITABLE,
     &OUTPUT_DIR,
     &ENVS,
     &SANDBOX_DIR,

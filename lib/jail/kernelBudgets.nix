@@ -7,7 +7,9 @@
 # kernel's defaults). The jail, nested below it, holds no capability
 # there: it cannot raise them, and its use is charged to this namespace's
 # count, so the host user keeps the rest. A budget that cannot be set stops
-# the wrapper with status 2 and one line on stderr.
+# the wrapper with status 2 and one line on stderr. It also mounts the
+# session's project layer when projectMount.nix asks for one (the
+# run-time array sandbox_project_layer, which that file always sets).
 { pkgs, ... }:
 c:
 let
@@ -21,5 +23,11 @@ let
 in
 c.compose [
   (c.share-ns "ipc")
-  (s: s // { cmd = "${jailBudget} ${lib.concatStringsSep " " flags} -- ${s.cmd}"; })
+  (
+    s:
+    s
+    // {
+      cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_project_layer[@]}\" -- ${s.cmd}";
+    }
+  )
 ]

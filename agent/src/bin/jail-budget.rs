@@ -19,7 +19,8 @@
 //! message queue and semaphore kernel memory, none of it counted by an
 //! rlimit, and the segments outlive the processes that made them.
 //!
-//!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]... -- PROGRAM [ARGS...]
+//!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
+//!               [--project-layer DIR --project-lower PATH --project-size BYTES] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
 //! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`; NAME of
@@ -30,6 +31,18 @@
 //! are the jail's policy (lib/kernelBudgets.nix). Every limit is read back:
 //! any that does not hold stops the wrapper with status 2 and one line on
 //! stderr, so no jail runs with a budget weaker than it states.
+//!
+//! With `--project-layer DIR --project-lower PATH --project-size BYTES` (a
+//! server with a writable project, docs/workbench.md) it also makes a mount
+//! namespace owned by the user namespace it execs in (the innermost, with
+//! `--ipc`), mounts a tmpfs of BYTES over DIR (the server's empty directory
+//! for this session, outside the jail's view) there, and an overlay at
+//! DIR/merged: PATH (the host's project) as the read-only lower layer,
+//! DIR/upper and DIR/work on that tmpfs as the upper one. The wrapper binds
+//! DIR/merged at the project mount, so the jail writes only DIR/upper, and
+//! at most BYTES. The mount must be made by this process, which holds every
+//! capability in the namespace until it execs; bubblewrap below holds none
+//! here.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -39,7 +52,9 @@ use nix::sched::CloneFlags;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
-                     [--ipc NAME=VALUE]... -- PROGRAM [ARGS...]";
+                     [--ipc NAME=VALUE]... \
+                     [--project-layer DIR --project-lower PATH --project-size BYTES] \
+                     -- PROGRAM [ARGS...]";
 
 /// The System V limits of an IPC namespace that `--ipc` may set, each a
 /// file of /proc/sys/kernel.
@@ -56,8 +71,19 @@ struct Args {
     /// Files of /proc/sys/kernel and what to write there; `sem`'s four
     /// fields are one entry.
     ipc: Vec<(String, String)>,
+    /// The session's project layer, when the project is writable.
+    layer: Option<Layer>,
     program: OsString,
     args: Vec<OsString>,
+}
+
+/// A session's copy-on-write project layer: the server's directory for it,
+/// the project under it, and the bytes it may hold.
+#[derive(Debug, PartialEq, Eq)]
+struct Layer {
+    dir: OsString,
+    lower: OsString,
+    size: u64,
 }
 
 /// `NAME=VALUE`, VALUE a decimal number.
@@ -96,12 +122,14 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
         sysctls: Vec::new(),
         rlimits: Vec::new(),
         ipc: Vec::new(),
+        layer: None,
         program,
         args: command.collect(),
     };
     let mut sem = [None; 4];
     let mut parser = lexopt::Parser::from_args(flags.iter().cloned());
     let text = |v: OsString| v.into_string().map_err(|v| format!("not UTF-8: {v:?}"));
+    let (mut layer, mut lower, mut size) = (None, None, None);
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Long("sysctl") => {
@@ -116,6 +144,13 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
                 let (name, value) = pair(&value)?;
                 parsed.rlimits.push((resource(name)?, value));
+            }
+            Long("project-layer") => layer = Some(parser.value().map_err(|e| e.to_string())?),
+            Long("project-lower") => lower = Some(parser.value().map_err(|e| e.to_string())?),
+            Long("project-size") => {
+                let value = text(parser.value().map_err(|e| e.to_string())?)?;
+                let bytes = value.parse().ok().filter(|&n: &u64| n > 0);
+                size = Some(bytes.ok_or_else(|| format!("--project-size {value}: not a size"))?);
             }
             Long("ipc") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
@@ -137,6 +172,13 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             ));
         }
     }
+    parsed.layer = match (layer, lower, size) {
+        (Some(dir), Some(lower), Some(size)) => Some(Layer { dir, lower, size }),
+        (None, None, None) => None,
+        _ => {
+            return Err("--project-layer, --project-lower and --project-size go together".into());
+        }
+    };
     Ok(parsed)
 }
 
@@ -195,6 +237,91 @@ fn enter_namespace(root: bool, outside: (u32, u32)) -> Result<(), String> {
     ] {
         std::fs::write(file, &line).map_err(|e| format!("cannot write {line:?} to {file}: {e}"))?;
     }
+    Ok(())
+}
+
+/// A mount namespace of this user namespace's own, in which a tmpfs of
+/// `size` bytes is mounted over `layer` (the server's empty directory for
+/// this session), and in it `upper`, `work` and `merged`: `lower` (opened
+/// once: its path never goes into the options, whatever bytes it holds)
+/// overlaid by `upper` at `merged`. The tmpfs bounds what the jail can
+/// write into the project (`ENOSPC` past it; its pages are memory, charged
+/// to the writer's cgroup), and it lives only in this namespace: it goes
+/// with the jail's last process, and the server reads it through
+/// /proc/PID/root of the jail's wrapper. `userxattr`: an overlay in a user
+/// namespace marks opaque directories with `user.overlay.*` attributes
+/// (tmpfs has them from Linux 6.6), which the jail cannot see or set
+/// through the overlay. Nothing propagates back to the host: the
+/// namespace's mounts are made private first.
+fn mount_layer(layer: &Layer) -> Result<(), String> {
+    use nix::fcntl::{OFlag, open};
+    use nix::mount::{MsFlags, mount};
+    use nix::sys::stat::{Mode, mkdirat};
+    nix::sched::unshare(CloneFlags::CLONE_NEWNS)
+        .map_err(|e| format!("cannot make the project layer's mount namespace: {e}"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot make the mounts private: {e}"))?;
+    let dir = OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let lower_fd = open(
+        layer.lower.as_os_str(),
+        dir | OFlag::O_RDONLY,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        format!(
+            "cannot open the project {}: {e}",
+            layer.lower.to_string_lossy()
+        )
+    })?;
+    let name = layer.dir.to_string_lossy();
+    // The directory is the server's, in a directory of the server's, and
+    // no jail runs yet: its path is what the server made.
+    mount(
+        Some("tmpfs"),
+        layer.dir.as_os_str(),
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(format!("size={},mode=0700", layer.size).as_str()),
+    )
+    .map_err(|e| format!("cannot mount the project layer's tmpfs on {name}: {e}"))?;
+    // O_PATH: the directory is mode 0700, the namespace's own.
+    let layer_fd = open(
+        layer.dir.as_os_str(),
+        dir | OFlag::O_PATH | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open the project layer {name}: {e}"))?;
+    for sub in ["upper", "work", "merged"] {
+        mkdirat(&layer_fd, sub, Mode::from_bits_truncate(0o755))
+            .map_err(|e| format!("cannot make {name}/{sub}: {e}"))?;
+    }
+    // Relative to the layer directory: its path may hold commas or colons,
+    // which the overlay's options would read as separators.
+    nix::unistd::fchdir(&layer_fd).map_err(|e| format!("cannot enter the project layer: {e}"))?;
+    let options = format!(
+        "lowerdir=/proc/self/fd/{},upperdir=upper,workdir=work,userxattr",
+        std::os::fd::AsRawFd::as_raw_fd(&lower_fd)
+    );
+    mount(
+        Some("overlay"),
+        "merged",
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(|e| {
+        format!(
+            "cannot mount the project's copy-on-write layer (overlay in a user namespace needs \
+             Linux 5.11 or later): {e}"
+        )
+    })?;
+    nix::unistd::chdir("/").map_err(|e| format!("cannot leave the project layer: {e}"))?;
     Ok(())
 }
 
@@ -287,6 +414,12 @@ fn main() -> ExitCode {
     // caller's limits at its creation, which bound the caller's user; the
     // jail's, lowered, bound the jail.
     let set = budgets(&args);
+    if let (Ok(()), Some(layer)) = (&set, &args.layer)
+        && let Err(e) = mount_layer(layer)
+    {
+        eprintln!("jail-budget: {e}; the jail does not start");
+        return ExitCode::from(2);
+    }
     if let Err(e) = set {
         eprintln!(
             "jail-budget: {e}; the jail's kernel budgets cannot be set, so it does not start"
@@ -330,6 +463,7 @@ mod tests {
                 sysctls: vec![("max_inotify_instances".into(), 16)],
                 rlimits: vec![(Resource::RLIMIT_SIGPENDING, 1024)],
                 ipc: vec![],
+                layer: None,
                 program: "/bin/bwrap".into(),
                 args: args(&["--unshare-all", "--", "sh"]),
             }
@@ -346,6 +480,19 @@ mod tests {
             &["--sysctl", "max_user_namespaces=-1", "--", "x"],
             &["--rlimit", "nofile=4", "--", "x"],
             &["--nope", "--", "x"],
+            &["--project-layer", "/l", "--", "x"],
+            &["--project-lower", "/p", "--", "x"],
+            &["--project-layer", "/l", "--project-lower", "/p", "--", "x"],
+            &[
+                "--project-layer",
+                "/l",
+                "--project-lower",
+                "/p",
+                "--project-size",
+                "0",
+                "--",
+                "x",
+            ],
             &["--ipc", "core_pattern=1", "--", "x"],
             &["--ipc", "semmsl=250", "--", "x"],
         ] {

@@ -92,6 +92,11 @@ pub struct Env {
     pub store_path: String,
     #[serde(default)]
     pub nixpkgs_rev: Option<String>,
+    /// Its wrappers mount a session's project layer when given one
+    /// (`NIX_SANDBOX_PROJECT_LAYER`): false for a sandbox built before
+    /// they could, whose sessions then see the project read-only.
+    #[serde(default)]
+    pub project_layer: bool,
     /// What the jail may take of its host user's per-user kernel counters
     /// (lib/kernelBudgets.nix), which its wrapper sets before bubblewrap:
     /// `/proc/sys/user` limits by name (`max_inotify_instances`) and

@@ -126,7 +126,13 @@ fn zero_limit_is_refused() {
 fn an_older_manifest_without_the_newer_optional_fields_loads_with_defaults() {
     let mut v = good();
     let env = v["environments"]["python"].as_object_mut().unwrap();
-    for field in ["session", "packages", "nixpkgs_rev", "kernel_budgets"] {
+    for field in [
+        "session",
+        "packages",
+        "nixpkgs_rev",
+        "kernel_budgets",
+        "project_layer",
+    ] {
         env.remove(field);
     }
     let limits = env["limits"].as_object_mut().unwrap();
@@ -138,6 +144,10 @@ fn an_older_manifest_without_the_newer_optional_fields_loads_with_defaults() {
     assert_eq!(env.limits.output_bytes.get(), 65536);
     assert!(env.session.is_empty() && env.packages.is_empty() && env.nixpkgs_rev.is_none());
     assert!(env.kernel_budgets.is_none());
+    assert!(
+        !env.project_layer,
+        "a sandbox built before the writable project"
+    );
     assert!(notes(&v).is_empty());
 }
 

@@ -60,11 +60,25 @@ pub fn list(sessions: &Sessions, links: &Links) -> ListResourcesResult {
 
 /// `resources/read` of `uri`, one of `sessions`' outputs.
 pub async fn read(sessions: &Sessions, uri: String) -> Result<ReadResourceResult, McpError> {
+    if let Some(session) = crate::project::parse_diff_uri(&uri) {
+        let text = match sessions.read_diff(session).await {
+            Ok(text) => text,
+            Err(e) => return Err(unreadable(&uri, session, e)),
+        };
+        return Ok(ReadResourceResult::new(vec![
+            ResourceContents::TextResourceContents {
+                uri,
+                mime_type: Some("text/x-diff".into()),
+                text,
+                meta: None,
+            },
+        ]));
+    }
     let Some((session, path)) = outputs::parse_uri(&uri) else {
         return Err(McpError::resource_not_found(
             format!(
                 "unknown resource {uri:?}: this server's resources are session outputs, \
-                 sandbox://SESSION/outputs/PATH"
+                 sandbox://SESSION/outputs/PATH, and project diffs, sandbox://SESSION/project.diff"
             ),
             None,
         ));

@@ -6,7 +6,8 @@
 //!   the server named the session (a client without an MCP session;
 //!   session/names.rs);
 //! - `new session `NAME`: the earlier one ended (WHY); its state and
-//!   /workspace files are gone`: the name was in use before;
+//!   /workspace files are gone` (and project changes, as below): the name
+//!   was in use before;
 //! - `the interpreter had exited; this call ran in a fresh one (variables
 //!   lost, /workspace files kept)`;
 //! - `exit code N` (the call's status: the code's `$?` in bash, 1 for an
@@ -14,7 +15,9 @@
 //! - `the interpreter exited with code N` or `was killed by signal N`, with
 //!   `the next call starts a fresh one (variables lost, /workspace files
 //!   kept)`;
-//! - `WHY: session reset: interpreter state and /workspace files lost`;
+//! - `WHY: session reset: interpreter state and /workspace files lost`
+//!   (`interpreter state, /workspace files and project changes lost` when
+//!   the project is writable: the session's layer goes with its jail);
 //! - `session `NAME` reached its maximum lifetime (N s) and was closed`.
 //!
 //! Then the outputs of the call (report/outputs.rs): a few lines naming
@@ -132,9 +135,10 @@ fn render(env: &Env, o: &Outcome) -> String {
             o.session
         ));
     }
+    let held = held(o);
     if let Some(why) = &o.ended_before {
         notes.push(format!(
-            "new session `{}`: the earlier one ended ({why}); its state and /workspace files are gone",
+            "new session `{}`: the earlier one ended ({why}); its {held} are gone",
             o.session
         ));
     }
@@ -184,11 +188,12 @@ fn render(env: &Env, o: &Outcome) -> String {
         notes.push(if o.throwaway {
             format!("{why}; the sandbox was killed")
         } else {
-            format!("{why}: session reset: interpreter state and /workspace files lost")
+            format!("{why}: session reset: interpreter {held} lost")
         });
     }
     notes.extend(outputs::lines(&o.outputs, o.throwaway));
     notes.extend(o.refusals.iter().cloned());
+    notes.extend(o.project.iter().cloned());
     if o.shutdown {
         notes.push("the server is stopping: session closed".into());
     } else if o.ended_after {
@@ -199,6 +204,16 @@ fn render(env: &Env, o: &Outcome) -> String {
         ));
     }
     super::with_notes(text, notes)
+}
+
+/// What a session holds that goes with its jail: its project changes too
+/// when the jail had a project layer.
+fn held(o: &Outcome) -> &'static str {
+    if o.layered {
+        "state, /workspace files and project changes"
+    } else {
+        "state and /workspace files"
+    }
 }
 
 /// How the interpreter died, with the limit that usually explains it.

@@ -141,6 +141,12 @@ pub struct CallOutcome {
     pub named_by_server: bool,
     /// The network policy's refusals during the call, as note lines.
     pub refusals: Vec<String>,
+    /// The project layer's changes, when they changed during the call
+    /// (or since the one before): `3 files changed, +12 -4`.
+    pub project: Option<String>,
+    /// The session's jails have a project layer: a reset, or a session
+    /// that ended, lost its changes too.
+    pub layered: bool,
 }
 
 impl CallOutcome {
@@ -161,6 +167,8 @@ impl CallOutcome {
             throwaway,
             named_by_server: false,
             refusals: Vec::new(),
+            project: None,
+            layered: false,
         }
     }
 }

@@ -14,6 +14,7 @@
 //!   removed once the wrapper is gone, by a task started with the jail
 //!   (wrapper/reaper.rs: the launcher's exit waits for those).
 
+use std::borrow::Cow;
 use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +28,7 @@ use super::cpu::{self, CpuWatch};
 use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
+use crate::project::{InJail, Layer};
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
 use crate::wrapper::{self, Group, Spawner, StartError};
 
@@ -93,8 +95,10 @@ impl CpuSource {
 /// A running session jail.
 pub struct Jail {
     group: Group,
-    /// Set once the wrapper has exited.
-    exited: Arc<AtomicBool>,
+    /// Whether the wrapper has exited, and the jail's project layer;
+    /// shared with the task that waits for the wrapper, so the layer is
+    /// removed only once the jail is gone and dropped.
+    shared: Arc<Shared>,
     stdin: pipe::Sender,
     stdout: pipe::Receiver,
     frames: Splitter,
@@ -111,29 +115,60 @@ pub struct Jail {
     cpu_watch: Box<CpuWatch>,
 }
 
+/// What a jail shares with the task that waits for its wrapper.
+struct Shared {
+    /// Set once the wrapper has exited.
+    exited: AtomicBool,
+    /// Its copy-on-write project layer, when the project is writable.
+    layer: Option<Arc<Layer>>,
+}
+
+/// A fresh project layer for a session jail of `env`, when the project is
+/// writable and `env`'s wrappers mount one.
+fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartError> {
+    let Some(layers) = spawner.project.as_ref().filter(|_| env.project_layer) else {
+        return Ok(None);
+    };
+    let layer = layers.layer().map_err(|e| {
+        StartError::Spawn(std::io::Error::other(format!(
+            "cannot make the session's project layer in {}: {e}",
+            layers.dir().display()
+        )))
+    })?;
+    Ok(Some(Arc::new(layer)))
+}
+
 impl Jail {
     /// Starts `env`'s `session` wrapper (in a cgroup holding its limits);
     /// `label` names the session in the log.
     pub fn spawn(env: &Env, spawner: &Spawner, label: &str) -> Result<Self, StartError> {
         let (user, gate) = spawner.prepare(env)?;
         let gate = gate.map(Box::new);
+        let layer = take_layer(env, spawner)?;
+        let wrapper_env = match &layer {
+            Some(layer) => Cow::Owned(spawner.env.with(layer.var())),
+            None => Cow::Borrowed(&*spawner.env),
+        };
         let wrapper = wrapper::spawn(
             &env.session,
             &env.limits,
-            &spawner.env,
+            &wrapper_env,
             &spawner.host,
             gate.as_deref(),
             user,
         )?;
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let cpu = cgroup.as_ref().and_then(RunCgroup::cpu_meter).map(Box::new);
-        let exited = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&exited);
+        let shared = Arc::new(Shared {
+            exited: AtomicBool::new(false),
+            layer,
+        });
+        let flag = Arc::clone(&shared);
         wrapper::reaper::track(async move {
             // An error means the reaper gave up on the pid: the jail is gone
             // or no longer ours either way.
             let _ = reaped.await;
-            flag.store(true, Ordering::SeqCst);
+            flag.exited.store(true, Ordering::SeqCst);
             if let Some(cgroup) = cgroup {
                 let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
             }
@@ -148,7 +183,7 @@ impl Jail {
         tracing::debug!(session = label, pid, "session jail started");
         Ok(Self {
             group: wrapper.group,
-            exited,
+            shared,
             stdin: wrapper.stdin,
             stdout: wrapper.stdout,
             frames: Splitter::new(),
@@ -160,6 +195,21 @@ impl Jail {
             gate,
             cpu,
             cpu_watch: Box::default(),
+        })
+    }
+
+    /// Whether it has a project layer (the project is writable).
+    pub fn has_layer(&self) -> bool {
+        self.shared.layer.is_some()
+    }
+
+    /// Its project layer, when the project is writable, with the
+    /// wrapper's `/proc/PID` directory, whose mount namespace holds it.
+    pub fn layer(&self) -> Option<InJail> {
+        let layer = self.shared.layer.clone()?;
+        Some(InJail {
+            layer,
+            proc: self.group.proc_dir(),
         })
     }
 
@@ -179,7 +229,7 @@ impl Jail {
 
     /// Whether the wrapper has exited (the jail is gone).
     pub fn has_exited(&self) -> bool {
-        self.exited.load(Ordering::SeqCst)
+        self.shared.exited.load(Ordering::SeqCst)
     }
 
     /// Writes one request. Not cancel-safe: a jail whose write was cut off

@@ -56,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{ClientKey, IdleSessions, SessionSlots};
 use crate::catalog::Env;
+use crate::project::{self, diff::Bounds};
 use crate::wrapper::{NotStarted, Spawner};
 use call::{Call, CallOutcome, JailAfter};
 pub use names::{SessionName, random_suffix};
@@ -219,6 +220,7 @@ impl Sessions {
         let mut outcome = CallOutcome {
             ended_before,
             named_by_server: lease.named_by_server,
+            layered: jail.has_layer(),
             ..CallOutcome::new(name.to_owned(), false)
         };
         let settled = call::settle(ended, jail, env, &to, &mut outcome).await;
@@ -253,6 +255,9 @@ impl Sessions {
                 lease.release();
                 return Err(e);
             }
+        }
+        if outcome.reset.is_none() {
+            outcome.project = project_changes(lease.slot.as_ref(), name).await;
         }
         outcome.duration = started.elapsed();
         outcome.ended_after = lease.release();
@@ -301,6 +306,53 @@ impl Sessions {
             ReadFailed::Broken(why) => OutputUnreadable::Broken(why),
         })
     }
+}
+
+impl Sessions {
+    /// The unified diff of session `name`'s project layer (for
+    /// `resources/read`): the session must be open and not running a call.
+    pub async fn read_diff(&self, name: &str) -> Result<String, OutputUnreadable> {
+        let mut lease = self.inner.acquire_open(name)?;
+        let layer = match &lease.slot {
+            Some(Slot::Jail(jail)) if !jail.has_exited() => jail.layer(),
+            _ => None,
+        };
+        lease.release();
+        let Some(layer) = layer else {
+            return Err(OutputUnreadable::Gone(format!(
+                "session `{name}` has no project layer (the project is read-only, or its \
+                 sandbox stopped)"
+            )));
+        };
+        let read = tokio::task::spawn_blocking(move || layer.changes(Bounds::default())).await;
+        match read {
+            Ok(Ok(changes)) => {
+                let mut text = format!("# project: {}\n", changes.summary());
+                text.push_str(&changes.diff);
+                Ok(text)
+            }
+            Ok(Err(e)) => Err(OutputUnreadable::Gone(format!(
+                "the project layer cannot be read: {e}"
+            ))),
+            Err(e) => Err(OutputUnreadable::Broken(e.to_string())),
+        }
+    }
+}
+
+/// The line a call's result ends with when session `name`'s project layer
+/// (in the jail of `slot`) changed since its changes were last told.
+async fn project_changes(slot: Option<&Slot>, name: &str) -> Option<String> {
+    let Some(Slot::Jail(jail)) = slot else {
+        return None;
+    };
+    let layer = jail.layer()?;
+    let changed = tokio::task::spawn_blocking(move || layer.changed(Bounds::default()));
+    let changes = changed.await.ok()??;
+    Some(format!(
+        "project: {} (diff: {})",
+        changes.summary(),
+        project::diff_uri(name)
+    ))
 }
 
 /// `inner`, shared, and counted among the tables whose idle sessions the

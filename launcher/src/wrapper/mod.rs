@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{Env, Limits};
 use crate::egress::{self, Egress, Gate};
+use crate::project::Layers;
 use crate::settings;
 use cgroup::RunCgroup;
 use clone::Started;
@@ -77,6 +78,13 @@ impl WrapperEnv {
                 vars.push((name, value));
             }
         }
+        Self(vars)
+    }
+
+    /// These variables and `var` (a session's project layer).
+    pub fn with(&self, var: (&'static str, OsString)) -> Self {
+        let mut vars = self.0.clone();
+        vars.push(var);
         Self(vars)
     }
 
@@ -214,13 +222,15 @@ pub fn spawn(
 /// one (a run, a session, a probe): the variables a wrapper gets, the
 /// host's facts, the egress proxy (a gate for each jail of an environment
 /// with a network policy) and the server's shutdown, which ends every
-/// jail's call. Cheap to clone.
+/// jail's call, and the project's copy-on-write layers when the project
+/// is writable (a session jail takes one). Cheap to clone.
 #[derive(Clone)]
 pub struct Spawner {
     pub env: Arc<WrapperEnv>,
     pub host: Arc<Host>,
     pub egress: Arc<Egress>,
     pub shutdown: CancellationToken,
+    pub project: Option<Arc<Layers>>,
 }
 
 impl Spawner {
@@ -484,6 +494,23 @@ impl Group {
     /// The group's id (its leader's pid), for the log.
     pub fn id(&self) -> i32 {
         self.pgid
+    }
+
+    /// The leader's `/proc/PID` directory, opened while it is not reaped
+    /// (so the id is still the wrapper's): it stays the wrapper's whatever
+    /// becomes of the id, and reads fail once the wrapper is gone.
+    pub fn proc_dir(&self) -> io::Result<OwnedFd> {
+        use rustix::fs::{Mode, OFlags};
+        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        if *reaped {
+            return Err(io::Error::from(Errno::ESRCH));
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        Ok(rustix::fs::open(
+            format!("/proc/{}", self.pgid),
+            flags,
+            Mode::empty(),
+        )?)
     }
 
     /// SIGKILL to the whole group, unless its leader is already reaped.

@@ -62,6 +62,7 @@ fn env_lines(o: &std::process::Output) -> String {
         "cgroups: ",
         "limits: ",
         "http listener: ",
+        "project: ",
     ];
     let (facts, envs): (Vec<&str>, Vec<&str>) = out
         .lines()
@@ -587,4 +588,73 @@ fn root_refuses_to_run_when_its_runtime_directory_is_not_roots_alone() {
          /run/nix-sandbox-mcp is not a directory of root's that only root may write (owner \
          65534, mode 755); remove it"
     );
+}
+
+#[test]
+fn check_says_what_the_project_layer_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("proj");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("a"), "a\n").unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { nix::libc::geteuid() } == 0;
+    if root {
+        std::os::unix::fs::chown(&project, Some(65534), Some(65534)).unwrap();
+        std::os::unix::fs::chown(project.join("a"), Some(65534), Some(65534)).unwrap();
+        std::os::unix::fs::chown(tmp.path(), Some(65534), Some(65534)).unwrap();
+    }
+    let m = Manifest::new(&template());
+    let vars = |writable| {
+        vec![
+            ("HOME", home.to_str().unwrap()),
+            ("PROJECT_DIR", project.to_str().unwrap()),
+            ("NIX_SANDBOX_PROJECT_WRITABLE", writable),
+        ]
+    };
+    let check = |vars: &[(&str, &str)]| {
+        let mut cmd = quiet(
+            &["--check", "--allow-wrappers-outside-store", "--manifest"],
+            vars,
+        );
+        cmd.arg(&m.path);
+        cmd
+    };
+    // The project's owner's server: a layer, written through in a jail.
+    let o = unprivileged(check(&vars("1")), &home).output().unwrap();
+    let out = stdout(&o);
+    let line = out.lines().find(|l| l.starts_with("project: "));
+    assert!(
+        line.is_some_and(|l| l.starts_with(
+            "project: ok (writable at /project through a \
+                                            copy-on-write layer per session"
+        ) && l
+            .ends_with("written through one in `node`, the host's tree unchanged)")),
+        "{out}{}",
+        stderr(&o)
+    );
+    assert!(o.status.success(), "{out}");
+    let names: Vec<_> = std::fs::read_dir(&project).unwrap().flatten().collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    // Read-only unless asked.
+    let o = unprivileged(check(&vars("0")), &home).output().unwrap();
+    assert!(
+        stdout(&o).contains("\nproject: read-only at /project (NIX_SANDBOX_PROJECT_WRITABLE=1"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(o.status.success());
+    // A root server refuses the layer: one line, and --check fails.
+    if root {
+        let o = check(&vars("1")).output().unwrap();
+        assert!(
+            stdout(&o).contains(
+                "\nproject: FAIL: NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by a root server"
+            ),
+            "{}",
+            stdout(&o)
+        );
+        assert_eq!(o.status.code(), Some(1));
+    }
 }

@@ -24,6 +24,7 @@ mod lifetime;
 mod outputs;
 mod packages;
 mod progress;
+mod project;
 mod protocol;
 mod run;
 mod session;

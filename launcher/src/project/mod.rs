@@ -1,0 +1,319 @@
+//! The workbench on the user's project (docs/workbench.md): with
+//! `NIX_SANDBOX_PROJECT_WRITABLE=1`, each session jail sees the project
+//! through a copy-on-write layer of its own, whose changes the server
+//! reads back as a diff (diff.rs). The host's tree is never written: it is
+//! the overlay's read-only lower layer, mounted by the jail's wrapper
+//! (agent/src/bin/jail-budget.rs) in the jail's own namespaces.
+//!
+//! - [`Layers`]: the server's directory of layers, made at start with an
+//!   unpredictable name under `/var/tmp` (its path free of symlinks, so the
+//!   server can find it again in a jail's mount namespace without following
+//!   one), mode 0711, the server's, holding only the layers' mount points;
+//!   removed when the server ends.
+//! - [`Layer`]: one session jail's: `DIR`, an empty directory of the
+//!   server's in that directory, over which the jail's wrapper mounts a
+//!   tmpfs of the environment's `workspace_mb` in the jail's own mount
+//!   namespace, holding `upper`, `work` and `merged`. The tmpfs bounds the
+//!   layer and is never on the host's disk; the server reads `upper`
+//!   through `/proc/PID/root` of the jail's wrapper. It lives as long as
+//!   the jail: a reset starts a fresh one.
+
+pub mod diff;
+
+use std::ffi::OsString;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+/// The wrapper's variable naming a session's layer directory.
+pub const LAYER_VAR: &str = "NIX_SANDBOX_PROJECT_LAYER";
+
+/// The resource that reads session `session`'s project diff.
+pub fn diff_uri(session: &str) -> String {
+    format!("sandbox://{session}/project.diff")
+}
+
+/// The session whose project diff `uri` names, if it names one.
+pub fn parse_diff_uri(uri: &str) -> Option<&str> {
+    uri.strip_prefix("sandbox://")?
+        .strip_suffix("/project.diff")
+        .filter(|s| !s.is_empty() && !s.contains('/'))
+}
+
+/// The server's layer directory and the project it layers.
+#[derive(Debug)]
+pub struct Layers {
+    dir: PathBuf,
+    lower: PathBuf,
+    next: AtomicU64,
+}
+
+impl Layers {
+    /// Makes the directory, under `base` (`/var/tmp` but in tests).
+    pub fn create(base: &Path, project: &Path) -> io::Result<Self> {
+        let base = base.canonicalize()?;
+        let mut last = None;
+        for attempt in 0..8u64 {
+            let tag = RandomState::new().hash_one((std::process::id(), attempt));
+            let dir = base.join(format!("nix-sandbox-mcp-layers.{:x}", tag & 0xffff_ffff));
+            match std::fs::DirBuilder::new().mode(0o711).create(&dir) {
+                Ok(()) => {
+                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
+                    return Ok(Self {
+                        dir,
+                        lower: project.to_owned(),
+                        next: AtomicU64::new(0),
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no directory name left")))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The project the layers are over.
+    pub fn lower(&self) -> &Path {
+        &self.lower
+    }
+
+    /// A fresh layer for one jail: an empty directory of the server's,
+    /// over which the jail's wrapper mounts the layer's tmpfs in the jail's
+    /// own mount namespace.
+    pub fn layer(&self) -> io::Result<Layer> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.join(n.to_string());
+        std::fs::DirBuilder::new().mode(0o711).create(&dir)?;
+        let host_dev = std::fs::symlink_metadata(&dir)?.dev();
+        Ok(Layer {
+            dir,
+            host_dev,
+            lower: self.lower.clone(),
+            seen: Mutex::new(None),
+        })
+    }
+}
+
+impl Drop for Layers {
+    fn drop(&mut self) {
+        remove_tree(&self.dir);
+    }
+}
+
+/// One jail's layer. Dropping it removes its directory (the jail is
+/// killed first; its tmpfs went with the jail's mount namespace).
+#[derive(Debug)]
+pub struct Layer {
+    dir: PathBuf,
+    /// The device of `dir` on the host: the tmpfs in the jail's namespace
+    /// is another.
+    host_dev: u64,
+    lower: PathBuf,
+    /// The upper directory's fingerprint when its changes were last told.
+    seen: Mutex<Option<u64>>,
+}
+
+impl Layer {
+    /// The variable the wrapper reads.
+    pub fn var(&self) -> (&'static str, OsString) {
+        (LAYER_VAR, self.dir.clone().into_os_string())
+    }
+
+    /// The layer's upper directory, on the tmpfs the jail's wrapper mounted
+    /// in the jail's mount namespace, reached through `proc`, the
+    /// `/proc/PID` directory of a process that stays in that namespace (the
+    /// wrapper's bubblewrap, outside the jail's own namespaces). The path
+    /// to the tmpfs is the server's own directories; nothing on it is
+    /// followed, and what is found must be a tmpfs other than the host's
+    /// directory.
+    pub fn open_upper(&self, proc: &OwnedFd) -> io::Result<OwnedFd> {
+        let root = rustix::fs::openat(
+            proc,
+            "root",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let relative = self.dir.strip_prefix("/").map_err(io::Error::other)?;
+        let dir = rustix::fs::openat2(
+            &root,
+            relative,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?;
+        let tmpfs = rustix::fs::fstatfs(&dir)?.f_type == TMPFS_MAGIC;
+        if !tmpfs || rustix::fs::fstat(&dir)?.st_dev == self.host_dev {
+            return Err(io::Error::other(
+                "the jail's layer is not mounted (its sandbox did not start it)",
+            ));
+        }
+        Ok(rustix::fs::openat(
+            &dir,
+            "upper",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+
+    /// The changes so far (for the diff resource), `upper` as
+    /// [`Layer::open_upper`] opened it.
+    pub fn changes(&self, upper: &OwnedFd, bounds: diff::Bounds) -> io::Result<diff::Changes> {
+        let lower = self.open_lower()?;
+        Ok(diff::changes(upper, &lower, bounds))
+    }
+
+    /// The changes, when the upper directory changed since they were last
+    /// told (by this call, or by the jail's processes between calls).
+    pub fn changed(&self, upper: &OwnedFd, bounds: diff::Bounds) -> Option<diff::Changes> {
+        let print = fingerprint(upper, bounds.entries);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen == Some(print) || (seen.is_none() && print == EMPTY) {
+            *seen = Some(print);
+            return None;
+        }
+        *seen = Some(print);
+        drop(seen);
+        let lower = self.open_lower().ok()?;
+        Some(diff::changes(upper, &lower, bounds))
+    }
+
+    fn open_lower(&self) -> io::Result<OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        Ok(rustix::fs::open(&self.lower, flags, Mode::empty())?)
+    }
+}
+
+/// A jail's layer and the `/proc/PID` directory of its wrapper, through
+/// which it is read.
+pub struct InJail {
+    pub layer: Arc<Layer>,
+    pub proc: io::Result<OwnedFd>,
+}
+
+impl InJail {
+    fn upper(&self) -> io::Result<OwnedFd> {
+        let proc = self
+            .proc
+            .as_ref()
+            .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+        self.layer.open_upper(proc)
+    }
+
+    /// [`Layer::changes`], read in the jail's namespace.
+    pub fn changes(&self, bounds: diff::Bounds) -> io::Result<diff::Changes> {
+        self.layer.changes(&self.upper()?, bounds)
+    }
+
+    /// [`Layer::changed`], read in the jail's namespace.
+    pub fn changed(&self, bounds: diff::Bounds) -> Option<diff::Changes> {
+        self.layer.changed(&self.upper().ok()?, bounds)
+    }
+}
+
+/// `statfs`'s type of a tmpfs.
+const TMPFS_MAGIC: rustix::fs::FsWord = 0x0102_1994;
+
+impl Drop for Layer {
+    fn drop(&mut self) {
+        let dir = std::mem::take(&mut self.dir);
+        // The jail may still be going away: off the caller's thread.
+        std::thread::spawn(move || remove_tree(&dir));
+    }
+}
+
+/// The fingerprint of an empty upper directory.
+const EMPTY: u64 = 0;
+
+/// A fingerprint of the tree under `dir`: names, types, sizes, times and
+/// inodes, at most `most` entries (metadata only, nothing followed).
+fn fingerprint(dir: &OwnedFd, most: usize) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    let mut count = 0usize;
+    let mut stack = vec![(rustix::io::dup(dir).ok(), Vec::<u8>::new())];
+    while let Some((fd, path)) = stack.pop() {
+        let Some(fd) = fd else { continue };
+        let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            count += 1;
+            if count > most {
+                return hasher.finish() ^ 1;
+            }
+            let Ok(stat) = rustix::fs::statat(
+                &fd,
+                entry.file_name(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            ) else {
+                continue;
+            };
+            (&path, name, stat.st_mode, stat.st_size, stat.st_ino).hash(&mut hasher);
+            (
+                stat.st_mtime,
+                stat.st_mtime_nsec,
+                stat.st_ctime,
+                stat.st_ctime_nsec,
+            )
+                .hash(&mut hasher);
+            if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory
+            {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let sub = rustix::fs::openat(&fd, entry.file_name(), flags, Mode::empty()).ok();
+                let mut child = path.clone();
+                child.push(b'/');
+                child.extend_from_slice(name);
+                stack.push((sub, child));
+            }
+        }
+    }
+    if count == 0 {
+        EMPTY
+    } else {
+        hasher.finish() | 2
+    }
+}
+
+/// Removes `dir` and everything in it, making the directories the jail
+/// left unreadable (the overlay's `work/work` is mode 0) readable first
+/// when they are the server's own. Nothing is followed.
+fn remove_tree(dir: &Path) {
+    let me = nix::unistd::geteuid().as_raw();
+    let mut stack = vec![dir.to_owned()];
+    let mut dirs = Vec::new();
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        if meta.uid() == me && meta.mode() & 0o700 != 0o700 {
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700));
+        }
+        if let Ok(entries) = std::fs::read_dir(&path) {
+            stack.extend(entries.flatten().map(|e| e.path()));
+        }
+        dirs.push(path);
+    }
+    for path in dirs.iter().rev() {
+        let _ = std::fs::remove_dir(path);
+    }
+}
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;

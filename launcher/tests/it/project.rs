@@ -1,0 +1,387 @@
+//! The writable project (docs/workbench.md), through MCP with the fixture
+//! session jails on real bubblewrap and a real overlay: edits and builds in
+//! place, the one-line summary, the diff resource, sessions that do not see
+//! each other's layers, the host's edits seen live, and the attacks on the
+//! host's tree, as the test's user and as 65534 when run as root.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use rmcp::model::{ReadResourceRequestParams, ResourceContents};
+use serde_json::json;
+
+use crate::common::*;
+
+/// Every path under `dir` with its kind and content (symlinks as their
+/// targets, never followed), to compare the host's tree before and after.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut all = BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let rel = path.strip_prefix(dir).unwrap().display().to_string();
+        let mode = meta.permissions().mode();
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path).unwrap();
+            all.insert(
+                rel,
+                format!("link {mode:o} {}", target.display()).into_bytes(),
+            );
+        } else if meta.is_dir() {
+            all.insert(rel, format!("dir {mode:o}").into_bytes());
+            for entry in std::fs::read_dir(&path).unwrap() {
+                stack.push(entry.unwrap().path());
+            }
+        } else {
+            let mut bytes = format!("file {mode:o} ").into_bytes();
+            bytes.extend(std::fs::read(&path).unwrap());
+            all.insert(rel, bytes);
+        }
+    }
+    all
+}
+
+/// A project every jail uid may write (a root server's jails run as uids
+/// of their own, and the overlay keeps the host's permissions), with a
+/// symlink pointing out of it, and a host file outside it.
+fn project(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let project = root.join("proj");
+    let outside = root.join("outside");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(project.join("src/main.sh"), "echo one\necho two\n").unwrap();
+    std::fs::write(project.join("gone.txt"), "bye\n").unwrap();
+    std::fs::write(outside.join("secret"), "host secret\n").unwrap();
+    std::os::unix::fs::symlink(&outside, project.join("out")).unwrap();
+    for dir in [root, &project, &project.join("src"), &outside] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    for file in [
+        project.join("src/main.sh"),
+        project.join("gone.txt"),
+        outside.join("secret"),
+    ] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    (project, outside)
+}
+
+/// Gives `dir` and everything in it to `uid` (symlinks themselves).
+fn chown_tree(dir: &Path, uid: u32) {
+    let mut stack = vec![dir.to_owned()];
+    while let Some(path) = stack.pop() {
+        std::os::unix::fs::lchown(&path, Some(uid), Some(uid)).unwrap();
+        if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                stack.push(entry.unwrap().path());
+            }
+        }
+    }
+}
+
+/// A server as `user` serving `manifest` over `project` made writable.
+async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> Server {
+    Server::start_command(
+        user.command(),
+        vec![Manifest::new(manifest)],
+        &["--allow-wrappers-outside-store"],
+        &[
+            ("PROJECT_DIR", project.to_str().unwrap()),
+            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
+        ],
+    )
+    .await
+}
+
+async fn diff(s: &Server, session: &str) -> String {
+    let read = s
+        .client
+        .read_resource(ReadResourceRequestParams::new(format!(
+            "sandbox://{session}/project.diff"
+        )))
+        .await
+        .expect("resources/read succeeds");
+    match &read.contents[..] {
+        [ResourceContents::TextResourceContents { text, .. }] => text.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_session_writes_its_own_layer_and_never_the_host() {
+    for user in User::all() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (project, outside) = project(tmp.path());
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { nix::libc::geteuid() } == 0;
+        if root && user == User::Nobody {
+            // The project is the server's user's, as a real one is: the
+            // overlay copies up only files whose owner the jail's user
+            // namespace maps.
+            chown_tree(&project, 65534);
+        }
+        let (before, outside_before) = (snapshot(&project), snapshot(&outside));
+        let s = writable(user, &template(), &project).await;
+        if root && user == User::Own {
+            // A root server's jails run as uids of their own: it refuses
+            // the layer at start, and the project stays read-only.
+            let r = s
+                .call(json!({"env": "shell", "session": "w", "code": "touch /project/x 2>&1"}))
+                .await;
+            assert!(text(&r).contains("Read-only file system"), "{}", text(&r));
+            assert!(
+                s.stderr()
+                    .contains("NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by a root server"),
+                "{}",
+                s.stderr()
+            );
+            assert_eq!(snapshot(&project), before);
+            continue;
+        }
+        // A build and an edit in place.
+        let r = s
+            .call(json!({"env": "shell", "session": "w", "code":
+                "cd /project && sed -i s/two/TWO/ src/main.sh && rm gone.txt && mkdir -p build \
+                 && bash src/main.sh > build/out.txt && cat build/out.txt"}))
+            .await;
+        let out = text(&r);
+        assert!(out.contains("one\nTWO"), "{user:?}: {out}\n{}", s.stderr());
+        assert!(
+            out.contains("project: 3 files changed, +3 -2 (diff: sandbox://w/project.diff)"),
+            "{user:?}: {out}"
+        );
+        let d = diff(&s, "w").await;
+        assert!(d.starts_with("# project: 3 files changed, +3 -2\n"), "{d}");
+        assert!(d.contains("-echo two\n+echo TWO\n"), "{d}");
+        assert!(d.contains("--- a/gone.txt\n+++ /dev/null\n"), "{d}");
+        assert!(d.contains("+++ b/build/out.txt\n"), "{d}");
+        // The diff applies to a copy of the project as docs/workbench.md says.
+        let copy = tmp.path().join("copy");
+        let copied = std::process::Command::new("cp")
+            .args(["-a", project.to_str().unwrap(), copy.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        let mut patch = std::process::Command::new("patch")
+            .args(["-s", "-p1", "-d", copy.to_str().unwrap()])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        patch.stdin.take().unwrap().write_all(d.as_bytes()).unwrap();
+        assert!(patch.wait().unwrap().success(), "patch refused:\n{d}");
+        let patched = std::fs::read_to_string(copy.join("src/main.sh")).unwrap();
+        assert_eq!(patched, "echo one\necho TWO\n");
+        assert!(!copy.join("gone.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(copy.join("build/out.txt")).unwrap(),
+            "one\nTWO\n"
+        );
+        std::fs::remove_dir_all(&copy).unwrap();
+        // A call that changes nothing says nothing of the project.
+        let r = s
+            .call(json!({"env": "shell", "session": "w", "code": "cat /project/src/main.sh"}))
+            .await;
+        assert!(!text(&r).contains("project:"), "{}", text(&r));
+        // The attacks: every way out of the layer the jail can try.
+        let r = s
+            .call(json!({"env": "shell", "session": "w", "code": "\
+                cd /project; \
+                echo x > out/secret; echo x > out/planted; \
+                ln -sf /proc/self/root/etc/passwd src/main.sh 2>&1; \
+                ln -s ../../../../../../ up; echo x > up/escaped; \
+                echo y > ../project-escape; touch /project/../p2; \
+                mv src/main.sh /tmp/m 2>&1; mv /tmp/m src/main.sh 2>&1; \
+                ln gone.txt hard 2>&1; ln /etc/hostname hostlink 2>&1; \
+                echo z > hard2; mv -f hard2 src/main.sh; \
+                mount -t tmpfs none /project 2>&1; \
+                chmod 000 src 2>&1; \
+                true"}))
+            .await;
+        let _ = text(&r);
+        assert_eq!(
+            snapshot(&project),
+            before,
+            "{user:?}: the host's project changed"
+        );
+        assert_eq!(
+            snapshot(&outside),
+            outside_before,
+            "{user:?}: outside the project changed"
+        );
+        let d = diff(&s, "w").await;
+        assert!(!d.contains("host secret"), "{d}");
+        // Another session sees the host's tree, not w's layer; the host's
+        // own edit is seen by both.
+        std::fs::write(project.join("host.txt"), "from the host\n").unwrap();
+        let r = s
+            .call(json!({"env": "shell", "session": "v", "code":
+                "cat /project/gone.txt /project/host.txt; ls /project"}))
+            .await;
+        let out = text(&r);
+        assert!(out.contains("bye\nfrom the host"), "{user:?}: {out}");
+        assert!(!out.contains("build"), "{user:?}: {out}");
+        assert!(!out.contains("project:"), "{user:?}: {out}");
+        let r = s
+            .call(json!({"env": "shell", "session": "w", "code": "cat /project/host.txt"}))
+            .await;
+        assert!(text(&r).contains("from the host"), "{user:?}: {}", text(&r));
+        // No layer for a read-only session: the resource says why.
+        let missing = s
+            .client
+            .read_resource(ReadResourceRequestParams::new(
+                "sandbox://nope/project.diff",
+            ))
+            .await;
+        assert!(missing.is_err());
+        drop(s);
+        std::fs::remove_file(project.join("host.txt")).unwrap();
+        assert_eq!(snapshot(&project), before);
+    }
+}
+
+#[tokio::test]
+async fn the_project_stays_read_only_by_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (project, _) = project(tmp.path());
+    let s = Server::start_with(
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store"],
+        &[("PROJECT_DIR", project.to_str().unwrap())],
+    )
+    .await;
+    let r = s
+        .call(json!({"env": "shell", "session": "ro", "code":
+            "touch /project/x 2>&1 || echo refused"}))
+        .await;
+    let out = text(&r);
+    assert!(
+        out.contains("Read-only file system") && out.contains("refused"),
+        "{out}"
+    );
+    assert!(!out.contains("project:"), "{out}");
+}
+
+/// The bytes held on disk under `dir` (blocks, nothing followed).
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        total += meta.blocks() * 512;
+        if meta.is_dir()
+            && let Ok(entries) = std::fs::read_dir(&path)
+        {
+            stack.extend(entries.flatten().map(|e| e.path()));
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn a_session_cannot_write_past_its_layer_bound() {
+    // A jail writing 64 MiB into /project, whose layer is bounded by its
+    // workspace_mb of 16: the write stops at the bound, the host's disk
+    // holds none of it, and the session keeps working.
+    for user in User::all() {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { nix::libc::geteuid() } == 0;
+        if root && user == User::Own {
+            continue; // a root server refuses the layer (the test above)
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let (project, _) = project(tmp.path());
+        if root {
+            chown_tree(&project, 65534);
+        }
+        let mut manifest = template();
+        let shell = &mut manifest["environments"]["shell"];
+        shell["limits"]["workspace_mb"] = json!(16);
+        let session = shell["session"].as_array_mut().unwrap();
+        session.extend([json!("session"), json!("60"), json!("16")]);
+        let s = writable(user, &manifest, &project).await;
+        let r = s
+            .call(json!({"env": "shell", "session": "big", "code":
+                "{ head -c 64M /dev/zero > /project/big; } 2>&1; echo status $?; \
+                 stat -c 'size %s' /project/big"}))
+            .await;
+        let out = text(&r);
+        let stderr = s.stderr();
+        let layers = stderr
+            .split("copy-on-write layer per session, mount points in ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("no layers directory in the log:\n{stderr}"));
+        let on_disk = disk_bytes(Path::new(layers));
+        assert!(
+            out.contains("No space left on device") && out.contains("status 1"),
+            "{user:?}: the write was not stopped:\n{out}"
+        );
+        let size: u64 = out
+            .split("size ")
+            .nth(1)
+            .and_then(|n| n.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(size <= 16 << 20, "{user:?}: {size} bytes written");
+        assert!(
+            on_disk < 1 << 20,
+            "{user:?}: the layer holds {on_disk} bytes of the host's disk in {layers}"
+        );
+        // The session keeps working, and its layer still holds the file;
+        // a directory of the project removed and made again (an opaque
+        // directory, marked with a user xattr on the tmpfs) works too.
+        let r = s
+            .call(json!({"env": "shell", "session": "big", "code":
+                "rm /project/big && echo removed && touch /project/after && ls /project; \
+                 rm -r /project/src && mkdir /project/src && echo new > /project/src/x \
+                 && ls /project/src"}))
+            .await;
+        let out = text(&r);
+        assert!(out.contains("removed"), "{user:?}: {out}");
+        assert!(out.contains("after"), "{user:?}: {out}");
+        assert!(
+            out.ends_with("x\n") || out.contains("\nx\n"),
+            "{user:?}: {out}"
+        );
+        assert!(!out.contains("main.sh"), "{user:?}: {out}");
+    }
+}
+
+#[tokio::test]
+async fn a_reset_says_the_project_changes_are_lost() {
+    let user = User::unprivileged();
+    let tmp = tempfile::tempdir().unwrap();
+    let (project, _) = project(tmp.path());
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { nix::libc::geteuid() } == 0 {
+        chown_tree(&project, 65534);
+    }
+    let mut manifest = template();
+    manifest["environments"]["shell"]["limits"]["timeout_s"] = json!(1);
+    let s = writable(user, &manifest, &project).await;
+    let r = s
+        .call(json!({"env": "shell", "session": "r", "code": "echo x > /project/mine"}))
+        .await;
+    assert!(text(&r).contains("project: 1 file changed"), "{}", text(&r));
+    let r = s
+        .call(json!({"env": "shell", "session": "r", "code":
+            "trap '' INT; while :; do :; done"}))
+        .await;
+    assert!(
+        text(&r).ends_with(
+            "session reset: interpreter state, /workspace files and project changes lost"
+        ),
+        "{}",
+        text(&r)
+    );
+    let r = s
+        .call(json!({"env": "shell", "session": "r", "code":
+            "ls /project/mine 2>&1 || echo gone"}))
+        .await;
+    assert!(text(&r).contains("gone"), "{}", text(&r));
+}

@@ -147,7 +147,7 @@ class LanguagesServer(Server):
 
     def __init__(self, args, scratch, env):
         super().__init__(args, scratch, env=env)
-        self.label = args.label
+        self.label = f"{args.label}: languages"
         self.limits = {name: entry["limits"] for name, entry in manifest_of(args.server)["environments"].items()}
 
 
@@ -204,9 +204,10 @@ def t_out_of_memory(server, lang):
     spec = LANGUAGES[lang]
     result, text, facts = run(server, lang, spec["oom"])
     check(result.get("isError"), f"an allocation past the limit did not fail: {text[-400:]}")
+    ending = " | ".join(text.strip().splitlines()[-3:])
     info(server.label, f"{lang}: past the memory limit: limit {facts.get('limit')}, exit {facts.get('exit_code')}, "
-                       f"signal {facts.get('signal')}, peak {facts.get('peak_memory_bytes')}; "
-                       f"the end of the result: {text.strip()[-240:]!r}")
+                       f"signal {facts.get('signal')}, peak {facts.get('peak_memory_bytes')} bytes; "
+                       f"the result ends: {ending}")
     # The runtime's own words come first, the server's note after them.
     own = text.find(spec["oom_says"])
     note = text.find(f"memory limit ({server.limits[lang]['memory_mb']} MiB)")
@@ -241,7 +242,7 @@ def t_session_cache(server, lang):
     hello = LANGUAGES[lang]["hello"]
     started = time.monotonic()
     result, text, _ = server.call(lang, session, hello)
-    first = time.monotonic() - started
+    built_in = time.monotonic() - started
     check(not result.get("isError") and text.startswith(f"hello from {lang}"), f"first build: {text[-300:]}")
     first, own = listing(server, lang, session)
     check(len(first) == 2, f"wanted the hello's and the lister's programs in the cache, got {first}")
@@ -250,13 +251,13 @@ def t_session_cache(server, lang):
     # The same source again: its program is reused, not built again.
     started = time.monotonic()
     result, text, _ = server.call(lang, session, hello)
-    again = time.monotonic() - started
+    reused_in = time.monotonic() - started
     check(not result.get("isError") and text.startswith(f"hello from {lang}"), f"second run: {text[-300:]}")
     second, _ = listing(server, lang, session)
     check(second == first, f"the cache changed: the unchanged source was built again: {first} -> {second}")
     # Said, not judged: times are the benchmark's (bench/run) to compare.
-    info(server.label, f"{lang}: hello in a session, the first call {first:.2f} s (built), "
-                       f"the same source again {again:.2f} s (the cached program)")
+    info(server.label, f"{lang}: hello in a session, the first call {built_in:.2f} s (built), "
+                       f"the same source again {reused_in:.2f} s (the cached program)")
 
 
 def t_network_tools(server):
@@ -298,7 +299,7 @@ def main():
             suite.test("network-tools: its tools run, loopback only, the proxy set", t_network_tools, server)
             for line in server.client.stderr:
                 if "self-test: cgroups:" in line:
-                    info(args.label, "the server's " + line.split("self-test: ", 1)[1].strip())
+                    info(server.label, "the server's " + line.split("self-test: ", 1)[1].strip())
     sys.exit(1 if suite.failed else 0)
 
 

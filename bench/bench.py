@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import async_load  # noqa: E402
 import cgroups  # noqa: E402
+import languages  # noqa: E402
 import procs  # noqa: E402
 from mcp_client import Client, HttpClient, McpError  # noqa: E402
 from stats import cpu_times, mib, ms, steal_share, summary, table  # noqa: E402
@@ -463,6 +464,31 @@ class Bench:
             lines.append(f"{kind}: {ratio:.2f}x ({ms(stats[kind]['p50'])} / {ms(plain)} p50)")
             self.row(f"packages=[jq], {kind} / plain run, p50", f"{ratio:.2f}x ({ms(stats[kind]['p50'])})")
         self.lines(lines)
+
+    def languages(self):
+        """Hello world in each language preset of the harness's
+        languages-server, beside its compiler run directly (languages.py)."""
+        if not self.args.languages_server:
+            raise Unmeasured("no --languages-server")
+        server = Path(self.args.languages_server)
+        manifest = json.loads((server / MANIFEST).read_text())["environments"]
+        missing = languages.toolchain_missing(manifest)
+        if missing:
+            raise Unmeasured(f"{missing} is missing here: the direct builds need the Debian toolchains "
+                             f"(golang-go, rustc, default-jdk-headless, gcc, g++)")
+        runs = self.args.language_runs
+        self.section(f"hello world per language: through MCP, the wrapper and the compiler run directly "
+                     f"({runs} runs each after 1 warm-up round, the kinds taking turns)")
+        client = self.start([str(server / "bin/nix-sandbox-mcp"), "--stdio"])
+        try:
+            self.wait_idle(client.pid)
+            results, rows, lines = languages.measure(client, manifest, self.scratch, self.jail_env, runs, warmup=1)
+        finally:
+            client.close()
+        self.lines(lines)
+        self.results["languages"] = results
+        for figure, value in rows:
+            self.row(figure, value)
 
     def sessions(self):
         """Sessions on the Nix-built server, and on the fixture wrappers with
@@ -950,7 +976,10 @@ def parser():
     parser.add_argument("--package-runs", type=int, default=5, help="fresh servers composing python + jq")
     parser.add_argument("--relay", help="bench/relay.rs built (without it: no relay baseline for the round trips)")
     parser.add_argument("--json-floor", help="bench/floor built (without it: no JSON-RPC floor for the round trips)")
-    parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "startup", "packages"],
+    parser.add_argument("--languages-server", help="checks/languagesServer.nix's languages-server (without it: "
+                                                   "no languages step)")
+    parser.add_argument("--language-runs", type=int, default=10, help="hello world runs of each kind, per language")
+    parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "startup", "packages", "languages"],
                         help="one step only")
     return parser
 
@@ -973,6 +1002,8 @@ def main():
             steps.insert(1, bench.fixtures)
         if args.packages_server:
             steps.append(bench.packages)
+        if args.languages_server:
+            steps.append(bench.languages)
         if args.only:
             steps = [step for step in steps if step.__name__ == args.only]
         steals = {}

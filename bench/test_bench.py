@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of the benchmark's own tools: the CPU steal it reports beside each
-step, and the bare relay (relay.rs) and the JSON-RPC floor (floor/) the
-session round trips are compared with (no server, no timing).
+step, the bare relay (relay.rs) and the JSON-RPC floor (floor/) the
+session round trips are compared with, and the languages step's direct
+builds, its baseline (no server, no timing).
 
   python3 bench/test_bench.py      ends with `bench tools: N passed, N failed`
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench  # noqa: E402
+import languages  # noqa: E402
 from mcp_client import Client, McpError  # noqa: E402
 from stats import cpu_times, steal_share  # noqa: E402
 
@@ -165,6 +167,49 @@ class Floor(unittest.TestCase):
                 break
             time.sleep(0.1)
         self.assertIn("the wrapper closed its output", client.stderr_tail())
+
+
+class DirectBuilds(unittest.TestCase):
+    """languages.py's `compiler direct` kinds: each language's hello built
+    by this machine's toolchain with the preset's flags, and run."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.env = {"HOME": self.tmp.name, "PATH": "/usr/bin:/bin"}
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_every_language_builds_and_prints_its_hello(self):
+        missing = languages.toolchain_missing(languages.LANGUAGES)
+        self.assertIsNone(missing, "bench/run's languages step needs the Debian toolchains (.ci/run installs them)")
+        for lang, spec in languages.LANGUAGES.items():
+            with self.subTest(lang):
+                languages.fresh(lang, self.tmp.name, self.env, 1024)(spec["hello"].format(n=7), "hello 7\n")
+                self.assertEqual(os.listdir(self.tmp.name), [], "a fresh build's directory is left")
+
+    def test_a_kept_directory_keeps_the_languages_cache(self):
+        kept = Path(self.tmp.name) / "kept"
+        kept.mkdir()
+        build = languages.Direct("go", kept, self.env, 1024)
+        for n in (1, 2):
+            build(languages.LANGUAGES["go"]["hello"].format(n=n), f"hello {n}\n")
+        self.assertTrue(any((kept / "cache/go-build").iterdir()), "GOCACHE is empty after two builds")
+
+    def test_the_jvm_gets_the_jails_options_and_javac_through_j(self):
+        build = languages.Direct("java", self.tmp.name, self.env, 512)
+        javac = build.argv(languages.LANGUAGES["java"]["build"][0])
+        java = build.argv(languages.LANGUAGES["java"]["run"])
+        self.assertIn("-J-XX:MaxRAM=512m", javac)
+        self.assertIn("-XX:MaxRAM=512m", java)
+        self.assertNotIn("JVM", javac + java)
+
+    def test_a_failed_build_or_a_wrong_output_is_said(self):
+        with self.assertRaisesRegex(McpError, "exited 1"):
+            languages.fresh("c", self.tmp.name, self.env, 1024)("int main(void) { return nope; }\n", "")
+        with self.assertRaisesRegex(McpError, "printed b'hello 1"):
+            languages.fresh("c", self.tmp.name, self.env, 1024)(
+                languages.LANGUAGES["c"]["hello"].format(n=1), "hello 2\n")
 
 
 if __name__ == "__main__":

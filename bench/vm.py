@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 import bench  # noqa: E402
 from stats import table  # noqa: E402
 
-MODULES = ["bench.py", "async_load.py", "cgroups.py", "mcp_client.py", "procs.py", "stats.py"]
+MODULES = ["bench.py", "async_load.py", "cgroups.py", "languages.py", "mcp_client.py", "procs.py", "stats.py"]
 
 # What each pass runs, sized for an emulated CPU (a jailed print(1) takes
 # 25 to 40 times as long as on the host): fewer ephemeral runs after fewer

@@ -8,8 +8,8 @@
 #                 python-replacement and node-replacement, each with jq, for
 #                 NIX_SANDBOX_DIR and NIX_SANDBOX_ENVS to replace the presets;
 #                 what the VM test (checks/vm/run) boots: vm-service, the
-#                 NixOS service's unit file, and vm-mcp-json
-#                 (vm/configurations.nix).
+#                 NixOS service's unit file, vm-mcp-json and
+#                 vm-languages (vm/configurations.nix).
 #   service:      how systemd would start the snippet's service, on port 0:
 #                 { ExecStart, environment }, for checks/served.py to run.
 #   expectations: name -> { got, want }: got must equal want (as JSON).
@@ -87,6 +87,7 @@ in
   packages = {
     vm-service = vmTest.service;
     vm-mcp-json = vmTest.mcp-json;
+    vm-languages = vmTest.languages;
     home-server = homeServer;
     home-mcp-json = homeSnippet.xdg.configFile."mcp/mcp.json".source;
     nixos-server = nixosServer;

@@ -359,7 +359,7 @@ print(json.dumps(out))
 
 # The segments a session's IPC namespace holds, seen from its next call.
 SYSV_AFTER = r"""
-print(sum(1 for line in open('/proc/sysvipc/shm').readlines()[1:]))
+print('segments', sum(1 for line in open('/proc/sysvipc/shm').readlines()[1:]))
 """
 
 
@@ -381,10 +381,11 @@ def c_sysv_ipc(s):
     check(took["raise"] in ("EROFS", "EACCES", "EPERM"), f"the jail raised its shmall: {took}")
     check(took["shmall"] * os.sysconf("SC_PAGE_SIZE") == 64 << 20, f"shmall is not 64 MiB: {took}")
     _, text, _ = s.call({"env": "python", "session": "sysv", "code": SYSV_AFTER})
-    check(text.strip() == str(took["shm_mib"] // 64), f"the session's next call sees {text.strip()!r} segments, "
-          f"not the {took['shm_mib'] // 64} it made")
+    made = took["shm_mib"] // 64
+    check(text.strip() == f"segments {made}", f"the session's next call sees {text.strip()!r}, not the {made} "
+          "segments it made")
     _, text, _ = s.call({"env": "python", "session": "sysv-other", "code": SYSV_AFTER})
-    check(text.strip() == "0", f"another session sees {text.strip()!r} of the first one's segments")
+    check(text.strip() == "segments 0", f"another session sees {text.strip()!r} of the first one's segments")
 
 
 # --- reach into a jail from the host -------------------------------------------------

@@ -61,8 +61,8 @@ async def main(binary, manifest):
                 )
                 instructions = init.get("instructions", "")
                 check(
-                    "instructions list the environments",
-                    all(f"- {e}: " in instructions for e in ("node", "python", "shell")),
+                    "instructions name the environments",
+                    "Environments: node, python, shell." in instructions,
                     instructions,
                 )
 
@@ -76,6 +76,12 @@ async def main(binary, manifest):
                     and schema.get("properties", {}).get("env", {}).get("enum")
                     == ["node", "python", "shell"],
                     schema,
+                )
+                holds = schema.get("properties", {}).get("env", {}).get("description", "")
+                check(
+                    "the env schema says what each environment holds",
+                    all(f"{e}: " in holds or f"{e} (default): " in holds for e in ("node", "python", "shell")),
+                    holds,
                 )
 
                 r = wire(await session.call_tool("run", {"env": "python", "code": "print(6 * 7)"}))

@@ -97,7 +97,7 @@ def test_runs(vm):
     STATE["client"] = client
     init = client.initialize("nix-sandbox-mcp-vm")
     STATE["client_scope"] = as_alice(vm, ["systemctl", "--user", "show", "-P", "ControlGroup", CLIENT_SCOPE]).stdout.strip()
-    check("- data-science:" in init.get("instructions", ""), f"instructions {init.get('instructions')!r}")
+    check(" data-science," in init.get("instructions", ""), f"instructions {init.get('instructions')!r}")
     code = "import numpy, pandas, os\nprint(int(pandas.Series(numpy.arange(7)).sum() * 2), os.getuid())"
     result, text = reprobed(lambda: call_run(client, "data-science", code), "user, data-science")
     check(not result.get("isError") and text.strip() == "42 1000", f"{result}")

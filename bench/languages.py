@@ -21,6 +21,7 @@ Kinds, per language, taking turns run by run (the order rotating):
   its cache kept across the runs.
 """
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -159,7 +160,7 @@ def measure(client, manifest, scratch, env, runs, warmup):
         memory_mb = entry["limits"]["memory_mb"]
         kept = Path(scratch) / f"{lang}-kept"
         kept.mkdir()
-        counter = iter(range(1, 1 << 30))
+        counter = itertools.count(1)
         same = LANGUAGES[lang]["hello"].format(n=0)
         calls = {
             "compiler direct": fresh(lang, scratch, env, memory_mb),

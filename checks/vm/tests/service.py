@@ -137,7 +137,18 @@ def test_presets(vm):
 
 def test_data_science(vm):
     """data-science, the snippet's Python with numpy and pandas, runs"""
-    ran("data-science", "import numpy, pandas\nprint('sum', int(pandas.Series(numpy.arange(7)).sum() * 2))", "sum 42")
+    code = "import numpy, pandas\nprint('sum', int(pandas.Series(numpy.arange(7)).sum() * 2))"
+    # Its first import reads numpy and pandas over the guest's cold 9p
+    # store on an emulated CPU: 29 s on a quiet host, past the snippet's
+    # 30 s on a busy one. A timed-out first run is said, then run again
+    # (warm); a second timeout is the result.
+    result, text = reprobed(lambda: client().run("data-science", code), "service, data-science")
+    if result.get("isError") and "timed out after" in text:
+        info(f"service, data-science: the cold first import timed out; run again: {text.strip()[:200]}")
+    else:
+        check(not result.get("isError") and text.strip() == "sum 42", f"data-science: got {result}")
+        return
+    ran("data-science", code, "sum 42")
 
 
 def test_session(vm):

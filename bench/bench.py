@@ -490,6 +490,81 @@ class Bench:
         for figure, value in rows:
             self.row(figure, value)
 
+    def progress(self):
+        """A flooding run on the Nix-built server, with and without a
+        progressToken (notifications every second carrying the newest
+        output lines, from a fixed ring the pipe readers fill): the server's
+        own CPU time per GiB of output it read, and its resident memory,
+        which progress must leave flat. The kinds take turns, three rounds;
+        CPU per GiB, since how much `yes` writes in its seconds depends on
+        the machine's load."""
+        seconds, rounds = self.args.flood_seconds, 3
+        self.section(f"progress under a flood: `yes` for {seconds} s in shell, without and with a progressToken, "
+                     f"{rounds} rounds taking turns (the server's CPU time per GiB read; VmRSS sampled every 20 ms)")
+        code = f"timeout {seconds} yes; true"
+        client = self.start([self.server_bin, "--stdio"])
+        kinds = {"without": None, "with": {"progressToken": "bench-flood"}}
+        figures = {label: {"cpu_s": 0.0, "bytes": 0, "rss_before": 0, "rss_peak": 0, "notifications": 0}
+                   for label in kinds}
+        try:
+            self.wait_idle(client.pid)
+            for i in range(rounds):
+                order = list(kinds) if i % 2 == 0 else list(reversed(kinds))
+                for label in order:
+                    one, total = self.flood(client, code, kinds[label]), figures[label]
+                    total["cpu_s"] += one["cpu_s"]
+                    total["bytes"] += one["bytes"]
+                    total["rss_before"] = max(total["rss_before"], one["rss_before"])
+                    total["rss_peak"] = max(total["rss_peak"], one["rss_peak"])
+                    total["notifications"] += one["notifications"]
+        finally:
+            client.close()
+        for f in figures.values():
+            f["cpu_s_per_gib"] = f["cpu_s"] / max(f["bytes"] / (1 << 30), 1e-9)
+        without, with_ = figures["without"], figures["with"]
+        if with_["notifications"] < rounds * (seconds - 1):
+            raise Unmeasured(f"only {with_['notifications']} progress notifications in {rounds} runs of {seconds} s")
+        self.lines([f"{label}: {f['bytes'] / (1 << 30):.2f} GiB read with {f['cpu_s']:.2f} s of server CPU "
+                    f"({f['cpu_s_per_gib']:.2f} s/GiB); VmRSS {mib(f['rss_before'])} before, {mib(f['rss_peak'])} "
+                    f"peak; {f['notifications']} progress notifications" for label, f in figures.items()])
+        self.results["progress"] = figures
+        ratio = with_["cpu_s_per_gib"] / without["cpu_s_per_gib"]
+        self.row("server CPU per GiB of a flood read, with progress vs without",
+                 f"{with_['cpu_s_per_gib']:.2f} s vs {without['cpu_s_per_gib']:.2f} s ({ratio:.2f}x)", "<= 1.10x",
+                 ratio <= 1.10)
+        grew = with_["rss_peak"] - without["rss_peak"]
+        self.row("server peak VmRSS in the flood, with progress minus without", f"{grew / 1024:+.1f} MiB",
+                 "<= 1 MiB", grew <= 1024)
+
+    @staticmethod
+    def flood(client, code, meta):
+        """One flooding call: the server's CPU seconds during it, the bytes
+        it read (kept and dropped), its VmRSS before and at its peak, the
+        progress notifications received."""
+        peak, stop = [0], threading.Event()
+
+        def sample():
+            while not stop.wait(0.02):
+                peak[0] = max(peak[0], procs.status_kib(client.pid, "VmRSS") or 0)
+
+        before = procs.status_kib(client.pid, "VmRSS") or 0
+        client.progress_seen = 0
+        cpu = procs.cpu_seconds(client.pid)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            result, text = client.run(code, env="shell", meta=meta)
+        finally:
+            stop.set()
+            sampler.join()
+        cpu = procs.cpu_seconds(client.pid) - cpu
+        facts = (result.get("_meta") or {}).get("nix-sandbox-mcp/result") or {}
+        if result.get("isError") or not text.startswith("y\n") or "stdout_dropped_bytes" not in facts:
+            raise Unmeasured(f"the flood gave {text[:200]!r}, facts {facts}")
+        read = len(text.encode()) + facts["stdout_dropped_bytes"]
+        return {"cpu_s": cpu, "bytes": read, "rss_before": before, "rss_peak": max(peak[0], before),
+                "notifications": client.progress_seen}
+
     def sessions(self):
         """Sessions on the Nix-built server, and on the fixture wrappers with
         the release launcher (the figures are labelled by which)."""
@@ -979,7 +1054,9 @@ def parser():
     parser.add_argument("--languages-server", help="checks/languagesServer.nix's languages-server (without it: "
                                                    "no languages step)")
     parser.add_argument("--language-runs", type=int, default=10, help="hello world runs of each kind, per language")
-    parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "startup", "packages", "languages"],
+    parser.add_argument("--flood-seconds", type=int, default=5, help="the flooding run of the progress step")
+    parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "progress", "startup", "packages",
+                                           "languages"],
                         help="one step only")
     return parser
 
@@ -997,7 +1074,7 @@ def main():
         print(f"context: {args.context}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:
         bench = Bench(args, Path(tmp))
-        steps = [bench.ephemeral, bench.sessions, bench.startup]
+        steps = [bench.ephemeral, bench.sessions, bench.progress, bench.startup]
         if args.fixtures:
             steps.insert(1, bench.fixtures)
         if args.packages_server:

@@ -58,6 +58,8 @@ class Client:
         self.init_result = None
         self._lock = threading.Lock()
         self._next_id = 0
+        # notifications/progress seen by the reader thread (not lean).
+        self.progress_seen = 0
         self._waiting = {}  # id -> [Event, message]
         self._closed = False
         self.stderr = collections.deque(maxlen=200)
@@ -75,6 +77,8 @@ class Client:
                 continue
             with self._lock:
                 slot = self._waiting.get(message.get("id"))
+                if message.get("method") == "notifications/progress":
+                    self.progress_seen += 1
             if slot is not None:
                 slot[1] = message
                 slot[0].set()
@@ -161,8 +165,9 @@ class Client:
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return self.init_result
 
-    def run(self, code, env=None, session=None, packages=None, files=None):
-        """Calls the `run` tool; returns (result, its text content)."""
+    def run(self, code, env=None, session=None, packages=None, files=None, meta=None):
+        """Calls the `run` tool (`meta`: the request's `_meta`, a
+        progressToken...); returns (result, its text content)."""
         arguments = {"code": code}
         if env is not None:
             arguments["env"] = env
@@ -172,7 +177,10 @@ class Client:
             arguments["packages"] = packages
         if files is not None:
             arguments["files"] = files
-        result = self.request("tools/call", {"name": "run", "arguments": arguments})
+        params = {"name": "run", "arguments": arguments}
+        if meta is not None:
+            params["_meta"] = meta
+        result = self.request("tools/call", params)
         text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
         return result, text
 

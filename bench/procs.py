@@ -15,6 +15,19 @@ def status_kib(pid, field):
     return None
 
 
+def cpu_seconds(pid):
+    """User and system CPU time of process `pid` (all its threads, not its
+    children), in seconds; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    # utime and stime: fields 14 and 15 of stat, 12 and 13 after the name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

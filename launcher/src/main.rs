@@ -91,7 +91,13 @@ fn main() -> ExitCode {
         Mode::Stdio | Mode::Http | Mode::Check => {}
     }
     init_logging();
-    let catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
+    let mut catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
+    let project_dir = opts.project_dir.as_deref().map(std::path::Path::new);
+    match catalog.offer_project(opts.project_devshell, project_dir) {
+        Ok(Some(line)) => tracing::info!("self-test: {line}"),
+        Ok(None) => {}
+        Err(line) => tracing::warn!("self-test: {line}"),
+    }
     for error in &catalog.errors {
         tracing::error!(%error, "manifest refused; its environments are not served");
     }
@@ -144,7 +150,7 @@ fn main() -> ExitCode {
     if catalog
         .envs
         .values()
-        .any(|env| env.packages_on_demand.is_some())
+        .any(|env| env.packages_on_demand.is_some() || env.dev_shell.is_some())
     {
         packages_cache.prepare();
     }
@@ -271,6 +277,7 @@ fn serve(
         spawner,
         max_code_bytes: opts.max_code_bytes,
         project_mount: opts.project_mount,
+        project_dir: opts.project_dir.map(std::path::PathBuf::from),
         sessions: opts.sessions,
         mirror: opts.output_dir.map(|dir| {
             let caps = Caps {

@@ -1,0 +1,99 @@
+# Takes pkgs, jail.nix and mkServer's `projectDevShell` argument
+#   { limits ? { }, network ? false, timeoutSeconds ? 600 }
+# (limits and network as an environment's, environment.nix); returns
+# { manifest }: the manifest's top-level `project_dev_shell` field,
+# { helper, timeout_s, environment }, which a server started with
+# NIX_SANDBOX_PROJECT_DEVSHELL=1 and a PROJECT_DIR holding flake.nix
+# offers as the environment `project` (`environment`: its manifest entry
+# but wrappers, which the helper's build has), built by `helper`
+# (devShellHelper.nix) from the project's dev shell.
+{
+  pkgs,
+  jail-nix,
+  projectDevShell,
+}:
+let
+  inherit (pkgs) lib;
+  known = [
+    "limits"
+    "network"
+    "timeoutSeconds"
+  ];
+  unknown = builtins.attrNames (removeAttrs projectDevShell known);
+  settings = {
+    timeoutSeconds = 600;
+  }
+  // projectDevShell;
+  checked =
+    if !builtins.isAttrs projectDevShell then
+      throw "mkServer: `projectDevShell` must be an attribute set (got a ${builtins.typeOf projectDevShell})"
+    else if unknown != [ ] then
+      throw "mkServer: `projectDevShell` has unknown ${lib.concatStringsSep ", " unknown} (known: ${lib.concatStringsSep ", " known})"
+    else if !(builtins.isInt settings.timeoutSeconds && settings.timeoutSeconds > 0) then
+      throw "mkServer: `projectDevShell.timeoutSeconds` must be a positive integer"
+    else
+      settings;
+  description = "The project's own dev shell (its flake's devShells.default): its tools and variables, built on first use.";
+  environment = import ./evalEnvironment.nix lib (
+    {
+      name = "project";
+      interpreter = "bash";
+      packages = [ ];
+      inherit description;
+    }
+    // removeAttrs checked [ "timeoutSeconds" ]
+  );
+  entry = import ./manifestEntry.nix {
+    inherit environment;
+    storePath = "";
+    nixpkgsRev = null;
+  };
+  source = builtins.path {
+    path = ../.;
+    name = "source";
+  };
+  nixpkgs =
+    if !(pkgs ? path) then
+      throw "mkServer: the project's dev shell needs pkgs.path, the source of the nixpkgs the server is built with"
+    else if builtins.isPath pkgs.path then
+      builtins.path {
+        path = pkgs.path;
+        name = "source";
+      }
+    else
+      pkgs.path;
+  system = pkgs.stdenv.hostPlatform.system or pkgs.system;
+  recipe = pkgs.writeText "nix-sandbox-mcp-recipe-project.json" (
+    builtins.toJSON {
+      sandbox = {
+        inherit (environment)
+          name
+          interpreter
+          description
+          limits
+          network
+          seccomp
+          ;
+      };
+      inherit source nixpkgs system;
+      jailNix = "${jail-nix}";
+    }
+  );
+  helper = pkgs.writeShellApplication {
+    name = "nix-sandbox-mcp-devshell";
+    runtimeInputs = [
+      pkgs.coreutils
+      pkgs.gnugrep
+    ];
+    text = import ./devShellHelper.nix { inherit recipe system; };
+  };
+in
+{
+  manifest = {
+    helper = [ "${helper}/bin/nix-sandbox-mcp-devshell" ];
+    timeout_s = checked.timeoutSeconds;
+    environment = {
+      inherit (entry.environments.project) description limits network;
+    };
+  };
+}

@@ -76,6 +76,7 @@ let
     "BASH_ENV"
     "ENV"
     "IN_NIX_SHELL"
+    "dontAddDisableDepTrack"
     "NIX_BUILD_TOP"
     "NIX_BUILD_CORES"
     "NIX_LOG_FD"

@@ -112,6 +112,8 @@ pkgs.runCommand "nix-sandbox-mcp-${launcher.version}"
       sandboxes = checkedSandboxes;
       # What packagesOnDemand adds to each environment's manifest entry.
       packagesOnDemand = onDemand.manifest;
+      # The helper that builds the project's dev shell's environment.
+      projectDevShell = devShell.helper;
     };
     meta = {
       description = "MCP server running code in Nix-built bubblewrap jails: ${lib.concatStringsSep ", " names}";

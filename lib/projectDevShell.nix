@@ -1,7 +1,7 @@
 # Takes pkgs, jail.nix and mkServer's `projectDevShell` argument
 #   { limits ? { }, network ? false, timeoutSeconds ? 600 }
 # (limits and network as an environment's, environment.nix); returns
-# { manifest }: the manifest's top-level `project_dev_shell` field,
+# { manifest, helper }: the manifest's top-level `project_dev_shell` field,
 # { helper, timeout_s, environment }, which a server started with
 # NIX_SANDBOX_PROJECT_DEVSHELL=1 and a PROJECT_DIR holding flake.nix
 # offers as the environment `project` (`environment`: its manifest entry
@@ -38,7 +38,8 @@ let
     {
       name = "project";
       interpreter = "bash";
-      packages = [ ];
+      # Checked only: the packages are the dev shell's.
+      packages = [ pkgs.bash ];
       inherit description;
     }
     // removeAttrs checked [ "timeoutSeconds" ]
@@ -89,6 +90,7 @@ let
   };
 in
 {
+  inherit helper;
   manifest = {
     helper = [ "${helper}/bin/nix-sandbox-mcp-devshell" ];
     timeout_s = checked.timeoutSeconds;

@@ -43,6 +43,7 @@ in
 derivation (
   {
     inherit name system stdenv;
+    outputs = [ "out" ];
     builder = "/bin/bash";
     args = [
       "-c"

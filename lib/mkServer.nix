@@ -1,6 +1,6 @@
 # Takes jail.nix; returns mkServer, which takes pkgs and
 #   { environments ? { }, presets ? [ ], launcher ? the workspace's launcher
-#     built with pkgs, packagesOnDemand ? { }, projectDevShell ? { } }
+#     built with pkgs, packagesOnDemand ? { }, projectEnvironment ? { } }
 # and returns the server package: bin/nix-sandbox-mcp (the launcher serving
 # the merged manifest, plus NIX_SANDBOX_ENVS and NIX_SANDBOX_DIR at
 # start-up; see serverScript.nix) and share/nix-sandbox-mcp/manifest.json.
@@ -11,7 +11,7 @@
 # network-tools). Names must be unique.
 # `packagesOnDemand` ({ allow ? null, build ? false, timeoutSeconds ? 300 },
 # packagesOnDemand.nix) lets a call add nixpkgs packages to its
-# environment; off while `allow` is null. `projectDevShell` ({ limits ? { },
+# environment; off while `allow` is null. `projectEnvironment` ({ limits ? { },
 # network ? false, timeoutSeconds ? 600 }, projectDevShell.nix) is the
 # policy of the `project` environment the server builds from the project's
 # dev shell when its owner turns it on (NIX_SANDBOX_PROJECT_DEVSHELL=1).
@@ -22,7 +22,7 @@ pkgs:
   presets ? [ ],
   launcher ? pkgs.callPackage ../package.nix { },
   packagesOnDemand ? { },
-  projectDevShell ? { },
+  projectEnvironment ? { },
 }:
 let
   inherit (pkgs) lib;
@@ -75,7 +75,7 @@ let
     inherit pkgs jail-nix packagesOnDemand;
     sandboxes = checkedSandboxes;
   };
-  devShell = import ./projectDevShell.nix { inherit pkgs jail-nix projectDevShell; };
+  devShell = import ./projectDevShell.nix { inherit pkgs jail-nix projectEnvironment; };
   manifest =
     pkgs.runCommand "nix-sandbox-mcp-manifest.json"
       {

@@ -1,4 +1,4 @@
-# Takes pkgs, jail.nix and mkServer's `projectDevShell` argument
+# Takes pkgs, jail.nix and mkServer's `projectEnvironment` argument
 #   { limits ? { }, network ? false, timeoutSeconds ? 600 }
 # (limits and network as an environment's, environment.nix); returns
 # { manifest, helper }: the manifest's top-level `project_dev_shell` field,
@@ -10,7 +10,7 @@
 {
   pkgs,
   jail-nix,
-  projectDevShell,
+  projectEnvironment,
 }:
 let
   inherit (pkgs) lib;
@@ -19,18 +19,18 @@ let
     "network"
     "timeoutSeconds"
   ];
-  unknown = builtins.attrNames (removeAttrs projectDevShell known);
+  unknown = builtins.attrNames (removeAttrs projectEnvironment known);
   settings = {
     timeoutSeconds = 600;
   }
-  // projectDevShell;
+  // projectEnvironment;
   checked =
-    if !builtins.isAttrs projectDevShell then
-      throw "mkServer: `projectDevShell` must be an attribute set (got a ${builtins.typeOf projectDevShell})"
+    if !builtins.isAttrs projectEnvironment then
+      throw "mkServer: `projectEnvironment` must be an attribute set (got a ${builtins.typeOf projectEnvironment})"
     else if unknown != [ ] then
-      throw "mkServer: `projectDevShell` has unknown ${lib.concatStringsSep ", " unknown} (known: ${lib.concatStringsSep ", " known})"
+      throw "mkServer: `projectEnvironment` has unknown ${lib.concatStringsSep ", " unknown} (known: ${lib.concatStringsSep ", " known})"
     else if !(builtins.isInt settings.timeoutSeconds && settings.timeoutSeconds > 0) then
-      throw "mkServer: `projectDevShell.timeoutSeconds` must be a positive integer"
+      throw "mkServer: `projectEnvironment.timeoutSeconds` must be a positive integer"
     else
       settings;
   description = "The project's own dev shell (its flake's devShells.default): its tools and variables, built on first use.";

@@ -335,6 +335,7 @@ fn the_nix_module_declares_the_same_defaults() {
         (shared, "sessionIdleTimeout", &SESSION_IDLE_TIMEOUT),
         (shared, "sessionMaxLifetime", &SESSION_MAX_LIFETIME),
         (shared, "projectMount", &PROJECT_MOUNT),
+        (shared, "projectDevShell", &PROJECT_DEVSHELL),
         (shared, "outputMaxMb", &OUTPUT_MAX_MB),
         (shared, "outputCallMb", &OUTPUT_CALL_MB),
         (shared, "maxCompositions", &MAX_COMPOSITIONS),

@@ -39,7 +39,9 @@ let
   };
 
   variables = printed.variables or { };
-  exported = lib.filterAttrs (_: v: (v.type or null) == "exported" && builtins.isString (v.value or null)) variables;
+  exported = lib.filterAttrs (
+    _: v: (v.type or null) == "exported" && builtins.isString (v.value or null)
+  ) variables;
   value = name: exported.${name}.value or "";
   outputs = lib.filter (name: name != "") (lib.splitString " " (value "outputs"));
   inputLists = [
@@ -108,11 +110,16 @@ let
     "patches"
     "args"
   ];
-  secret = name: builtins.match ".*(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|PRIVATE_KEY|ACCESS_KEY|_KEY$).*" (lib.toUpper name) != null;
+  secret =
+    name:
+    builtins.match ".*(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|PRIVATE_KEY|ACCESS_KEY|_KEY$).*" (
+      lib.toUpper name
+    ) != null;
   # The absolute paths a value names: each word (split at whitespace, :,
   # =, ;, quotes, commas) that starts with /.
   words = text: lib.filter builtins.isString (builtins.split "[[:space:]:=;,\"']+" text);
-  hostPath = text: lib.any (word: lib.hasPrefix "/" word && !lib.hasPrefix "/nix/store/" word) (words text);
+  hostPath =
+    text: lib.any (word: lib.hasPrefix "/" word && !lib.hasPrefix "/nix/store/" word) (words text);
   kept = lib.filterAttrs (
     name: v:
     !(builtins.elem name builtinNames)

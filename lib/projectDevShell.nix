@@ -49,21 +49,7 @@ let
     storePath = "";
     nixpkgsRev = null;
   };
-  source = builtins.path {
-    path = ../.;
-    name = "source";
-  };
-  nixpkgs =
-    if !(pkgs ? path) then
-      throw "mkServer: the project's dev shell needs pkgs.path, the source of the nixpkgs the server is built with"
-    else if builtins.isPath pkgs.path then
-      builtins.path {
-        path = pkgs.path;
-        name = "source";
-      }
-    else
-      pkgs.path;
-  system = pkgs.stdenv.hostPlatform.system or pkgs.system;
+  inherit (import ./helperSources.nix pkgs "projectEnvironment") source nixpkgs system;
   recipe = pkgs.writeText "nix-sandbox-mcp-recipe-project.json" (
     builtins.toJSON {
       sandbox = {

@@ -53,7 +53,9 @@ derivation (
     nativeBuildInputs = packages ++ (mergeInputs "nativeBuildInputs");
     propagatedBuildInputs = mergeInputs "propagatedBuildInputs";
     propagatedNativeBuildInputs = mergeInputs "propagatedNativeBuildInputs";
-    shellHook = lib.concatStringsSep "\n" (lib.catAttrs "shellHook" (lib.reverseList inputsFrom ++ [ attrs ]));
+    shellHook = lib.concatStringsSep "\n" (
+      lib.catAttrs "shellHook" (lib.reverseList inputsFrom ++ [ attrs ])
+    );
   }
   // rest
 )

@@ -118,8 +118,18 @@ let
   # The absolute paths a value names: each word (split at whitespace, :,
   # =, ;, quotes, commas) that starts with /.
   words = text: lib.filter builtins.isString (builtins.split "[[:space:]:=;,\"']+" text);
+  # A flag's path (`-L/usr/lib`) counts; a URL's `//host/...` (after the
+  # split at `:`) is not a path.
   hostPath =
-    text: lib.any (word: lib.hasPrefix "/" word && !lib.hasPrefix "/nix/store/" word) (words text);
+    text:
+    lib.any (
+      word:
+      let
+        flagged = builtins.match "-[A-Za-z]+(/.*)" word;
+        path = if flagged == null then word else builtins.head flagged;
+      in
+      builtins.match "/[^/].*|/" path != null && !lib.hasPrefix "/nix/store/" path
+    ) (words text);
   kept = lib.filterAttrs (
     name: v:
     !(builtins.elem name builtinNames)

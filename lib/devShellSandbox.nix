@@ -18,8 +18,9 @@
 # Variables left out: those not exported (bash's own, stdenv's phases and
 # arrays); the derivation's own attributes and the build's variables
 # (`builtinNames`, the inputs' lists, `outputs` and each output's name);
-# any whose value names an absolute path outside /nix/store (a host path:
-# /build, /homeless-shelter, /tmp/..., /path-not-set); any whose name
+# any whose value names an absolute path outside /nix/store, alone or
+# after a flag (a host path: /build, /homeless-shelter, /tmp/...,
+# -L/usr/lib; a URL's //host/... is not one); any whose name
 # reads like a secret (TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL,
 # API_KEY, PRIVATE_KEY, ACCESS_KEY, or ending in _KEY); names that are
 # not shell names; PATH, which is made from the packages; and what the

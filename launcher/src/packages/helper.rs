@@ -97,7 +97,13 @@ async fn finish(child: &mut Child) -> (Vec<u8>, Vec<u8>, std::io::Result<ExitSta
 /// prefix's scope, 69 the store unreachable, 70 anything else).
 fn outcome(env: &str, status: ExitStatus, out: &[u8], err: &[u8]) -> Result<String, ComposeError> {
     let stderr = String::from_utf8_lossy(err);
-    let line: String = last_line(&stderr).chars().take(400).collect();
+    let mut line: String = last_line(&stderr).chars().take(400).collect();
+    if line.is_empty() {
+        line = format!(
+            "the helper exited with status {} and said nothing",
+            status.code().unwrap_or(-1)
+        );
+    }
     match status.code() {
         Some(0) => {
             let path = last_line(&String::from_utf8_lossy(out)).to_owned();

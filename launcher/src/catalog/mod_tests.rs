@@ -385,7 +385,11 @@ fn the_dev_shell_helper_is_held_to_the_store_as_a_wrapper() {
 fn the_project_env_is_offered_only_when_on_with_a_flake_and_a_helper() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("m.json");
-    std::fs::write(&manifest, with_dev_shell("/nix/store/x-h/bin/h").to_string()).unwrap();
+    std::fs::write(
+        &manifest,
+        with_dev_shell("/nix/store/x-h/bin/h").to_string(),
+    )
+    .unwrap();
     let project = dir.path().join("project");
     std::fs::create_dir(&project).unwrap();
     let load = || Catalog::load(std::slice::from_ref(&manifest), false);
@@ -398,7 +402,10 @@ fn the_project_env_is_offered_only_when_on_with_a_flake_and_a_helper() {
 
     std::fs::write(project.join("flake.nix"), "{ }").unwrap();
     let mut catalog = load();
-    let line = catalog.offer_project(true, Some(&project)).unwrap().unwrap();
+    let line = catalog
+        .offer_project(true, Some(&project))
+        .unwrap()
+        .unwrap();
     assert!(line.contains("`project` is"), "{line}");
     let env = &catalog.envs[PROJECT_ENV];
     assert!(env.dev_shell.is_some());
@@ -413,7 +420,10 @@ fn the_project_env_is_offered_only_when_on_with_a_flake_and_a_helper() {
     let err = Catalog::load(&[plain], false)
         .offer_project(true, Some(&project))
         .unwrap_err();
-    assert!(err.contains("no manifest carries the dev shell helper"), "{err}");
+    assert!(
+        err.contains("no manifest carries the dev shell helper"),
+        "{err}"
+    );
     let mut taken = with_dev_shell("/nix/store/x-h/bin/h");
     taken["environments"]["project"] = testing::env_json();
     std::fs::write(&manifest, taken.to_string()).unwrap();

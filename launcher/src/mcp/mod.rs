@@ -422,7 +422,11 @@ impl Server {
                 &packages::ComposeError::Failed("PROJECT_DIR is not set".into()),
             ));
         };
-        let message = format!("building `{}` from {}'s dev shell", placeholder.name, dir.display());
+        let message = format!(
+            "building `{}` from {}'s dev shell",
+            placeholder.name,
+            dir.display()
+        );
         let built = (shared.composer)
             .dev_shell(&placeholder, dir, || progress.send(0.0, &message))
             .await

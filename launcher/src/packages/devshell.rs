@@ -92,7 +92,11 @@ mod tests {
     #[test]
     fn the_fingerprint_follows_flake_nix_and_flake_lock() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(fingerprint(dir.path(), "h").unwrap_err().starts_with("flake.nix: "));
+        assert!(
+            fingerprint(dir.path(), "h")
+                .unwrap_err()
+                .starts_with("flake.nix: ")
+        );
         std::fs::write(dir.path().join("flake.nix"), "{ outputs = _: { }; }").unwrap();
         let first = fingerprint(dir.path(), "h").unwrap();
         assert_eq!(fingerprint(dir.path(), "h").unwrap(), first);

@@ -248,18 +248,25 @@ impl Composer {
         };
         started();
         match job.flake {
-            Some(flake) => tracing::info!(env = %base.name, flake = %flake.display(), "building the environment from the project's dev shell"),
-            None => tracing::info!(env = %base.name, packages = ?names, "composing the environment with packages"),
+            Some(flake) => {
+                tracing::info!(env = %base.name, flake = %flake.display(), "building the environment from the project's dev shell")
+            }
+            None => {
+                tracing::info!(env = %base.name, packages = ?names, "composing the environment with packages")
+            }
         }
         let begun = Instant::now();
         let mut args: Vec<OsString> = Vec::new();
         let request = dir.join(format!("{stem}.request.json"));
         if let Some(request_names) = job.request {
             args.push(base.name.clone().into());
-            std::fs::write(&request, serde_json::to_vec(request_names).unwrap_or_default())
-                .map_err(|e| {
-                    ComposeError::Failed(format!("cannot write {}: {e}", request.display()))
-                })?;
+            std::fs::write(
+                &request,
+                serde_json::to_vec(request_names).unwrap_or_default(),
+            )
+            .map_err(|e| {
+                ComposeError::Failed(format!("cannot write {}: {e}", request.display()))
+            })?;
             args.push(request.clone().into());
         }
         if let Some(flake) = job.flake {

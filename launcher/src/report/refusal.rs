@@ -399,7 +399,9 @@ impl Refusal {
         let flake = flake.display().to_string();
         let why = match e {
             ComposeError::Busy(_) => return Self::compose_failed(PROJECT_ENV, e),
-            ComposeError::TimedOut(s) => format!("building it took longer than {s} s and was stopped"),
+            ComposeError::TimedOut(s) => {
+                format!("building it took longer than {s} s and was stopped")
+            }
             ComposeError::Unknown(line)
             | ComposeError::NotCached(line)
             | ComposeError::OutsideScope(line)

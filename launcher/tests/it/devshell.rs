@@ -56,7 +56,11 @@ impl Fixture {
         });
         let entry = self.path("template.json");
         std::fs::write(&entry, manifest["environments"]["shell"].to_string()).unwrap();
-        let (log, out, cache) = (self.path("compose.log"), self.path("out"), self.path("cache"));
+        let (log, out, cache) = (
+            self.path("compose.log"),
+            self.path("out"),
+            self.path("cache"),
+        );
         let project = project.to_str().unwrap();
         let log = log.to_str().unwrap();
         let out = out.to_str().unwrap();
@@ -79,7 +83,10 @@ impl Fixture {
 }
 
 fn store_path(r: &rmcp::model::CallToolResult) -> String {
-    facts(r)["store_path"].as_str().unwrap_or_default().to_owned()
+    facts(r)["store_path"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test]
@@ -89,8 +96,15 @@ async fn the_project_env_is_built_once_cached_and_rebuilt_when_the_flake_changes
     let server = fx.server("1", &project).await;
     let tools = server.client.list_all_tools().await.unwrap();
     let schema = serde_json::to_string(&tools[0].input_schema).unwrap();
-    assert!(schema.contains("\"project\""), "project not offered: {schema}");
-    assert!(server.stderr().contains("`project` is"), "{}", server.stderr());
+    assert!(
+        schema.contains("\"project\""),
+        "project not offered: {schema}"
+    );
+    assert!(
+        server.stderr().contains("`project` is"),
+        "{}",
+        server.stderr()
+    );
     assert_eq!(fx.builds(), 0, "built at start, not on first use");
 
     let first = server.run("project", "echo built").await;
@@ -114,7 +128,11 @@ async fn the_project_env_is_built_once_cached_and_rebuilt_when_the_flake_changes
         .call(json!({"session": "s", "code": "echo still"}))
         .await;
     assert_eq!(text(&session).trim(), "still");
-    assert_eq!(store_path(&session), first_path, "the session's own environment");
+    assert_eq!(
+        store_path(&session),
+        first_path,
+        "the session's own environment"
+    );
     drop(server);
 
     // A new server with the same cache builds nothing.

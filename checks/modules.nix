@@ -240,6 +240,14 @@ in
         ]).programs.mcp.servers.nix-sandbox.env.NIX_SANDBOX_PROJECT_WRITABLE;
       want = "1";
     };
+    "home-manager: projectDevShell is the server's NIX_SANDBOX_PROJECT_DEVSHELL=1" = {
+      got =
+        (home [
+          ./snippets/home-manager.nix
+          { programs.nix-sandbox-mcp.projectDevShell = true; }
+        ]).programs.mcp.servers.nix-sandbox.env.NIX_SANDBOX_PROJECT_DEVSHELL;
+      want = "1";
+    };
     "home-manager: the server serves the presets and the custom environment, not the disabled node" = {
       got = lib.attrNames (served homeServer);
       want = [

@@ -29,6 +29,17 @@ let
     };
     inherit error;
   };
+  # A server of `good` with projectEnvironment `settings`.
+  project = settings: error: {
+    sandbox = mkServer pkgs {
+      environments = [ good ];
+      launcher = pkgs.bash // {
+        version = "0";
+      };
+      projectEnvironment = settings;
+    };
+    inherit error;
+  };
   label = "mkSandbox: environment 'good': argument";
 in
 {
@@ -211,5 +222,19 @@ in
       "python3Packages."
     ];
     build = true;
+  } null;
+  server-project-unknown = project {
+    network = false;
+    shellHook = "";
+  } "mkServer: `projectEnvironment` has unknown shellHook";
+  server-project-timeout = project {
+    timeoutSeconds = 0;
+  } "mkServer: `projectEnvironment.timeoutSeconds` must be a positive integer";
+  server-project-limits = project {
+    limits.memory_mb = "a lot";
+  } "mkSandbox: environment 'project': argument `limits.memory_mb`";
+  server-project-on = project {
+    limits.memory_mb = 4096;
+    timeoutSeconds = 900;
   } null;
 }

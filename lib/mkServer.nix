@@ -1,6 +1,6 @@
 # Takes jail.nix; returns mkServer, which takes pkgs and
 #   { environments ? { }, presets ? [ ], launcher ? the workspace's launcher
-#     built with pkgs, packagesOnDemand ? { } }
+#     built with pkgs, packagesOnDemand ? { }, projectEnvironment ? { } }
 # and returns the server package: bin/nix-sandbox-mcp (the launcher serving
 # the merged manifest, plus NIX_SANDBOX_ENVS and NIX_SANDBOX_DIR at
 # start-up; see serverScript.nix) and share/nix-sandbox-mcp/manifest.json.
@@ -11,7 +11,10 @@
 # network-tools). Names must be unique.
 # `packagesOnDemand` ({ allow ? null, build ? false, timeoutSeconds ? 300 },
 # packagesOnDemand.nix) lets a call add nixpkgs packages to its
-# environment; off while `allow` is null.
+# environment; off while `allow` is null. `projectEnvironment` ({ limits ? { },
+# network ? false, timeoutSeconds ? 600 }, projectDevShell.nix) is the
+# policy of the `project` environment the server builds from the project's
+# dev shell when its owner turns it on (NIX_SANDBOX_PROJECT_DEVSHELL=1).
 { jail-nix }:
 pkgs:
 {
@@ -19,6 +22,7 @@ pkgs:
   presets ? [ ],
   launcher ? pkgs.callPackage ../package.nix { },
   packagesOnDemand ? { },
+  projectEnvironment ? { },
 }:
 let
   inherit (pkgs) lib;
@@ -71,19 +75,25 @@ let
     inherit pkgs jail-nix packagesOnDemand;
     sandboxes = checkedSandboxes;
   };
+  devShell = import ./projectDevShell.nix { inherit pkgs jail-nix projectEnvironment; };
   manifest =
     pkgs.runCommand "nix-sandbox-mcp-manifest.json"
       {
         nativeBuildInputs = [ pkgs.jq ];
         fragments = map (sandbox: "${sandbox}/share/nix-sandbox-mcp/manifest.json") checkedSandboxes;
         onDemand = builtins.toJSON onDemand.manifest;
-        passAsFile = [ "onDemand" ];
+        devShell = builtins.toJSON devShell.manifest;
+        passAsFile = [
+          "onDemand"
+          "devShell"
+        ];
       }
       ''
         # shellcheck disable=SC2086 # store paths
-        jq -s --slurpfile onDemand "$onDemandPath" \
+        jq -s --slurpfile onDemand "$onDemandPath" --slurpfile devShell "$devShellPath" \
           '{version: 1, environments: (map(.environments) | add
-            | with_entries(.value += ($onDemand[0][.key] // {})))}' $fragments >"$out"
+            | with_entries(.value += ($onDemand[0][.key] // {}))),
+            project_dev_shell: $devShell[0]}' $fragments >"$out"
       '';
   script = pkgs.writeShellApplication {
     name = "nix-sandbox-mcp";
@@ -102,6 +112,8 @@ pkgs.runCommand "nix-sandbox-mcp-${launcher.version}"
       sandboxes = checkedSandboxes;
       # What packagesOnDemand adds to each environment's manifest entry.
       packagesOnDemand = onDemand.manifest;
+      # The helper that builds the project's dev shell's environment.
+      projectDevShell = devShell.helper;
     };
     meta = {
       description = "MCP server running code in Nix-built bubblewrap jails: ${lib.concatStringsSep ", " names}";

@@ -52,23 +52,7 @@ let
     sandbox: (sandbox.sandbox.environment.extraCombinators combinators) == [ ];
   chosen = lib.filter composable sandboxes;
 
-  # The sources the helper evaluates again: the same store paths as this
-  # evaluation's, so that what is unchanged (the agent, the profile's
-  # packages) is the same derivation and is not built again.
-  source = builtins.path {
-    path = ../.;
-    name = "source";
-  };
-  nixpkgs =
-    if !(pkgs ? path) then
-      throw "mkServer: `packagesOnDemand` needs pkgs.path, the source of the nixpkgs the server is built with"
-    else if builtins.isPath pkgs.path then
-      builtins.path {
-        path = pkgs.path;
-        name = "source";
-      }
-    else
-      pkgs.path;
+  inherit (import ./helperSources.nix pkgs "packagesOnDemand") source nixpkgs system;
   recipe =
     sandbox:
     let
@@ -94,7 +78,7 @@ let
         inherit (checked) allow;
         inherit source nixpkgs;
         jailNix = "${jail-nix}";
-        system = pkgs.stdenv.hostPlatform.system or pkgs.system;
+        inherit system;
       }
     );
   recipes = pkgs.runCommand "nix-sandbox-mcp-recipes" { } (

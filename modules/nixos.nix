@@ -191,9 +191,12 @@ in
         };
         # The server builds the flakes of NIX_SANDBOX_ENVS (set in
         # `environment` above) with nix at start-up, and the packages calls
-        # ask for (packagesOnDemand) through the Nix daemon.
+        # ask for (packagesOnDemand) and the project's dev shell
+        # (projectDevShell) through the Nix daemon.
         path = lib.mkIf (
-          unit.environment ? NIX_SANDBOX_ENVS || program.packagesOnDemand.allow != null
+          unit.environment ? NIX_SANDBOX_ENVS
+          || program.packagesOnDemand.allow != null
+          || unit.environment ? NIX_SANDBOX_PROJECT_DEVSHELL
         ) [ config.nix.package ];
         serviceConfig = {
           ExecStart = lib.concatStringsSep " " (

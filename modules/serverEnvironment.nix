@@ -2,6 +2,7 @@
 # serverSettings.nix; returns the server's environment variables
 # (PROJECT_DIR and PROJECT_MOUNT when projectDir is set, and
 # NIX_SANDBOX_PROJECT_WRITABLE=1 when it is writable too,
+# NIX_SANDBOX_PROJECT_DEVSHELL=1 when its dev shell is an environment,
 # NIX_SANDBOX_OUTPUT_DIR and its caps when outputDir is, the session
 # timeouts, the counts, the unread bytes and packages on demand's bounds
 # always), an attribute set of strings.
@@ -12,6 +13,9 @@ lib.optionalAttrs (settings.projectDir != null) {
 }
 // lib.optionalAttrs (settings.projectDir != null && settings.projectWritable) {
   NIX_SANDBOX_PROJECT_WRITABLE = "1";
+}
+// lib.optionalAttrs (settings.projectDir != null && settings.projectDevShell) {
+  NIX_SANDBOX_PROJECT_DEVSHELL = "1";
 }
 // lib.optionalAttrs (settings.outputDir != null) {
   NIX_SANDBOX_OUTPUT_DIR = settings.outputDir;

@@ -1,6 +1,7 @@
 # Takes nixpkgs' lib; returns the option declarations of how the server
 # runs, shared by programs.nix-sandbox-mcp (home-manager) and
 # services.nix-sandbox-mcp (NixOS): projectDir, projectMount, projectWritable,
+# projectDevShell,
 # sessionIdleTimeout, sessionMaxLifetime, maxSessions, maxSessionsTotal,
 # maxRuns, maxUnreadBytes, outputDir, outputMaxMb, outputCallMb, and
 # packages on demand's bounds, maxCompositions and packagesCacheMax.
@@ -36,6 +37,21 @@ in
       the resource `sandbox://SESSION/project.diff` for a person to apply.
       Not served by a server running as root; under the NixOS service's
       dynamic user, the project's owner's files cannot be modified.
+    '';
+    example = true;
+  };
+  projectDevShell = mkOption {
+    type = types.bool;
+    default = false;
+    description = ''
+      When {option}`projectDir` holds a `flake.nix`, the model gets the
+      environment `project`: that flake's `devShells.<system>.default` (its
+      packages, its variables but host paths and secret-named ones, its
+      shellHook run inside the jail), in a jail like any other, offline, with
+      the default limits (`NIX_SANDBOX_PROJECT_DEVSHELL`). Built by the
+      server's Nix on first use, from a pure evaluation of the flake, and
+      built again at the next call after `flake.nix` or `flake.lock`
+      changes. The server's user needs the Nix daemon or a store it owns.
     '';
     example = true;
   };

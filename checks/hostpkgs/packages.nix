@@ -160,6 +160,10 @@ lib.fix (
       echo "# hostpkgs stands in for nixpkgs' stdenv: nothing here builds with it" >"$out/setup"
     '';
     stdenvNoCC = self.stdenv;
+    mkShell = import ./mkShell.nix {
+      inherit lib system;
+      inherit (self) stdenv;
+    };
     callPackage = lib.callPackageWith self;
     runtimeShell = "${self.bash}/bin/bash";
     runCommand = import ./runCommand.nix { inherit lib system; };

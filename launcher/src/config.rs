@@ -43,6 +43,8 @@ pub struct Options {
     pub project_mount: Option<String>,
     /// `NIX_SANDBOX_PROJECT_WRITABLE`: a copy-on-write layer per session.
     pub project_writable: bool,
+    /// `NIX_SANDBOX_PROJECT_DEVSHELL`: the project's dev shell as `project`.
+    pub project_devshell: bool,
     /// `NIX_SANDBOX_OUTPUT_DIR`.
     pub output_dir: Option<PathBuf>,
     /// `NIX_SANDBOX_EGRESS_HOSTS`, `NIX_SANDBOX_EGRESS_CA_ROOTS`.
@@ -99,15 +101,15 @@ impl std::default::Default for Bounds {
     }
 }
 
-/// `NIX_SANDBOX_PROJECT_WRITABLE`'s value: `1` or `0` (or unset).
-fn project_writable(value: Option<&OsStr>) -> Result<bool, String> {
+/// A `1` or `0` (or unset) variable's value; `on` and `off` say what each
+/// means, for the error.
+fn switch(setting: &Setting, value: Option<&OsStr>, on: &str, off: &str) -> Result<bool, String> {
     match value.map(OsStr::to_str) {
         None | Some(Some("0")) => Ok(false),
         Some(Some("1")) => Ok(true),
         Some(other) => Err(format!(
-            "invalid value for {}: {:?}; expected 1 (writable through a layer per session) \
-             or 0 (read-only)",
-            PROJECT_WRITABLE.var_name(),
+            "invalid value for {}: {:?}; expected 1 ({on}) or 0 ({off})",
+            setting.var_name(),
             other.unwrap_or("(not UTF-8)")
         )),
     }
@@ -133,6 +135,7 @@ pub fn parse(
         project_dir: None,
         project_mount: None,
         project_writable: false,
+        project_devshell: false,
         output_dir: None,
         egress: egress::Settings::default(),
         bounds: Bounds::default(),
@@ -164,7 +167,18 @@ pub fn parse(
         let mount = var(&PROJECT_MOUNT).and_then(|m| m.into_string().ok());
         opts.project_mount = Some(mount.unwrap_or_else(|| PROJECT_MOUNT.text().into()));
     }
-    opts.project_writable = project_writable(var(&PROJECT_WRITABLE).as_deref())?;
+    opts.project_writable = switch(
+        &PROJECT_WRITABLE,
+        var(&PROJECT_WRITABLE).as_deref(),
+        "writable through a layer per session",
+        "read-only",
+    )?;
+    opts.project_devshell = switch(
+        &PROJECT_DEVSHELL,
+        var(&PROJECT_DEVSHELL).as_deref(),
+        "the project's dev shell as the environment `project`",
+        "off",
+    )?;
     opts.output_dir = var(&OUTPUT_DIR).map(PathBuf::from);
     opts.egress = egress::Settings {
         hosts_file: var(&EGRESS_HOSTS).map(PathBuf::from),

@@ -389,3 +389,16 @@ fn the_project_is_writable_only_when_asked_and_a_bad_value_is_named() {
         "{bad}"
     );
 }
+
+#[test]
+fn the_dev_shell_is_an_environment_only_when_asked_and_a_bad_value_is_named() {
+    let on = |vars: &[(&str, &str)]| parse(args(&[]), env(vars)).map(|o| o.project_devshell);
+    assert_eq!(on(&[]), Ok(false));
+    assert_eq!(on(&[("NIX_SANDBOX_PROJECT_DEVSHELL", "0")]), Ok(false));
+    assert_eq!(on(&[("NIX_SANDBOX_PROJECT_DEVSHELL", "1")]), Ok(true));
+    let bad = on(&[("NIX_SANDBOX_PROJECT_DEVSHELL", "true")]).unwrap_err();
+    assert!(
+        bad.starts_with("invalid value for NIX_SANDBOX_PROJECT_DEVSHELL: \"true\"; expected 1"),
+        "{bad}"
+    );
+}

@@ -159,10 +159,17 @@ fn main() -> ExitCode {
     code
 }
 
-/// The manifests' environments; each one refused, and each field this
-/// server does not know, logged.
+/// The manifests' environments, and the project's dev shell as `project`
+/// when asked and offered; each one refused, and each field this server
+/// does not know, logged.
 fn load_catalog(opts: &config::Options) -> Catalog {
-    let catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
+    let mut catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
+    let project_dir = opts.project_dir.as_deref().map(std::path::Path::new);
+    match catalog.offer_project(opts.project_devshell, project_dir) {
+        Ok(Some(line)) => tracing::info!("self-test: {line}"),
+        Ok(None) => {}
+        Err(line) => tracing::warn!("self-test: {line}"),
+    }
     for error in &catalog.errors {
         tracing::error!(%error, "manifest refused; its environments are not served");
     }
@@ -173,7 +180,7 @@ fn load_catalog(opts: &config::Options) -> Catalog {
 }
 
 /// The packages cache, its directory checked when an environment takes
-/// packages on demand.
+/// packages on demand or is a dev shell (built through the same cache).
 fn packages_cache(opts: &config::Options, catalog: &Catalog) -> packages::cache::Cache {
     let cache = packages::cache::Cache::new(
         |name| std::env::var_os(name),
@@ -182,7 +189,7 @@ fn packages_cache(opts: &config::Options, catalog: &Catalog) -> packages::cache:
     if catalog
         .envs
         .values()
-        .any(|env| env.packages_on_demand.is_some())
+        .any(|env| env.packages_on_demand.is_some() || env.dev_shell.is_some())
     {
         cache.prepare();
     }
@@ -329,6 +336,7 @@ fn serve(
         spawner,
         max_code_bytes: opts.max_code_bytes,
         project_mount: opts.project_mount,
+        project_dir: opts.project_dir.map(std::path::PathBuf::from),
         sessions: opts.sessions,
         mirror: opts.output_dir.map(|dir| {
             let caps = Caps {

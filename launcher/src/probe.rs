@@ -350,7 +350,8 @@ impl Probes {
 
     /// Starts probing every environment in the background.
     pub fn start(self: &Arc<Self>, catalog: &Catalog) {
-        for env in catalog.envs.values() {
+        // The project's dev shell is probed once built, at its first call.
+        for env in catalog.envs.values().filter(|env| env.dev_shell.is_none()) {
             let (probes, env) = (Arc::clone(self), Arc::clone(env));
             tokio::spawn(async move {
                 let Some(state) = probes.states.get(&env.name) else {
@@ -437,6 +438,14 @@ pub async fn run_check(
         ok = false;
     }
     for env in catalog.envs.values() {
+        if env.dev_shell.is_some() {
+            writeln!(
+                out,
+                "{}: the project's dev shell, built by the first call that names it (not probed here)",
+                env.name
+            )?;
+            continue;
+        }
         match probe(env, spawner).await {
             Ok(seen) => writeln!(out, "{}: ok ({})", env.name, protections(env, &seen))?,
             Err(reason) => {

@@ -405,6 +405,16 @@ pub const PROJECT_WRITABLE: Setting = Setting {
          sandbox://SESSION/project.diff); 0: read-only",
     )
 };
+pub const PROJECT_DEVSHELL: Setting = Setting {
+    default: Some(Default::Text("0")),
+    ..variable(
+        "NIX_SANDBOX_PROJECT_DEVSHELL",
+        VarRole::Fallback,
+        "1: when PROJECT_DIR holds flake.nix, the environment `project` is its \
+         devShells.SYSTEM.default (its packages, variables and shellHook) in a jail, built on \
+         first use and again when flake.nix or flake.lock changes; 0: off",
+    )
+};
 pub const OUTPUT_DIR: Setting = Setting {
     value: Some("DIR"),
     ..variable(
@@ -458,7 +468,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 35] = [
+pub const SETTINGS: [&Setting; 36] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -488,6 +498,7 @@ pub const SETTINGS: [&Setting; 35] = [
     &PROJECT_DIR,
     &PROJECT_MOUNT,
     &PROJECT_WRITABLE,
+    &PROJECT_DEVSHELL,
     &OUTPUT_DIR,
     &ENVS,
     &SANDBOX_DIR,

@@ -54,6 +54,47 @@ pub struct OnDemand {
     pub timeout_s: NonZeroU64,
 }
 
+/// The project's dev shell as an environment, as mkServer wrote it
+/// (lib/projectDevShell.nix, the manifest's top-level `project_dev_shell`):
+/// the helper that builds it from the project's flake, how long that may
+/// take, and the `project` environment's fields known before it is built
+/// (description, limits, network), which the instructions show.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DevShell {
+    /// The dev shell helper's argv; the launcher appends FLAKE, OUT.
+    pub helper: Vec<String>,
+    pub timeout_s: NonZeroU64,
+    pub environment: Value,
+}
+
+/// The name of the environment the project's dev shell is served as.
+pub const PROJECT_ENV: &str = "project";
+
+impl DevShell {
+    /// The `project` environment as offered before it is built: its
+    /// manifest fields, its wrappers the helper (never run as one: a call
+    /// builds the environment first, packages/devshell.rs).
+    pub fn placeholder(self: &Arc<Self>, manifest: &Path) -> Result<Env, String> {
+        let mut fields = self.environment.clone();
+        let Some(object) = fields.as_object_mut() else {
+            return Err("project_dev_shell.environment: expected a JSON object".into());
+        };
+        let helper = self.helper.first().cloned().unwrap_or_default();
+        object.insert("interpreter".into(), "bash".into());
+        object.insert("run".into(), serde_json::json!([helper]));
+        object.insert("session".into(), serde_json::json!([helper]));
+        object.insert("store_path".into(), helper.clone().into());
+        let mut env: Env = serde_path_to_error::deserialize(fields).map_err(|e| {
+            let (field, message) = describe(&e, "project_dev_shell.environment");
+            format!("{field}: {message}")
+        })?;
+        env.name = PROJECT_ENV.into();
+        env.manifest = manifest.to_owned();
+        env.dev_shell = Some(Arc::clone(self));
+        Ok(env)
+    }
+}
+
 /// One environment as the manifest declares it. Besides `nixpkgs_rev`,
 /// the fields that may be absent (a sandbox older than them) are
 /// `session` (no sessions), `packages` (none listed), `kernel_budgets`
@@ -112,6 +153,10 @@ pub struct Env {
     /// the manifest's own.
     #[serde(skip)]
     pub added: Vec<String>,
+    /// Set on the `project` environment before it is built (a
+    /// placeholder, [`DevShell::placeholder`]): a call builds it first.
+    #[serde(skip)]
+    pub dev_shell: Option<Arc<DevShell>>,
     #[serde(flatten)]
     pub unknown: BTreeMap<String, Value>,
 }
@@ -123,6 +168,8 @@ struct File {
     #[serde(rename = "version")]
     _version: u64,
     environments: BTreeMap<String, Value>,
+    #[serde(default)]
+    project_dev_shell: Option<DevShell>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -157,6 +204,9 @@ pub struct Catalog {
     /// in the server package, a NIX_SANDBOX_ENVS or NIX_SANDBOX_DIR sandbox
     /// named like one of the server's own.
     pub replaced: Vec<String>,
+    /// The last manifest's dev shell helper, if any carries one, and that
+    /// manifest.
+    pub dev_shell: Option<(Arc<DevShell>, PathBuf)>,
 }
 
 impl Catalog {
@@ -168,6 +218,9 @@ impl Catalog {
             let read = read_file(path, allow_outside_store);
             catalog.errors.extend(read.errors);
             catalog.notes.extend(read.notes);
+            if let Some(dev_shell) = read.dev_shell {
+                catalog.dev_shell = Some((Arc::new(dev_shell), path.clone()));
+            }
             for env in read.envs {
                 let name = env.name.clone();
                 if let Some(earlier) = catalog.envs.insert(name.clone(), Arc::new(env)) {
@@ -196,6 +249,49 @@ impl Catalog {
         (self.envs.iter()).filter_map(|(name, env)| env.network.policy().map(|p| (name, p)))
     }
 
+    /// Offers the project's dev shell as the environment `project` (a
+    /// placeholder the first call builds) when `on`
+    /// (`NIX_SANDBOX_PROJECT_DEVSHELL=1`), `project_dir` holds `flake.nix`
+    /// and a manifest carries the dev shell helper. The line says what was
+    /// done (Ok) or why not (Err); None when off.
+    pub fn offer_project(
+        &mut self,
+        on: bool,
+        project_dir: Option<&Path>,
+    ) -> Result<Option<String>, String> {
+        if !on {
+            return Ok(None);
+        }
+        const NOT: &str = "project dev shell: NIX_SANDBOX_PROJECT_DEVSHELL=1, but no `project` \
+                           environment:";
+        let Some(dir) = project_dir else {
+            return Err(format!("{NOT} PROJECT_DIR is not set"));
+        };
+        if !dir.join("flake.nix").is_file() {
+            return Err(format!("{NOT} {} has no flake.nix", dir.display()));
+        }
+        let Some((dev_shell, manifest)) = &self.dev_shell else {
+            return Err(format!(
+                "{NOT} no manifest carries the dev shell helper (a server package built \
+                 before it: rebuild the server)"
+            ));
+        };
+        if let Some(env) = self.envs.get(PROJECT_ENV) {
+            return Err(format!(
+                "{NOT} an environment of {} is named `{PROJECT_ENV}` already",
+                env.manifest.display()
+            ));
+        }
+        let env = dev_shell
+            .placeholder(manifest)
+            .map_err(|e| format!("{NOT} {}: {e}", manifest.display()))?;
+        self.envs.insert(PROJECT_ENV.into(), Arc::new(env));
+        Ok(Some(format!(
+            "project dev shell: `{PROJECT_ENV}` is {}'s devShells.default, built on first use",
+            dir.display()
+        )))
+    }
+
     /// `python` when there is one, else the first by name.
     pub fn default_env(&self) -> Option<&str> {
         if self.envs.contains_key("python") {
@@ -216,6 +312,7 @@ impl Catalog {
 #[derive(Debug, Default)]
 pub struct Read {
     pub envs: Vec<Env>,
+    pub dev_shell: Option<DevShell>,
     pub errors: Vec<ManifestError>,
     pub notes: Vec<ManifestError>,
 }
@@ -250,6 +347,20 @@ pub fn read_file(path: &Path, allow_outside_store: bool) -> Read {
     };
     for field in file.unknown.keys() {
         read.notes.push(err(Some(field), UNKNOWN_FIELD.into()));
+    }
+    if let Some(dev_shell) = file.project_dev_shell {
+        match dev_shell.helper.first() {
+            None => read.errors.push(err(
+                Some("project_dev_shell.helper"),
+                "must name the helper".into(),
+            )),
+            Some(helper) => match check_wrapper(helper, allow_outside_store) {
+                Err(problem) => read
+                    .errors
+                    .push(err(Some("project_dev_shell.helper[0]"), problem)),
+                Ok(()) => read.dev_shell = Some(dev_shell),
+            },
+        }
     }
     for (name, value) in file.environments {
         let at = format!("environments.{name}");

@@ -352,3 +352,83 @@ fn later_files_override_and_bad_files_are_skipped() {
             .contains("c.json: (top level): expected a JSON object")
     );
 }
+
+/// `good()` with a dev shell helper at `helper`.
+fn with_dev_shell(helper: &str) -> Value {
+    let mut v = good();
+    v["project_dev_shell"] = json!({
+        "helper": [helper],
+        "timeout_s": 600,
+        "environment": {
+            "description": "The project's own dev shell.",
+            "limits": testing::env_json()["limits"].clone(),
+            "network": false,
+        },
+    });
+    v
+}
+
+#[test]
+fn the_dev_shell_helper_is_held_to_the_store_as_a_wrapper() {
+    let err = only_error(&with_dev_shell("/tmp/helper"), false);
+    assert!(
+        err.starts_with("m.json: project_dev_shell.helper[0]: "),
+        "{err}"
+    );
+    assert!(read(&with_dev_shell("/tmp/helper"), true).is_ok());
+    let mut v = with_dev_shell("/nix/store/x-h/bin/h");
+    v["project_dev_shell"]["helper"] = json!([]);
+    assert!(only_error(&v, true).contains("project_dev_shell.helper"));
+}
+
+#[test]
+fn the_project_env_is_offered_only_when_on_with_a_flake_and_a_helper() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("m.json");
+    std::fs::write(
+        &manifest,
+        with_dev_shell("/nix/store/x-h/bin/h").to_string(),
+    )
+    .unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let load = || Catalog::load(std::slice::from_ref(&manifest), false);
+
+    assert_eq!(load().offer_project(false, Some(&project)), Ok(None));
+    let err = load().offer_project(true, None).unwrap_err();
+    assert!(err.ends_with("PROJECT_DIR is not set"), "{err}");
+    let err = load().offer_project(true, Some(&project)).unwrap_err();
+    assert!(err.ends_with("has no flake.nix"), "{err}");
+
+    std::fs::write(project.join("flake.nix"), "{ }").unwrap();
+    let mut catalog = load();
+    let line = catalog
+        .offer_project(true, Some(&project))
+        .unwrap()
+        .unwrap();
+    assert!(line.contains("`project` is"), "{line}");
+    let env = &catalog.envs[PROJECT_ENV];
+    assert!(env.dev_shell.is_some());
+    assert_eq!(env.interpreter, Interpreter::Bash);
+    assert_eq!(env.limits.timeout_s.get(), 30);
+    assert_eq!(env.description, "The project's own dev shell.");
+
+    // Without the helper (an older server package), or with an
+    // environment of the server's own named `project`: not offered.
+    let plain = dir.path().join("plain.json");
+    std::fs::write(&plain, good().to_string()).unwrap();
+    let err = Catalog::load(&[plain], false)
+        .offer_project(true, Some(&project))
+        .unwrap_err();
+    assert!(
+        err.contains("no manifest carries the dev shell helper"),
+        "{err}"
+    );
+    let mut taken = with_dev_shell("/nix/store/x-h/bin/h");
+    taken["environments"]["project"] = testing::env_json();
+    std::fs::write(&manifest, taken.to_string()).unwrap();
+    let mut catalog = load();
+    let err = catalog.offer_project(true, Some(&project)).unwrap_err();
+    assert!(err.contains("is named `project` already"), "{err}");
+    assert!(catalog.envs[PROJECT_ENV].dev_shell.is_none());
+}

@@ -45,7 +45,7 @@ use crate::admission::{self, ClientKey, Runs, SessionSlots, Shares, Slot};
 use crate::catalog::names;
 use crate::catalog::{Catalog, Env};
 use crate::live::Tail;
-use crate::packages::Composer;
+use crate::packages::{self, Composer};
 use crate::probe::{self, Probes};
 use crate::report;
 use crate::report::refusal::Refusal;
@@ -73,6 +73,9 @@ pub struct Config {
     pub max_code_bytes: usize,
     /// Where the project is mounted in the jail, when `PROJECT_DIR` is set.
     pub project_mount: Option<String>,
+    /// `PROJECT_DIR`: the flake the `project` environment is built from,
+    /// when the catalog offers it.
+    pub project_dir: Option<std::path::PathBuf>,
     /// The session table's limits.
     pub sessions: session::Settings,
     /// Where outputs are mirrored (`NIX_SANDBOX_OUTPUT_DIR`), if anywhere.
@@ -97,6 +100,7 @@ struct Shared {
     settings: session::Settings,
     mirror: Option<Mirror>,
     composer: Composer,
+    project_dir: Option<std::path::PathBuf>,
     /// The runs going on and the sessions open, all clients together.
     runs: Runs,
     session_slots: SessionSlots,
@@ -139,6 +143,7 @@ impl Server {
             spawner,
             max_code_bytes,
             project_mount,
+            project_dir,
             sessions: settings,
             mirror,
             composer,
@@ -163,6 +168,7 @@ impl Server {
                 settings,
                 mirror,
                 composer,
+                project_dir,
                 runs: Runs::new(max_runs, shares.map(|s| s.runs)),
                 session_slots,
                 stateless,
@@ -255,7 +261,10 @@ impl Server {
             (Some(env), None) => env,
             (open, packages) => {
                 let name = open.as_ref().map(|env| env.name.as_str());
-                let base = self.resolve_env(name.or(args.env.as_deref()))?;
+                let mut base = self.resolve_env(name.or(args.env.as_deref()))?;
+                if base.dev_shell.is_some() {
+                    base = self.project_env(base, &progress).await?;
+                }
                 match packages {
                     None => base,
                     Some(asked) => {
@@ -397,6 +406,33 @@ impl Server {
         let composed = composed.map_err(|e| Refusal::compose_failed(&base.name, &e))?;
         progress.send(1.0, &format!("{message}: done"));
         Ok(composed)
+    }
+
+    /// The `project` environment (`placeholder`, the catalog's) built from
+    /// the project's dev shell, or found built (packages/devshell.rs).
+    async fn project_env(
+        &self,
+        placeholder: Arc<Env>,
+        progress: &Progress,
+    ) -> Result<Arc<Env>, Refusal> {
+        let shared = &*self.shared;
+        let Some(dir) = &shared.project_dir else {
+            return Err(Refusal::dev_shell_failed(
+                std::path::Path::new("PROJECT_DIR"),
+                &packages::ComposeError::Failed("PROJECT_DIR is not set".into()),
+            ));
+        };
+        let message = format!(
+            "building `{}` from {}'s dev shell",
+            placeholder.name,
+            dir.display()
+        );
+        let built = (shared.composer)
+            .dev_shell(&placeholder, dir, || progress.send(0.0, &message))
+            .await
+            .map_err(|e| Refusal::dev_shell_failed(dir, &e))?;
+        progress.send(1.0, &format!("{message}: done"));
+        Ok(built)
     }
 
     /// A slot for one more run of `client` in `env` among all clients'

@@ -1,10 +1,12 @@
-//! One run of the compose helper (the script Nix generated, named by the
-//! policy): `HELPER ENV REQUEST.json OUT`, in a process group of its own
+//! One run of a helper Nix generated (the compose helper, named by the
+//! policy: `HELPER ENV REQUEST.json OUT`; the dev shell helper: `HELPER
+//! FLAKE OUT`), in a process group of its own
 //! and as a child subreaper (tree.rs), its output read, stopped with its
 //! whole process tree at the policy's timeout or when the call is dropped.
 
+use std::ffi::OsString;
+use std::num::NonZeroU64;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -13,25 +15,22 @@ use tokio::process::Child;
 
 use super::ComposeError;
 use super::tree::{self, Tree};
-use crate::catalog::OnDemand;
 
-/// Runs the helper; its stdout's last line is the composed store path.
+/// Runs `helper` with `args` appended, stopped after `timeout_s`; its
+/// stdout's last line is the composed store path. `env` names the
+/// environment in the logs.
 pub async fn run(
-    policy: &OnDemand,
+    helper: &[String],
+    args: &[OsString],
+    timeout_s: NonZeroU64,
     env: &str,
-    request: &Path,
-    root: &Path,
 ) -> Result<String, ComposeError> {
-    let Some((program, args)) = policy.compose.split_first() else {
-        return Err(ComposeError::Failed(
-            "the policy names no compose helper".into(),
-        ));
+    let Some((program, fixed)) = helper.split_first() else {
+        return Err(ComposeError::Failed("the policy names no helper".into()));
     };
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .arg(env)
-        .arg(request)
-        .arg(root)
+    cmd.args(fixed)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -49,13 +48,13 @@ pub async fn run(
     // Kills the helper's tree when this call ends before the helper did
     // (the call dropped); a timeout stops it more gently below.
     let mut tree = Tree::new(pid);
-    let limit = Duration::from_secs(policy.timeout_s.get());
+    let limit = Duration::from_secs(timeout_s.get());
     let Ok((out, err, status)) = tokio::time::timeout(limit, finish(&mut child)).await else {
         tracing::warn!(
             env,
             pid,
-            timeout_s = policy.timeout_s.get(),
-            "the compose helper timed out: stopping its processes"
+            timeout_s = timeout_s.get(),
+            "the helper timed out: stopping its processes"
         );
         tree.stop().await;
         if tokio::time::timeout(tree::GRACE, child.wait())
@@ -66,7 +65,7 @@ pub async fn run(
             let _ = child.wait().await;
         }
         tree.disarm();
-        return Err(ComposeError::TimedOut(policy.timeout_s.get()));
+        return Err(ComposeError::TimedOut(timeout_s.get()));
     };
     // Reaped: the pid is no longer ours to signal.
     tree.disarm();
@@ -98,7 +97,13 @@ async fn finish(child: &mut Child) -> (Vec<u8>, Vec<u8>, std::io::Result<ExitSta
 /// prefix's scope, 69 the store unreachable, 70 anything else).
 fn outcome(env: &str, status: ExitStatus, out: &[u8], err: &[u8]) -> Result<String, ComposeError> {
     let stderr = String::from_utf8_lossy(err);
-    let line: String = last_line(&stderr).chars().take(400).collect();
+    let mut line: String = last_line(&stderr).chars().take(400).collect();
+    if line.is_empty() {
+        line = format!(
+            "the helper exited with status {} and said nothing",
+            status.code().unwrap_or(-1)
+        );
+    }
     match status.code() {
         Some(0) => {
             let path = last_line(&String::from_utf8_lossy(out)).to_owned();

@@ -18,10 +18,13 @@
 //! global is held while a realisation runs, so other calls go on.
 
 pub mod cache;
+mod devshell;
 mod helper;
 mod tree;
 
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::num::NonZeroU64;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -82,6 +85,17 @@ pub struct Composer {
 type Key = (String, String, Vec<String>);
 type Cell = Arc<OnceCell<Outcome>>;
 
+/// One realisation: its cache key, the helper's argv, what it is given
+/// (a request file of names for packages, ENV REQUEST OUT; the flake for
+/// the project's dev shell, FLAKE OUT) and how long it may take.
+struct Job<'a> {
+    key: Key,
+    helper: &'a [String],
+    request: Option<&'a [String]>,
+    flake: Option<&'a Path>,
+    timeout_s: NonZeroU64,
+}
+
 /// A finished composition: the environment, or the failure and when.
 #[derive(Debug, Clone)]
 enum Outcome {
@@ -117,11 +131,16 @@ impl Composer {
             .get_or_init(|| self.realise(base, policy, names, started))
             .await
             .clone();
+        self.settle(&key, &cell, outcome)
+    }
+
+    /// What a finished composition gives its call.
+    fn settle(&self, key: &Key, cell: &Cell, outcome: Outcome) -> Result<Arc<Env>, ComposeError> {
         match outcome {
             Outcome::Ready(env) => Ok(env),
             Outcome::Failed(ComposeError::Busy(n), _) => {
                 // The set did not fail: the next call tries again.
-                self.forget(&key, &cell);
+                self.forget(key, cell);
                 Err(ComposeError::Busy(n))
             }
             Outcome::Failed(e, _) => Err(e),
@@ -187,24 +206,32 @@ impl Composer {
         names: &[String],
         started: impl FnOnce(),
     ) -> Outcome {
-        let key: Key = (base.name.clone(), base.store_path.clone(), names.to_vec());
-        match self.realise_key(&key, base, policy, started).await {
+        let job = Job {
+            key: (base.name.clone(), base.store_path.clone(), names.to_vec()),
+            helper: &policy.compose,
+            request: Some(names),
+            flake: None,
+            timeout_s: policy.timeout_s,
+        };
+        match self.realise_job(&job, base, started).await {
             Ok(env) => Outcome::Ready(env),
             Err(e) => Outcome::Failed(e, Instant::now()),
         }
     }
 
-    async fn realise_key(
+    /// Runs `job`'s helper (or finds its result in the cache) and loads
+    /// the environment named like `base` from what it built.
+    async fn realise_job(
         &self,
-        key: &Key,
-        base: &Arc<Env>,
-        policy: &OnDemand,
+        job: &Job<'_>,
+        base: &Env,
         started: impl FnOnce(),
     ) -> Result<Arc<Env>, ComposeError> {
+        let key = &job.key;
         let names = &key.2;
         let dir = self.cache.dir().map_err(ComposeError::Failed)?;
         let stem = stem(key);
-        let recorded = serde_json::json!({"store_path": base.store_path, "packages": names});
+        let recorded = serde_json::json!({"store_path": key.1, "packages": names});
         if let Some(hit) = Cache::find(&dir, &stem, &recorded)
             && let Ok(env) = self.load(base, names, &hit.0)
         {
@@ -212,7 +239,7 @@ impl Composer {
             tracing::info!(env = %base.name, packages = ?names, store_path = %env.store_path, "composed environment found in the cache");
             return Ok(env);
         }
-        let wait = Duration::from_secs(policy.timeout_s.get());
+        let wait = Duration::from_secs(job.timeout_s.get());
         let Ok(Ok(_slot)) =
             tokio::time::timeout(wait, Arc::clone(&self.slots).acquire_owned()).await
         else {
@@ -220,14 +247,36 @@ impl Composer {
             return Err(ComposeError::Busy(self.max_compositions));
         };
         started();
-        tracing::info!(env = %base.name, packages = ?names, "composing the environment with packages");
+        match job.flake {
+            Some(flake) => {
+                tracing::info!(env = %base.name, flake = %flake.display(), "building the environment from the project's dev shell")
+            }
+            None => {
+                tracing::info!(env = %base.name, packages = ?names, "composing the environment with packages")
+            }
+        }
         let begun = Instant::now();
+        let mut args: Vec<OsString> = Vec::new();
         let request = dir.join(format!("{stem}.request.json"));
-        std::fs::write(&request, serde_json::to_vec(names).unwrap_or_default()).map_err(|e| {
-            ComposeError::Failed(format!("cannot write {}: {e}", request.display()))
-        })?;
-        let outcome = helper::run(policy, &base.name, &request, &dir.join(&stem)).await;
-        let _ = std::fs::remove_file(&request);
+        if let Some(request_names) = job.request {
+            args.push(base.name.clone().into());
+            std::fs::write(
+                &request,
+                serde_json::to_vec(request_names).unwrap_or_default(),
+            )
+            .map_err(|e| {
+                ComposeError::Failed(format!("cannot write {}: {e}", request.display()))
+            })?;
+            args.push(request.clone().into());
+        }
+        if let Some(flake) = job.flake {
+            args.push(flake.into());
+        }
+        args.push(dir.join(&stem).into());
+        let outcome = helper::run(job.helper, &args, job.timeout_s, &base.name).await;
+        if job.request.is_some() {
+            let _ = std::fs::remove_file(&request);
+        }
         let path = outcome?;
         let env = self
             .load(base, names, Path::new(&path))
@@ -271,6 +320,7 @@ impl Composer {
         };
         env.packages_on_demand = None;
         env.added = names.to_vec();
+        env.dev_shell = None;
         Ok(Arc::new(env))
     }
 }

@@ -6,6 +6,7 @@
 use std::fmt;
 
 use crate::admission;
+use crate::catalog::PROJECT_ENV;
 use crate::catalog::names::{Allow, MAX_NAME_BYTES, MAX_PACKAGES, NameError};
 use crate::packages::ComposeError;
 use crate::session;
@@ -36,6 +37,7 @@ pub enum ErrorCode {
     NixUnreachable,
     PackagesFailed,
     SessionPackagesMismatch,
+    DevShellFailed,
 }
 
 impl ErrorCode {
@@ -63,6 +65,7 @@ impl ErrorCode {
             ErrorCode::NixUnreachable => "nix_unreachable",
             ErrorCode::PackagesFailed => "packages_failed",
             ErrorCode::SessionPackagesMismatch => "session_packages_mismatch",
+            ErrorCode::DevShellFailed => "dev_shell_failed",
         }
     }
 }
@@ -388,6 +391,34 @@ impl Refusal {
                 )
             }
         }
+    }
+
+    /// The `project` environment could not be built from the dev shell of
+    /// the flake in `flake`: one line naming the flake and the error.
+    pub fn dev_shell_failed(flake: &std::path::Path, e: &ComposeError) -> Self {
+        let flake = flake.display().to_string();
+        let why = match e {
+            ComposeError::Busy(_) => return Self::compose_failed(PROJECT_ENV, e),
+            ComposeError::TimedOut(s) => {
+                format!("building it took longer than {s} s and was stopped")
+            }
+            ComposeError::Unknown(line)
+            | ComposeError::NotCached(line)
+            | ComposeError::OutsideScope(line)
+            | ComposeError::Unreachable(line)
+            | ComposeError::Failed(line) => {
+                let line = line.strip_prefix(&format!("{flake}: ")).unwrap_or(line);
+                line.to_owned()
+            }
+        };
+        Self::new(
+            ErrorCode::DevShellFailed,
+            format!(
+                "the environment `{PROJECT_ENV}` could not be built from the dev shell of the \
+                 flake {flake}: {why}; nothing was run. The other environments work; tell the \
+                 user (`nix develop {flake}` shows the same error)."
+            ),
+        )
     }
 
     pub fn compose_failed(env: &str, e: &ComposeError) -> Self {

@@ -13,6 +13,7 @@ mod cgroup_v1;
 mod cli;
 mod common;
 mod deadline;
+mod devshell;
 mod errors;
 mod hostile;
 mod http;

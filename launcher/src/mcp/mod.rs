@@ -266,6 +266,17 @@ impl Server {
             }
         };
         let (code, files) = (&args.code, &args.files);
+        if let Some(port) = args.publish
+            && (args.session.is_none() || !env.publish.iter().any(|p| p.get() == port))
+        {
+            let in_session = args.session.is_some();
+            return Err(Refusal::port_not_allowed(
+                &env.name,
+                port,
+                &env.publish,
+                in_session,
+            ));
+        }
         // A call to a running session's jail with the packages it was made
         // with starts no jail: its wrapper is not looked at.
         let starts_jail = !(running && args.packages.is_none());
@@ -284,7 +295,16 @@ impl Server {
             }
             Target::Session(name) => {
                 let mirror = shared.mirror.as_ref();
-                let called = (client.sessions).call(&key, &name, &env, code, files, mirror, &ct);
+                let called = (client.sessions).call(
+                    &key,
+                    &name,
+                    &env,
+                    code,
+                    files,
+                    mirror,
+                    &ct,
+                    args.publish,
+                );
                 let outcome = progress.while_running(&env, None, called).await?;
                 let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
                 (client.links).note(&outcome.session, fresh, &outcome.outputs.items);

@@ -77,6 +77,14 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
             "items": {"type": "string"},
         });
     }
+    if catalog.envs.values().any(|e| !e.publish.is_empty()) {
+        // Which ports, in the environment's line of `env` (env_lines).
+        schema["properties"]["publish"] = json!({
+            "type": "integer",
+            "default": null,
+            "description": "Session port to publish to the host; the result names its address.",
+        });
+    }
     let Value::Object(schema) = schema else {
         unreachable!("a JSON object literal")
     };
@@ -98,6 +106,10 @@ fn env_lines(catalog: &Catalog, default: &str) -> String {
         };
         if let Some(network) = network_note(&env.network) {
             line.push_str(&format!(" ({network})"));
+        }
+        if !env.publish.is_empty() {
+            let ports: Vec<String> = env.publish.iter().map(ToString::to_string).collect();
+            line.push_str(&format!(" (publish {})", ports.join(", ")));
         }
         match env.name == default {
             true => lines.insert(0, line),

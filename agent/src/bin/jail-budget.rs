@@ -177,11 +177,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 size = Some(bytes.ok_or_else(|| format!("--project-size {value}: not a size"))?);
             }
             Long("net") => parsed.net = true,
-            Long("publish-fd") => {
-                parsed.publish_fd = Some(descriptor(&text(
-                    parser.value().map_err(|e| e.to_string())?,
-                )?)?);
-            }
+            Long("publish-fd") => parsed.publish_fd = Some(descriptor(parser.value())?),
             Long("ipc") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
                 let (name, value) = pair(&value)?;
@@ -202,9 +198,6 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             ));
         }
     }
-    if parsed.publish_fd.is_some() && !parsed.net {
-        return Err("--publish-fd needs --net".into());
-    }
     parsed.layer = match (layer, lower, size) {
         (Some(dir), Some(lower), Some(size)) => Some(Layer { dir, lower, size }),
         (None, None, None) => None,
@@ -212,12 +205,17 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             return Err("--project-layer, --project-lower and --project-size go together".into());
         }
     };
-    Ok(parsed)
+    match parsed.publish_fd.is_some() && !parsed.net {
+        true => Err("--publish-fd needs --net".into()),
+        false => Ok(parsed),
+    }
 }
 
 /// The descriptor `--publish-fd` names: a number above 2 (0 to 2 are the
 /// wrapper's stdio).
-fn descriptor(value: &str) -> Result<i32, String> {
+fn descriptor(value: Result<OsString, lexopt::Error>) -> Result<i32, String> {
+    let value = value.map_err(|e| e.to_string())?;
+    let value = value.to_string_lossy();
     let fd = value.parse().ok().filter(|&fd: &i32| fd > 2);
     fd.ok_or_else(|| format!("--publish-fd {value}: not a descriptor above 2"))
 }

@@ -266,17 +266,6 @@ impl Server {
             }
         };
         let (code, files) = (&args.code, &args.files);
-        if let Some(port) = args.publish
-            && (args.session.is_none() || !env.publish.iter().any(|p| p.get() == port))
-        {
-            let in_session = args.session.is_some();
-            return Err(Refusal::port_not_allowed(
-                &env.name,
-                port,
-                &env.publish,
-                in_session,
-            ));
-        }
         // A call to a running session's jail with the packages it was made
         // with starts no jail: its wrapper is not looked at.
         let starts_jail = !(running && args.packages.is_none());
@@ -326,7 +315,8 @@ impl Server {
 
     /// The checks every call passes before anything runs, runs and session
     /// calls alike, in the order their refusals are told: where it runs
-    /// (a valid session name, an environment with a session agent when one
+    /// (a valid session name, a port to publish that the environment
+    /// allows, from a session, an environment with a session agent when one
     /// is needed), the code (not empty, not too large, no NUL for the
     /// agent's frames), the wrapper (there and executable, when the call
     /// may start a jail: `starts_jail`), the sandbox (its probe passed).
@@ -343,6 +333,17 @@ impl Server {
             None if !args.files.is_empty() => Target::Throwaway,
             None => Target::Run,
         };
+        if let Some(port) = args.publish
+            && (args.session.is_none() || !env.publish.iter().any(|p| p.get() == port))
+        {
+            let in_session = args.session.is_some();
+            return Err(Refusal::port_not_allowed(
+                &env.name,
+                port,
+                &env.publish,
+                in_session,
+            ));
+        }
         let by_agent = !matches!(target, Target::Run);
         if by_agent && env.session.is_empty() {
             return Err(match target {

@@ -1,0 +1,148 @@
+//! Published ports through MCP, in fixture session jails (real bubblewrap;
+//! the fixture `jail` hands jail-budget the forwarder's descriptor as
+//! lib/jail/kernelBudgets.nix does): a web server the model starts in a
+//! session is fetched from the host, a port nothing listens on closes the
+//! host's connection and nothing else, the address goes with the session,
+//! and ports the environment does not publish are refused. As the test's
+//! user and as user 65534.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::*;
+
+/// The fixture manifest whose python sessions may publish 8000 and 8001,
+/// sessions marked with `mark`.
+fn publishing(mark: &str) -> Manifest {
+    let mut m = template();
+    let py = &mut m["environments"]["python"];
+    py["publish"] = json!([8000, 8001]);
+    py["session"].as_array_mut().unwrap().push(json!(mark));
+    Manifest::new(&m)
+}
+
+/// Starts `python -m http.server 8000` serving /workspace, with a file in
+/// it, and returns once it listens.
+const START_SERVER: &str = "import subprocess, socket, time
+open('/workspace/hello-from-the-jail.txt', 'w').write('hi')
+web = subprocess.Popen(['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1',
+    '--directory', '/workspace'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(100):
+    try:
+        socket.create_connection(('127.0.0.1', 8000)).close()
+        break
+    except OSError:
+        time.sleep(0.05)
+print('listening')";
+
+/// The address the result's `published:` line names.
+fn published(r: &rmcp::model::CallToolResult, port: u16) -> String {
+    let t = text(r);
+    let prefix = format!("published: {port} -> http://");
+    let line = t
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in {t}"));
+    assert!(line.starts_with("127.0.0.1:"), "{line}");
+    line.to_owned()
+}
+
+/// `GET /` through `addr`: the whole answer, or the error.
+fn get(addr: &str) -> std::io::Result<String> {
+    let mut conn = TcpStream::connect(addr)?;
+    conn.set_read_timeout(Some(Duration::from_secs(20)))?;
+    conn.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[tokio::test]
+async fn a_web_server_in_a_session_is_fetched_from_the_host_until_the_session_ends() {
+    for user in User::all() {
+        let mark = marker("publish");
+        let s = Server::start_command(
+            user.command(),
+            vec![publishing(&mark)],
+            &["--allow-wrappers-outside-store"],
+            &[("SESSION_IDLE_TIMEOUT", "3")],
+        )
+        .await;
+        let r = s
+            .call(json!({"env": "python", "session": "web", "code": START_SERVER, "publish": 8000}))
+            .await;
+        assert_eq!(r.is_error, Some(false), "{user:?}: {r:?}");
+        assert!(text(&r).contains("listening"), "{user:?}: {r:?}");
+        let addr = published(&r, 8000);
+        let page = get(&addr).unwrap();
+        assert!(page.starts_with("HTTP/1.0 200"), "{user:?}: {page}");
+        assert!(page.contains("hello-from-the-jail.txt"), "{user:?}: {page}");
+
+        // Asked again, the same address.
+        let r = s
+            .call(json!({"session": "web", "code": "1", "publish": 8000}))
+            .await;
+        assert_eq!(published(&r, 8000), addr, "{user:?}");
+
+        // A published port nothing listens on: the host's connection
+        // closes, the server says one line, and the other port still works.
+        let r = s
+            .call(json!({"session": "web", "code": "1", "publish": 8001}))
+            .await;
+        let empty = published(&r, 8001);
+        let answer = get(&empty);
+        assert!(
+            answer.as_ref().map_or(true, String::is_empty),
+            "{user:?}: {answer:?}"
+        );
+        assert!(get(&addr).unwrap().contains("hello-from-the-jail.txt"));
+        assert!(
+            eventually(|| s.stderr().contains("the jail's port 8001 refused it")).await,
+            "{user:?}: {}",
+            s.stderr()
+        );
+
+        // The session ends (idle): the address refuses, the server goes on.
+        assert!(
+            eventually(|| TcpStream::connect(&addr).is_err()).await,
+            "{user:?}: {addr} still open after the session ended"
+        );
+        let r = s.run("python", "print(6 * 7)").await;
+        assert!(text(&r).starts_with("42\n"), "{user:?}: {r:?}");
+        assert_no_process_left(&mark).await;
+    }
+}
+
+#[tokio::test]
+async fn ports_the_environment_does_not_publish_are_refused_with_one_line() {
+    let mark = marker("publish-refused");
+    let s = Server::start(vec![publishing(&mark)]).await;
+    let r = s
+        .call(json!({"env": "python", "session": "a", "code": "1", "publish": 9000}))
+        .await;
+    let t = assert_refused(&r, "port_not_allowed");
+    assert_eq!(t.lines().count(), 1, "{t}");
+    assert!(t.contains("port 9000") && t.contains("8000, 8001"), "{t}");
+    let r = s
+        .call(json!({"env": "python", "code": "1", "publish": 8000}))
+        .await;
+    let t = assert_refused(&r, "port_not_allowed");
+    assert!(
+        t.contains("needs a `session`") && t.contains("8000, 8001"),
+        "{t}"
+    );
+    let r = s
+        .call(json!({"env": "shell", "session": "b", "code": "true", "publish": 8000}))
+        .await;
+    let t = assert_refused(&r, "port_not_allowed");
+    assert!(t.contains("`shell` publishes no port"), "{t}");
+    let r = s
+        .call(json!({"env": "python", "session": "a", "code": "1", "publish": "8000"}))
+        .await;
+    assert_refused(&r, "invalid_arguments");
+    // Nothing ran: no session jail was started.
+    assert_no_process_now(&mark, "after refused calls");
+}

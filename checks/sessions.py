@@ -23,10 +23,12 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, only_env, pids
@@ -382,6 +384,64 @@ def t_expiry(args, scratch):
                "its state and /workspace files are gone")
 
 
+WEB_SERVER = """import subprocess, socket, time
+open('/workspace/hello-from-the-jail.txt', 'w').write('hi')
+web = subprocess.Popen(['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1',
+    '--directory', '/workspace'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(200):
+    try:
+        socket.create_connection(('127.0.0.1', 8000)).close()
+        break
+    except OSError:
+        time.sleep(0.05)
+print('listening')
+"""
+
+
+def published(result, text, port):
+    """The host address a result's `published: PORT -> http://ADDR` line names."""
+    prefix = f"published: {port} -> http://"
+    lines = [line.strip()[len(prefix):] for line in text.splitlines() if line.strip().startswith(prefix)]
+    check(not result.get("isError") and len(lines) == 1 and lines[0].startswith("127.0.0.1:"),
+          f"no {prefix!r} line: {result}")
+    return lines[0]
+
+
+def t_publish(args, scratch):
+    science = Path(args.science) / "share/nix-sandbox-mcp/manifest.json"
+    with Server(args, scratch, env={"SESSION_IDLE_TIMEOUT": "5"}, manifests=[science]) as s:
+        result = s.client.request("tools/call", {"name": "run", "arguments": {
+            "env": "science", "session": "web", "code": WEB_SERVER, "publish": 8000}})
+        result, text, _ = unpack(result)
+        check("listening" in text, f"the server did not start: {result}")
+        addr = published(result, text, 8000)
+        with urllib.request.urlopen(f"http://{addr}/", timeout=DEADLINE) as page:
+            body = page.read().decode()
+        check(page.status == 200 and "hello-from-the-jail.txt" in body, f"the listing: {body[:400]}")
+        for arguments, want in [
+            ({"env": "science", "session": "web", "code": "1", "publish": 9000}, "port 9000 is not one"),
+            ({"env": "science", "code": "1", "publish": 8000}, "needs a `session`"),
+            ({"env": "python", "session": "p", "code": "1", "publish": 8000}, "publishes no port"),
+        ]:
+            result, text, structured = unpack(s.client.request("tools/call", {"name": "run", "arguments": arguments}))
+            check(result.get("isError") and structured.get("error", {}).get("code") == "port_not_allowed"
+                  and want in text and len(text.splitlines()) == 1, f"{arguments}: {result}")
+
+        def refused():
+            try:
+                socket.create_connection(tuple_of(addr), timeout=2).close()
+                return False
+            except OSError:
+                return True
+        check(eventually(refused), f"{addr} still open after the session ended")
+        prints(s, "science", "after", "print(6 * 7)", "42\n")
+
+
+def tuple_of(addr):
+    host, port = addr.rsplit(":", 1)
+    return host, int(port)
+
+
 SIGNAL_PID_1 = """import os, signal, time
 for s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):
     os.kill(1, s)
@@ -492,6 +552,9 @@ def main():
         suite.test("two calls at once on one session: exactly one session_busy", t_busy, args, scratch)
         suite.test("32 sessions of one client at once, by default, keep separate state", t_thirty_two, args, scratch)
         suite.test("idle expiry and maximum lifetime end sessions and leave no process", t_expiry, args, scratch)
+        suite.test("a session's http.server on port 8000, published, answers the host's GET with its "
+                   "listing; ports not published are refused with one line; the address closes with the "
+                   "session", t_publish, args, scratch)
         suite.test("user code cannot signal the agent (the jail's pid 1); an agent killed from outside "
                    "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)
         suite.test("no session process survives the client going away (stdin closed)",

@@ -297,7 +297,7 @@ in
     };
 
     publish = mkOption {
-      type = types.listOf types.port;
+      type = types.listOf (types.ints.between 1 65535);
       default = [ ];
       description = ''
         Ports inside the jail that a session's `run` call may publish to

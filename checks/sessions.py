@@ -399,25 +399,45 @@ print('listening')
 
 
 def published(result, text, port):
-    """The host address a result's `published: PORT -> http://ADDR` line names."""
+    """The loopback address and Unix socket a result's
+    `published: PORT -> http://ADDR (private: unix:PATH)` line names."""
     prefix = f"published: {port} -> http://"
     lines = [line.strip()[len(prefix):] for line in text.splitlines() if line.strip().startswith(prefix)]
-    check(not result.get("isError") and len(lines) == 1 and lines[0].startswith("127.0.0.1:"),
-          f"no {prefix!r} line: {result}")
-    return lines[0]
+    check(not result.get("isError") and len(lines) == 1 and lines[0].startswith("127.0.0.1:")
+          and " (private: unix:" in lines[0], f"no {prefix!r} line with a Unix socket: {result}")
+    addr, private = lines[0].split(" (private: unix:")
+    return addr, private.rstrip(")")
+
+
+def get_unix(path):
+    """`GET /` through the Unix socket `path`: the whole answer."""
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(DEADLINE)
+        conn.connect(path)
+        conn.sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer.decode()
 
 
 def t_publish(args, scratch):
     science = Path(args.science) / "share/nix-sandbox-mcp/manifest.json"
-    with Server(args, scratch, env={"SESSION_IDLE_TIMEOUT": "5"}, manifests=[science]) as s:
+    runtime = tempfile.mkdtemp(dir=scratch, prefix="runtime-")
+    env = {"SESSION_IDLE_TIMEOUT": "5", "XDG_RUNTIME_DIR": runtime}
+    with Server(args, scratch, env=env, manifests=[science]) as s:
         result = s.client.request("tools/call", {"name": "run", "arguments": {
             "env": "science", "session": "web", "code": WEB_SERVER, "publish": 8000}})
         result, text, _ = unpack(result)
         check("listening" in text, f"the server did not start: {result}")
-        addr = published(result, text, 8000)
+        addr, private = published(result, text, 8000)
         with urllib.request.urlopen(f"http://{addr}/", timeout=DEADLINE) as page:
             body = page.read().decode()
         check(page.status == 200 and "hello-from-the-jail.txt" in body, f"the listing: {body[:400]}")
+        modes = (os.stat(private).st_mode & 0o777, os.stat(os.path.dirname(private)).st_mode & 0o777)
+        check(private.startswith(runtime) and modes == (0o600, 0o700), f"{private}: modes {modes}")
+        body = get_unix(private)
+        check("hello-from-the-jail.txt" in body, f"the listing through {private}: {body[:400]}")
         for arguments, want in [
             ({"env": "science", "session": "web", "code": "1", "publish": 9000}, "port 9000 is not one"),
             ({"env": "science", "code": "1", "publish": 8000}, "needs a `session`"),
@@ -434,6 +454,7 @@ def t_publish(args, scratch):
             except OSError:
                 return True
         check(eventually(refused), f"{addr} still open after the session ended")
+        check(eventually(lambda: not os.path.exists(private)), f"{private} left after the session ended")
         prints(s, "science", "after", "print(6 * 7)", "42\n")
 
 
@@ -553,8 +574,8 @@ def main():
         suite.test("32 sessions of one client at once, by default, keep separate state", t_thirty_two, args, scratch)
         suite.test("idle expiry and maximum lifetime end sessions and leave no process", t_expiry, args, scratch)
         suite.test("a session's http.server on port 8000, published, answers the host's GET with its "
-                   "listing; ports not published are refused with one line; the address closes with the "
-                   "session", t_publish, args, scratch)
+                   "listing, through loopback and the private Unix socket; ports not published are refused "
+                   "with one line; the addresses close with the session", t_publish, args, scratch)
         suite.test("user code cannot signal the agent (the jail's pid 1); an agent killed from outside "
                    "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)
         suite.test("no session process survives the client going away (stdin closed)",

@@ -223,7 +223,7 @@ impl Jail {
     /// The host address of the jail's port `port`, published now if it
     /// was not (session/publish.rs); `None` when its environment
     /// publishes no port.
-    pub async fn publish(&self, port: u16) -> Option<std::io::Result<std::net::SocketAddr>> {
+    pub async fn publish(&self, port: u16) -> Option<std::io::Result<super::publish::Address>> {
         Some(self.shared.publisher.as_ref()?.publish(port).await)
     }
 

@@ -264,7 +264,7 @@ impl Sessions {
         }
         if let (Some(port), Some(Slot::Jail(jail))) = (publish, lease.slot.as_ref()) {
             outcome.published = jail.publish(port).await.map(|addr| match addr {
-                Ok(addr) => format!("published: {port} -> http://{addr}"),
+                Ok(addr) => format!("published: {port} -> {addr}"),
                 Err(e) => format!("port {port} was not published: {e}"),
             });
         }

@@ -11,8 +11,11 @@
 //! jail's namespace (SCM_RIGHTS), else the connect's errno. The server
 //! then copies bytes both ways; the forwarder reads nothing of them.
 //!
-//! Each published port is a listener on 127.0.0.1 with an ephemeral port,
-//! owned by the jail: it closes with its connections when the jail goes
+//! Each published port is a listener on 127.0.0.1 with an ephemeral port
+//! and, when the server has a runtime directory (`XDG_RUNTIME_DIR`), a Unix
+//! socket of mode 0600 in a directory of mode 0700 the server makes there
+//! (the private way: only the server's user can connect), both owned by
+//! the jail: it closes with its connections when the jail goes
 //! (the session ends, resets or is evicted) or the server stops. At most
 //! [`MAX_CONNECTIONS`] connections at once per port, each closed after
 //! [`IDLE`] without a byte either way; a connection's buffers are
@@ -20,16 +23,18 @@
 //! as the host client takes it.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::Semaphore;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -47,7 +52,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// through it. Dropping it closes every listener and connection.
 pub struct Publisher {
     forwarder: Arc<Mutex<UnixStream>>,
-    published: Mutex<BTreeMap<u16, SocketAddr>>,
+    published: Mutex<BTreeMap<u16, Address>>,
     /// Cancelled on drop, and when the server stops (a child of its
     /// shutdown token).
     cancel: CancellationToken,
@@ -69,28 +74,124 @@ impl Publisher {
         }
     }
 
-    /// The host address of jail port `port`: the one it has, or a new
-    /// listener on 127.0.0.1.
-    pub async fn publish(&self, port: u16) -> io::Result<SocketAddr> {
+    /// The host addresses of jail port `port`: the ones it has, or new
+    /// listeners on 127.0.0.1 and, with a runtime directory, a Unix socket.
+    pub async fn publish(&self, port: u16) -> io::Result<Address> {
         if let Some(addr) = lock(&self.published).get(&port) {
-            return Ok(*addr);
+            return Ok(addr.clone());
         }
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
+        let tcp = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let unix = match socket_dir() {
+            Some(dir) => Some(bind_private(dir, port)?),
+            None => None,
+        };
+        let addr = Address {
+            tcp: tcp.local_addr()?,
+            unix: unix.as_ref().map(|(_, path)| path.clone()),
+        };
         let mut published = lock(&self.published);
         if let Some(addr) = published.get(&port) {
-            return Ok(*addr);
+            if let Some(path) = &addr.unix {
+                let _ = std::fs::remove_file(path);
+            }
+            return Ok(addr.clone());
         }
-        published.insert(port, addr);
+        published.insert(port, addr.clone());
         tracing::info!(session = %self.label, port, %addr, "port published");
-        tokio::spawn(serve(
-            listener,
-            port,
-            Arc::clone(&self.forwarder),
-            self.cancel.clone(),
-            self.label.clone(),
-        ));
+        let listeners = std::iter::once(Listener::Tcp(tcp))
+            .chain(unix.map(|(listener, _)| Listener::Unix(listener)));
+        for listener in listeners {
+            tokio::spawn(serve(
+                listener,
+                port,
+                Arc::clone(&self.forwarder),
+                self.cancel.clone(),
+                self.label.clone(),
+            ));
+        }
         Ok(addr)
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        for addr in lock(&self.published).values() {
+            if let Some(path) = &addr.unix {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+/// Where a published port is reached on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    pub tcp: SocketAddr,
+    /// The Unix socket, when the server has a runtime directory.
+    pub unix: Option<PathBuf>,
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}", self.tcp)?;
+        match &self.unix {
+            Some(path) => write!(f, " (private: unix:{})", path.display()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The directory of the server's published sockets: a fresh one of mode
+/// 0700 in `XDG_RUNTIME_DIR`, made once; `None` without a runtime
+/// directory, or when it cannot be made (said once).
+fn socket_dir() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?);
+        let dir = base.join(format!("nix-sandbox-mcp-ports.{}", std::process::id()));
+        let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        match made {
+            Ok(()) => Some(dir),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "published ports get no Unix socket");
+                None
+            }
+        }
+    })
+    .as_deref()
+}
+
+/// A Unix socket of mode 0600 in `dir` for jail port `port`, under a name
+/// nobody can guess ahead.
+fn bind_private(dir: &Path, port: u16) -> io::Result<(UnixListener, PathBuf)> {
+    use std::hash::{BuildHasher, RandomState};
+    use std::os::unix::fs::PermissionsExt;
+    let tag = RandomState::new().hash_one((std::process::id(), port));
+    let path = dir.join(format!("{tag:016x}-{port}.sock"));
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok((listener, path))
+}
+
+/// A host listener of a published port.
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// A host connection.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Listener {
+    async fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => l.accept().await.map(|(s, _)| Stream::Tcp(s)),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
+        }
     }
 }
 
@@ -101,7 +202,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Accepts host connections on `listener` until `cancel`, each carried to
 /// jail port `port` while fewer than [`MAX_CONNECTIONS`] are open.
 async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     port: u16,
     forwarder: Arc<Mutex<UnixStream>>,
     cancel: CancellationToken,
@@ -114,7 +215,7 @@ async fn serve(
             accepted = listener.accept() => accepted,
         };
         let host = match accepted {
-            Ok((host, _)) => host,
+            Ok(host) => host,
             Err(e) => {
                 // EMFILE and the like: the next accept may do.
                 tracing::warn!(session = %label, port, error = %e, "accepting a connection failed");
@@ -142,9 +243,15 @@ async fn serve(
                 }
                 Err(_) => return,
             };
+            let carried = async move {
+                match host {
+                    Stream::Tcp(host) => carry(host, jail).await,
+                    Stream::Unix(host) => carry(host, jail).await,
+                }
+            };
             tokio::select! {
                 () = cancel.cancelled() => {}
-                () = carry(host, jail) => {}
+                () = carried => {}
             }
         });
     }
@@ -231,8 +338,8 @@ fn ask(sock: &UnixStream, port: u16) -> Result<io::Result<TcpStream>, Broken> {
 /// Copies bytes both ways between `host` and `jail` through a buffer of
 /// [`BUFFER`] each way, until both sides have closed or [`IDLE`] passes
 /// without a byte.
-async fn carry(host: TcpStream, jail: TcpStream) {
-    let (mut host_r, mut host_w) = host.into_split();
+async fn carry(host: impl AsyncRead + AsyncWrite, jail: TcpStream) {
+    let (mut host_r, mut host_w) = tokio::io::split(host);
     let (mut jail_r, mut jail_w) = jail.into_split();
     let (mut up, mut down) = (vec![0u8; BUFFER], vec![0u8; BUFFER]);
     let (mut host_open, mut jail_open) = (true, true);

@@ -8,6 +8,8 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use serde_json::json;
@@ -38,22 +40,35 @@ for _ in range(100):
         time.sleep(0.05)
 print('listening')";
 
-/// The address the result's `published:` line names.
-fn published(r: &rmcp::model::CallToolResult, port: u16) -> String {
+/// The loopback address and the Unix socket the result's `published:`
+/// line names: `published: PORT -> http://ADDR (private: unix:PATH)`.
+fn published(r: &rmcp::model::CallToolResult, port: u16) -> (String, String) {
     let t = text(r);
     let prefix = format!("published: {port} -> http://");
     let line = t
         .lines()
         .find_map(|l| l.trim().strip_prefix(&prefix))
         .unwrap_or_else(|| panic!("no `{prefix}` line in {t}"));
-    assert!(line.starts_with("127.0.0.1:"), "{line}");
-    line.to_owned()
+    let (addr, private) = line.split_once(" (private: unix:").expect("a Unix socket");
+    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    (addr.to_owned(), private.trim_end_matches(')').to_owned())
 }
 
 /// `GET /` through `addr`: the whole answer, or the error.
 fn get(addr: &str) -> std::io::Result<String> {
-    let mut conn = TcpStream::connect(addr)?;
+    let conn = TcpStream::connect(addr)?;
     conn.set_read_timeout(Some(Duration::from_secs(20)))?;
+    exchange(conn)
+}
+
+/// `GET /` through the Unix socket `path`.
+fn get_unix(path: &str) -> std::io::Result<String> {
+    let conn = UnixStream::connect(path)?;
+    conn.set_read_timeout(Some(Duration::from_secs(20)))?;
+    exchange(conn)
+}
+
+fn exchange(mut conn: impl Read + Write) -> std::io::Result<String> {
     conn.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")?;
     let mut answer = String::new();
     conn.read_to_string(&mut answer)?;
@@ -64,11 +79,17 @@ fn get(addr: &str) -> std::io::Result<String> {
 async fn a_web_server_in_a_session_is_fetched_from_the_host_until_the_session_ends() {
     for user in User::all() {
         let mark = marker("publish");
+        // The server's runtime directory, where its private sockets go.
+        let runtime = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         let s = Server::start_command(
             user.command(),
             vec![publishing(&mark)],
             &["--allow-wrappers-outside-store"],
-            &[("SESSION_IDLE_TIMEOUT", "3")],
+            &[
+                ("SESSION_IDLE_TIMEOUT", "3"),
+                ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+            ],
         )
         .await;
         let r = s
@@ -76,23 +97,38 @@ async fn a_web_server_in_a_session_is_fetched_from_the_host_until_the_session_en
             .await;
         assert_eq!(r.is_error, Some(false), "{user:?}: {r:?}");
         assert!(text(&r).contains("listening"), "{user:?}: {r:?}");
-        let addr = published(&r, 8000);
+        let (addr, private) = published(&r, 8000);
         let page = get(&addr).unwrap();
         assert!(page.starts_with("HTTP/1.0 200"), "{user:?}: {page}");
+        assert!(page.contains("hello-from-the-jail.txt"), "{user:?}: {page}");
+        // The private way: a socket only the server's user may open, in a
+        // directory of its own.
+        assert!(
+            private.starts_with(runtime.path().to_str().unwrap()),
+            "{private}"
+        );
+        let socket = std::fs::metadata(&private).unwrap();
+        let dir = std::fs::metadata(std::path::Path::new(&private).parent().unwrap()).unwrap();
+        assert_eq!((socket.mode() & 0o777, dir.mode() & 0o777), (0o600, 0o700));
+        let page = get_unix(&private).unwrap();
         assert!(page.contains("hello-from-the-jail.txt"), "{user:?}: {page}");
 
         // Asked again, the same address.
         let r = s
             .call(json!({"session": "web", "code": "1", "publish": 8000}))
             .await;
-        assert_eq!(published(&r, 8000), addr, "{user:?}");
+        assert_eq!(
+            published(&r, 8000),
+            (addr.clone(), private.clone()),
+            "{user:?}"
+        );
 
         // A published port nothing listens on: the host's connection
         // closes, the server says one line, and the other port still works.
         let r = s
             .call(json!({"session": "web", "code": "1", "publish": 8001}))
             .await;
-        let empty = published(&r, 8001);
+        let (empty, _) = published(&r, 8001);
         let answer = get(&empty);
         assert!(
             answer.as_ref().map_or(true, String::is_empty),
@@ -109,6 +145,10 @@ async fn a_web_server_in_a_session_is_fetched_from_the_host_until_the_session_en
         assert!(
             eventually(|| TcpStream::connect(&addr).is_err()).await,
             "{user:?}: {addr} still open after the session ended"
+        );
+        assert!(
+            eventually(|| !std::path::Path::new(&private).exists()).await,
+            "{user:?}: {private} left after the session ended"
         );
         let r = s.run("python", "print(6 * 7)").await;
         assert!(text(&r).starts_with("42\n"), "{user:?}: {r:?}");

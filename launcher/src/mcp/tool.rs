@@ -329,6 +329,36 @@ mod tests {
         assert!(tool.input_schema["properties"].get("session").is_none());
     }
 
+    /// `publish` is offered only when an environment publishes ports, and
+    /// that environment's line says which.
+    #[test]
+    fn publish_is_offered_only_where_an_environment_publishes() {
+        let settings = session::Settings::default();
+        let plain = catalog(&[("python", false)]);
+        let tool = run_tool(&plain, &settings);
+        assert!(tool.input_schema["properties"].get("publish").is_none());
+        let c = testing::catalog([
+            testing::env("python").build(),
+            testing::env("web")
+                .with("description", json!("Python web"))
+                .with("publish", json!([8000, 8080]))
+                .build(),
+        ]);
+        let tool = run_tool(&c, &settings);
+        let publish = &tool.input_schema["properties"]["publish"];
+        assert_eq!(
+            (&publish["type"], &publish["default"]),
+            (&json!("integer"), &Value::Null)
+        );
+        let env = tool.input_schema["properties"]["env"]["description"]
+            .as_str()
+            .unwrap();
+        assert!(
+            env.ends_with("web: Python web (publish 8000, 8080)"),
+            "{env}"
+        );
+    }
+
     /// Only `code` is required; every other argument has a null default,
     /// so that schema-strict adapters keep it optional.
     #[test]

@@ -40,6 +40,25 @@ for _ in range(100):
         time.sleep(0.05)
 print('listening')";
 
+/// Starts a server on the jail's port 8001 that writes to each connection
+/// until it closes.
+const FLOOD: &str = "import socket, threading
+def flood(conn):
+    try:
+        while True:
+            conn.sendall(b'x' * 65536)
+    except OSError:
+        pass
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(('127.0.0.1', 8001))
+srv.listen()
+def serve():
+    while True:
+        threading.Thread(target=flood, args=(srv.accept()[0],), daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+print('flooding')";
+
 /// The loopback address and the Unix socket the result's `published:`
 /// line names: `published: PORT -> http://ADDR (private: unix:PATH)`.
 fn published(r: &rmcp::model::CallToolResult, port: u16) -> (String, String) {
@@ -141,6 +160,18 @@ async fn a_web_server_in_a_session_is_fetched_from_the_host_until_the_session_en
             s.stderr()
         );
 
+        // A jail flooding a connection: the host reads what it wants, then
+        // stops; the session's end closes the connection all the same.
+        let r = s.call(json!({"session": "web", "code": FLOOD})).await;
+        assert!(text(&r).contains("flooding"), "{user:?}: {r:?}");
+        let mut flooded = TcpStream::connect(&empty).unwrap();
+        flooded
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut chunk = vec![0u8; 1 << 20];
+        flooded.read_exact(&mut chunk).unwrap();
+        assert!(chunk.iter().all(|&b| b == b'x'));
+
         // The session ends (idle): the address refuses, the server goes on.
         assert!(
             eventually(|| TcpStream::connect(&addr).is_err()).await,
@@ -149,6 +180,21 @@ async fn a_web_server_in_a_session_is_fetched_from_the_host_until_the_session_en
         assert!(
             eventually(|| !std::path::Path::new(&private).exists()).await,
             "{user:?}: {private} left after the session ended"
+        );
+        // What the flood left in flight is bounded, then end of file.
+        let mut rest = Vec::new();
+        match flooded.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) => assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset,
+                "{user:?}: {e}"
+            ),
+        }
+        assert!(
+            rest.len() < 64 << 20,
+            "{user:?}: {} bytes after the end",
+            rest.len()
         );
         let r = s.run("python", "print(6 * 7)").await;
         assert!(text(&r).starts_with("42\n"), "{user:?}: {r:?}");

@@ -285,6 +285,40 @@ def t_loopback(sandboxes, online):
             thread.join()
 
 
+
+# What a network = true jail reads of the host's /etc for TLS: the CA
+# bundle where the host keeps one, whole and equal to the host's, named by
+# SSL_CERT_FILE; no other entry of /etc/ssl (never /etc/ssl/private).
+TLS_FILES = """
+import json, os
+def listing(top):
+    found = []
+    for root, dirs, files in os.walk(top):
+        found += [os.path.join(root, name) for name in dirs + files]
+    return sorted(found)
+bundle = os.environ.get("SSL_CERT_FILE")
+print(json.dumps({"listing": listing("/etc/ssl") + listing("/etc/pki"), "bundle": bundle,
+                  "size": os.path.getsize(bundle) if bundle else None}))
+"""
+BUNDLES = ["/etc/ssl/certs/ca-certificates.crt", "/etc/ssl/certs/ca-bundle.crt",
+           "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem", "/etc/pki/tls/cert.pem"]
+TLS_BOUND = BUNDLES + ["/etc/ssl/openssl.cnf", "/etc/ssl/certs/java/cacerts"]
+
+
+def t_tls_files(online):
+    _, entry = only_env(online)
+    result = run(entry["run"], stdin=TLS_FILES.encode())
+    check(result.returncode == 0, f"probe failed: {show(result)}")
+    seen = json.loads(result.stdout)
+    host = next((path for path in BUNDLES if os.access(path, os.R_OK)), None)
+    check(host is not None, "the host has no CA bundle to compare with")
+    check(seen["bundle"] == host, f"SSL_CERT_FILE is {seen['bundle']!r}, not the host's bundle {host}")
+    check(seen["size"] == os.path.getsize(host), f"the jail's bundle has {seen['size']} bytes, the host's {os.path.getsize(host)}")
+    files = {path for path in seen["listing"] if path not in TLS_BOUND}
+    dirs = {os.path.dirname(path) for path in TLS_BOUND} | {"/etc/ssl", "/etc/pki", "/etc/pki/tls"}
+    extra = sorted(files - dirs)
+    check(not extra, f"the jail sees more of the host's /etc/ssl than its CA bundles: {extra[:8]}")
+
 # Every way to listen on the port PORT (each family, the wildcards,
 # SO_REUSEPORT), each tried alone and said; then the first that binds
 # accepts clients for up to 8 s and prints what the first that sends
@@ -905,6 +939,8 @@ def main():
         suite.test("custom lib.mkSandbox environment (python + jq) runs", t_custom_jq, args.custom)
         suite.test("the host's loopback listener is unreachable from the jail (reachable with network = true)",
                    t_loopback, sandboxes, args.online)
+        suite.test("a network = true jail reads the host's CA bundle, named by SSL_CERT_FILE, and nothing else of "
+                   "/etc/ssl", t_tls_files, args.online)
         suite.test("a network = true jail cannot listen on the server's --http port, on ::1 nor anywhere; "
                    "a client reaching it on ::1 is answered by the server", t_listener, args.server, args.online, scratch)
         suite.test("the host's /root, /home, files and environment are invisible", t_isolation, sandboxes, scratch, args.hidden)

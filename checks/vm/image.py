@@ -33,9 +33,11 @@ MIRROR = "http://deb.debian.org/debian"
 # NixOS, nss-systemd (names for DynamicUser's users); the
 # interpreters, modules and tools the harness's host-backed package set
 # (checks/hostpkgs) links to in /usr, for the presets and the README
-# snippets' data-science (numpy, pandas); Debian's bubblewrap (the harness's
-# bwrap is a shim that calls /usr/bin/bwrap); python3 for the test driver;
-# busybox-static for the initramfs.
+# snippets' data-science (numpy, pandas), and the toolchains of the
+# language presets (Go, Rust, the JDK, GCC), which the benchmark's
+# languages step also runs directly as its baseline; Debian's bubblewrap
+# (the harness's bwrap is a shim that calls /usr/bin/bwrap); python3 for
+# the test driver; busybox-static for the initramfs.
 PACKAGES = [
     "systemd",
     "systemd-sysv",
@@ -47,6 +49,11 @@ PACKAGES = [
     "python3-numpy",
     "python3-pandas",
     "nodejs",
+    "golang-go",
+    "rustc",
+    "default-jdk-headless",
+    "gcc",
+    "g++",
     "bubblewrap",
     "jq",
     "ripgrep",

@@ -116,16 +116,10 @@ fn project_writable(value: Option<&OsStr>) -> Result<bool, String> {
 /// Reads `args` (without the program name) and the environment
 /// (`lookup`). The error is one line for stderr. `--help` and `--version`
 /// are answered whatever the environment holds.
-#[expect(
-    clippy::too_many_lines,
-    reason = "older than the 80-line lint: to split, not to copy"
-)]
 pub fn parse(
     args: impl IntoIterator<Item = OsString>,
     lookup: impl Fn(&str) -> Option<OsString>,
 ) -> Result<Options, String> {
-    use lexopt::prelude::*;
-
     let var = |setting: &Setting| lookup(setting.var_name()).filter(|v| !v.is_empty());
     let mut opts = Options {
         mode: Mode::Stdio,
@@ -147,9 +141,57 @@ pub fn parse(
         opts.manifests
             .extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
     }
-    let mut stdio = false;
-    // Numbers given as flags, by the setting they are for.
-    let mut numbers: Vec<(Key, u64)> = Vec::new();
+    let Some(flags) = read_flags(args, &mut opts)? else {
+        return Ok(opts);
+    };
+    if opts.mode == Mode::Http && flags.stdio {
+        return Err("--stdio and --http exclude each other".into());
+    }
+    if opts.mode != Mode::Http && (opts.token_file.is_some() || !opts.allowed_origins.is_empty()) {
+        return Err("--token-file and --allow-origin go with --http".into());
+    }
+    if opts.mode == Mode::Http && opts.token_file.is_none() {
+        opts.token_file = var(&TOKEN_FILE).map(PathBuf::from);
+    }
+    let numbers = Numbers {
+        flags: &flags.numbers,
+        lookup: &lookup,
+    };
+    opts.sessions = numbers.sessions()?;
+    opts.bounds = numbers.bounds()?;
+    opts.project_dir = var(&PROJECT_DIR);
+    if opts.project_dir.is_some() {
+        let mount = var(&PROJECT_MOUNT).and_then(|m| m.into_string().ok());
+        opts.project_mount = Some(mount.unwrap_or_else(|| PROJECT_MOUNT.text().into()));
+    }
+    opts.project_writable = project_writable(var(&PROJECT_WRITABLE).as_deref())?;
+    opts.output_dir = var(&OUTPUT_DIR).map(PathBuf::from);
+    opts.egress = egress::Settings {
+        hosts_file: var(&EGRESS_HOSTS).map(PathBuf::from),
+        extra_roots: var(&EGRESS_CA_ROOTS).map(PathBuf::from),
+    };
+    Ok(opts)
+}
+
+/// What the flags said that is not in [`Options`] yet.
+struct Flags {
+    stdio: bool,
+    /// Numbers given as flags, by the setting they are for.
+    numbers: Vec<(Key, u64)>,
+}
+
+/// Reads the flags into `opts`; `None` when one asked for `--help` or
+/// `--version` (the mode, then), which end the reading.
+fn read_flags(
+    args: impl IntoIterator<Item = OsString>,
+    opts: &mut Options,
+) -> Result<Option<Flags>, String> {
+    use lexopt::prelude::*;
+
+    let mut flags = Flags {
+        stdio: false,
+        numbers: Vec::new(),
+    };
     let mut parser = lexopt::Parser::from_args(args);
     let fail = |e: lexopt::Error| e.to_string();
     while let Some(arg) = parser.next().map_err(fail)? {
@@ -168,7 +210,7 @@ pub fn parse(
         };
         let text = || string(value.clone().unwrap_or_default(), &flag);
         match setting.key {
-            Key::Stdio => stdio = true,
+            Key::Stdio => flags.stdio = true,
             Key::Http => {
                 opts.mode = Mode::Http;
                 opts.http_addr = Some(text()?);
@@ -199,43 +241,43 @@ pub fn parse(
             | Key::OutputCallMb
             | Key::SessionIdleTimeout
             | Key::SessionMaxLifetime => {
-                numbers.push((setting.key, positive_flag(&flag, &text()?)?));
+                flags
+                    .numbers
+                    .push((setting.key, positive_flag(&flag, &text()?)?));
             }
             Key::AllowOutsideStore => opts.allow_outside_store = true,
             Key::Help => {
-                return Ok(Options {
-                    mode: Mode::Help,
-                    ..opts
-                });
+                opts.mode = Mode::Help;
+                return Ok(None);
             }
             Key::Version => {
-                return Ok(Options {
-                    mode: Mode::Version,
-                    ..opts
-                });
+                opts.mode = Mode::Version;
+                return Ok(None);
             }
             // Only variables have no key, and they have no flag.
             Key::Other => return Err(format!("{flag} is not a flag")),
         }
     }
-    if opts.mode == Mode::Http && stdio {
-        return Err("--stdio and --http exclude each other".into());
-    }
-    if opts.mode != Mode::Http && (opts.token_file.is_some() || !opts.allowed_origins.is_empty()) {
-        return Err("--token-file and --allow-origin go with --http".into());
-    }
-    if opts.mode == Mode::Http && opts.token_file.is_none() {
-        opts.token_file = var(&TOKEN_FILE).map(PathBuf::from);
-    }
-    // Each variable is checked even when its flag overrides it: a bad value
-    // is a mistake worth telling either way.
-    let number = |setting: &Setting| -> Result<u64, String> {
-        let flag = numbers
+    Ok(Some(flags))
+}
+
+/// The numeric settings: each from its flag, else its variable, else its
+/// default. Each variable is checked even when its flag overrides it: a
+/// bad value is a mistake worth telling either way.
+struct Numbers<'a, F> {
+    flags: &'a [(Key, u64)],
+    lookup: &'a F,
+}
+
+impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
+    fn number(&self, setting: &Setting) -> Result<u64, String> {
+        let flag = self
+            .flags
             .iter()
             .rev()
             .find(|(key, _)| *key == setting.key)
             .map(|&(_, n)| n);
-        let text = lookup(setting.var_name()).and_then(|v| v.into_string().ok());
+        let text = (self.lookup)(setting.var_name()).and_then(|v| v.into_string().ok());
         let from_var = match text.filter(|t| !t.trim().is_empty()) {
             None => None,
             Some(text) => {
@@ -243,45 +285,48 @@ pub fn parse(
             }
         };
         Ok(flag.or(from_var).unwrap_or(setting.number()))
-    };
-    let count =
-        |setting: &Setting| number(setting).map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-    let secs = |setting: &Setting| number(setting).map(Duration::from_secs);
-    let mib = |setting: &Setting| number(setting).map(|n| n.saturating_mul(1 << 20));
-    let max_total = count(&MAX_SESSIONS_TOTAL)?;
-    opts.sessions = session::Settings {
-        // A client's own cap is never more than all clients' together.
-        max_sessions: count(&MAX_SESSIONS)?.min(max_total),
-        max_total,
-        idle_timeout: secs(&SESSION_IDLE_TIMEOUT)?,
-        max_lifetime: secs(&SESSION_MAX_LIFETIME)?,
-    };
-    opts.bounds = Bounds {
-        max_runs: count(&MAX_RUNS)?,
-        max_compositions: count(&MAX_COMPOSITIONS)?,
-        packages_cache_max: count(&PACKAGES_CACHE_MAX)?,
-        client_runs_share: count(&CLIENT_RUNS_SHARE)?,
-        client_sessions_share: count(&CLIENT_SESSIONS_SHARE)?,
-        max_unread_bytes: count(&MAX_UNREAD_BYTES)?,
-        max_mcp_sessions: count(&MAX_MCP_SESSIONS)?,
-        mcp_idle_timeout: secs(&MCP_SESSION_IDLE_TIMEOUT)?,
-        max_connections: count(&MAX_CONNECTIONS)?,
-        read_timeout: secs(&REQUEST_READ_TIMEOUT)?,
-        output_max_bytes: mib(&OUTPUT_MAX_MB)?,
-        output_call_bytes: mib(&OUTPUT_CALL_MB)?,
-    };
-    opts.project_dir = var(&PROJECT_DIR);
-    if opts.project_dir.is_some() {
-        let mount = var(&PROJECT_MOUNT).and_then(|m| m.into_string().ok());
-        opts.project_mount = Some(mount.unwrap_or_else(|| PROJECT_MOUNT.text().into()));
     }
-    opts.project_writable = project_writable(var(&PROJECT_WRITABLE).as_deref())?;
-    opts.output_dir = var(&OUTPUT_DIR).map(PathBuf::from);
-    opts.egress = egress::Settings {
-        hosts_file: var(&EGRESS_HOSTS).map(PathBuf::from),
-        extra_roots: var(&EGRESS_CA_ROOTS).map(PathBuf::from),
-    };
-    Ok(opts)
+
+    fn count(&self, setting: &Setting) -> Result<usize, String> {
+        self.number(setting)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    fn secs(&self, setting: &Setting) -> Result<Duration, String> {
+        self.number(setting).map(Duration::from_secs)
+    }
+
+    fn mib(&self, setting: &Setting) -> Result<u64, String> {
+        self.number(setting).map(|n| n.saturating_mul(1 << 20))
+    }
+
+    fn sessions(&self) -> Result<session::Settings, String> {
+        let max_total = self.count(&MAX_SESSIONS_TOTAL)?;
+        Ok(session::Settings {
+            // A client's own cap is never more than all clients' together.
+            max_sessions: self.count(&MAX_SESSIONS)?.min(max_total),
+            max_total,
+            idle_timeout: self.secs(&SESSION_IDLE_TIMEOUT)?,
+            max_lifetime: self.secs(&SESSION_MAX_LIFETIME)?,
+        })
+    }
+
+    fn bounds(&self) -> Result<Bounds, String> {
+        Ok(Bounds {
+            max_runs: self.count(&MAX_RUNS)?,
+            max_compositions: self.count(&MAX_COMPOSITIONS)?,
+            packages_cache_max: self.count(&PACKAGES_CACHE_MAX)?,
+            client_runs_share: self.count(&CLIENT_RUNS_SHARE)?,
+            client_sessions_share: self.count(&CLIENT_SESSIONS_SHARE)?,
+            max_unread_bytes: self.count(&MAX_UNREAD_BYTES)?,
+            max_mcp_sessions: self.count(&MAX_MCP_SESSIONS)?,
+            mcp_idle_timeout: self.secs(&MCP_SESSION_IDLE_TIMEOUT)?,
+            max_connections: self.count(&MAX_CONNECTIONS)?,
+            read_timeout: self.secs(&REQUEST_READ_TIMEOUT)?,
+            output_max_bytes: self.mib(&OUTPUT_MAX_MB)?,
+            output_call_bytes: self.mib(&OUTPUT_CALL_MB)?,
+        })
+    }
 }
 
 /// A positive integer (seconds or a count).

@@ -73,10 +73,6 @@ use crate::wrapper::{Spawner, WrapperEnv};
 /// How long the exit waits for reaper threads after the runs were killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "older than the 80-line lint: to split, not to copy"
-)]
 fn main() -> ExitCode {
     let opts = match config::parse(std::env::args_os().skip(1), |var| std::env::var_os(var)) {
         Ok(opts) => opts,
@@ -91,13 +87,7 @@ fn main() -> ExitCode {
         Mode::Stdio | Mode::Http | Mode::Check => {}
     }
     init_logging();
-    let catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
-    for error in &catalog.errors {
-        tracing::error!(%error, "manifest refused; its environments are not served");
-    }
-    for note in &catalog.notes {
-        tracing::warn!(%note, "manifest field unknown to this server; the environment is served");
-    }
+    let catalog = load_catalog(&opts);
     // The self-test's host facts: cgroups (made ready here), the jails' user.
     let host = match Host::detect() {
         Ok(host) => Arc::new(host),
@@ -110,64 +100,18 @@ fn main() -> ExitCode {
         tracing::info!("self-test: {line}");
     }
     let _teardown = Teardown(Arc::clone(&host));
-    let problems = preflight::check(&opts, &host);
-    // A problem that would fail every call stops the server here, in one
-    // line each (an MCP client shows the server's stderr); the others are
-    // logged and the server goes on.
-    if opts.mode != Mode::Check {
-        for problem in problems.iter().filter(|p| !p.fatal) {
-            tracing::error!("{problem}");
-        }
-        if problems.iter().any(|p| p.fatal) {
-            for problem in problems.iter().filter(|p| p.fatal) {
-                eprintln!("nix-sandbox-mcp: {problem}");
-            }
-            return ExitCode::from(2);
-        }
-    }
+    let problems = match preflight_or_stop(&opts, &host) {
+        Ok(problems) => problems,
+        Err(code) => return code,
+    };
     // Once the server will serve: a refused start says only why.
-    match fdlimit::raise() {
-        Ok(r) if r.now > r.was => tracing::info!(
-            "open files: the soft limit {} raised to the hard limit {}",
-            r.was,
-            r.now
-        ),
-        Ok(r) => tracing::info!("open files: the soft limit is the hard one, {}", r.now),
-        Err(e) => tracing::warn!(error = %e, "open files: the soft limit could not be raised"),
-    }
-    // The packages cache is checked before the user namespace below, in
-    // which other users' files would show as the overflow uid.
-    let packages_cache = packages::cache::Cache::new(
-        |name| std::env::var_os(name),
-        opts.bounds.packages_cache_max,
-    );
-    if catalog
-        .envs
-        .values()
-        .any(|env| env.packages_on_demand.is_some())
-    {
-        packages_cache.prepare();
-    }
+    raise_open_files();
+    // Before the user namespace below, in which other users' files would
+    // show as the overflow uid.
+    let packages_cache = packages_cache(&opts, &catalog);
     // Before the runtime: a process makes a user namespace only while it
     // has one thread.
-    let mut jails = Jails::contain(
-        host.root,
-        host.userns_problem.as_deref(),
-        host.jail_users.is_some(),
-    );
-    match &jails {
-        Jails::Contained(..) => tracing::info!("self-test: {}", jails.report()),
-        Jails::Loose(_) => tracing::warn!("self-test: {}", jails.report()),
-    }
-    let budgets = jails.budget_report(host.jail_users.is_some());
-    if let Some(line) = &budgets {
-        tracing::info!("self-test: {line}");
-    }
-    if let (Some(cgroups), Some(pid)) = (&host.cgroups, jails.init_pid())
-        && let Err(e) = cgroups.place_init(pid)
-    {
-        tracing::warn!(error = %e, "the jails' init stays in the server's cgroup");
-    }
+    let (mut jails, budgets) = contain(&host);
     // After the jails' pid namespace: its init, a fork of this process,
     // holds no copy of the secrets the proxy reads.
     let runtime = host.jail_users.as_ref().map(|users| users.runtime_dir());
@@ -199,43 +143,158 @@ fn main() -> ExitCode {
         }
     };
     let code = if opts.mode == Mode::Check {
-        let mut out = std::io::stdout().lock();
-        // The listener's sockets are the runtime's.
-        let (listener_ok, listener) = runtime.block_on(async { mcp::listen::check() });
-        let checked = writeln!(out, "{}\n{listener}", jails.report())
-            .and_then(|()| {
-                budgets
-                    .as_ref()
-                    .map_or(Ok(()), |line| writeln!(out, "{line}"))
-            })
-            .and_then(|()| {
-                let check = probe::run_check(&catalog, &problems, &spawner, &mut out);
-                runtime.block_on(check).map(|ok| ok && listener_ok)
-            })
-            .and_then(|ok| {
-                let mount = opts.project_mount.as_deref();
-                let check = project_check::check(mount, &project, &catalog, &spawner);
-                match runtime.block_on(check) {
-                    Some((held, line)) => writeln!(out, "{line}").map(|()| ok && held),
-                    None => Ok(ok),
-                }
-            });
-        match checked {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::FAILURE,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot write the report");
-                ExitCode::FAILURE
-            }
-        }
+        let facts = Facts {
+            jails: &jails,
+            budgets: budgets.as_deref(),
+            catalog: &catalog,
+            problems: &problems,
+            spawner: &spawner,
+            project: &project,
+        };
+        check(&runtime, &facts, opts.project_mount.as_deref())
     } else {
         serve(&runtime, opts, catalog, spawner, packages_cache)
     };
-    // Every jail dies with the namespace's init, and the wrappers' reaper
-    // tasks (wrapper/reaper.rs) reap them and remove their cgroups before
-    // the runtime stops; without the namespace, dropping the tasks kills
-    // what is left of the calls (their guards). A reaper stuck on an
-    // unkillable process must not hold the exit.
+    finish(&mut jails, runtime);
+    code
+}
+
+/// The manifests' environments; each one refused, and each field this
+/// server does not know, logged.
+fn load_catalog(opts: &config::Options) -> Catalog {
+    let catalog = Catalog::load(&opts.manifests, opts.allow_outside_store);
+    for error in &catalog.errors {
+        tracing::error!(%error, "manifest refused; its environments are not served");
+    }
+    for note in &catalog.notes {
+        tracing::warn!(%note, "manifest field unknown to this server; the environment is served");
+    }
+    catalog
+}
+
+/// The packages cache, its directory checked when an environment takes
+/// packages on demand.
+fn packages_cache(opts: &config::Options, catalog: &Catalog) -> packages::cache::Cache {
+    let cache = packages::cache::Cache::new(
+        |name| std::env::var_os(name),
+        opts.bounds.packages_cache_max,
+    );
+    if catalog
+        .envs
+        .values()
+        .any(|env| env.packages_on_demand.is_some())
+    {
+        cache.prepare();
+    }
+    cache
+}
+
+/// The preflight's problems: each one that would fail every call stops
+/// the server here (`Err`), in one line each on stderr (an MCP client
+/// shows the server's stderr); the others are logged and the server goes
+/// on. `--check` reports them all itself.
+fn preflight_or_stop(
+    opts: &config::Options,
+    host: &Host,
+) -> Result<Vec<preflight::Problem>, ExitCode> {
+    let problems = preflight::check(opts, host);
+    if opts.mode != Mode::Check {
+        for problem in problems.iter().filter(|p| !p.fatal) {
+            tracing::error!("{problem}");
+        }
+        if problems.iter().any(|p| p.fatal) {
+            for problem in problems.iter().filter(|p| p.fatal) {
+                eprintln!("nix-sandbox-mcp: {problem}");
+            }
+            return Err(ExitCode::from(2));
+        }
+    }
+    Ok(problems)
+}
+
+/// Raises the soft limit of open files to the hard one, and says so.
+fn raise_open_files() {
+    match fdlimit::raise() {
+        Ok(r) if r.now > r.was => tracing::info!(
+            "open files: the soft limit {} raised to the hard limit {}",
+            r.was,
+            r.now
+        ),
+        Ok(r) => tracing::info!("open files: the soft limit is the hard one, {}", r.now),
+        Err(e) => tracing::warn!(error = %e, "open files: the soft limit could not be raised"),
+    }
+}
+
+/// The jails' pid namespace (lifetime.rs), its init placed in the jails'
+/// cgroup when there is one, and the self-test's line on the kernel
+/// budgets; each said.
+fn contain(host: &Host) -> (Jails, Option<String>) {
+    let jails = Jails::contain(
+        host.root,
+        host.userns_problem.as_deref(),
+        host.jail_users.is_some(),
+    );
+    match &jails {
+        Jails::Contained(..) => tracing::info!("self-test: {}", jails.report()),
+        Jails::Loose(_) => tracing::warn!("self-test: {}", jails.report()),
+    }
+    let budgets = jails.budget_report(host.jail_users.is_some());
+    if let Some(line) = &budgets {
+        tracing::info!("self-test: {line}");
+    }
+    if let (Some(cgroups), Some(pid)) = (&host.cgroups, jails.init_pid())
+        && let Err(e) = cgroups.place_init(pid)
+    {
+        tracing::warn!(error = %e, "the jails' init stays in the server's cgroup");
+    }
+    (jails, budgets)
+}
+
+/// What `--check` reports on.
+struct Facts<'a> {
+    jails: &'a Jails,
+    budgets: Option<&'a str>,
+    catalog: &'a Catalog,
+    problems: &'a [preflight::Problem],
+    spawner: &'a Spawner,
+    project: &'a project_check::Project,
+}
+
+/// `--check`: the jails, the listener, the budgets, a probe of every
+/// environment and the project's layer, on stdout; success when all hold.
+fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&str>) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    // The listener's sockets are the runtime's.
+    let (listener_ok, listener) = runtime.block_on(async { mcp::listen::check() });
+    let checked = writeln!(out, "{}\n{listener}", facts.jails.report())
+        .and_then(|()| facts.budgets.map_or(Ok(()), |line| writeln!(out, "{line}")))
+        .and_then(|()| {
+            let check = probe::run_check(facts.catalog, facts.problems, facts.spawner, &mut out);
+            runtime.block_on(check).map(|ok| ok && listener_ok)
+        })
+        .and_then(|ok| {
+            let check = project_check::check(mount, facts.project, facts.catalog, facts.spawner);
+            match runtime.block_on(check) {
+                Some((held, line)) => writeln!(out, "{line}").map(|()| ok && held),
+                None => Ok(ok),
+            }
+        });
+    match checked {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot write the report");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ends every jail: they die with the namespace's init, and the wrappers'
+/// reaper tasks (wrapper/reaper.rs) reap them and remove their cgroups
+/// before the runtime stops; without the namespace, dropping the tasks
+/// kills what is left of the calls (their guards). A reaper stuck on an
+/// unkillable process must not hold the exit.
+fn finish(jails: &mut Jails, runtime: tokio::runtime::Runtime) {
     jails.kill();
     if matches!(jails, Jails::Contained(..))
         && !runtime.block_on(wrapper::reaper::finish(SHUTDOWN_GRACE))
@@ -246,7 +305,6 @@ fn main() -> ExitCode {
     if !jails.reap(SHUTDOWN_GRACE) {
         tracing::warn!("jails still ending at exit; the kernel ends them");
     }
-    code
 }
 
 /// MCP over stdio or HTTP until the client goes or a signal comes.

@@ -1,7 +1,7 @@
 # Takes { environment, ... } and jail.nix's combinators; returns the
 # permission that gives the jail an identity of its own, nothing of the
 # host's: the hostname `sandbox` (bubblewrap's --hostname in the jail's
-# UTS namespace; with `network = true`, jail.nix's network permission sets
+# UTS namespace; with `network = true`, hostNetwork.nix sets
 # the same and writes /etc/hostname), the code running as uid and gid 1000
 # inside (bubblewrap maps them to the caller's), and /etc/passwd and
 # /etc/group of its own, store files naming root, sandbox (1000, home
@@ -24,6 +24,6 @@ c.compose (
       nogroup:x:65534:
     '')
   ]
-  # network.nix's `c.network` passes --hostname itself.
+  # hostNetwork.nix passes --hostname itself.
   ++ (if environment.network == true then [ ] else [ (c.unsafe-add-raw-args "--hostname sandbox") ])
 )

@@ -1,7 +1,7 @@
 # Takes { pkgs, environment, ... } and jail.nix's combinators; returns the
 # jail's network permission:
-# - `network = true`: jail.nix's network permission (the host's network
-#   namespace, DNS and TLS files);
+# - `network = true`: the host's network namespace, and the files name
+#   resolution and TLS read (hostNetwork.nix);
 # - `network = false`: nothing; the jail keeps a network namespace of its
 #   own with only loopback in it;
 # - a policy: the same namespace of its own, and the launcher's egress
@@ -41,7 +41,7 @@ let
   ];
 in
 if network == true then
-  c.network
+  import ./hostNetwork.nix (builtins.attrNames environment.env) c
 else if network == false then
   c.compose [ ]
 else

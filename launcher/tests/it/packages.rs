@@ -322,12 +322,13 @@ async fn the_timeout_kills_the_helper_and_every_process_it_started() {
     for user in User::all() {
         let f = Fixture::new();
         let run = Run { user, env: &[] };
-        let server = f.server_as(json!("any"), 1, run).await;
+        // 2 s: the fixture starts its children before anything else.
+        let server = f.server_as(json!("any"), 2, run).await;
         let r = server
             .call(json!({"code": "print(1)", "packages": ["slow"]}))
             .await;
         let t = assert_refused(&r, "packages_timed_out");
-        assert!(t.contains("longer than 1 s"), "{t}");
+        assert!(t.contains("longer than 2 s"), "{t}");
         for name in ["slow", "slow-child", "slow-session", "slow-orphan"] {
             let pid = pid_in(&f.path(&format!("out/{name}.pid")))
                 .unwrap_or_else(|| panic!("as {user:?}: the helper wrote no {name}.pid"));

@@ -19,6 +19,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -177,7 +178,9 @@ impl Jail {
             user,
             pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
         )?;
-        let publisher = pair.map(|(ours, _theirs)| Publisher::new(ours, &spawner.shutdown, label));
+        let runtime = spawner.env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
+        let publisher =
+            pair.map(|(ours, _theirs)| Publisher::new(ours, &spawner.shutdown, label, runtime));
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let cpu = cgroup.as_ref().and_then(RunCgroup::cpu_meter).map(Box::new);
         let shared = Arc::new(Shared {

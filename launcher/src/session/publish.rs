@@ -58,14 +58,23 @@ pub struct Publisher {
     cancel: CancellationToken,
     _guard: DropGuard,
     label: String,
+    /// The server's runtime directory (`XDG_RUNTIME_DIR`), if it has one.
+    runtime: Option<PathBuf>,
 }
 
 impl Publisher {
     /// A publisher over `forwarder` (the server's end of the socket pair)
-    /// for the session `label`, ending with `shutdown`.
-    pub fn new(forwarder: UnixStream, shutdown: &CancellationToken, label: &str) -> Self {
+    /// for the session `label`, ending with `shutdown`, its private sockets
+    /// under `runtime`.
+    pub fn new(
+        forwarder: UnixStream,
+        shutdown: &CancellationToken,
+        label: &str,
+        runtime: Option<PathBuf>,
+    ) -> Self {
         let cancel = shutdown.child_token();
         Self {
+            runtime,
             forwarder: Arc::new(Mutex::new(forwarder)),
             published: Mutex::new(BTreeMap::new()),
             _guard: cancel.clone().drop_guard(),
@@ -81,7 +90,7 @@ impl Publisher {
             return Ok(addr.clone());
         }
         let tcp = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let unix = match socket_dir() {
+        let unix = match self.runtime.as_deref().and_then(socket_dir) {
             Some(dir) => Some(bind_private(dir, port)?),
             None => None,
         };
@@ -142,14 +151,13 @@ impl fmt::Display for Address {
 }
 
 /// The directory of the server's published sockets: a fresh one of mode
-/// 0700 in `XDG_RUNTIME_DIR`, made once; `None` without a runtime
-/// directory, or when it cannot be made (said once).
-fn socket_dir() -> Option<&'static Path> {
+/// 0700 in `runtime` (the server's `XDG_RUNTIME_DIR`, the same for every
+/// session), made once; `None` when it cannot be made (said once).
+fn socket_dir(runtime: &Path) -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
         use std::os::unix::fs::DirBuilderExt;
-        let base = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?);
-        let dir = base.join(format!("nix-sandbox-mcp-ports.{}", std::process::id()));
+        let dir = runtime.join(format!("nix-sandbox-mcp-ports.{}", std::process::id()));
         let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
         match made {
             Ok(()) => Some(dir),

@@ -88,6 +88,11 @@ impl WrapperEnv {
         Self(vars)
     }
 
+    /// The value of `name` among them.
+    pub fn get(&self, name: &str) -> Option<&OsStr> {
+        self.vars().find(|(k, _)| *k == name).map(|(_, v)| v)
+    }
+
     fn vars(&self) -> impl Iterator<Item = (&'static str, &OsStr)> {
         self.0.iter().map(|(k, v)| (*k, v.as_os_str()))
     }

@@ -1,7 +1,8 @@
 # Takes pkgs and lib.mkSandbox; returns the end-to-end tests' own
 # environments: `custom`, a Python with jq added and small tmpfs limits,
 # `online`, the same with network = true, `science`, a Python with numpy
-# (python3.withPackages, for sessions.py), `plots`, a Python with numpy and
+# (python3.withPackages, for sessions.py) whose sessions may publish port
+# 8000, `plots`, a Python with numpy and
 # matplotlib (for artifacts.py's plt.show()), the adversarial suite's
 # `tight-python` and `tight-shell`, with limits small enough to hit fast,
 # and `egress`, a Python with pip and curl whose network is a policy (egress.py:
@@ -49,6 +50,7 @@ in
     interpreter = "python";
     description = "Python with numpy";
     packages = [ (pkgs.python3.withPackages (ps: [ ps.numpy ])) ];
+    publish = [ 8000 ];
   };
   plots = mkSandbox pkgs {
     name = "plots";

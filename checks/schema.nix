@@ -75,6 +75,7 @@ let
       caBundle = null;
     };
     seccomp.allow = [ "ptrace" ];
+    publish = [ 8000 ];
     env.FOO = "bar";
     extraCombinators = c: [ (c.set-hostname "every") ];
   };
@@ -129,6 +130,7 @@ in
           program
           description
           network
+          publish
           ;
         seccomp.allow = [ "ptrace" ];
         env.FOO = "bar";

@@ -23,10 +23,12 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, only_env, pids
@@ -382,6 +384,86 @@ def t_expiry(args, scratch):
                "its state and /workspace files are gone")
 
 
+WEB_SERVER = """import subprocess, socket, time
+open('/workspace/hello-from-the-jail.txt', 'w').write('hi')
+web = subprocess.Popen(['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1',
+    '--directory', '/workspace'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(200):
+    try:
+        socket.create_connection(('127.0.0.1', 8000)).close()
+        break
+    except OSError:
+        time.sleep(0.05)
+print('listening')
+"""
+
+
+def published(result, text, port):
+    """The loopback address and Unix socket a result's
+    `published: PORT -> http://ADDR (private: unix:PATH)` line names."""
+    prefix = f"published: {port} -> http://"
+    lines = [line.strip()[len(prefix):] for line in text.splitlines() if line.strip().startswith(prefix)]
+    check(not result.get("isError") and len(lines) == 1 and lines[0].startswith("127.0.0.1:")
+          and " (private: unix:" in lines[0], f"no {prefix!r} line with a Unix socket: {result}")
+    addr, private = lines[0].split(" (private: unix:")
+    return addr, private.rstrip(")")
+
+
+def get_unix(path):
+    """`GET /` through the Unix socket `path`: the whole answer."""
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(DEADLINE)
+        conn.connect(path)
+        conn.sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer.decode()
+
+
+def t_publish(args, scratch):
+    science = Path(args.science) / "share/nix-sandbox-mcp/manifest.json"
+    runtime = tempfile.mkdtemp(dir=scratch, prefix="runtime-")
+    env = {"SESSION_IDLE_TIMEOUT": "5", "XDG_RUNTIME_DIR": runtime}
+    with Server(args, scratch, env=env, manifests=[science]) as s:
+        result = s.client.request("tools/call", {"name": "run", "arguments": {
+            "env": "science", "session": "web", "code": WEB_SERVER, "publish": 8000}})
+        result, text, _ = unpack(result)
+        check("listening" in text, f"the server did not start: {result}")
+        addr, private = published(result, text, 8000)
+        with urllib.request.urlopen(f"http://{addr}/", timeout=DEADLINE) as page:
+            body = page.read().decode()
+        check(page.status == 200 and "hello-from-the-jail.txt" in body, f"the listing: {body[:400]}")
+        modes = (os.stat(private).st_mode & 0o777, os.stat(os.path.dirname(private)).st_mode & 0o777)
+        check(private.startswith(runtime) and modes == (0o600, 0o700), f"{private}: modes {modes}")
+        body = get_unix(private)
+        check("hello-from-the-jail.txt" in body, f"the listing through {private}: {body[:400]}")
+        for arguments, want in [
+            ({"env": "science", "session": "web", "code": "1", "publish": 9000}, "port 9000 is not one"),
+            ({"env": "science", "code": "1", "publish": 8000}, "needs a `session`"),
+            ({"env": "python", "session": "p", "code": "1", "publish": 8000}, "publishes no port"),
+        ]:
+            result, text, structured = unpack(s.client.request("tools/call", {"name": "run", "arguments": arguments}))
+            check(result.get("isError") and structured.get("error", {}).get("code") == "port_not_allowed"
+                  and want in text and len(text.splitlines()) == 1, f"{arguments}: {result}")
+
+        def refused():
+            try:
+                socket.create_connection(tuple_of(addr), timeout=2).close()
+                return False
+            except OSError:
+                return True
+        check(eventually(refused), f"{addr} still open after the session ended")
+        check(eventually(lambda: not os.path.exists(private)), f"{private} left after the session ended")
+        result, text, _ = s.call("science", "after", "print(6 * 7)")
+        check(not result.get("isError") and text.startswith("42\n"), f"after: {result}")
+
+
+def tuple_of(addr):
+    host, port = addr.rsplit(":", 1)
+    return host, int(port)
+
+
 SIGNAL_PID_1 = """import os, signal, time
 for s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):
     os.kill(1, s)
@@ -492,6 +574,9 @@ def main():
         suite.test("two calls at once on one session: exactly one session_busy", t_busy, args, scratch)
         suite.test("32 sessions of one client at once, by default, keep separate state", t_thirty_two, args, scratch)
         suite.test("idle expiry and maximum lifetime end sessions and leave no process", t_expiry, args, scratch)
+        suite.test("a session's http.server on port 8000, published, answers the host's GET with its "
+                   "listing, through loopback and the private Unix socket; ports not published are refused "
+                   "with one line; the addresses close with the session", t_publish, args, scratch)
         suite.test("user code cannot signal the agent (the jail's pid 1); an agent killed from outside "
                    "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)
         suite.test("no session process survives the client going away (stdin closed)",

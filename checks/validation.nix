@@ -82,6 +82,21 @@ in
   ) "${label} `limits.memory_mb` must be a positive integer (got \"1G\")";
   limit-zero = sandbox (good // { limits.cpu_s = 0; }) "${label} `limits.cpu_s` must be a positive integer (got 0)";
   unknown-limit = sandbox (good // { limits.memroy_mb = 1; }) "${label} `limits` has unknown limits memroy_mb";
+  publish-with-open-network = sandbox (
+    good
+    // {
+      network = true;
+      publish = [ 8000 ];
+    }
+  ) "${label} `publish` is not for `network = true`";
+  publish-egress-port = sandbox (
+    good
+    // {
+      network.allow = [ ];
+      publish = [ 3128 ];
+    }
+  ) "${label} `publish` names 3128, the jail's egress proxy";
+  publish-not-a-port = sandbox (good // { publish = [ 0 ]; }) "${label} `publish` must hold only";
   network-not-bool = sandbox (
     good // { network = "yes"; }
   ) "${label} `network` must be true, false or { allow = [ RULE ]; credentials = { ... }; }";

@@ -296,6 +296,24 @@ in
       '';
     };
 
+    publish = mkOption {
+      type = types.listOf (types.ints.between 1 65535);
+      default = [ ];
+      description = ''
+        Ports inside the jail that a session's `run` call may publish to
+        the host (`publish = PORT`): the server listens on an ephemeral
+        port of 127.0.0.1 and carries each connection to 127.0.0.1:PORT in
+        the session's jail, until the session ends. Any user of the host
+        can connect to a loopback port (docs/security.md). Not with
+        `network = true`, whose ports are the host's already; not the
+        egress proxy's port (3128) with a network policy.
+      '';
+      example = [
+        8000
+        8080
+      ];
+    };
+
     seccomp = mkOption {
       type =
         types.either types.bool (

@@ -186,7 +186,13 @@ let
     )
     ++ lib.optional (unknownCalls != [ ])
       "argument `seccomp.allow` names calls, socket families or protocols the filter does not refuse: ${lib.concatStringsSep ", " unknownCalls} (it refuses: ${lib.concatStringsSep ", " seccompCalls})"
-    ++ networkProblems;
+    ++ networkProblems
+    ++ lib.optional (
+      environment.network == true && environment.publish != [ ]
+    ) "argument `publish` is not for `network = true`: the jail's ports are the host's already (use network = false or a policy)"
+    ++ lib.optional (
+      policy != null && lib.elem (import ./egress.nix).port environment.publish
+    ) "argument `publish` names ${toString (import ./egress.nix).port}, the jail's egress proxy: publish another port";
 
   failures =
     if !builtins.isAttrs arguments then

@@ -62,6 +62,9 @@ in
       limits
       ;
     inherit network;
+    # Ports a session may publish to the host (jail/kernelBudgets.nix
+    # makes their jail's network namespace and the forwarder).
+    inherit (environment) publish;
     run = [ "${storePath}/bin/sandbox-${name}" ] ++ (import ./interpreters.nix).${interpreter}.runArgs;
     session = [ "${storePath}/bin/sandbox-${name}-session" ];
     packages = unique (builtins.concatMap names environment.packages);

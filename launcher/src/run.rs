@@ -151,7 +151,15 @@ pub async fn run(
 ) -> Result<RunOutcome, StartError> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + spec.timeout;
-    let wrapper = wrapper::spawn(spec.argv, spec.limits, spec.env, host, spec.gate, spec.user)?;
+    let wrapper = wrapper::spawn(
+        spec.argv,
+        spec.limits,
+        spec.env,
+        host,
+        spec.gate,
+        spec.user,
+        None,
+    )?;
     let group = wrapper.group;
 
     let mut out = Cap::new(spec.output_bytes);

@@ -1,7 +1,7 @@
-# Takes { pkgs, ... } and jail.nix's combinators; returns the permission
-# that starts bubblewrap through the agent package's jail-budget: a user
-# namespace of the jail's own, mapping the caller's uid and gid to
-# themselves, whose per-user kernel limits and rlimits are
+# Takes { pkgs, environment, ... } and jail.nix's combinators; returns the
+# permission that starts bubblewrap through the agent package's
+# jail-budget: a user namespace of the jail's own, mapping the caller's uid
+# and gid to themselves, whose per-user kernel limits and rlimits are
 # ../kernelBudgets.nix, and an IPC namespace of the jail's own with its
 # System V limits (bubblewrap shares it instead of making one with the
 # kernel's defaults). The jail, nested below it, holds no capability
@@ -10,24 +10,48 @@
 # the wrapper with status 2 and one line on stderr. It also mounts the
 # session's project layer when projectMount.nix asks for one (the
 # run-time array sandbox_project_layer, which that file always sets).
-{ pkgs, ... }:
+#
+# An environment that publishes ports (`publish`, never with
+# `network = true`) gets its network namespace from jail-budget too
+# (`--net`: loopback up, bubblewrap shares it), and, when the launcher
+# hands a session wrapper the forwarder's socket
+# ($NIX_SANDBOX_PUBLISH_FD, an inherited descriptor), `--publish-fd`:
+# jail-budget keeps a forwarder in that namespace, outside the jail's
+# view, through which the launcher connects to the jail's ports.
+{ pkgs, environment, ... }:
 c:
 let
   inherit (pkgs) lib;
   budgets = import ../kernelBudgets.nix;
   jailBudget = "${pkgs.callPackage ../../package.nix { }}/bin/jail-budget";
+  publishes = environment.publish != [ ];
   flags =
     lib.mapAttrsToList (name: value: "--sysctl ${name}=${toString value}") budgets.sysctls
     ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits
-    ++ lib.mapAttrsToList (name: value: "--ipc ${name}=${toString value}") budgets.ipc;
+    ++ lib.mapAttrsToList (name: value: "--ipc ${name}=${toString value}") budgets.ipc
+    ++ lib.optionals publishes [
+      "--net"
+      "\"\${sandbox_publish[@]}\""
+    ];
 in
-c.compose [
-  (c.share-ns "ipc")
-  (
-    s:
-    s
-    // {
-      cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_project_layer[@]}\" -- ${s.cmd}";
-    }
-  )
-]
+c.compose (
+  [ (c.share-ns "ipc") ]
+  ++ lib.optionals publishes [
+    (c.share-ns "net")
+    (c.add-runtime ''
+      sandbox_publish=()
+      if [ -n "''${NIX_SANDBOX_PUBLISH_FD:-}" ]; then
+        sandbox_publish=(--publish-fd "$NIX_SANDBOX_PUBLISH_FD")
+      fi
+    '')
+  ]
+  ++ [
+    (
+      s:
+      s
+      // {
+        cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_project_layer[@]}\" -- ${s.cmd}";
+      }
+    )
+  ]
+)

@@ -20,7 +20,8 @@
 //! rlimit, and the segments outlive the processes that made them.
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
-//!               [--project-layer DIR --project-lower PATH --project-size BYTES] -- PROGRAM [ARGS...]
+//!               [--project-layer DIR --project-lower PATH --project-size BYTES]
+//!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
 //! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`; NAME of
@@ -43,18 +44,35 @@
 //! at most BYTES. The mount must be made by this process, which holds every
 //! capability in the namespace until it execs; bubblewrap below holds none
 //! here.
+//!
+//! With `--net` (an environment that publishes ports, docs/sessions.md) it
+//! also makes the jail's network namespace, owned by the budget namespace,
+//! and brings its loopback up, as bubblewrap does for one of its own
+//! (bubblewrap then shares it). With `--publish-fd FD` as well (a session
+//! jail: FD is one end of a Unix socket pair whose other end the server
+//! holds), it forks a forwarder that stays in that network namespace but
+//! outside bubblewrap's pid and mount namespaces, so the jail can neither
+//! see nor signal it, and closes FD in the process that becomes bubblewrap,
+//! so the jail never holds it. The forwarder reads a port (two bytes, big
+//! endian) at a time on FD, connects to 127.0.0.1:PORT in the jail's
+//! namespace and answers one byte: 0 with the connected socket attached
+//! (SCM_RIGHTS), else the connect's errno. It reads nothing the jail
+//! sends, and ends when the server closes its end or bubblewrap ends.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use nix::sched::CloneFlags;
+
+#[path = "jail-budget/forward.rs"]
+mod forward;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
                      [--ipc NAME=VALUE]... \
                      [--project-layer DIR --project-lower PATH --project-size BYTES] \
-                     -- PROGRAM [ARGS...]";
+                     [--net [--publish-fd FD]] -- PROGRAM [ARGS...]";
 
 /// The System V limits of an IPC namespace that `--ipc` may set, each a
 /// file of /proc/sys/kernel.
@@ -73,6 +91,10 @@ struct Args {
     ipc: Vec<(String, String)>,
     /// The session's project layer, when the project is writable.
     layer: Option<Layer>,
+    /// Whether to make the jail's network namespace.
+    net: bool,
+    /// The server's end of the forwarder's socket pair, with `net`.
+    publish_fd: Option<i32>,
     program: OsString,
     args: Vec<OsString>,
 }
@@ -123,6 +145,8 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
         rlimits: Vec::new(),
         ipc: Vec::new(),
         layer: None,
+        net: false,
+        publish_fd: None,
         program,
         args: command.collect(),
     };
@@ -152,6 +176,8 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 let bytes = value.parse().ok().filter(|&n: &u64| n > 0);
                 size = Some(bytes.ok_or_else(|| format!("--project-size {value}: not a size"))?);
             }
+            Long("net") => parsed.net = true,
+            Long("publish-fd") => parsed.publish_fd = Some(descriptor(parser.value())?),
             Long("ipc") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
                 let (name, value) = pair(&value)?;
@@ -179,7 +205,19 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             return Err("--project-layer, --project-lower and --project-size go together".into());
         }
     };
-    Ok(parsed)
+    match parsed.publish_fd.is_some() && !parsed.net {
+        true => Err("--publish-fd needs --net".into()),
+        false => Ok(parsed),
+    }
+}
+
+/// The descriptor `--publish-fd` names: a number above 2 (0 to 2 are the
+/// wrapper's stdio).
+fn descriptor(value: Result<OsString, lexopt::Error>) -> Result<i32, String> {
+    let value = value.map_err(|e| e.to_string())?;
+    let value = value.to_string_lossy();
+    let fd = value.parse().ok().filter(|&fd: &i32| fd > 2);
+    fd.ok_or_else(|| format!("--publish-fd {value}: not a descriptor above 2"))
 }
 
 /// Files one `--ipc NAME=VALUE`: a file of [`IPC_FILES`], or a field of
@@ -325,6 +363,15 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     Ok(())
 }
 
+/// Makes the jail's network namespace, owned by the user namespace this
+/// process holds every capability in, and brings its loopback up.
+fn enter_net_namespace() -> Result<(), String> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWNET).map_err(|e| {
+        format!("cannot make the jail's network namespace: unshare(CLONE_NEWNET): {e}")
+    })?;
+    forward::loopback_up().map_err(|e| format!("cannot bring the jail's loopback up: {e}"))
+}
+
 /// Writes one limit of this namespace and reads it back.
 fn set_sysctl(name: &str, value: u64) -> Result<(), String> {
     write_and_check(&format!("/proc/sys/user/{name}"), &value.to_string())
@@ -393,6 +440,9 @@ fn budgets(args: &Args) -> Result<(), String> {
     args.sysctls
         .iter()
         .try_for_each(|(name, value)| set_sysctl(name, *value))?;
+    if args.net {
+        enter_net_namespace()?;
+    }
     if !args.ipc.is_empty() {
         enter_ipc_namespace(&args.ipc)?;
         enter_namespace(false, outside)?;
@@ -424,6 +474,12 @@ fn main() -> ExitCode {
         eprintln!(
             "jail-budget: {e}; the jail's kernel budgets cannot be set, so it does not start"
         );
+        return ExitCode::from(2);
+    }
+    if let Some(fd) = args.publish_fd
+        && let Err(e) = forward::start(fd)
+    {
+        eprintln!("jail-budget: cannot start the port forwarder: {e}; the jail does not start");
         return ExitCode::from(2);
     }
     let e = std::process::Command::new(&args.program)
@@ -464,6 +520,8 @@ mod tests {
                 rlimits: vec![(Resource::RLIMIT_SIGPENDING, 1024)],
                 ipc: vec![],
                 layer: None,
+                net: false,
+                publish_fd: None,
                 program: "/bin/bwrap".into(),
                 args: args(&["--unshare-all", "--", "sh"]),
             }
@@ -495,6 +553,9 @@ mod tests {
             ],
             &["--ipc", "core_pattern=1", "--", "x"],
             &["--ipc", "semmsl=250", "--", "x"],
+            &["--publish-fd", "5", "--", "x"],
+            &["--net", "--publish-fd", "1", "--", "x"],
+            &["--net", "--publish-fd", "x", "--", "x"],
         ] {
             assert!(parse(args(bad)).is_err(), "{bad:?}");
         }

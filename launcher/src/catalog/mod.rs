@@ -138,6 +138,12 @@ pub struct Env {
     /// they could, whose sessions then see the project read-only.
     #[serde(default)]
     pub project_layer: bool,
+    /// Ports inside a session's jail that a call may publish to the host
+    /// (session/publish.rs); its session wrapper then takes the
+    /// forwarder's socket (`NIX_SANDBOX_PUBLISH_FD`). Empty for a sandbox
+    /// built before them.
+    #[serde(default)]
+    pub publish: Vec<std::num::NonZeroU16>,
     /// What the jail may take of its host user's per-user kernel counters
     /// (lib/kernelBudgets.nix), which its wrapper sets before bubblewrap:
     /// `/proc/sys/user` limits by name (`max_inotify_instances`) and

@@ -12,7 +12,8 @@
 //! read through a deserializer of this module's whose error type records
 //! the kind of fault ([`Fault`]); the field comes from the fault's path.
 //! When arguments have several faults, the first told is the first in the
-//! order: unknown arguments, `code`, `env`, `session`, `files`, `packages`.
+//! order: unknown arguments, `code`, `env`, `session`, `files`, `packages`,
+//! `publish`.
 
 use std::fmt;
 
@@ -36,6 +37,9 @@ pub struct RunArgs {
     /// nixpkgs attribute names to add to the environment (checked later,
     /// against the environment's policy: catalog/names.rs).
     pub packages: Option<Vec<String>>,
+    /// A port of the session's jail to publish to the host (checked
+    /// later, against the environment's `publish`).
+    pub publish: Option<u16>,
 }
 
 /// The arguments as given: what serde checks.
@@ -51,6 +55,8 @@ struct Given {
     files: Option<Vec<Value>>,
     #[serde(default)]
     packages: Option<Vec<String>>,
+    #[serde(default)]
+    publish: Option<u16>,
 }
 
 /// One file as given.
@@ -63,12 +69,13 @@ struct GivenFile {
 
 /// The fields of [`Given`], in the order their faults are told; only `code`
 /// is required.
-const ARGUMENTS: [(&str, bool); 5] = [
+const ARGUMENTS: [(&str, bool); 6] = [
     ("code", true),
     ("env", false),
     ("session", false),
     ("files", false),
     ("packages", false),
+    ("publish", false),
 ];
 
 /// The fields of [`GivenFile`]: both are required.
@@ -85,6 +92,7 @@ impl RunArgs {
                     (Fault::MissingField(field), _) => invalid(&format!("`{field}` is missing")),
                     (_, Some("files")) => invalid("`files` must be a list"),
                     (_, Some("packages")) => invalid("`packages` must be a list of strings"),
+                    (_, Some("publish")) => invalid("`publish` must be a port number (1 to 65535)"),
                     (_, Some(field)) => invalid(&format!("`{field}` must be a string")),
                     (Fault::Other(problem), None) => invalid(&problem),
                     (Fault::WrongType, None) => invalid("the arguments must be an object"),
@@ -96,6 +104,7 @@ impl RunArgs {
             session: given.session,
             files: files(given.files.unwrap_or_default())?,
             packages: given.packages,
+            publish: given.publish,
         })
     }
 }

@@ -100,6 +100,7 @@ fn arguments_are_checked() {
             session: None,
             files: Vec::new(),
             packages: None,
+            publish: None,
         }
     );
     assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);

@@ -293,7 +293,16 @@ impl Server {
             }
             Target::Session(name) => {
                 let mirror = shared.mirror.as_ref();
-                let called = (client.sessions).call(&key, &name, &env, code, files, mirror, &ct);
+                let called = (client.sessions).call(
+                    &key,
+                    &name,
+                    &env,
+                    code,
+                    files,
+                    mirror,
+                    &ct,
+                    args.publish,
+                );
                 let outcome = progress.while_running(&env, None, called).await?;
                 let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
                 (client.links).note(&outcome.session, fresh, &outcome.outputs.items);
@@ -315,7 +324,8 @@ impl Server {
 
     /// The checks every call passes before anything runs, runs and session
     /// calls alike, in the order their refusals are told: where it runs
-    /// (a valid session name, an environment with a session agent when one
+    /// (a valid session name, a port to publish that the environment
+    /// allows, from a session, an environment with a session agent when one
     /// is needed), the code (not empty, not too large, no NUL for the
     /// agent's frames), the wrapper (there and executable, when the call
     /// may start a jail: `starts_jail`), the sandbox (its probe passed).
@@ -332,6 +342,17 @@ impl Server {
             None if !args.files.is_empty() => Target::Throwaway,
             None => Target::Run,
         };
+        if let Some(port) = args.publish
+            && (args.session.is_none() || !env.publish.iter().any(|p| p.get() == port))
+        {
+            let in_session = args.session.is_some();
+            return Err(Refusal::port_not_allowed(
+                &env.name,
+                port,
+                &env.publish,
+                in_session,
+            ));
+        }
         let by_agent = !matches!(target, Target::Run);
         if by_agent && env.session.is_empty() {
             return Err(match target {

@@ -77,6 +77,14 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
             "items": {"type": "string"},
         });
     }
+    if catalog.envs.values().any(|e| !e.publish.is_empty()) {
+        // Which ports, in the environment's line of `env` (env_lines).
+        schema["properties"]["publish"] = json!({
+            "type": "integer",
+            "default": null,
+            "description": "Session port to publish to the host; the result names its address.",
+        });
+    }
     let Value::Object(schema) = schema else {
         unreachable!("a JSON object literal")
     };
@@ -98,6 +106,10 @@ fn env_lines(catalog: &Catalog, default: &str) -> String {
         };
         if let Some(network) = network_note(&env.network) {
             line.push_str(&format!(" ({network})"));
+        }
+        if !env.publish.is_empty() {
+            let ports: Vec<String> = env.publish.iter().map(ToString::to_string).collect();
+            line.push_str(&format!(" (publish {})", ports.join(", ")));
         }
         match env.name == default {
             true => lines.insert(0, line),
@@ -315,6 +327,36 @@ mod tests {
         );
         // No environment has sessions: no `session` argument is offered.
         assert!(tool.input_schema["properties"].get("session").is_none());
+    }
+
+    /// `publish` is offered only when an environment publishes ports, and
+    /// that environment's line says which.
+    #[test]
+    fn publish_is_offered_only_where_an_environment_publishes() {
+        let settings = session::Settings::default();
+        let plain = catalog(&[("python", false)]);
+        let tool = run_tool(&plain, &settings);
+        assert!(tool.input_schema["properties"].get("publish").is_none());
+        let c = testing::catalog([
+            testing::env("python").build(),
+            testing::env("web")
+                .with("description", json!("Python web"))
+                .with("publish", json!([8000, 8080]))
+                .build(),
+        ]);
+        let tool = run_tool(&c, &settings);
+        let publish = &tool.input_schema["properties"]["publish"];
+        assert_eq!(
+            (&publish["type"], &publish["default"]),
+            (&json!("integer"), &Value::Null)
+        );
+        let env = tool.input_schema["properties"]["env"]["description"]
+            .as_str()
+            .unwrap();
+        assert!(
+            env.ends_with("web: Python web (publish 8000, 8080)"),
+            "{env}"
+        );
     }
 
     /// Only `code` is required; every other argument has a null default,

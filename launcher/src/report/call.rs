@@ -194,6 +194,7 @@ fn render(env: &Env, o: &Outcome) -> String {
     notes.extend(outputs::lines(&o.outputs, o.throwaway));
     notes.extend(o.refusals.iter().cloned());
     notes.extend(o.project.iter().cloned());
+    notes.extend(o.published.iter().cloned());
     if o.shutdown {
         notes.push("the server is stopping: session closed".into());
     } else if o.ended_after {

@@ -38,6 +38,7 @@ pub enum ErrorCode {
     PackagesFailed,
     SessionPackagesMismatch,
     DevShellFailed,
+    PortNotAllowed,
 }
 
 impl ErrorCode {
@@ -59,6 +60,7 @@ impl ErrorCode {
             ErrorCode::FilesTooLarge => "files_too_large",
             ErrorCode::BadPackageName => "bad_package_name",
             ErrorCode::PackagesNotAllowed => "packages_not_allowed",
+            ErrorCode::PortNotAllowed => "port_not_allowed",
             ErrorCode::UnknownPackage => "unknown_package",
             ErrorCode::PackageNotCached => "package_not_cached",
             ErrorCode::PackagesTimedOut => "packages_timed_out",
@@ -339,6 +341,35 @@ impl Refusal {
 }
 
 impl Refusal {
+    /// `publish = port` that `env` does not allow (`allowed`), or without a
+    /// session (`in_session` false).
+    pub fn port_not_allowed(
+        env: &str,
+        port: u16,
+        allowed: &[std::num::NonZeroU16],
+        in_session: bool,
+    ) -> Self {
+        let list = allowed
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let message = match (allowed.is_empty(), in_session) {
+            (true, _) => format!(
+                "environment `{env}` publishes no port; nothing was run. Call without `publish`."
+            ),
+            (false, false) => format!(
+                "`publish` needs a `session` (the port closes with it); nothing was run. \
+                 Name a session; `{env}` publishes {list}."
+            ),
+            (false, true) => format!(
+                "port {port} is not one that `{env}` publishes ({list}); nothing was run. \
+                 Listen on one of those."
+            ),
+        };
+        Self::new(ErrorCode::PortNotAllowed, message)
+    }
+
     /// `env` takes no packages on demand (the server's policy is off, or
     /// it is not one of the server's own environments).
     pub fn packages_off(env: &str) -> Self {

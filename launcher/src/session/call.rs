@@ -147,6 +147,8 @@ pub struct CallOutcome {
     /// The session's jails have a project layer: a reset, or a session
     /// that ended, lost its changes too.
     pub layered: bool,
+    /// The line naming the port the call published and its host address.
+    pub published: Option<String>,
 }
 
 impl CallOutcome {
@@ -169,6 +171,7 @@ impl CallOutcome {
             refusals: Vec::new(),
             project: None,
             layered: false,
+            published: None,
         }
     }
 }

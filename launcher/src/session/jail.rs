@@ -17,6 +17,9 @@
 use std::borrow::Cow;
 use std::hash::{BuildHasher, RandomState};
 use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
 use super::cpu::{self, CpuWatch};
+use super::publish::Publisher;
 use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
@@ -121,6 +125,9 @@ struct Shared {
     exited: AtomicBool,
     /// Its copy-on-write project layer, when the project is writable.
     layer: Option<Arc<Layer>>,
+    /// Its published ports, when its environment publishes any: they
+    /// close once the jail is dropped and its wrapper has exited.
+    publisher: Option<Publisher>,
 }
 
 /// A fresh project layer for a session jail of `env`, when the project is
@@ -145,10 +152,23 @@ impl Jail {
         let (user, gate) = spawner.prepare(env)?;
         let gate = gate.map(Box::new);
         let layer = take_layer(env, spawner)?;
-        let wrapper_env = match &layer {
+        let mut wrapper_env = match &layer {
             Some(layer) => Cow::Owned(spawner.env.with(layer.var())),
             None => Cow::Borrowed(&*spawner.env),
         };
+        // The forwarder's socket pair when the environment publishes ports:
+        // the wrapper inherits one end, the server keeps the other.
+        let pair = match env.publish.is_empty() {
+            true => None,
+            false => Some(UnixStream::pair().map_err(StartError::Spawn)?),
+        };
+        if let Some((_, theirs)) = &pair {
+            let var = (
+                "NIX_SANDBOX_PUBLISH_FD",
+                theirs.as_raw_fd().to_string().into(),
+            );
+            wrapper_env = Cow::Owned(wrapper_env.with(var));
+        }
         let wrapper = wrapper::spawn(
             &env.session,
             &env.limits,
@@ -156,12 +176,17 @@ impl Jail {
             &spawner.host,
             gate.as_deref(),
             user,
+            pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
         )?;
+        let runtime = spawner.env.get("XDG_RUNTIME_DIR").map(PathBuf::from);
+        let publisher =
+            pair.map(|(ours, _theirs)| Publisher::new(ours, &spawner.shutdown, label, runtime));
         let (reaped, cgroup) = (wrapper.reaped, wrapper.cgroup);
         let cpu = cgroup.as_ref().and_then(RunCgroup::cpu_meter).map(Box::new);
         let shared = Arc::new(Shared {
             exited: AtomicBool::new(false),
             layer,
+            publisher,
         });
         let flag = Arc::clone(&shared);
         wrapper::reaper::track(async move {
@@ -196,6 +221,13 @@ impl Jail {
             cpu,
             cpu_watch: Box::default(),
         })
+    }
+
+    /// The host address of the jail's port `port`, published now if it
+    /// was not (session/publish.rs); `None` when its environment
+    /// publishes no port.
+    pub async fn publish(&self, port: u16) -> Option<std::io::Result<super::publish::Address>> {
+        Some(self.shared.publisher.as_ref()?.publish(port).await)
     }
 
     /// Whether it has a project layer (the project is writable).

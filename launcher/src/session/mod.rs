@@ -44,6 +44,7 @@ pub mod jail;
 pub mod lease;
 mod names;
 pub mod outputs;
+pub mod publish;
 mod table;
 pub mod throwaway;
 pub mod verify;
@@ -175,7 +176,8 @@ impl Sessions {
 
     /// Runs `code` in session `name` of `env`, creating the session (held
     /// by `client`) if it does not exist, after writing `files` into its
-    /// /workspace; collects the outputs (mirrored when `mirror` is set).
+    /// /workspace; collects the outputs (mirrored when `mirror` is set);
+    /// then publishes the jail's port `publish` (one `env` allows).
     /// Refusals (wrong environment, busy, too many) come before anything
     /// runs.
     #[allow(clippy::too_many_arguments)]
@@ -188,6 +190,7 @@ impl Sessions {
         files: &[FileIn],
         mirror: Option<&Mirror>,
         cancel: &CancellationToken,
+        publish: Option<u16>,
     ) -> Result<CallOutcome, Error> {
         let inner = &self.inner;
         let mut lease = inner.acquire_waiting(client, name, env, cancel).await?;
@@ -258,6 +261,12 @@ impl Sessions {
         }
         if outcome.reset.is_none() {
             outcome.project = project_changes(lease.slot.as_ref(), name).await;
+        }
+        if let (Some(port), Some(Slot::Jail(jail))) = (publish, lease.slot.as_ref()) {
+            outcome.published = jail.publish(port).await.map(|addr| match addr {
+                Ok(addr) => format!("published: {port} -> {addr}"),
+                Err(e) => format!("port {port} was not published: {e}"),
+            });
         }
         outcome.duration = started.elapsed();
         outcome.ended_after = lease.release();

@@ -88,6 +88,11 @@ impl WrapperEnv {
         Self(vars)
     }
 
+    /// The value of `name` among them.
+    pub fn get(&self, name: &str) -> Option<&OsStr> {
+        self.vars().find(|(k, _)| *k == name).map(|(_, v)| v)
+    }
+
     fn vars(&self) -> impl Iterator<Item = (&'static str, &OsStr)> {
         self.0.iter().map(|(k, v)| (*k, v.as_os_str()))
     }
@@ -163,7 +168,9 @@ pub struct Spawned {
 /// in a cgroup of its own holding `limits` when `host` has cgroups, with
 /// the variables of its network gate when its environment has a network
 /// policy, as the uid and gid of `user` when the launcher is root (held
-/// by the wrapper's [`Group`] from then on).
+/// by the wrapper's [`Group`] from then on), inheriting descriptor
+/// `inherit` when given (a session's forwarder socket, session/publish.rs;
+/// close-on-exec here, so that no other child gets it).
 pub fn spawn(
     argv: &[String],
     limits: &Limits,
@@ -171,6 +178,7 @@ pub fn spawn(
     host: &Host,
     gate: Option<&Gate>,
     user: Option<Lease>,
+    inherit: Option<RawFd>,
 ) -> Result<Spawned, StartError> {
     let (program, args) = argv.split_first().ok_or_else(|| {
         StartError::Spawn(io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))
@@ -192,6 +200,7 @@ pub fn spawn(
         limits.into(),
         gate,
         user.as_ref().map(Lease::ids),
+        inherit,
     );
     let child = match started {
         Ok((child, placed)) => {
@@ -295,6 +304,7 @@ fn place(
     limits: cgroup::RunLimits,
     gate: Option<&Gate>,
     ids: Option<jailuser::Ids>,
+    inherit: Option<RawFd>,
 ) -> Result<(Started, Placed), StartError> {
     let home = host.jail_users.as_ref().map(|users| users.home());
     let mut vars = wrapper_vars(env, cgroup, home);
@@ -313,7 +323,7 @@ fn place(
     if let Some(dir) = cgroup.and_then(RunCgroup::v2_dir) {
         let fd = clone::open_cgroup(dir).map_err(StartError::Cgroup)?;
         let prepared = prepared()?;
-        let setup = child_setup(Vec::new(), ids);
+        let setup = child_setup(Vec::new(), ids, inherit);
         let cloned = crate::lifetime::on_spawner(move || {
             clone::spawn_into(&prepared, std::os::fd::AsFd::as_fd(&fd), &setup)
         })
@@ -332,7 +342,7 @@ fn place(
         let hopped = match hop {
             Ok(hop) => {
                 let prepared = prepared()?;
-                let setup = child_setup(Vec::new(), ids);
+                let setup = child_setup(Vec::new(), ids, inherit);
                 crate::lifetime::on_spawner(move || hop.spawn(&prepared, &setup))
                     .map_err(StartError::Spawn)?
             }
@@ -350,7 +360,7 @@ fn place(
         Some(cgroup) => cgroup.procs().map_err(StartError::Cgroup)?,
         None => Vec::new(),
     };
-    let setup = child_setup(procs.iter().map(AsRawFd::as_raw_fd).collect(), ids);
+    let setup = child_setup(procs.iter().map(AsRawFd::as_raw_fd).collect(), ids, inherit);
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .env_clear()
@@ -438,7 +448,8 @@ fn wrapper_vars(
 /// cgroup (writing `0` to each of `procs`, the `cgroup.procs` files the
 /// launcher opened: they are the launcher's, so the jails' user could not
 /// move there itself; none when it was created there), the jails' user
-/// when the launcher is root, then SIGKILL when the launcher dies.
+/// when the launcher is root, then SIGKILL when the launcher dies;
+/// `inherit` loses its close-on-exec flag, so the wrapper holds it.
 ///
 /// The wrapper gets SIGKILL when the thread that spawned it dies: the
 /// jails' spawner thread (lifetime.rs), else the current-thread runtime's;
@@ -450,9 +461,18 @@ fn wrapper_vars(
 fn child_setup(
     procs: Vec<RawFd>,
     ids: Option<jailuser::Ids>,
+    inherit: Option<RawFd>,
 ) -> impl Fn() -> io::Result<()> + Send + Sync + 'static {
     let launcher = crate::lifetime::launcher_as_seen_by_children();
     move || {
+        if let Some(fd) = inherit {
+            // SAFETY: the fd stays open in the parent until the spawn returns.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            nix::fcntl::fcntl(
+                fd,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )?;
+        }
         for &fd in &procs {
             // SAFETY: the fds stay open in the parent until the spawn returns.
             nix::unistd::write(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, b"0")?;

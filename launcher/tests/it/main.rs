@@ -27,6 +27,7 @@ mod packages;
 mod progress;
 mod project;
 mod protocol;
+mod publish;
 mod run;
 mod session;
 mod session_table;

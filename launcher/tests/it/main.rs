@@ -31,3 +31,4 @@ mod session;
 mod session_table;
 mod stdio;
 mod takeover;
+mod timeout;

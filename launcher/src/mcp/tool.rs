@@ -5,9 +5,11 @@
 //! them). What each environment holds is in the schema's `env`, which
 //! every client shows the model (some drop the instructions); the
 //! instructions name the environments, their network and the limits.
-//! Optional arguments carry `"default": null`, so that adapters which
-//! take an argument without a default for a required one (mcpadapt, for
-//! smolagents) keep them optional and send null, which counts as absent.
+//! Optional arguments carry `"nullable": true` (an annotation JSON Schema
+//! validators ignore): smolagents' MCP adapter (mcpadapt) takes each
+//! property as a tool input, and its agent refuses a call that lacks an
+//! input not marked nullable (`Argument env is required`); a default does
+//! not count there.
 
 use rmcp::model::Tool;
 use serde_json::{Value, json};
@@ -26,7 +28,7 @@ const MAX_DESCRIPTION_CHARS: usize = 48;
 /// the default named) and, when an environment has sessions, `session`
 /// (with how long one lives) and `files`.
 pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
-    let mut env = json!({"type": "string", "default": null});
+    let mut env = json!({"type": "string", "nullable": true});
     match catalog.default_env() {
         Some(default) => env["description"] = json!(env_lines(catalog, default)),
         None => env["description"] = json!("No environment is available."),
@@ -36,7 +38,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         "properties": {
             "code": {"type": "string"},
             "env": env,
-            "timeout_s": {"type": "integer", "default": null},
+            "timeout_s": {"type": "integer", "nullable": true},
         },
         "required": ["code"],
         "additionalProperties": false,
@@ -45,7 +47,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     let description = if with_sessions {
         schema["properties"]["session"] = json!({
             "type": "string",
-            "default": null,
+            "nullable": true,
             "description": format!(
                 "Name; keeps state and /workspace across calls (ends {} s idle, {} s max).",
                 sessions.idle_timeout.as_secs(),
@@ -54,7 +56,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         });
         schema["properties"]["files"] = json!({
             "type": "array",
-            "default": null,
+            "nullable": true,
             "description": "[{path, content}] text files put in /workspace first.",
             "items": {"type": "object"},
         });
@@ -71,7 +73,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         // Described in the instructions' line (packages_line), once.
         schema["properties"]["packages"] = json!({
             "type": "array",
-            "default": null,
+            "nullable": true,
             "items": {"type": "string"},
         });
     }
@@ -313,10 +315,10 @@ mod tests {
         assert!(tool.input_schema["properties"].get("session").is_none());
     }
 
-    /// Only `code` is required; every other argument has a null default,
-    /// so that schema-strict adapters keep it optional.
+    /// Only `code` is required; every other argument is nullable, so
+    /// that smolagents' adapter keeps it optional.
     #[test]
-    fn optional_arguments_have_a_null_default() {
+    fn optional_arguments_are_nullable() {
         let policy = json!({
             "compose": ["/nix/store/x-compose/bin/nix-sandbox-mcp-compose"],
             "allow": ["jq"],
@@ -331,7 +333,7 @@ mod tests {
         let properties = tool.input_schema["properties"].as_object().unwrap();
         for (name, property) in properties {
             if name != "code" {
-                assert_eq!(property.get("default"), Some(&Value::Null), "{name}");
+                assert_eq!(property.get("nullable"), Some(&json!(true)), "{name}");
             }
         }
         assert_eq!(properties.len(), 6, "{properties:?}");

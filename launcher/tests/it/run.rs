@@ -241,7 +241,7 @@ async fn tools_list_and_instructions_describe_the_environments() {
     );
     assert_eq!(
         schema["properties"]["timeout_s"],
-        json!({"type": "integer", "default": null})
+        json!({"type": "integer", "nullable": true})
     );
 
     let info = s.client.peer_info().unwrap();

@@ -1419,8 +1419,13 @@ def main():
                 suite.test(name, body)
 
             def served():
-                check("tight-python" in server.instructions, f"instructions: {server.instructions}")
+                tools = server.client.request("tools/list", {})["tools"]
+                holds = tools[0]["inputSchema"]["properties"]["env"].get("description", "")
+                check("tight-python: " in holds and "tight-shell: " in holds, f"the env schema: {holds}")
                 check("Limits per run:" in server.instructions, f"no limits line: {server.instructions}")
+                # The tight ceiling beside the presets' default one: a range.
+                check(f"(up to {tight['max_timeout_s']}-600 s on request)" in server.instructions,
+                      f"no ceiling: {server.instructions}")
 
             suite.test("the server serves the tight environments and states its limits", served)
             case("a fork bomb stops at the process limit", c_fork_bomb, server, tight)

@@ -369,10 +369,10 @@ def tests(client, suite):
         holds = tools[0]["inputSchema"]["properties"]["env"].get("description", "")
         # The first host and how many more: a note that does not grow with
         # the policy.
-        check("(network: allowed.test +4)" in holds,
+        check("(network: allowed.test +11)" in holds,
               f"the env schema does not say which hosts the environment reaches: {holds!r}")
 
-    suite.test("the tool's schema says the environment reaches allowed.test and 4 more hosts", instructions)
+    suite.test("the tool's schema says the environment reaches allowed.test and 11 more hosts", instructions)
 
     def curl_allowed():
         _, text = run(client, sh("curl -sS https://allowed.test/curl"))

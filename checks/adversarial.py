@@ -453,7 +453,8 @@ def c_cpu_threads(s, tight):
 
 def c_timeout_on_request(s, tight):
     """A call may ask for more than `timeout_s`, up to `max_timeout_s`: a
-    sleep past the default finishes, in a run and in a session; an ask past
+    sleep past the default finishes, in bash and in Python (sessions: the
+    launcher tests, launcher/tests/it/timeout.rs); an ask past
     the ceiling is cut to it, stopped there, and said; a CPU spin given
     more time still ends at `cpu_s`. Sent at once, so they take one
     ceiling's time."""
@@ -461,14 +462,14 @@ def c_timeout_on_request(s, tight):
     late = default + 2
     results = s.call_all([
         {"env": "tight-shell", "code": f"sleep {late}; echo done", "timeout_s": ceiling},
-        {"env": "tight-python", "session": "longer", "timeout_s": ceiling,
+        {"env": "tight-python", "timeout_s": ceiling,
          "code": f"import time\ntime.sleep({late})\nprint('slept')"},
         {"env": "tight-shell", "code": "echo started; sleep 600", "timeout_s": 100000},
         {"env": "tight-python", "code": "while True: pass", "timeout_s": ceiling},
     ])
     texts = ["".join(c.get("text", "") for c in r.get("content", []) if c.get("type") == "text") for r in results]
     check(not results[0].get("isError") and texts[0] == "done\n", f"a run given {ceiling} s: {results[0]}")
-    check(not results[1].get("isError") and texts[1] == "slept\n", f"a session call given {ceiling} s: {results[1]}")
+    check(not results[1].get("isError") and texts[1] == "slept\n", f"a python run given {ceiling} s: {results[1]}")
     cut = facts(results[2])
     check(texts[2] == f"started\ntimed out after {ceiling} s; the process tree was killed\n"
                      f"timeout_s 100000 cut to {ceiling} s, the most this environment allows",

@@ -75,7 +75,19 @@ TARGET_CREATION_P50_MS = 40.0
 TARGET_LOAD_P99_MS = 20.0
 TARGET_PEAK_RSS_KIB = 8 * 1024
 TARGET_IDLE_RSS_KIB = 15 * 1024
-TARGET_TOKENS = 350
+TARGET_TOKENS = 250
+# Each environment beyond the three presets adds at most this many.
+TARGET_TOKENS_PER_ENV = 15
+# The template's three environments of its own (templates/custom-env/
+# flake.nix), as the tool surface sees them: name, description, network,
+# the limits that differ from the defaults. Served from the python preset's
+# wrappers (only tools/list and the instructions are read).
+TEMPLATE_ENVS = {
+    "data-science": {"description": "Python with numpy, pandas and matplotlib", "limits": {"memory_mb": 2048}},
+    "packaging": {"description": "Python with pip. It installs from PyPI and reaches nothing else.",
+                  "network": {"allow": [{"host": "pypi.org"}, {"host": "files.pythonhosted.org"}]}},
+    "tools": {"description": "Bash with jq, ripgrep and the usual tools"},
+}
 TARGET_START_MS = 50.0
 # A verdict reached while the hypervisor took this share of the CPUs'
 # time or more says so (the figure is the machine's as much as ours).
@@ -385,6 +397,33 @@ class Bench:
         self.results["tokens"] = counts
         self.row("tokens: tools/list + instructions", str(counts["total"]), f"<= {TARGET_TOKENS}",
                  counts["total"] <= TARGET_TOKENS)
+        self.section("tokens of tools/list + instructions, the template's six environments")
+        six_instructions, six_tools = self.template_surface()
+        six, lines = self.count_tokens(six_instructions, six_tools, Path(self.args.work) / "surface-six.txt")
+        self.lines(lines)
+        per_env = (six["total"] - counts["total"]) / len(TEMPLATE_ENVS)
+        self.results["tokens_six"] = {**six, "per_extra_env": per_env}
+        self.row("tokens: tools/list + instructions, 6 environments", f"{six['total']} ({per_env:.1f} per extra)",
+                 f"<= {TARGET_TOKENS_PER_ENV} per extra", per_env <= TARGET_TOKENS_PER_ENV)
+
+    def template_surface(self):
+        """The instructions and tools/list of the server with the template's
+        three environments of its own beside the presets."""
+        python = self.manifest["python"]
+        extra = {}
+        for name, fields in TEMPLATE_ENVS.items():
+            env = json.loads(json.dumps(python))
+            env["description"] = fields["description"]
+            env["network"] = fields.get("network", False)
+            env["limits"].update(fields.get("limits", {}))
+            extra[name] = env
+        path = Path(self.args.work) / "template-envs.json"
+        path.write_text(json.dumps({"version": 1, "environments": extra}))
+        client = self.start([self.server_bin, "--stdio", "--manifest", str(path)])
+        try:
+            return client.init_result.get("instructions", ""), client.request("tools/list", {})["tools"]
+        finally:
+            client.close()
 
     # --- 2. the fixture wrappers ---------------------------------------------
 

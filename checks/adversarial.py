@@ -451,6 +451,35 @@ def c_cpu_threads(s, tight):
         check(st.get("cpu_ms") is None and "used:" not in text, f"{st} {text[-200:]}")
 
 
+def c_timeout_on_request(s, tight):
+    """A call may ask for more than `timeout_s`, up to `max_timeout_s`: a
+    sleep past the default finishes, in bash and in Python (sessions: the
+    launcher tests, launcher/tests/it/timeout.rs); an ask past
+    the ceiling is cut to it, stopped there, and said; a CPU spin given
+    more time still ends at `cpu_s`. Sent at once, so they take one
+    ceiling's time."""
+    default, ceiling = tight["timeout_s"], tight["max_timeout_s"]
+    late = default + 2
+    results = s.call_all([
+        {"env": "tight-shell", "code": f"sleep {late}; echo done", "timeout_s": ceiling},
+        {"env": "tight-python", "timeout_s": ceiling,
+         "code": f"import time\ntime.sleep({late})\nprint('slept')"},
+        {"env": "tight-shell", "code": "echo started; sleep 600", "timeout_s": 100000},
+        {"env": "tight-python", "code": "while True: pass", "timeout_s": ceiling},
+    ])
+    texts = ["".join(c.get("text", "") for c in r.get("content", []) if c.get("type") == "text") for r in results]
+    check(not results[0].get("isError") and texts[0] == "done\n", f"a run given {ceiling} s: {results[0]}")
+    check(not results[1].get("isError") and texts[1] == "slept\n", f"a python run given {ceiling} s: {results[1]}")
+    cut = facts(results[2])
+    check(texts[2] == f"started\ntimed out after {ceiling} s; the process tree was killed\n"
+                     f"timeout_s 100000 cut to {ceiling} s, the most this environment allows",
+          f"an ask past the ceiling: {texts[2]!r}")
+    check(cut.get("timed_out") and ceiling * 1000 <= cut.get("duration_ms", 0) < (ceiling + 10) * 1000, f"{cut}")
+    spin = facts(results[3])
+    check(limit_of(spin) == "cpu" and not spin.get("timed_out"),
+          f"a CPU spin given {ceiling} s did not end at cpu_s {tight['cpu_s']}: {spin} {texts[3][-200:]}")
+
+
 def c_flood(s, tight):
     """50 MB on stdout and on stderr: capped, the server's memory stays flat."""
     before = s.rss_kib()
@@ -1391,8 +1420,13 @@ def main():
                 suite.test(name, body)
 
             def served():
-                check("tight-python" in server.instructions, f"instructions: {server.instructions}")
+                tools = server.client.request("tools/list", {})["tools"]
+                holds = tools[0]["inputSchema"]["properties"]["env"].get("description", "")
+                check("tight-python: " in holds and "tight-shell: " in holds, f"the env schema: {holds}")
                 check("Limits per run:" in server.instructions, f"no limits line: {server.instructions}")
+                # The tight ceiling beside the presets' default one: a range.
+                check(f"(up to {tight['max_timeout_s']}-600 s on request)" in server.instructions,
+                      f"no ceiling: {server.instructions}")
 
             suite.test("the server serves the tight environments and states its limits", served)
             case("a fork bomb stops at the process limit", c_fork_bomb, server, tight)
@@ -1405,6 +1439,8 @@ def main():
                  c_writable_mounts, server, tight, args, sandboxes, project, scratch)
             case("a CPU spin in four threads ends at the CPU time limit", c_cpu_threads, server, tight)
             case("a flood on stdout and stderr is capped; the server stays flat", c_flood, server, tight)
+            case("a longer timeout on request: past the default it finishes; past max_timeout_s it is cut "
+                 "and said; cpu_s still holds", c_timeout_on_request, server, tight)
             case("10,000 open files stop at the open files limit", c_open_files, server, tight)
             case("a deep recursion crashes only the program", c_recursion, server, tight)
             case("host files, the server's environment and host processes are out of sight",

@@ -819,9 +819,12 @@ def t_server(server, custom, scratch, nix_envs_ref, suite):
         def tools_list():
             tools = client.request("tools/list", {})["tools"]
             check([t["name"] for t in tools] == ["run"], f"tools {[t['name'] for t in tools]}")
-            instructions = init.get("instructions", "")
+            # The environments are named, with what each holds, in the
+            # schema's `env` (some clients drop the instructions).
+            holds = tools[0]["inputSchema"]["properties"]["env"].get("description", "")
             for name in ["python", "shell", "node", "custom"]:
-                check(name in instructions, f"instructions do not name {name}: {instructions!r}")
+                check(f"{name}: " in holds or f"{name} (default): " in holds,
+                      f"the env schema does not name {name}: {holds!r}")
 
         suite.test("server lists the run tool and every environment", tools_list)
 

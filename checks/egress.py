@@ -365,12 +365,14 @@ def status(answer):
 
 def tests(client, suite):
     def instructions():
-        init = client.init
-        text = init.get("instructions", "")
-        check("network only to allowed.test, *.wild.test:8443, loop.test, api.test, paths.test" in text,
-              f"the instructions do not list the reachable hosts: {text!r}")
+        tools = client.request("tools/list", {})["tools"]
+        holds = tools[0]["inputSchema"]["properties"]["env"].get("description", "")
+        # The first host and how many more: a note that does not grow with
+        # the policy.
+        check("(network: allowed.test +11)" in holds,
+              f"the env schema does not say which hosts the environment reaches: {holds!r}")
 
-    suite.test("the instructions say which hosts the environment reaches", instructions)
+    suite.test("the tool's schema says the environment reaches allowed.test and 11 more hosts", instructions)
 
     def curl_allowed():
         _, text = run(client, sh("curl -sS https://allowed.test/curl"))

@@ -13,6 +13,9 @@ let
   # Files hit file_mb in /workspace and the tmpfs size in /tmp.
   tight = {
     timeout_s = 20;
+    # What a call may ask for with `timeout_s`: a little past the default,
+    # so that the cut is reached fast.
+    max_timeout_s = 24;
     memory_mb = 256;
     pids = 64;
     cpu_s = 3;

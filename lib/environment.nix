@@ -226,6 +226,13 @@ in
             jail is killed; a session call is interrupted (state kept), and
             the session reset if the code does not stop.
           '';
+          max_timeout_s = limit 600 3600 ''
+            The longest wall-clock seconds a call may ask for with the `run`
+            tool's `timeout_s` argument; a longer request is cut to it, and
+            the result says so. Below `timeout_s` it counts as `timeout_s`
+            (calls cannot ask for more). It does not lift `cpu_s`: a long
+            build needs `cpu_s` raised too.
+          '';
           memory_mb = limit 1024 4096 ''
             Memory in MiB: each process's private writable memory
             (`RLIMIT_DATA`, so that a runtime that allocates past it fails

@@ -107,6 +107,10 @@ fn mutate(rng: &mut Rng) -> Vec<u8> {
     for _ in 0..1 + rng.below(3) {
         let mut all = Vec::new();
         paths(&v, Vec::new(), &mut all);
+        if all.is_empty() {
+            // Every key was removed: nothing left to mutate.
+            break;
+        }
         let path = rng.pick(&all).clone();
         let (parent, key) = path.split_at(path.len() - 1);
         let Some(Value::Object(map)) = at(&mut v, parent) else {

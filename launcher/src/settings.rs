@@ -289,7 +289,7 @@ pub const MCP_SESSION_IDLE_TIMEOUT: Setting = Setting {
         Key::McpSessionIdleTimeout,
         "mcp-session-idle-timeout",
         "an MCP session over HTTP ends S seconds after its last request (at least \
-         SESSION_IDLE_TIMEOUT, and the longest timeout_s plus a few seconds' grace)",
+         SESSION_IDLE_TIMEOUT, and the longest max_timeout_s plus a few seconds' grace)",
     )
 };
 pub const MAX_CONNECTIONS: Setting = Setting {

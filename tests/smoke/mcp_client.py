@@ -61,8 +61,8 @@ async def main(binary, manifest):
                 )
                 instructions = init.get("instructions", "")
                 check(
-                    "instructions name the environments",
-                    "Environments: node, python, shell." in instructions,
+                    "instructions say the limits and the longest timeout a call may ask for",
+                    "Limits per run: time 30 s (up to 120 s on request)" in instructions,
                     instructions,
                 )
 
@@ -71,10 +71,9 @@ async def main(binary, manifest):
                 check("tools/list has exactly `run`", names == ["run"], names)
                 schema = tools[0]["inputSchema"] if tools else {}
                 check(
-                    "run takes code and an enumerated env",
+                    "run takes code, and env and timeout_s optional",
                     schema.get("required") == ["code"]
-                    and schema.get("properties", {}).get("env", {}).get("enum")
-                    == ["node", "python", "shell"],
+                    and {"env", "timeout_s"} <= set(schema.get("properties", {})),
                     schema,
                 )
                 holds = schema.get("properties", {}).get("env", {}).get("description", "")

@@ -28,6 +28,8 @@ use serde_json::Value;
 pub struct Limits {
     #[serde(default = "default_timeout_s")]
     pub timeout_s: NonZeroU64,
+    #[serde(default = "default_max_timeout_s")]
+    pub max_timeout_s: NonZeroU64,
     #[serde(default = "default_output_bytes")]
     pub output_bytes: NonZeroU64,
     pub memory_mb: NonZeroU64,
@@ -43,6 +45,10 @@ pub struct Limits {
 
 fn default_timeout_s() -> NonZeroU64 {
     TIMEOUT_S.default_value()
+}
+
+fn default_max_timeout_s() -> NonZeroU64 {
+    MAX_TIMEOUT_S.default_value()
 }
 
 fn default_output_bytes() -> NonZeroU64 {
@@ -148,6 +154,14 @@ pub enum Controller {
 pub const SIGXCPU: i32 = 24;
 pub const SIGXFSZ: i32 = 25;
 
+impl Limits {
+    /// The longest timeout a call may ask for: `max_timeout_s`, or
+    /// `timeout_s` when that is longer.
+    pub fn ceiling(&self) -> NonZeroU64 {
+        self.max_timeout_s.max(self.timeout_s)
+    }
+}
+
 impl Limit {
     /// Its value in `limits`.
     pub fn of(&self, limits: &Limits) -> u64 {
@@ -174,6 +188,20 @@ pub const TIMEOUT_S: Limit = Limit {
     unit: Unit::Seconds,
     default: 30,
     shown: shown("time"),
+    hit: None,
+    probe: Probe::Launcher,
+    cgroup: None,
+};
+
+/// The longest `timeout_s` a call may ask for (the `run` tool's
+/// `timeout_s`): a longer one is cut to it. Never below `timeout_s`
+/// ([`Limits::ceiling`]). Shown with `timeout_s` in the instructions.
+pub const MAX_TIMEOUT_S: Limit = Limit {
+    key: "max_timeout_s",
+    value: |l| l.max_timeout_s,
+    unit: Unit::Seconds,
+    default: 600,
+    shown: None,
     hit: None,
     probe: Probe::Launcher,
     cgroup: None,
@@ -361,8 +389,9 @@ pub const OUTPUT_BYTES: Limit = Limit {
 };
 
 /// Every limit, in the order of the instructions' limits line.
-pub const LIMITS: [&Limit; 9] = [
+pub const LIMITS: [&Limit; 10] = [
     &TIMEOUT_S,
+    &MAX_TIMEOUT_S,
     &MEMORY_MB,
     &PIDS,
     &CPU_S,

@@ -2,8 +2,9 @@
 //! `session`, `files`, a few small text files written into `/workspace`
 //! before the code runs, and `packages`, nixpkgs attribute names added to
 //! the environment (packages/mod.rs) (the session agent checks their paths again and
-//! writes them without following symbolic links: `proto::files`). Any other
-//! argument is refused by name.
+//! writes them without following symbolic links: `proto::files`), and
+//! `timeout_s`, the seconds the call may take (cut to the environment's
+//! ceiling in mcp/mod.rs). Any other argument is refused by name.
 //!
 //! Serde finds the faults; what the model is told about each is written
 //! here, in the words of `invalid_arguments`, `bad_file_path` and
@@ -13,7 +14,7 @@
 //! the kind of fault ([`Fault`]); the field comes from the fault's path.
 //! When arguments have several faults, the first told is the first in the
 //! order: unknown arguments, `code`, `env`, `session`, `files`, `packages`,
-//! `publish`.
+//! `publish`, `timeout_s`.
 
 use std::fmt;
 
@@ -40,6 +41,9 @@ pub struct RunArgs {
     /// A port of the session's jail to publish to the host (checked
     /// later, against the environment's `publish`).
     pub publish: Option<u16>,
+    /// The seconds the call may take, when asked: a whole number, at
+    /// least 1 (not yet cut to the environment's ceiling).
+    pub timeout_s: Option<u64>,
 }
 
 /// The arguments as given: what serde checks.
@@ -57,6 +61,7 @@ struct Given {
     packages: Option<Vec<String>>,
     #[serde(default)]
     publish: Option<u16>,
+    timeout_s: Option<Value>,
 }
 
 /// One file as given.
@@ -69,13 +74,14 @@ struct GivenFile {
 
 /// The fields of [`Given`], in the order their faults are told; only `code`
 /// is required.
-const ARGUMENTS: [(&str, bool); 6] = [
+const ARGUMENTS: [(&str, bool); 7] = [
     ("code", true),
     ("env", false),
     ("session", false),
     ("files", false),
     ("packages", false),
     ("publish", false),
+    ("timeout_s", false),
 ];
 
 /// The fields of [`GivenFile`]: both are required.
@@ -105,7 +111,27 @@ impl RunArgs {
             files: files(given.files.unwrap_or_default())?,
             packages: given.packages,
             publish: given.publish,
+            timeout_s: given.timeout_s.as_ref().map(seconds).transpose()?,
         })
+    }
+}
+
+/// `timeout_s` as given: a whole number of seconds, at least 1. A number
+/// written with a fraction of zero (`60.0`, as some models' clients send
+/// integers) counts as the whole number.
+fn seconds(given: &Value) -> Result<u64, Refusal> {
+    let whole = match given {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            let f = n.as_f64()?;
+            (f.fract() == 0.0 && f >= 0.0 && f < u64::MAX as f64).then_some(f as u64)
+        }),
+        _ => None,
+    };
+    match whole {
+        Some(secs) if secs >= 1 => Ok(secs),
+        _ => Err(invalid(&format!(
+            "`timeout_s` must be a whole number of seconds, at least 1 (got {given})"
+        ))),
     }
 }
 

@@ -101,6 +101,7 @@ fn arguments_are_checked() {
             files: Vec::new(),
             packages: None,
             publish: None,
+            timeout_s: None,
         }
     );
     assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);
@@ -194,6 +195,37 @@ fn packages_are_a_list_of_strings() {
             refusal
                 .message
                 .starts_with("`packages` must be a list of strings"),
+            "{refusal}"
+        );
+    }
+}
+
+/// `timeout_s` is a whole number of seconds from 1 up (`60.0` counts as
+/// 60); anything else is refused in one sentence that says what it takes.
+#[test]
+fn timeout_is_a_whole_number_of_seconds() {
+    let timeout = |v: Value| {
+        let given = json!({"code": "1", "timeout_s": v});
+        RunArgs::parse(given.as_object().cloned()).map(|args| args.timeout_s)
+    };
+    assert_eq!(timeout(json!(120)).unwrap(), Some(120));
+    assert_eq!(timeout(json!(60.0)).unwrap(), Some(60));
+    assert_eq!(timeout(json!(1)).unwrap(), Some(1));
+    assert_eq!(timeout(Value::Null).unwrap(), None);
+    for bad in [
+        json!(0),
+        json!(-5),
+        json!(1.5),
+        json!("60"),
+        json!([60]),
+        json!(true),
+    ] {
+        let refusal = timeout(bad.clone()).unwrap_err();
+        assert_eq!(refusal.code.as_str(), "invalid_arguments", "{bad}");
+        assert!(
+            refusal.message.starts_with(&format!(
+                "`timeout_s` must be a whole number of seconds, at least 1 (got {bad})"
+            )),
             "{refusal}"
         );
     }

@@ -126,12 +126,13 @@ pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
     let shutdown = config.spawner.shutdown.clone();
     let max_body_bytes = max_body_bytes(config.max_code_bytes);
     // An MCP session idle this long has nothing left: its sandbox sessions
-    // ended, and no call of it can still be running.
+    // ended, and no call of it can still be running (the longest a call
+    // may ask for).
     let longest_call = config
         .catalog
         .envs
         .values()
-        .map(|e| Duration::from_secs(e.limits.timeout_s.get()))
+        .map(|e| Duration::from_secs(e.limits.ceiling().get()))
         .max()
         .unwrap_or_default();
     let options = Options {

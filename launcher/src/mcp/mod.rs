@@ -27,6 +27,7 @@ pub mod stdio;
 mod token;
 mod tool;
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -274,11 +275,12 @@ impl Server {
                 }
             }
         };
+        let (env, cut) = self.timed(env, args.timeout_s);
         let (code, files) = (&args.code, &args.files);
         // A call to a running session's jail with the packages it was made
         // with starts no jail: its wrapper is not looked at.
         let starts_jail = !(running && args.packages.is_none());
-        match self.precheck(&env, &args, starts_jail).await? {
+        let result = match self.precheck(&env, &args, starts_jail).await? {
             Target::Run => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
                 let tail = progress.wanted().then(Tail::new);
@@ -289,7 +291,7 @@ impl Server {
                 };
                 let ran = run::in_env(&env, code, &cx);
                 let outcome = progress.while_running(&env, tail.as_ref(), ran).await?;
-                Ok(report::run::ran(&env, &outcome))
+                report::run::ran(&env, &outcome)
             }
             Target::Session(name) => {
                 let mirror = shared.mirror.as_ref();
@@ -306,7 +308,7 @@ impl Server {
                 let outcome = progress.while_running(&env, None, called).await?;
                 let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
                 (client.links).note(&outcome.session, fresh, &outcome.outputs.items);
-                Ok(report::call::called(&env, &outcome, resource_links))
+                report::call::called(&env, &outcome, resource_links)
             }
             Target::Throwaway => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
@@ -317,9 +319,34 @@ impl Server {
                 };
                 let called = throwaway::call(&env, code, files, &cx);
                 let outcome = progress.while_running(&env, None, called).await?;
-                Ok(report::call::called(&env, &outcome, resource_links))
+                report::call::called(&env, &outcome, resource_links)
             }
+        };
+        Ok(match cut {
+            Some(asked) => report::with_timeout_cut(result, asked, env.limits.timeout_s),
+            None => result,
+        })
+    }
+
+    /// `env` with the timeout this call has: the one it asked for, cut to
+    /// the environment's ceiling, else the environment's own `timeout_s`
+    /// (the catalog's: an open session's environment may carry the timeout
+    /// of the call that made it). Also the seconds asked when they were
+    /// cut.
+    fn timed(&self, env: Arc<Env>, asked: Option<u64>) -> (Arc<Env>, Option<u64>) {
+        let declared = (self.shared.catalog.envs.get(&env.name)).map_or(&env.limits, |e| &e.limits);
+        let ceiling = declared.ceiling();
+        let (timeout, cut) = match asked.and_then(NonZeroU64::new) {
+            Some(asked) if asked > ceiling => (ceiling, Some(asked.get())),
+            Some(asked) => (asked, None),
+            None => (declared.timeout_s, None),
+        };
+        if timeout == env.limits.timeout_s {
+            return (env, cut);
         }
+        let mut timed = Env::clone(&env);
+        timed.limits.timeout_s = timeout;
+        (Arc::new(timed), cut)
     }
 
     /// The checks every call passes before anything runs, runs and session
@@ -587,7 +614,7 @@ impl Progress {
 
     /// Awaits `work` (a run or a session call in `env`), telling the
     /// client, when it asked, every [`PROGRESS_EVERY`]: the seconds
-    /// passed (of the environment's `timeout_s`, the total) and the
+    /// passed (of the call's timeout, the total) and the
     /// newest lines of `tail` (a run's output), or that it is running.
     async fn while_running<T>(
         &self,

@@ -5,14 +5,16 @@
 //! them). What each environment holds is in the schema's `env`, which
 //! every client shows the model (some drop the instructions); the
 //! instructions name the environments, their network and the limits.
-//! Optional arguments carry `"default": null`, so that adapters which
-//! take an argument without a default for a required one (mcpadapt, for
-//! smolagents) keep them optional and send null, which counts as absent.
+//! Optional arguments carry `"nullable": true` (an annotation JSON Schema
+//! validators ignore): smolagents' MCP adapter (mcpadapt) takes each
+//! property as a tool input, and its agent refuses a call that lacks an
+//! input not marked nullable (`Argument env is required`); a default does
+//! not count there.
 
 use rmcp::model::Tool;
 use serde_json::{Value, json};
 
-use crate::catalog::limits::{LIMITS, Unit};
+use crate::catalog::limits::{LIMITS, TIMEOUT_S, Unit};
 use crate::catalog::{Catalog, Env};
 use crate::egress::policy::Network;
 use crate::session;
@@ -26,12 +28,9 @@ const MAX_DESCRIPTION_CHARS: usize = 48;
 /// the default named) and, when an environment has sessions, `session`
 /// (with how long one lives) and `files`.
 pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
-    let mut env = json!({"type": "string", "default": null});
+    let mut env = json!({"type": "string", "nullable": true});
     match catalog.default_env() {
-        Some(default) => {
-            env["enum"] = json!(catalog.names());
-            env["description"] = json!(env_lines(catalog, default));
-        }
+        Some(default) => env["description"] = json!(env_lines(catalog, default)),
         None => env["description"] = json!("No environment is available."),
     }
     let mut schema = json!({
@@ -39,6 +38,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         "properties": {
             "code": {"type": "string"},
             "env": env,
+            "timeout_s": {"type": "integer", "nullable": true},
         },
         "required": ["code"],
         "additionalProperties": false,
@@ -47,7 +47,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     let description = if with_sessions {
         schema["properties"]["session"] = json!({
             "type": "string",
-            "default": null,
+            "nullable": true,
             "description": format!(
                 "Name; keeps state and /workspace across calls (ends {} s idle, {} s max).",
                 sessions.idle_timeout.as_secs(),
@@ -56,7 +56,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         });
         schema["properties"]["files"] = json!({
             "type": "array",
-            "default": null,
+            "nullable": true,
             "description": "[{path, content}] text files put in /workspace first.",
             "items": {"type": "object"},
         });
@@ -73,7 +73,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         // Described in the instructions' line (packages_line), once.
         schema["properties"]["packages"] = json!({
             "type": "array",
-            "default": null,
+            "nullable": true,
             "items": {"type": "string"},
         });
     }
@@ -81,7 +81,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         // Which ports, in the environment's line of `env` (env_lines).
         schema["properties"]["publish"] = json!({
             "type": "integer",
-            "default": null,
+            "nullable": true,
             "description": "Session port to publish to the host; the result names its address.",
         });
     }
@@ -134,15 +134,19 @@ fn first_sentence(description: &str) -> String {
     format!("{}…", cut.trim_end_matches([',', ';', ':']))
 }
 
-/// `network`, or `network only to HOSTS`; nothing when offline.
+/// `network`, or `network: HOST` (the first allowed host, and how many
+/// others: `network: pypi.org +1`, a note that does not grow with the
+/// policy; a request to another host is refused with the allowed ones);
+/// nothing when offline.
 fn network_note(network: &Network) -> Option<String> {
     match network {
         Network::Open(true) => Some("network".into()),
         Network::Open(false) => None,
-        Network::Policy(policy) if policy.hosts().is_empty() => {
-            Some("network: no host allowed".into())
-        }
-        Network::Policy(policy) => Some(format!("network only to {}", policy.hosts().join(", "))),
+        Network::Policy(policy) => Some(match &policy.hosts()[..] {
+            [] => "network: no host allowed".into(),
+            [only] => format!("network: {only}"),
+            [first, more @ ..] => format!("network: {first} +{}", more.len()),
+        }),
     }
 }
 
@@ -150,17 +154,9 @@ fn network_note(network: &Network) -> Option<String> {
 /// the network of those that have one, the project mount, packages on
 /// demand, the limits every run holds ([`limits_line`]).
 pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
-    let mut text = String::from("Sandboxed code runner; no network unless noted. ");
+    let mut text = String::from("No network unless `env` says.\n");
     if catalog.envs.is_empty() {
         text.push_str("No environment is usable: run answers why.\n");
-    } else {
-        let names: Vec<String> = (catalog.envs.values())
-            .map(|env| match network_note(&env.network) {
-                Some(network) => format!("{} ({network})", env.name),
-                None => env.name.clone(),
-            })
-            .collect();
-        text.push_str(&format!("Environments: {}.\n", names.join(", ")));
     }
     if !catalog.replaced.is_empty() {
         text.push_str(&format!(
@@ -229,7 +225,17 @@ fn limits_line(host: &Host, catalog: &Catalog) -> Option<String> {
                 Some(controller) if !host.by_cgroup(controller) => shown.without_cgroup,
                 _ => shown.word,
             };
-            let value = common(&envs, |e| limit.of(&e.limits), |v| brief(limit.unit, v));
+            let value = span(&envs, |e| limit.of(&e.limits), |v| brief(limit.unit, v));
+            if limit.key == TIMEOUT_S.key
+                && envs.iter().any(|e| e.limits.ceiling() > e.limits.timeout_s)
+            {
+                let ceiling = span(
+                    &envs,
+                    |e| e.limits.ceiling().get(),
+                    |v| brief(limit.unit, v),
+                );
+                return Some(format!("{word} {value} (up to {ceiling} on request)"));
+            }
             Some(format!("{word} {value}"))
         })
         .collect();
@@ -255,31 +261,21 @@ fn mib(v: u64) -> String {
     }
 }
 
-/// The value most environments have, then the others by name:
-/// `1 GiB (node 2 GiB)`.
-fn common(envs: &[&Env], value: impl Fn(&Env) -> u64, show: impl Fn(u64) -> String) -> String {
-    let mut counts: Vec<(u64, usize)> = Vec::new();
-    for env in envs {
-        let v = value(env);
-        match counts.iter_mut().find(|(x, _)| *x == v) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((v, 1)),
-        }
+/// The one value every environment has, or the range of them
+/// (`1-2 GiB`): a line that does not grow with the environments (a run
+/// that hits a limit is told its own value).
+fn span(envs: &[&Env], value: impl Fn(&Env) -> u64, show: impl Fn(u64) -> String) -> String {
+    let values = envs.iter().map(|e| value(e));
+    let (Some(least), Some(most)) = (values.clone().min(), values.max()) else {
+        return String::new();
+    };
+    if least == most {
+        return show(least);
     }
-    let (usual, _) = counts
-        .iter()
-        .copied()
-        .max_by_key(|&(v, n)| (n, std::cmp::Reverse(v)))
-        .unwrap_or((0, 0));
-    let others: Vec<String> = envs
-        .iter()
-        .filter(|e| value(e) != usual)
-        .map(|e| format!("{} {}", e.name, show(value(e))))
-        .collect();
-    if others.is_empty() {
-        show(usual)
-    } else {
-        format!("{} ({})", show(usual), others.join(", "))
+    let (low, high) = (show(least), show(most));
+    match low.split_once(' ') {
+        Some((number, unit)) if high.ends_with(&format!(" {unit}")) => format!("{number}-{high}"),
+        _ => format!("{low}-{high}"),
     }
 }
 
@@ -319,11 +315,13 @@ mod tests {
         ]);
         let tool = run_tool(&c, &settings);
         let env = &tool.input_schema["properties"]["env"];
-        assert_eq!(env["enum"], json!(["packaging", "python", "shell"]));
+        // Not enumerated: the names are in the description, and a name
+        // not served is refused with the served ones.
+        assert!(env.get("enum").is_none(), "{env}");
         assert_eq!(
             env["description"],
             "python (default): Python, standard library only; packaging: Python with pip \
-             (network only to pypi.org, *.example.com:8443); shell: Bash with coreutils, jq"
+             (network: pypi.org +1); shell: Bash with coreutils, jq"
         );
         // No environment has sessions: no `session` argument is offered.
         assert!(tool.input_schema["properties"].get("session").is_none());
@@ -347,8 +345,8 @@ mod tests {
         let tool = run_tool(&c, &settings);
         let publish = &tool.input_schema["properties"]["publish"];
         assert_eq!(
-            (&publish["type"], &publish["default"]),
-            (&json!("integer"), &Value::Null)
+            (&publish["type"], &publish["nullable"]),
+            (&json!("integer"), &json!(true))
         );
         let env = tool.input_schema["properties"]["env"]["description"]
             .as_str()
@@ -359,10 +357,10 @@ mod tests {
         );
     }
 
-    /// Only `code` is required; every other argument has a null default,
-    /// so that schema-strict adapters keep it optional.
+    /// Only `code` is required; every other argument is nullable, so
+    /// that smolagents' adapter keeps it optional.
     #[test]
-    fn optional_arguments_have_a_null_default() {
+    fn optional_arguments_are_nullable() {
         let policy = json!({
             "compose": ["/nix/store/x-compose/bin/nix-sandbox-mcp-compose"],
             "allow": ["jq"],
@@ -377,10 +375,10 @@ mod tests {
         let properties = tool.input_schema["properties"].as_object().unwrap();
         for (name, property) in properties {
             if name != "code" {
-                assert_eq!(property.get("default"), Some(&Value::Null), "{name}");
+                assert_eq!(property.get("nullable"), Some(&json!(true)), "{name}");
             }
         }
-        assert_eq!(properties.len(), 5, "{properties:?}");
+        assert_eq!(properties.len(), 6, "{properties:?}");
     }
 
     #[test]
@@ -405,13 +403,16 @@ mod tests {
         let c = catalog(&[("shell", true), ("python", false)]);
         let text = instructions(&c, Some("/project"), &Host::plain());
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(
-            lines[0],
-            "Sandboxed code runner; no network unless noted. Environments: python, shell (network)."
-        );
+        // The environments, their network among them, are the schema's.
+        assert_eq!(lines[0], "No network unless `env` says.");
         assert_eq!(
             lines[1],
             "The project is read-only at /project. Read inputs there, not through `files`."
+        );
+        assert_eq!(
+            lines[2],
+            "Limits per run: time 30 s (up to 600 s on request), memory per process 1 GiB, \
+             processes 32, CPU 60 s, files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
         );
         assert!(!text.contains("Custom"), "{text}");
         let mut replaced = c.clone();
@@ -424,22 +425,46 @@ mod tests {
         assert!(!instructions(&c, None, &Host::plain()).contains("project"));
     }
 
+    /// Values that differ are a range, which does not grow with the
+    /// environments; the timeout's ceiling follows it when higher.
     #[test]
-    fn the_instructions_line_names_exceptions() {
-        let catalog = testing::catalog([("python", 1024), ("shell", 1024), ("node", 2048)].map(
-            |(name, mb)| {
+    fn the_instructions_line_gives_ranges_and_the_ceiling() {
+        let catalog = testing::catalog(
+            [
+                ("python", 1024, 600),
+                ("shell", 1024, 600),
+                ("node", 2048, 900),
+            ]
+            .map(|(name, mb, ceiling)| {
                 testing::env(name)
                     .with("limits.memory_mb", json!(mb))
+                    .with("limits.max_timeout_s", json!(ceiling))
                     .build()
-            },
-        ));
+            }),
+        );
         let line = limits_line(&Host::plain(), &catalog).unwrap();
         assert_eq!(
             line,
-            "Limits per run: time 30 s, memory per process 1 GiB (node 2 GiB), processes 32, \
-             CPU 60 s, files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
+            "Limits per run: time 30 s (up to 600-900 s on request), memory per process 1-2 GiB, \
+             processes 32, CPU 60 s, files 256 MiB, /tmp 256 MiB, /workspace 512 MiB."
         );
         assert_eq!(limits_line(&Host::plain(), &Catalog::default()), None);
+        // No ceiling above the timeout: nothing to ask for.
+        let fixed = testing::catalog([testing::env("python")
+            .with("limits.timeout_s", json!(60))
+            .with("limits.max_timeout_s", json!(60))
+            .build()]);
+        let line = limits_line(&Host::plain(), &fixed).unwrap();
+        assert!(
+            line.starts_with("Limits per run: time 60 s, memory"),
+            "{line}"
+        );
+        let mixed = testing::catalog([
+            testing::env("a").with("limits.tmp_mb", json!(512)).build(),
+            testing::env("b").with("limits.tmp_mb", json!(2048)).build(),
+        ]);
+        let line = limits_line(&Host::plain(), &mixed).unwrap();
+        assert!(line.contains("/tmp 512 MiB-2 GiB"), "{line}");
     }
 
     #[test]

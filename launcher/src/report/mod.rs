@@ -31,6 +31,8 @@ pub mod outputs;
 pub mod refusal;
 pub mod run;
 
+use std::num::NonZeroU64;
+
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde::Serialize;
 use serde_json::Value;
@@ -130,6 +132,20 @@ pub fn refused(refusal: &Refusal) -> CallToolResult {
         },
     };
     with_facts(result, &facts)
+}
+
+/// `result` with the line that the timeout the call asked for, `asked`
+/// seconds, was cut to the environment's ceiling, `to`.
+pub fn with_timeout_cut(mut result: CallToolResult, asked: u64, to: NonZeroU64) -> CallToolResult {
+    let line = format!("timeout_s {asked} cut to {to} s, the most this environment allows");
+    match result.content.first_mut() {
+        Some(ContentBlock::Text(text)) => {
+            end_line(&mut text.text);
+            text.text.push_str(&line);
+        }
+        _ => result.content.insert(0, ContentBlock::text(line)),
+    }
+    result
 }
 
 /// A success or an error result of `content`.

@@ -152,8 +152,8 @@ impl Refusal {
             ErrorCode::InvalidArguments,
             format!(
                 "{problem}; `run` takes `code` (string, required), `env` (string), \
-                 `session` (string), `files` (a list of {{\"path\", \"content\"}} strings) \
-                 and `packages` (a list of strings)."
+                 `session` (string), `files` (a list of {{\"path\", \"content\"}} strings), \
+                 `packages` (a list of strings) and `timeout_s` (whole seconds)."
             ),
         )
     }

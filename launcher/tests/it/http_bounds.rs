@@ -60,6 +60,7 @@ async fn mcp_sessions_are_capped_and_idle_ones_expire() {
         .values_mut()
     {
         env["limits"]["timeout_s"] = json!(1);
+        env["limits"]["max_timeout_s"] = json!(1);
     }
     let server = HttpServer::unprivileged(
         Manifest::new(&manifest),

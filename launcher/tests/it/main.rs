@@ -33,3 +33,4 @@ mod session;
 mod session_table;
 mod stdio;
 mod takeover;
+mod timeout;

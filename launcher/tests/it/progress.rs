@@ -132,6 +132,28 @@ async fn a_run_tells_its_newest_lines_and_a_short_client_timeout_keeps_waiting()
     client.cancel().await.unwrap();
 }
 
+/// A call that asks for a longer timeout is told its progress out of that
+/// timeout, not the environment's.
+#[tokio::test]
+async fn the_total_is_the_timeout_the_call_asked_for() {
+    let (client, recorder, _m) = start(30).await;
+    let code = "import time\ntime.sleep(2.5)\nprint('done')";
+    let answer = call(
+        &client,
+        json!({"env": "python", "code": code, "timeout_s": 90}),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer, "done\n");
+    let seen = recorder.0.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "no progress");
+    for p in &seen {
+        assert_eq!(p.total, Some(90.0), "{p:?}");
+    }
+    client.cancel().await.unwrap();
+}
+
 /// Without a progressToken (rmcp's client always sends one, so this
 /// speaks JSON-RPC itself): the result comes, and no notification before
 /// it.

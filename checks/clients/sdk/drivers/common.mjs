@@ -182,6 +182,37 @@ async function cancelChecks(rep, api, propagates) {
   } catch (e) { rep.exception(what, e); }
 }
 
+// A run longer than the client's timeout: 60 s printing a line a second,
+// asking for 90 s (`timeout_s`, past the environment's 30), called with a
+// 30 s client timeout that progress resets. Without progress the client
+// gives up at 30 s and the check fails.
+export const LONG_CODE = 'for i in $(seq 1 60); do echo "line $i"; sleep 1; done; echo finished';
+export const LONG_CLIENT_TIMEOUT_MS = 30000;
+
+export async function longRunCheck(rep, client) {
+  const what = 'a 60 s printing run (timeout_s 90) with a 30 s client timeout reset on progress returns its result';
+  const notes = [];
+  const started = Date.now();
+  try {
+    const result = await client.callTool(
+      { name: 'run', arguments: { env: 'shell', code: LONG_CODE, timeout_s: 90 } },
+      undefined,
+      {
+        timeout: LONG_CLIENT_TIMEOUT_MS,
+        resetTimeoutOnProgress: true,
+        onprogress: (p) => notes.push(p),
+      },
+    );
+    const seen = seenOf(result);
+    const secs = (Date.now() - started) / 1000;
+    const withLines = notes.filter((p) => (p.message || '').includes('line ')).length;
+    rep.info(`long run: ${notes.length} progress notifications in ${secs.toFixed(0)} s, ${withLines} with output lines, total ${notes.length ? notes[0].total : 'none'}`);
+    const good = seen.text.includes('line 60') && seen.text.includes('finished') && !seen.isError;
+    rep.check(what, good && secs >= 60 && withLines >= 30 && notes.every((p) => p.total === 90),
+      good ? `${notes.length} notifications, ${withLines} with lines, ${secs.toFixed(0)} s` : 'no whole result', seen.raw);
+  } catch (e) { rep.exception(what, e); }
+}
+
 /** The api over a TypeScript SDK Client (1.x and 2.x share these calls). */
 export function sdkApi(client, { v1 }) {
   const call = (args, options) => (v1
@@ -207,8 +238,9 @@ export function sdkApi(client, { v1 }) {
 // Runs the scenario for one TypeScript client: the transport is made here
 // from the SDK's own classes (`Stdio`, `Http`), `open(transport, rep)`
 // connects a Client over it and returns it with the negotiated revision;
-// over HTTP the MCP session is ended with DELETE /mcp at the end.
-export async function drive(name, version, { Stdio, Http, v1 }, open) {
+// over HTTP the MCP session is ended with DELETE /mcp at the end; `extra(rep,
+// client)`, when given, runs after the scenario.
+export async function drive(name, version, { Stdio, Http, v1 }, open, extra = null) {
   const rep = new Report(name, version);
   try {
     let transport;
@@ -220,6 +252,7 @@ export async function drive(name, version, { Stdio, Http, v1 }, open) {
     }
     const { client, protocol } = await open(transport, rep);
     await runScenario(rep, sdkApi(client, { v1 }), { protocol });
+    if (extra) await extra(rep, client);
     if (TRANSPORT === 'http' && (v1 || transport.sessionId)) {
       try {
         await transport.terminateSession();

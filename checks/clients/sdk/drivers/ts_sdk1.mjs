@@ -1,6 +1,7 @@
 // @modelcontextprotocol/sdk 1.x: Client over StdioClientTransport or
 // StreamableHTTPClientTransport, cancelling with an AbortSignal; over HTTP
-// the connection ends with transport.terminateSession() (DELETE /mcp).
+// the connection ends with transport.terminateSession() (DELETE /mcp). Then
+// a 60 s run with a 30 s timeout that progress resets (common.mjs).
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -22,4 +23,6 @@ await c.drive(
     rep.info(`negotiated: ${protocol} (initialize)`);
     return { client, protocol };
   },
+  // resetTimeoutOnProgress: a 60 s run through a 30 s client timeout.
+  c.longRunCheck,
 );

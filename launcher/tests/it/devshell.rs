@@ -97,7 +97,7 @@ async fn the_project_env_is_built_once_cached_and_rebuilt_when_the_flake_changes
     let tools = server.client.list_all_tools().await.unwrap();
     let schema = serde_json::to_string(&tools[0].input_schema).unwrap();
     assert!(
-        schema.contains("\"project\""),
+        schema.contains("; project: "),
         "project not offered: {schema}"
     );
     assert!(

@@ -191,17 +191,22 @@ pub fn spawn(
         ),
         None => None,
     };
-    let started = place(
+    let home = host.jail_users.as_ref().map(|users| users.home());
+    let mut vars = wrapper_vars(env, cgroup.as_ref(), home);
+    if let Some(gate) = gate {
+        vars.extend(gate.vars());
+    }
+    let started = Placement {
         program,
         args,
-        env,
+        vars,
         host,
-        cgroup.as_ref(),
-        limits.into(),
-        gate,
-        user.as_ref().map(Lease::ids),
+        cgroup: cgroup.as_ref(),
+        limits: limits.into(),
+        ids: user.as_ref().map(Lease::ids),
         inherit,
-    );
+    }
+    .start();
     let child = match started {
         Ok((child, placed)) => {
             tracing::debug!(pid = child.pid, placed = placed.name(), "wrapper started");
@@ -286,63 +291,77 @@ impl Placed {
     }
 }
 
-/// Starts the wrapper in `cgroup` (holding `limits`) when there is one:
-/// created there with `clone3` (a cgroup v2; clone.rs) or forked there
-/// by a hop (v1; hop.rs) when the kernel can, else forked and moved in
-/// between fork and exec; as `ids` when given.
-#[allow(clippy::too_many_arguments)]
-#[expect(
-    clippy::too_many_lines,
-    reason = "older than the 80-line lint: to split, not to copy"
-)]
-fn place(
-    program: &str,
-    args: &[String],
-    env: &WrapperEnv,
-    host: &Host,
-    cgroup: Option<&RunCgroup>,
+/// One wrapper to start: its program and arguments, its whole environment
+/// (wrapper_vars and its gate's), its run's cgroup (holding `limits`) when
+/// there is one, the jails' user's `ids` when given, and the descriptor it
+/// inherits.
+struct Placement<'a> {
+    program: &'a str,
+    args: &'a [String],
+    vars: Vec<(&'static str, OsString)>,
+    host: &'a Host,
+    cgroup: Option<&'a RunCgroup>,
     limits: cgroup::RunLimits,
-    gate: Option<&Gate>,
     ids: Option<jailuser::Ids>,
     inherit: Option<RawFd>,
-) -> Result<(Started, Placed), StartError> {
-    let home = host.jail_users.as_ref().map(|users| users.home());
-    let mut vars = wrapper_vars(env, cgroup, home);
-    if let Some(gate) = gate {
-        vars.extend(gate.vars());
+}
+
+impl Placement<'_> {
+    /// Starts the wrapper in its cgroup when there is one: created there
+    /// with `clone3` (a cgroup v2; clone.rs) or forked there by a hop (v1;
+    /// hop.rs) when the kernel can, else forked and moved in between fork
+    /// and exec.
+    fn start(self) -> Result<(Started, Placed), StartError> {
+        if let Some(dir) = self.cgroup.and_then(RunCgroup::v2_dir)
+            && let Some(done) = self.clone3(dir)?
+        {
+            return done;
+        }
+        let hop = match (self.cgroup, &self.host.cgroups) {
+            (Some(run), Some(cgroups)) => cgroups.hop(run, self.limits),
+            _ => None,
+        };
+        if let Some(hop) = hop
+            && let Some(done) = self.hop(hop)?
+        {
+            return done;
+        }
+        self.fork()
     }
-    let prepared = || {
-        let vars = vars.iter().map(|(k, v)| (*k, v.as_os_str()));
-        clone::Program::new(program, args, vars).ok_or_else(|| {
+
+    /// The argv and environment as `clone3` and a hop take them.
+    fn prepared(&self) -> Result<clone::Program, StartError> {
+        let vars = self.vars.iter().map(|(k, v)| (*k, v.as_os_str()));
+        clone::Program::new(self.program, self.args, vars).ok_or_else(|| {
             StartError::Spawn(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a NUL byte in the wrapper's argv or environment",
             ))
         })
-    };
-    if let Some(dir) = cgroup.and_then(RunCgroup::v2_dir) {
+    }
+
+    /// Created in the cgroup v2 `dir` by `clone3`; `None` (said once)
+    /// where the kernel refuses it.
+    fn clone3(&self, dir: &Path) -> Result<Option<Done>, StartError> {
         let fd = clone::open_cgroup(dir).map_err(StartError::Cgroup)?;
-        let prepared = prepared()?;
-        let setup = child_setup(Vec::new(), ids, inherit);
+        let prepared = self.prepared()?;
+        let setup = child_setup(Vec::new(), self.ids, self.inherit);
         let cloned = crate::lifetime::on_spawner(move || {
             clone::spawn_into(&prepared, std::os::fd::AsFd::as_fd(&fd), &setup)
         })
         .map_err(StartError::Spawn)?;
         static SAID: Once = Once::new();
         let refusal = "no clone3 into a cgroup here: wrappers are moved into their cgroups";
-        if let Some(done) = settled(cloned, Placed::Clone3, &SAID, refusal) {
-            return done;
-        }
+        Ok(settled(cloned, Placed::Clone3, &SAID, refusal))
     }
-    let hop = match (cgroup, &host.cgroups) {
-        (Some(run), Some(cgroups)) => cgroups.hop(run, limits),
-        _ => None,
-    };
-    if let Some(hop) = hop {
+
+    /// Forked in the run's cgroups v1 by a hop; `None` (said once) where
+    /// the kernel refuses it.
+    fn hop(&self, hop: io::Result<hop::Hop>) -> Result<Option<Done>, StartError> {
         let hopped = match hop {
             Ok(hop) => {
-                let prepared = prepared()?;
-                let setup = child_setup(Vec::new(), ids, inherit);
+                let prepared = self.prepared()?;
+                let setup = child_setup(Vec::new(), self.ids, self.inherit);
                 crate::lifetime::on_spawner(move || hop.spawn(&prepared, &setup))
                     .map_err(StartError::Spawn)?
             }
@@ -351,56 +370,63 @@ fn place(
         static SAID: Once = Once::new();
         let refusal = "no hop into a run's cgroups v1 here: wrappers are moved into their \
                        cgroups, each move waiting for the kernel's cgroup lock";
-        if let Some(done) = settled(hopped, Placed::Hop, &SAID, refusal) {
-            return done;
+        Ok(settled(hopped, Placed::Hop, &SAID, refusal))
+    }
+
+    /// Forked, and moved into its cgroup (when there is one) between fork
+    /// and exec.
+    fn fork(self) -> Done {
+        // Open until the wrapper has started (the child's copies close at exec).
+        let procs = match self.cgroup {
+            Some(cgroup) => cgroup.procs().map_err(StartError::Cgroup)?,
+            None => Vec::new(),
+        };
+        let fds = procs.iter().map(AsRawFd::as_raw_fd).collect();
+        let setup = child_setup(fds, self.ids, self.inherit);
+        let mut cmd = std::process::Command::new(self.program);
+        cmd.args(self.args)
+            .env_clear()
+            .envs(self.vars)
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: the setup makes only system calls (child_setup).
+        unsafe {
+            cmd.pre_exec(setup);
         }
-    }
-    // Open until the wrapper has started (the child's copies close at exec).
-    let procs = match cgroup {
-        Some(cgroup) => cgroup.procs().map_err(StartError::Cgroup)?,
-        None => Vec::new(),
-    };
-    let setup = child_setup(procs.iter().map(AsRawFd::as_raw_fd).collect(), ids, inherit);
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(vars)
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: the setup makes only system calls (child_setup).
-    unsafe {
-        cmd.pre_exec(setup);
-    }
-    let placed = if cgroup.is_some() {
-        Placed::Move
-    } else {
-        Placed::Nowhere
-    };
-    let mut child = crate::lifetime::spawn(cmd).map_err(StartError::Spawn)?;
-    let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-    let pid = child.id();
-    // The std handle neither kills nor waits on drop; the reaper owns the pid.
-    drop(child);
-    match pipes {
-        (Some(stdin), Some(stdout), Some(stderr)) => Ok((
-            Started {
-                pid,
-                stdin: OwnedFd::from(stdin),
-                stdout: OwnedFd::from(stdout),
-                stderr: OwnedFd::from(stderr),
-            },
-            placed,
-        )),
-        _ => {
-            kill_group(i32::try_from(pid).unwrap_or(0));
-            Err(StartError::Spawn(io::Error::other(
-                "the wrapper's pipes were not created",
-            )))
+        let placed = if self.cgroup.is_some() {
+            Placed::Move
+        } else {
+            Placed::Nowhere
+        };
+        let mut child = crate::lifetime::spawn(cmd).map_err(StartError::Spawn)?;
+        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let pid = child.id();
+        // The std handle neither kills nor waits on drop; the reaper owns the pid.
+        drop(child);
+        match pipes {
+            (Some(stdin), Some(stdout), Some(stderr)) => Ok((
+                Started {
+                    pid,
+                    stdin: OwnedFd::from(stdin),
+                    stdout: OwnedFd::from(stdout),
+                    stderr: OwnedFd::from(stderr),
+                },
+                placed,
+            )),
+            _ => {
+                kill_group(i32::try_from(pid).unwrap_or(0));
+                Err(StartError::Spawn(io::Error::other(
+                    "the wrapper's pipes were not created",
+                )))
+            }
         }
     }
 }
+
+/// A wrapper started, and how it got into its cgroup; or why not.
+type Done = Result<(Started, Placed), StartError>;
 
 /// The outcome of a way of starting a wrapper in its cgroup (`placed`):
 /// started or failed, or `None` when the kernel refused that way here,
@@ -411,7 +437,7 @@ fn settled(
     placed: Placed,
     said: &'static Once,
     refusal: &'static str,
-) -> Option<Result<(Started, Placed), StartError>> {
+) -> Option<Done> {
     match result {
         Ok(started) => Some(Ok((started, placed))),
         Err(Err(e)) => Some(Err(StartError::Spawn(e))),

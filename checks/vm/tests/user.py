@@ -97,7 +97,11 @@ def test_runs(vm):
     STATE["client"] = client
     init = client.initialize("nix-sandbox-mcp-vm")
     STATE["client_scope"] = as_alice(vm, ["systemctl", "--user", "show", "-P", "ControlGroup", CLIENT_SCOPE]).stdout.strip()
-    check(" data-science," in init.get("instructions", ""), f"instructions {init.get('instructions')!r}")
+    check("Limits per run:" in init.get("instructions", ""), f"instructions {init.get('instructions')!r}")
+    tools = client.request("tools/list", {})["tools"]
+    holds = tools[0]["inputSchema"]["properties"]["env"].get("description", "")
+    envs = [part.split(":")[0].removesuffix(" (default)") for part in holds.split("; ")]
+    check("data-science" in envs, f"env description {holds!r}")
     code = "import numpy, pandas, os\nprint(int(pandas.Series(numpy.arange(7)).sum() * 2), os.getuid())"
     result, text = reprobed(lambda: call_run(client, "data-science", code), "user, data-science")
     check(not result.get("isError") and text.strip() == "42 1000", f"{result}")

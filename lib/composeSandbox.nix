@@ -35,17 +35,7 @@ let
   # which fromJSON refuses. The paths in it are taken up again below.
   environment = builtins.fromJSON (builtins.unsafeDiscardStringContext (builtins.readFile recipe));
   names = builtins.fromJSON (builtins.readFile request);
-  # As a flake's legacyPackages: no config or overlays of the user running
-  # the server (~/.config/nixpkgs), which would change what is built.
-  pkgs = import environment.nixpkgs {
-    inherit (environment) system;
-    config = { };
-    overlays = [ ];
-  };
-  inherit (pkgs) lib;
-  mkSandbox = import (environment.source + "/lib/mkSandbox.nix") {
-    jail-nix.lib = import (environment.jailNix + "/lib");
-  };
+  inherit (import (environment.source + "/lib/recipeContext.nix") environment) pkgs lib mkSandbox;
 
   # Again here, so that this file is safe to call on its own.
   attributePath = name: builtins.match "[A-Za-z0-9_+-]+([.][A-Za-z0-9_+-]+)*" name != null;

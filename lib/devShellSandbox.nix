@@ -29,15 +29,7 @@
 let
   environment = builtins.fromJSON (builtins.unsafeDiscardStringContext (builtins.readFile recipe));
   printed = builtins.fromJSON (builtins.readFile devenv);
-  pkgs = import environment.nixpkgs {
-    inherit (environment) system;
-    config = { };
-    overlays = [ ];
-  };
-  inherit (pkgs) lib;
-  mkSandbox = import (environment.source + "/lib/mkSandbox.nix") {
-    jail-nix.lib = import (environment.jailNix + "/lib");
-  };
+  inherit (import (environment.source + "/lib/recipeContext.nix") environment) pkgs lib mkSandbox;
 
   variables = printed.variables or { };
   exported = lib.filterAttrs (

@@ -164,10 +164,14 @@ class Bench:
             "@AGENT@", str(Path(args.launcher) / "bin/agent")))
         self.fixture_manifest = json.loads(manifest.read_text())["environments"]
         # The fixture jail runs the launcher package's jail-budget from there.
+        # The unprivileged pass finds root's link there, which it may not
+        # replace (the directory is root's): made only when not right.
         budget = Path(args.fixtures) / "bin/jail-budget"
-        budget.parent.mkdir(exist_ok=True)
-        budget.unlink(missing_ok=True)
-        budget.symlink_to(Path(args.launcher) / "bin/jail-budget")
+        target = Path(args.launcher) / "bin/jail-budget"
+        if not (budget.is_symlink() and Path(os.readlink(budget)) == target):
+            budget.parent.mkdir(exist_ok=True)
+            budget.unlink(missing_ok=True)
+            budget.symlink_to(target)
         self.fixture_server = [self.launcher_bin, "--stdio", "--manifest", str(manifest),
                                "--allow-wrappers-outside-store"]
 

@@ -13,9 +13,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
-use super::{ComposeError, Composer, Job, Key, Outcome};
+use super::{ComposeError, Composer, Input, Job, Key};
 use crate::catalog::Env;
 
 impl Composer {
@@ -42,24 +40,13 @@ impl Composer {
                 .map_err(|e| ComposeError::Failed(format!("{}: {e}", flake.display())))?,
             Vec::new(),
         );
-        let cell = self.cell(&key)?;
-        let outcome = cell
-            .get_or_init(|| async {
-                let job = Job {
-                    key: key.clone(),
-                    helper: &dev_shell.helper,
-                    request: None,
-                    flake: Some(flake),
-                    timeout_s: dev_shell.timeout_s,
-                };
-                match self.realise_job(&job, placeholder, started).await {
-                    Ok(env) => Outcome::Ready(env),
-                    Err(e) => Outcome::Failed(e, Instant::now()),
-                }
-            })
-            .await
-            .clone();
-        self.settle(&key, &cell, outcome)
+        let job = Job {
+            key,
+            helper: &dev_shell.helper,
+            input: Input::Flake(flake),
+            timeout_s: dev_shell.timeout_s,
+        };
+        self.build(job, placeholder, started).await
     }
 }
 

@@ -85,15 +85,22 @@ pub struct Composer {
 type Key = (String, String, Vec<String>);
 type Cell = Arc<OnceCell<Outcome>>;
 
-/// One realisation: its cache key, the helper's argv, what it is given
-/// (a request file of names for packages, ENV REQUEST OUT; the flake for
-/// the project's dev shell, FLAKE OUT) and how long it may take.
+/// One realisation: its cache key, the helper's argv, what the helper is
+/// given, and how long it may take.
 struct Job<'a> {
     key: Key,
     helper: &'a [String],
-    request: Option<&'a [String]>,
-    flake: Option<&'a Path>,
+    input: Input<'a>,
     timeout_s: NonZeroU64,
+}
+
+/// What a helper builds from: the key's names, written to a request file
+/// (the compose helper: ENV REQUEST OUT), or the project's flake (the dev
+/// shell helper: FLAKE OUT).
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    Packages,
+    Flake(&'a Path),
 }
 
 /// A finished composition: the environment, or the failure and when.
@@ -125,13 +132,34 @@ impl Composer {
         names: &[String],
         started: impl FnOnce(),
     ) -> Result<Arc<Env>, ComposeError> {
-        let key: Key = (base.name.clone(), base.store_path.clone(), names.to_vec());
-        let cell = self.cell(&key)?;
+        let job = Job {
+            key: (base.name.clone(), base.store_path.clone(), names.to_vec()),
+            helper: &policy.compose,
+            input: Input::Packages,
+            timeout_s: policy.timeout_s,
+        };
+        self.build(job, base, started).await
+    }
+
+    /// `job`'s environment, named like `base`: remembered (ready, being
+    /// built, or failed a moment ago), from the disk cache, or built now.
+    async fn build(
+        &self,
+        job: Job<'_>,
+        base: &Env,
+        started: impl FnOnce(),
+    ) -> Result<Arc<Env>, ComposeError> {
+        let cell = self.cell(&job.key)?;
         let outcome = cell
-            .get_or_init(|| self.realise(base, policy, names, started))
+            .get_or_init(|| async {
+                match self.realise(&job, base, started).await {
+                    Ok(env) => Outcome::Ready(env),
+                    Err(e) => Outcome::Failed(e, Instant::now()),
+                }
+            })
             .await
             .clone();
-        self.settle(&key, &cell, outcome)
+        self.settle(&job.key, &cell, outcome)
     }
 
     /// What a finished composition gives its call.
@@ -199,29 +227,9 @@ impl Composer {
         self.cells.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn realise(
-        &self,
-        base: &Arc<Env>,
-        policy: &OnDemand,
-        names: &[String],
-        started: impl FnOnce(),
-    ) -> Outcome {
-        let job = Job {
-            key: (base.name.clone(), base.store_path.clone(), names.to_vec()),
-            helper: &policy.compose,
-            request: Some(names),
-            flake: None,
-            timeout_s: policy.timeout_s,
-        };
-        match self.realise_job(&job, base, started).await {
-            Ok(env) => Outcome::Ready(env),
-            Err(e) => Outcome::Failed(e, Instant::now()),
-        }
-    }
-
     /// Runs `job`'s helper (or finds its result in the cache) and loads
     /// the environment named like `base` from what it built.
-    async fn realise_job(
+    async fn realise(
         &self,
         job: &Job<'_>,
         base: &Env,
@@ -247,34 +255,24 @@ impl Composer {
             return Err(ComposeError::Busy(self.max_compositions));
         };
         started();
-        match job.flake {
-            Some(flake) => {
-                tracing::info!(env = %base.name, flake = %flake.display(), "building the environment from the project's dev shell")
-            }
-            None => {
-                tracing::info!(env = %base.name, packages = ?names, "composing the environment with packages")
-            }
-        }
         let begun = Instant::now();
-        let mut args: Vec<OsString> = Vec::new();
         let request = dir.join(format!("{stem}.request.json"));
-        if let Some(request_names) = job.request {
-            args.push(base.name.clone().into());
-            std::fs::write(
-                &request,
-                serde_json::to_vec(request_names).unwrap_or_default(),
-            )
-            .map_err(|e| {
-                ComposeError::Failed(format!("cannot write {}: {e}", request.display()))
-            })?;
-            args.push(request.clone().into());
-        }
-        if let Some(flake) = job.flake {
-            args.push(flake.into());
-        }
+        let mut args: Vec<OsString> = match job.input {
+            Input::Flake(flake) => {
+                tracing::info!(env = %base.name, flake = %flake.display(), "building the environment from the project's dev shell");
+                vec![flake.into()]
+            }
+            Input::Packages => {
+                tracing::info!(env = %base.name, packages = ?names, "composing the environment with packages");
+                std::fs::write(&request, serde_json::to_vec(names).unwrap_or_default()).map_err(
+                    |e| ComposeError::Failed(format!("cannot write {}: {e}", request.display())),
+                )?;
+                vec![base.name.clone().into(), request.clone().into()]
+            }
+        };
         args.push(dir.join(&stem).into());
         let outcome = helper::run(job.helper, &args, job.timeout_s, &base.name).await;
-        if job.request.is_some() {
+        if let Input::Packages = job.input {
             let _ = std::fs::remove_file(&request);
         }
         let path = outcome?;

@@ -37,7 +37,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from e2e import DEADLINE, Suite, check
+from e2e import DEADLINE, Suite, check, env_names
 from packages import AS, call, count, ok, refused, served, start_daemon, stop_daemon
 
 BUILDING = "building the environment from the project's dev shell"
@@ -112,15 +112,6 @@ def write_project(project, args, listener, secret, greeting, extra=""):
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
 
 
-def offered(env_schema):
-    """The environment names `env`'s description lists: `NAME[ (default)]:
-    WHAT; ...` (the schema has no enum, to keep the tool list small)."""
-    names = set()
-    for entry in env_schema.get("description", "").split("; "):
-        names.add(entry.split(":", 1)[0].removesuffix(" (default)").strip())
-    return names
-
-
 def env_for(project):
     return {"PROJECT_DIR": str(project), "NIX_SANDBOX_PROJECT_DEVSHELL": "1"}
 
@@ -133,7 +124,7 @@ def t_built(args, scratch, listener, secret):
     with served(args.server, home=home, env=env_for(project)) as client:
         tools = client.request("tools/list", {})["tools"]
         envs = tools[0]["inputSchema"]["properties"]["env"]
-        check("project" in offered(envs), f"`project` not offered: {envs}")
+        check("project" in env_names(envs), f"`project` not offered: {envs}")
         result, text, _ = call(client, {"env": "project", "code": REPORT})
         ok(result, text, want("first"))
         check(listener.accepted == 0, f"the shellHook reached the host's listener {listener.accepted} times")
@@ -179,7 +170,7 @@ def t_off(args, scratch, listener, secret):
     project = scratch / "project"
     with served(args.server, env={"PROJECT_DIR": str(project)}) as client:
         envs = client.request("tools/list", {})["tools"][0]["inputSchema"]["properties"]["env"]
-        check("project" not in offered(envs), f"`project` offered with the setting off: {envs}")
+        check("project" not in env_names(envs), f"`project` offered with the setting off: {envs}")
         _, text, _ = call(client, {"env": "project", "code": "echo never"})
         refused(text, "unknown_env")
 

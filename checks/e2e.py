@@ -60,6 +60,14 @@ def manifest_of(out):
     return json.loads((Path(out) / MANIFEST).read_text())
 
 
+def env_names(env_schema):
+    """The environments the `run` tool's `env` argument names in its
+    description (`python (default): ...; shell: ...`; the schema has no
+    enum, to keep the tool list small)."""
+    holds = env_schema.get("description", "")
+    return [part.split(":")[0].removesuffix(" (default)").strip() for part in holds.split("; ") if ":" in part]
+
+
 def only_env(out):
     """(name, entry) of a sandbox's own one-environment manifest."""
     envs = manifest_of(out)["environments"]

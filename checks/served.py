@@ -35,7 +35,7 @@ import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e import DEADLINE, Failed, McpClient, Suite, call_run, check  # noqa: E402
+from e2e import DEADLINE, Failed, McpClient, Suite, call_run, check, env_names  # noqa: E402
 
 DATA_SCIENCE = """
 import numpy as np, pandas as pd
@@ -62,8 +62,7 @@ def started(argv, env):
 def served_names(client):
     """The environments the `run` tool's `env` description names
     (`python (default): ...; shell: ...`)."""
-    holds = schema_env(client).get("description", "")
-    return [part.split(":")[0].removesuffix(" (default)").strip() for part in holds.split("; ") if ":" in part]
+    return env_names(schema_env(client))
 
 
 def schema_env(client):

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from e2e import DEADLINE, Failed, McpClient, call_run, check, facts  # noqa: F401
+from e2e import DEADLINE, Failed, McpClient, call_run, check, env_names, facts  # noqa: F401
 from served import HttpMcp  # noqa: F401
 
 

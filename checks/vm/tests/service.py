@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from vmlib import FORK_BOMB, FOUR_BY_400_MIB, TMPFS_THEN_900_MIB, Failed, HttpMcp, check, info, reprobed, stopped_by
+from vmlib import FORK_BOMB, FOUR_BY_400_MIB, TMPFS_THEN_900_MIB, Failed, HttpMcp, check, env_names, info, reprobed, stopped_by
 
 UNIT = "nix-sandbox-mcp.service"
 TOKEN = "vm-test-token-0123456789abcdef"
@@ -117,7 +117,7 @@ def test_initialize(vm):
     tools = answer["result"]["tools"]
     check([t["name"] for t in tools] == ["run"], f"tools {[t['name'] for t in tools]}")
     holds = tools[0]["inputSchema"]["properties"]["env"].get("description", "")
-    envs = sorted(part.split(":")[0].removesuffix(" (default)") for part in holds.split("; "))
+    envs = sorted(env_names(tools[0]["inputSchema"]["properties"]["env"]))
     check(envs == ["data-science", "node", "online", "python", "shell"], f"env description {holds!r}")
     check("Limits per run:" in init.get("instructions", ""), f"instructions {init.get('instructions')!r}")
     for line in vm.journal(UNIT, lines=200).splitlines():

@@ -11,7 +11,7 @@ import pwd
 import time
 from pathlib import Path
 
-from vmlib import FORK_BOMB, FOUR_BY_400_MIB, TMPFS_THEN_900_MIB, Failed, McpClient, call_run, check, info, reprobed, stopped_by
+from vmlib import FORK_BOMB, FOUR_BY_400_MIB, TMPFS_THEN_900_MIB, Failed, McpClient, call_run, check, env_names, info, reprobed, stopped_by
 
 USER = "alice"
 PROJECT = Path("/home/alice/src/project")  # the snippet's projectDir
@@ -99,9 +99,8 @@ def test_runs(vm):
     STATE["client_scope"] = as_alice(vm, ["systemctl", "--user", "show", "-P", "ControlGroup", CLIENT_SCOPE]).stdout.strip()
     check("Limits per run:" in init.get("instructions", ""), f"instructions {init.get('instructions')!r}")
     tools = client.request("tools/list", {})["tools"]
-    holds = tools[0]["inputSchema"]["properties"]["env"].get("description", "")
-    envs = [part.split(":")[0].removesuffix(" (default)") for part in holds.split("; ")]
-    check("data-science" in envs, f"env description {holds!r}")
+    env = tools[0]["inputSchema"]["properties"]["env"]
+    check("data-science" in env_names(env), f"env description {env.get('description')!r}")
     code = "import numpy, pandas, os\nprint(int(pandas.Series(numpy.arange(7)).sum() * 2), os.getuid())"
     result, text = reprobed(lambda: call_run(client, "data-science", code), "user, data-science")
     check(not result.get("isError") and text.strip() == "42 1000", f"{result}")

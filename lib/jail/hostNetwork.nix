@@ -27,6 +27,10 @@ let
     "/etc/ssl/openssl.cnf"
     "/etc/ssl/certs/java/cacerts"
   ];
+  named = builtins.filter (var: !(builtins.elem var own)) [
+    "SSL_CERT_FILE"
+    "NIX_SSL_CERT_FILE"
+  ];
 in
 c.include-once "network" (
   state:
@@ -48,15 +52,7 @@ c.include-once "network" (
       (c.add-runtime ''
         for bundle in ${builtins.concatStringsSep " " bundles}; do
           if [ -r "$bundle" ]; then
-            ${builtins.concatStringsSep "
-            " (
-              map (var: ''RUNTIME_ARGS+=(--setenv ${var} "$bundle")'') (
-                builtins.filter (var: !(builtins.elem var own)) [
-                  "SSL_CERT_FILE"
-                  "NIX_SSL_CERT_FILE"
-                ]
-              )
-            )}
+            RUNTIME_ARGS+=(${builtins.concatStringsSep " " (map (var: ''--setenv ${var} "$bundle"'') named)})
             break
           fi
         done

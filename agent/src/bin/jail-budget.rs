@@ -64,10 +64,10 @@ use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use nix::sched::CloneFlags;
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 #[path = "jail-budget/forward.rs"]
 mod forward;
-use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
                      [--ipc NAME=VALUE]... \

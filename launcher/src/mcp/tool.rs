@@ -2,9 +2,10 @@
 //! server's instructions. Both are paid in every conversation's tokens, so
 //! they stay small: at most 250 o200k tokens with the three bundled
 //! environments, and about 15 more for each other one (bench/run counts
-//! them). What each environment holds is in the schema's `env`, which
-//! every client shows the model (some drop the instructions); the
-//! instructions name the environments, their network and the limits.
+//! them). The environments, what each holds and its network are in the
+//! schema's `env` description (not an enum: a name not served is refused
+//! with the served ones), which every client shows the model (some drop
+//! the instructions); the instructions hold the limits.
 //! Optional arguments carry `"nullable": true` (an annotation JSON Schema
 //! validators ignore): smolagents' MCP adapter (mcpadapt) takes each
 //! property as a tool input, and its agent refuses a call that lacks an
@@ -150,9 +151,8 @@ fn network_note(network: &Network) -> Option<String> {
     }
 }
 
-/// The environments by name (what each holds is in the schema's `env`),
-/// the network of those that have one, the project mount, packages on
-/// demand, the limits every run holds ([`limits_line`]).
+/// That the network is in `env`'s description, the project mount,
+/// packages on demand, the limits every run holds ([`limits_line`]).
 pub fn instructions(catalog: &Catalog, project_mount: Option<&str>, host: &Host) -> String {
     let mut text = String::from("No network unless `env` says.\n");
     if catalog.envs.is_empty() {

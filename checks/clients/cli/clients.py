@@ -46,6 +46,10 @@ class Client:
     # Whether the client can show an MCP image to the model at all (read in
     # its code, see each class); False turns a missing image into an info line.
     images = True
+    # Whether the client's own timeout for a call of the server's is reset by
+    # the call's progress notifications (read in its code, see each class):
+    # such a client also runs the suite's 60 s run with a 30 s timeout.
+    resets_timeout_on_progress = False
 
     def __init__(self, node_modules):
         self.node_modules = node_modules
@@ -63,7 +67,9 @@ class Client:
 
     def prepare(self, home, api, mcp):
         """-> (argv, env, cwd).  mcp: {"transport": "stdio", "argv": [...]}
-        or {"transport": "http", "url": ..., "token": ...}."""
+        or {"transport": "http", "url": ..., "token": ...}; with
+        "timeout_ms", the client's own timeout for the server's calls
+        (Opencode only; the others keep 60 s)."""
         raise NotImplementedError
 
 
@@ -191,6 +197,10 @@ class Opencode(Client):
     # media from tool result:") with image_url parts after the tool message,
     # for a model declared with image input (modalities below).
     name, package, version, bin = "opencode", "opencode-ai", "1.18.33", "opencode"
+    # Its MCP tools call the TypeScript SDK's callTool with `onprogress` (so
+    # the request carries a progressToken), `resetTimeoutOnProgress: true`
+    # and `timeout` from the server's `timeout` setting.
+    resets_timeout_on_progress = True
 
     def prepare(self, home, api, mcp):
         if mcp["transport"] == "stdio":
@@ -198,7 +208,8 @@ class Opencode(Client):
         else:
             server = {"type": "remote", "url": mcp["url"],
                       "headers": {"Authorization": "Bearer " + mcp["token"]}, "oauth": False}
-        server.update(enabled=True, timeout=60000)
+        # `timeout`: ms a call may take; progress notifications reset it.
+        server.update(enabled=True, timeout=mcp.get("timeout_ms", 60000))
         cfg = {
             "$schema": "https://opencode.ai/config.json",
             "provider": {"fake": {

@@ -286,6 +286,72 @@ def check(results):
     return out
 
 
+# --- a run longer than the client's timeout ---------------------------------
+
+# A 60 s shell run printing a line a second, asking for timeout_s 90, called
+# by a CLI whose own timeout for the server is 30 s (LONG_CLIENT_TIMEOUT_MS).
+# A client that resets that timeout on progress waits it out; without
+# progress it gives up at 30 s.
+LONG_CODE = 'for i in $(seq 1 60); do echo "line $i"; sleep 1; done; echo finished'
+LONG_STEPS = [{"env": "shell", "code": LONG_CODE, "timeout_s": 90}]
+LONG_CLIENT_TIMEOUT_MS = 30000
+
+
+def call_seconds(records):
+    """Seconds from the API answer that made the first `run` call to the
+    first request carrying its result, or None."""
+    t_call = t_result = None
+    for r in records:
+        kind = r["kind"]
+        if kind not in EXTRACT or not isinstance(r["body"], dict):
+            continue
+        if t_call is not None and EXTRACT[kind][1](r["body"]):
+            t_result = r["t"]
+            break
+        answer = r.get("answer")
+        if t_call is None and answer and answer[0] == "call":
+            t_call = r["t"]
+    return None if t_call is None or t_result is None else t_result - t_call
+
+
+def check_long(results, seconds, relay, withheld):
+    """[(status, what, result_or_None, reason)] for the long run: with the
+    progress passed, the model is shown its whole output after >= 60 s; with
+    it withheld, a timeout error at the client's 30 s, and not the output.
+    relay: the progress relay's report (calls, tokens, progress, passed)."""
+    r = results[0] if results else None
+    text = text_of(r) if r else ""
+    limit = LONG_CLIENT_TIMEOUT_MS / 1000
+    took = "no timing" if seconds is None else f"after {seconds:.0f} s"
+    out = []
+
+    def expect(what, cond, reason):
+        if r is None:
+            out.append(("FAIL", what, None, "no tool result reached the model"))
+        else:
+            out.append(("ok" if cond else "FAIL", what, r, "" if cond else f"{reason} ({took})"))
+
+    calls, tokens = relay.get("calls", 0), relay.get("tokens", 0)
+    out.append(("ok" if calls == 1 and tokens == 1 else "FAIL", "the CLI's tools/call carried a progressToken", r,
+                f"{calls} tools/call, {tokens} with a progressToken"))
+    if withheld:
+        out.append(("ok" if relay.get("progress", 0) >= limit - 10 and relay.get("passed") == 0 else "FAIL",
+                    f"the server sent progress during the {limit:.0f} s the CLI waited, and none reached the CLI", r,
+                    f"relay: {relay}"))
+        expect(f"without progress the CLI gives up at its {limit:.0f} s timeout and shows the model a timeout",
+               "finished" not in text and re.search(r"time[d ]?\s*out", text, re.I)
+               and seconds is not None and limit - 1 <= seconds < limit + 15,
+               "expected a timeout error, shown about 30 s after the call")
+    else:
+        out.append(("ok" if relay.get("passed", 0) >= 50 else "FAIL",
+                    "progress reached the CLI about once a second", r, f"relay: {relay}"))
+        expect(f"a 60 s printing run outlasts the CLI's {limit:.0f} s timeout and the model is shown its whole output",
+               has_line(text, "line 60") and has_line(text, "finished") and not r.get("is_error")
+               and seconds is not None and seconds >= 60,
+               "expected `line 60` and `finished`, shown after at least 60 s")
+    return out
+
+
 def summary(results):
     """One short line: the form of each result and whether machine facts show."""
     forms = []

@@ -201,22 +201,21 @@ impl Staged {
         if self.files.len() <= i {
             self.files.resize_with(i + 1, || None);
         }
-        if self.files[i].is_none() {
-            let flags = OFlag::O_WRONLY
-                | OFlag::O_CREAT
-                | OFlag::O_EXCL
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_CLOEXEC;
-            let fd = openat(
-                self.dir.as_fd(),
-                i.to_string().as_str(),
-                flags,
-                Mode::from_bits_truncate(0o644),
-            )
-            .map_err(|e| format!("staging it: {}", why(e, &i.to_string())))?;
-            self.files[i] = Some(File::from(fd));
+        let slot = &mut self.files[i];
+        if let Some(file) = slot {
+            return Ok(file);
         }
-        Ok(self.files[i].as_mut().expect("made above"))
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let name = i.to_string();
+        let fd = openat(
+            self.dir.as_fd(),
+            name.as_str(),
+            flags,
+            Mode::from_bits_truncate(0o644),
+        )
+        .map_err(|e| format!("staging it: {}", why(e, &name)))?;
+        Ok(slot.insert(File::from(fd)))
     }
 
     /// Moves staged file `i` to `file.path`, making its directories; onto

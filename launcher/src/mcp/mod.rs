@@ -64,6 +64,18 @@ use resources::Links;
 const SESSION_MAX_CODE_BYTES: usize =
     (proto::frame::MAX_FRAME_BYTES - 64 * 1024 - 6 * MAX_FILES * MAX_PATH_BYTES) / 6;
 
+/// The largest request message, an HTTP body or a stdio line: the largest
+/// code and files' paths, every byte escaped as `\u00XX` in the JSON, the
+/// largest files twice over (base64 makes 3 bytes 4; text is rarely
+/// escaped), and room for the rest of the message.
+pub fn max_message_bytes(max_code_bytes: usize, max_files_bytes: usize) -> usize {
+    max_code_bytes
+        .saturating_add(MAX_FILES * MAX_PATH_BYTES)
+        .saturating_mul(6)
+        .saturating_add(max_files_bytes.saturating_mul(2))
+        .saturating_add(64 * 1024)
+}
+
 /// What the server needs to answer calls.
 pub struct Config {
     pub catalog: Catalog,

@@ -387,11 +387,12 @@ impl Scan<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn workspace() -> (tempfile::TempDir, Workspace) {
+    /// A workspace in a fresh temporary directory.
+    pub(crate) fn workspace() -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
         (dir, ws)

@@ -268,12 +268,7 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     use crate::files::Workspace;
-
-    fn workspace() -> (tempfile::TempDir, Workspace) {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = Workspace::open(dir.path()).unwrap();
-        (dir, ws)
-    }
+    use crate::files::tests::workspace;
 
     fn file(path: &str, replace: bool) -> FileIn {
         FileIn {

@@ -65,14 +65,14 @@
       # The offline harness's end-to-end tests, against real nixpkgs builds.
       checks = forAllSystems (
         system: pkgs:
-        import ./checks/e2e.nix {
+        import ./checks/e2e/e2e.nix {
           inherit pkgs;
           inherit (self.lib) mkSandbox;
           packages = self.packages.${system};
         }
         # The HTTP service in a NixOS VM (needs KVM).
         // lib.optionalAttrs (system == "x86_64-linux") {
-          nixos-service = import ./checks/nixosService.nix {
+          nixos-service = import ./checks/eval/nixosService.nix {
             inherit pkgs;
             module = self.nixosModules.default;
           };

@@ -1090,11 +1090,11 @@ def parser():
                              "CPU cannot start 32 within a call's time)")
     parser.add_argument("--start-costs", type=int, default=MIGRATIONS, metavar="N",
                         help="processes started in a fresh cgroup, each way (with run cgroups)")
-    parser.add_argument("--packages-server", help="checks/packagesServers.nix's packages-server (as root only)")
+    parser.add_argument("--packages-server", help="checks/flakes/packagesServers.nix's packages-server (as root only)")
     parser.add_argument("--package-runs", type=int, default=5, help="fresh servers composing python + jq")
     parser.add_argument("--relay", help="bench/relay.rs built (without it: no relay baseline for the round trips)")
     parser.add_argument("--json-floor", help="bench/floor built (without it: no JSON-RPC floor for the round trips)")
-    parser.add_argument("--languages-server", help="checks/languagesServer.nix's languages-server (without it: "
+    parser.add_argument("--languages-server", help="checks/flakes/languagesServer.nix's languages-server (without it: "
                                                    "no languages step)")
     parser.add_argument("--language-runs", type=int, default=10, help="hello world runs of each kind, per language")
     parser.add_argument("--flood-seconds", type=int, default=5, help="the flooding run of the progress step")

@@ -1,6 +1,6 @@
 """A small MCP client over stdio for the benchmark (standard library only).
 
-Newline-delimited JSON-RPC, like checks/e2e.py's client, but requests may be
+Newline-delimited JSON-RPC, like checks/e2e/e2e.py's client, but requests may be
 in flight from several threads at once: a reader thread hands each answer to
 the thread waiting for its id. A `lean` client has no reader thread: the one
 thread that calls it reads its own answer, as a session wrapper run directly

@@ -46,9 +46,9 @@
     {
       # name -> { sandbox, error }: evaluating `sandbox.drvPath` must fail
       # with a message containing `error`, or succeed when `error` is null.
-      validation = import ./validation.nix { inherit lib pkgs; inherit (sandboxLib) mkSandbox mkServer; };
+      validation = import ./eval/validation.nix { inherit lib pkgs; inherit (sandboxLib) mkSandbox mkServer; };
       # name -> { got, want }: mkSandbox's arguments and the modules'
       # environment options are one schema; got must equal want.
-      schema = import ./schema.nix { inherit lib pkgs sandboxLib home-manager; };
+      schema = import ./eval/schema.nix { inherit lib pkgs sandboxLib home-manager; };
     };
 }

@@ -118,7 +118,7 @@ lib.fix (
     # `hostpkgsTestRun` is $HOSTPKGS_TEST_RUN of the evaluation (the
     # compose helper's, which the server passes on; empty in a flake's
     # pure evaluation), so that what the store already holds decides
-    # nothing (checks/packages.py). `hello`: what a package missing from
+    # nothing (checks/e2e/packages.py). `hello`: what a package missing from
     # the binary cache gets. `slowBuild`: a build that outlasts any test,
     # which a timeout must stop with every process it started.
     hello =

@@ -1,4 +1,4 @@
-# Takes pkgs and the offline harness's module evaluators (checks/modules.nix:
+# Takes pkgs and the offline harness's module evaluators (checks/eval/modules.nix:
 # `nixos` and `home`, each a list of modules to an evaluated configuration);
 # returns what the VM test (checks/vm/run) boots with:
 #   service:  the unit file of services.nix-sandbox-mcp as the docs'
@@ -24,7 +24,7 @@
 }:
 let
   system = nixos [
-    ../snippets/nixos.nix
+    ../eval/snippets/nixos.nix
     {
       programs.nix-sandbox-mcp.environments.online = {
         interpreter = "python";
@@ -35,7 +35,7 @@ let
     }
   ];
   user = home [
-    ../snippets/home-manager.nix
+    ../eval/snippets/home-manager.nix
     {
       programs.nix-sandbox-mcp.environments.tight = {
         interpreter = "python";

@@ -1,5 +1,5 @@
 # Takes nixpkgs' lib and one evaluated entry of NixOS's systemd.services (the
-# options checks/nixosStubs.nix declares: description, wantedBy, after,
+# options checks/eval/nixosStubs.nix declares: description, wantedBy, after,
 # environment, serviceConfig, and path when it declares it); returns the
 # text of its systemd unit file, rendered as NixOS renders units
 # (nixos/lib/systemd-lib.nix and systemd-unit-options.nix): a list is one

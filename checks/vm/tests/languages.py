@@ -1,4 +1,4 @@
-"""The language presets on cgroup v2: checks/languages.py, the harness's own
+"""The language presets on cgroup v2: checks/e2e/languages.py, the harness's own
 cases (for go, rust, java, c and cpp: hello world, a compile error, a
 panic or exception, an allocation past the memory limit, a timeout, a
 session's second build reusing the first's cache; then network-tools),
@@ -39,7 +39,7 @@ def setup(vm):
 
 
 def relayed(argv, label):
-    """Runs argv (checks/languages.py), its lines printed as they come."""
+    """Runs argv (checks/e2e/languages.py), its lines printed as they come."""
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -56,7 +56,7 @@ def relayed(argv, label):
             proc.kill()
             proc.wait()
     info(f"languages, {label}: {time.monotonic() - started:.0f} s")
-    check(status == 0 and not failed, f"checks/languages.py exited {status}, {failed} failed")
+    check(status == 0 and not failed, f"checks/e2e/languages.py exited {status}, {failed} failed")
 
 
 def arguments(vm, label):
@@ -64,12 +64,12 @@ def arguments(vm, label):
 
 
 def test_root(vm):
-    """as root: checks/languages.py against the server, each run in a cgroup v2 of its own"""
+    """as root: checks/e2e/languages.py against the server, each run in a cgroup v2 of its own"""
     relayed(["env", "-i", "HOME=/root", "PATH=/usr/bin:/bin", *arguments(vm, "root")], "root")
 
 
 def test_user(vm):
-    """as a user under her systemd manager: checks/languages.py from a scope of hers"""
+    """as a user under her systemd manager: checks/e2e/languages.py from a scope of hers"""
     uid = vm.state["languages_uid"]
     runtime = f"/run/user/{uid}"
     env = {"HOME": f"/home/{USER}", "USER": USER, "PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime,

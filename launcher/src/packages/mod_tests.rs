@@ -48,7 +48,7 @@ fn starts(dir: &Path) -> usize {
 
 #[test]
 fn the_cache_entry_is_named_by_fnv1a_of_the_store_path_and_names() {
-    // checks/packages.py computes the same name to plant an entry.
+    // checks/e2e/packages.py computes the same name to plant an entry.
     let key = (
         "python".to_owned(),
         "/nix/store/x-a".to_owned(),

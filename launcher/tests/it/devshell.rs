@@ -1,6 +1,6 @@
 //! The project's dev shell as the environment `project`, through the
 //! launcher with a stand-in helper (tests/fixtures/wrappers/devshell; the
-//! real one, with Nix, is tested by checks/devshell.py): offered only when
+//! real one, with Nix, is tested by checks/e2e/devshell.py): offered only when
 //! the setting is on and the project holds flake.nix, built on first use
 //! and cached (a second server builds nothing), built again at the next
 //! call after flake.nix or flake.lock changes while a session keeps its

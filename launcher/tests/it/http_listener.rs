@@ -18,10 +18,10 @@ use crate::http::{HttpServer, TOKEN, result_text};
 /// way to listen on it (each family, the wildcards, `SO_REUSEPORT`), each
 /// tried alone and said; then the first that binds accepts clients for up
 /// to 8 s and prints what the first that sends anything sent. The same
-/// text as the offline harness's (checks/e2e.py, `SQUAT`).
+/// text as the offline harness's (checks/e2e/e2e.py, `SQUAT`).
 fn squat(port: u16) -> String {
-    let e2e = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../checks/e2e.py"))
-        .expect("checks/e2e.py is next to launcher/");
+    let e2e = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../checks/e2e/e2e.py"))
+        .expect("checks/e2e/e2e.py is next to launcher/");
     let start = e2e.find("SQUAT = \"\"\"").expect("e2e.py has SQUAT") + 11;
     let len = e2e[start..].find("\"\"\"").expect("SQUAT ends");
     e2e[start..start + len].replace("@PORT@", &port.to_string())

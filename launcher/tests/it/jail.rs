@@ -166,7 +166,7 @@ async fn two_root_servers_take_two_blocks() {
 
 /// Python that tries, from inside a jail, what only a process holding host
 /// uid 0 or a writable /proc/sys could do, and prints what happened (JSON).
-const PROC_ATTACKS: &str = include_str!("../../../checks/proc_attacks.py");
+const PROC_ATTACKS: &str = include_str!("../../../checks/e2e/proc_attacks.py");
 
 /// Runs [`PROC_ATTACKS`] in a run and a session of `s`; checks that every
 /// attack failed and that /proc/sys still shows the jail's own namespaces.

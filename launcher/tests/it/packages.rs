@@ -1,6 +1,6 @@
 //! Packages on demand through the launcher, with a stand-in compose helper
 //! (tests/fixtures/wrappers/compose; the real one, with Nix, is tested by
-//! checks/packages.py): names refused before the helper starts, the
+//! checks/e2e/packages.py): names refused before the helper starts, the
 //! composed environment used and cached, sessions keeping theirs, each
 //! failure one line and remembered, the helper's whole process tree killed
 //! at the timeout, calls not held up by a composition, one composition at

@@ -1,4 +1,4 @@
-"""What a jail shares with the host, attacked (checks/adversarial.py runs
+"""What a jail shares with the host, attacked (checks/e2e/adversarial.py runs
 these cases, as root and as an unprivileged user).
 
 - identity: the jail's hostname and /etc/passwd name nothing of the host;

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """End-to-end tests of servers configured by the modules and the template.
 
-Run by checks/modules.sh (standard library only; the MCP client is e2e.py's).
+Run by checks/eval/modules.sh (standard library only; the MCP client is e2e.py's).
 Prints one line per test, `ok - LABEL: name` or `FAIL - LABEL: name: reason`,
 and exits 1 when any test failed.
 
   served.py home --mcp-json FILE --name SERVER
       the server home-manager registered in ~/.config/mcp/mcp.json (the
-      docs' snippet, checks/snippets/home-manager.nix), started the way a
+      docs' snippet, checks/eval/snippets/home-manager.nix), started the way a
       client starts it: its command, args and env from that file.
   served.py nixos --server OUT --service FILE
       the server package the NixOS module puts in systemPackages
-      (checks/snippets/nixos.nix) over stdio; then its systemd service as
+      (checks/eval/snippets/nixos.nix) over stdio; then its systemd service as
       systemd would start it (FILE: { ExecStart, environment } as JSON, %d
       the credentials directory holding the token), over HTTP.
   served.py template --server OUT

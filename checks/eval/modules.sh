@@ -1,16 +1,16 @@
 # shellcheck shell=bash disable=SC2154 # root, work, override: set by checks/run
-# checks/modules.sh: the offline harness's tests of the NixOS and
+# checks/eval/modules.sh: the offline harness's tests of the NixOS and
 # home-manager modules and of the templates. Sourced by checks/run after its
 # builds; uses its ok, fail, build, counted, log_tail, store_path, $root, $work and
 # $override.
 #
-# 0. docs/modules.md shows each module snippet (checks/snippets/) verbatim.
-# 1. checks/modules-flake.nix, a user's flake over this checkout, evaluates
-#    the module snippets (checks/snippets/) and more configurations with
-#    lib.evalModules (checks/modules.nix): every `expectations` entry must
+# 0. docs/modules.md shows each module snippet (checks/eval/snippets/) verbatim.
+# 1. checks/flakes/modules-flake.nix, a user's flake over this checkout, evaluates
+#    the module snippets (checks/eval/snippets/) and more configurations with
+#    lib.evalModules (checks/eval/modules.nix): every `expectations` entry must
 #    have got == want, every `failures` entry must fail with its message.
 # 2. It builds the server each snippet configures, and home-manager's
-#    ~/.config/mcp/mcp.json; checks/served.py starts the server the way that
+#    ~/.config/mcp/mcp.json; checks/e2e/served.py starts the server the way that
 #    file says and runs code in it.
 # 3. A sandbox named like a bundled preset, in NIX_SANDBOX_DIR or built
 #    from NIX_SANDBOX_ENVS, replaces the preset in the flake's server.
@@ -18,21 +18,21 @@
 #    README.md says: this checkout registered as `nix-sandbox-mcp` in a
 #    user flake registry (a scratch HOME's), the template's input taken
 #    from there; built with nixpkgs pointed at the host package set, then
-#    checks/served.py runs code in its environments.
+#    checks/e2e/served.py runs code in its environments.
 
-# served LABEL ARGS...: runs checks/served.py, shows and counts its lines
+# served LABEL ARGS...: runs checks/e2e/served.py, shows and counts its lines
 # (checks/run's `counted`).
 served() {
   local label=$1
   shift
-  counted served.py "$label" /usr/bin/python3 "$root/checks/served.py" --label "$label" "$@"
+  counted served.py "$label" /usr/bin/python3 "$root/checks/e2e/served.py" --label "$label" "$@"
 }
 
 # docs/modules.md shows the snippets these tests evaluate, verbatim.
 for snippet in home-manager nixos; do
-  name="docs/modules.md shows checks/snippets/$snippet.nix verbatim"
+  name="docs/modules.md shows checks/eval/snippets/$snippet.nix verbatim"
   if python3 -c 'import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())' \
-    "$root/docs/modules.md" "$root/checks/snippets/$snippet.nix"; then
+    "$root/docs/modules.md" "$root/checks/eval/snippets/$snippet.nix"; then
     ok "$name"
   else
     fail "$name" "paste it whole into a nix code block (the docs' module snippets are the ones tested)"
@@ -43,7 +43,7 @@ modules_flake=$work/modules-flake
 mkdir -p "$modules_flake"
 sed -e "s|@SOURCE@|git+file://$root|" -e "s|@NIXPKGS@|path:$root/checks/hostpkgs|" \
   -e "s|@HOME_MANAGER@|path:$(store_path "$root/checks/flake.lock" home-manager)|" \
-  "$root/checks/modules-flake.nix" >"$modules_flake/flake.nix"
+  "$root/checks/flakes/modules-flake.nix" >"$modules_flake/flake.nix"
 
 if expectations=$(nix eval --json "path:$modules_flake#expectations" 2>"$work/modules-expectations.log"); then
   while IFS=$'\t' read -r name same got want; do
@@ -54,7 +54,7 @@ if expectations=$(nix eval --json "path:$modules_flake#expectations" 2>"$work/mo
     fi
   done < <(jq -r 'to_entries[] | [.key, (.value.got == .value.want), (.value.got | tojson), (.value.want | tojson)] | @tsv' <<<"$expectations")
 else
-  fail "modules: checks/modules.nix expectations evaluate" "see ${work#"$root"/}/modules-expectations.log"
+  fail "modules: checks/eval/modules.nix expectations evaluate" "see ${work#"$root"/}/modules-expectations.log"
   log_tail "$work/modules-expectations.log"
 fi
 
@@ -71,7 +71,7 @@ if failures=$(nix eval --json "path:$modules_flake#failures" \
     fi
   done < <(jq -r 'to_entries[] | [.key, .value.title, .value.error] | @tsv' <<<"$failures")
 else
-  fail "modules: checks/modules.nix failures evaluate" "see ${work#"$root"/}/modules-failures.log"
+  fail "modules: checks/eval/modules.nix failures evaluate" "see ${work#"$root"/}/modules-failures.log"
   log_tail "$work/modules-failures.log"
 fi
 
@@ -91,12 +91,12 @@ fi
 
 # The NixOS VM test (nixosService.nix) needs nixpkgs and KVM; here its
 # test script must at least compile.
-vm_test="(import $root/checks/nixosService.nix { pkgs = { testers.runNixOSTest = test: test; curl = null; }; module = { }; }).testScript"
+vm_test="(import $root/checks/eval/nixosService.nix { pkgs = { testers.runNixOSTest = test: test; curl = null; }; module = { }; }).testScript"
 if nix eval --raw --impure --expr "$vm_test" >"$work/nixos-vm-test.py" 2>"$work/nixos-vm-test.log" &&
   /usr/bin/python3 -m py_compile "$work/nixos-vm-test.py" 2>>"$work/nixos-vm-test.log"; then
-  ok "nixos: the VM test's script (checks/nixosService.nix) compiles"
+  ok "nixos: the VM test's script (checks/eval/nixosService.nix) compiles"
 else
-  fail "nixos: the VM test's script (checks/nixosService.nix) compiles" "see ${work#"$root"/}/nixos-vm-test.log"
+  fail "nixos: the VM test's script (checks/eval/nixosService.nix) compiles" "see ${work#"$root"/}/nixos-vm-test.log"
 fi
 
 # Runtime environments named like presets replace them (the server package

@@ -3,7 +3,7 @@
 
 Run by checks/run after e2e.py, once as root and once as an unprivileged
 user, against the server package and the `tight-python` / `tight-shell`
-environments of checks/environments.nix (small limits, served through
+environments of checks/flakes/environments.nix (small limits, served through
 NIX_SANDBOX_DIR). Each case states what must happen and checks it; after
 each, the server must still answer and no process of the run may remain
 (nothing in the safety-net cgroup but this script, the server and its

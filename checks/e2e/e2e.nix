@@ -10,7 +10,7 @@
 }:
 let
   inherit (pkgs) lib;
-  environments = import ./environments.nix { inherit pkgs mkSandbox; };
+  environments = import ../flakes/environments.nix { inherit pkgs mkSandbox; };
   presets = [
     "python"
     "shell"

@@ -64,13 +64,13 @@ in
     good // { interpreter = "program"; }
   ) "${label} `program` must be set when `interpreter` is \"program\"";
   program-for-python = sandbox (
-    good // { program = import ../lib/languages/c.nix; }
+    good // { program = import ../../lib/languages/c.nix; }
   ) "${label} `program` is only for `interpreter = \"program\"` (got interpreter \"python\")";
   program-file-path = sandbox (
     good
     // {
       interpreter = "program";
-      program = import ../lib/languages/c.nix // {
+      program = import ../../lib/languages/c.nix // {
         file = "../main.c";
       };
     }

@@ -1,4 +1,4 @@
-"""Run inside a jail (checks/adversarial.py, launcher/tests/it/jail.rs):
+"""Run inside a jail (checks/e2e/adversarial.py, launcher/tests/it/jail.rs):
 tries what only a process holding host uid 0, or a writable /proc/sys,
 could do, and prints what happened as one JSON object: each attempt's
 outcome (done, or the errno's name), how /proc/sys and its like are

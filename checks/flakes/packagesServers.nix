@@ -1,5 +1,5 @@
 # Takes pkgs and the flake's library; returns the servers the packages on
-# demand tests serve (checks/packages.py): `packages-server`, the python
+# demand tests serve (checks/e2e/packages.py): `packages-server`, the python
 # and shell presets with an allowlist (jq, ripgrep, hello, slowBuild and
 # every python3Packages module) and building on, as the harness must (its Nix
 # has no binary cache, so nothing could be substituted), and

@@ -19,15 +19,15 @@
     }:
     {
       packages.x86_64-linux =
-        import "${nix-sandbox-mcp}/checks/environments.nix" {
+        import "${nix-sandbox-mcp}/checks/flakes/environments.nix" {
           pkgs = nixpkgs.legacyPackages.x86_64-linux;
           inherit (nix-sandbox-mcp.lib) mkSandbox;
         }
-        // import "${nix-sandbox-mcp}/checks/packagesServers.nix" {
+        // import "${nix-sandbox-mcp}/checks/flakes/packagesServers.nix" {
           pkgs = nixpkgs.legacyPackages.x86_64-linux;
           sandboxLib = nix-sandbox-mcp.lib;
         }
-        // import "${nix-sandbox-mcp}/checks/languagesServer.nix" {
+        // import "${nix-sandbox-mcp}/checks/flakes/languagesServer.nix" {
           pkgs = nixpkgs.legacyPackages.x86_64-linux;
           sandboxLib = nix-sandbox-mcp.lib;
         };

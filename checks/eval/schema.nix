@@ -4,7 +4,7 @@
 # home-manager modules take one environment schema: name -> { got, want },
 # where got must equal want (as JSON). mkSandbox's arguments are
 # `lib.functionArgs (mkSandbox pkgs)` (true: has a default), which its
-# argument check holds it to (checks/validation.nix); the modules' are the
+# argument check holds it to (checks/eval/validation.nix); the modules' are the
 # options of one programs.nix-sandbox-mcp.environments entry.
 {
   lib,
@@ -14,14 +14,14 @@
 }:
 let
   arguments = lib.functionArgs (sandboxLib.mkSandbox pkgs);
-  # The modules evaluated as checks/modules.nix does: home-manager's real
+  # The modules evaluated as checks/eval/modules.nix does: home-manager's real
   # programs/mcp.nix and the stubs of the options they set.
   nixos =
     modules:
     lib.evalModules {
       modules = [
         ./nixosStubs.nix
-        (import ../modules/nixos.nix sandboxLib)
+        (import ../../modules/nixos.nix sandboxLib)
         { _module.args.pkgs = pkgs; }
       ]
       ++ modules;
@@ -30,7 +30,7 @@ let
     modules = [
       "${home-manager}/modules/programs/mcp.nix"
       ./homeManagerStubs.nix
-      (import ../modules/home-manager.nix sandboxLib)
+      (import ../../modules/home-manager.nix sandboxLib)
       {
         _module.args.pkgs = pkgs // {
           formats.json = import ./jsonFormat.nix pkgs;

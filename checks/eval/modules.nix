@@ -11,7 +11,7 @@
 #                 NixOS service's unit file, vm-mcp-json and
 #                 vm-languages (vm/configurations.nix).
 #   service:      how systemd would start the snippet's service, on port 0:
-#                 { ExecStart, environment }, for checks/served.py to run.
+#                 { ExecStart, environment }, for checks/e2e/served.py to run.
 #   expectations: name -> { got, want }: got must equal want (as JSON).
 #   failures:     id -> { title, value, error }: evaluating `value` must fail
 #                 with a message containing `error`.
@@ -61,7 +61,7 @@ let
   nixosSnippet = nixos [ ./snippets/nixos.nix ];
   nixosServer = nixosSnippet.programs.nix-sandbox-mcp.finalPackage;
   unit = nixosSnippet.systemd.services.nix-sandbox-mcp;
-  vmTest = import ./vm/configurations.nix { inherit pkgs nixos home; };
+  vmTest = import ../vm/configurations.nix { inherit pkgs nixos home; };
 
   # The environments a server package serves, by name: { description, packages }.
   served =

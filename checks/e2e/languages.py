@@ -12,7 +12,7 @@ failed.
 
   languages.py --label root --server OUT
 
-OUT is checks/languagesServer.nix's `languages-server`: mkServer with
+OUT is checks/flakes/languagesServer.nix's `languages-server`: mkServer with
 `presets = [ "go" "rust" "java" "c" "cpp" "network-tools" ]` (in the VM,
 checks/vm/configurations.nix's `languages`, the same through the
 home-manager module, with longer limits for an emulated CPU: the limits

@@ -1,5 +1,5 @@
 # A user's flake evaluating this flake's NixOS and home-manager modules
-# (checks/modules.nix). checks/run copies it to a scratch directory as
+# (checks/eval/modules.nix). checks/run copies it to a scratch directory as
 # flake.nix, @SOURCE@, @NIXPKGS@ and @HOME_MANAGER@ replaced by this
 # checkout, the package set to build with and home-manager's source (pinned
 # by checks/flake.lock, from the Nix store).
@@ -24,7 +24,7 @@
       home-manager,
     }:
     let
-      tests = import "${nix-sandbox-mcp}/checks/modules.nix" {
+      tests = import "${nix-sandbox-mcp}/checks/eval/modules.nix" {
         pkgs = nixpkgs.legacyPackages.x86_64-linux;
         inherit nix-sandbox-mcp home-manager;
       };

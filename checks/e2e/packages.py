@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Packages on demand end to end: the Nix-built servers of
-checks/packagesServers.nix over MCP, with the real compose helper and Nix.
+checks/flakes/packagesServers.nix over MCP, with the real compose helper and Nix.
 
 Run by checks/run as root, next to e2e.py, whose minimal MCP client and
 test runner it uses, three times: the servers as root; as user 65534

@@ -6,7 +6,7 @@ route to the host's network), with loopback and a veth holding 100.51.100.10
 and 100.51.100.11 (public addresses, which the proxy lets through; nothing
 routes them out of the namespace) and addresses of IANA's special-purpose
 ranges, starts the test's HTTP and HTTPS servers there, and serves the `egress` environment
-(checks/environments.nix) through the Nix-built server, as root or, with
+(checks/flakes/environments.nix) through the Nix-built server, as root or, with
 --user, as that uid. The proxy resolves names from the test's hosts file
 (NIX_SANDBOX_EGRESS_HOSTS) and trusts the test's CA
 (NIX_SANDBOX_EGRESS_CA_ROOTS). Prints `ok - LABEL: name` /

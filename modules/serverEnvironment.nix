@@ -31,4 +31,5 @@ lib.optionalAttrs (settings.projectDir != null) {
   NIX_SANDBOX_MAX_UNREAD_BYTES = toString settings.maxUnreadBytes;
   NIX_SANDBOX_MAX_COMPOSITIONS = toString settings.maxCompositions;
   NIX_SANDBOX_PACKAGES_CACHE_MAX = toString settings.packagesCacheMax;
+  NIX_SANDBOX_FILES_MB = toString settings.filesMb;
 }

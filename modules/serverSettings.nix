@@ -155,4 +155,14 @@ in
     description = "Most MiB mirrored to {option}`outputDir` per call (`NIX_SANDBOX_OUTPUT_CALL_MB`).";
     example = 256;
   };
+  filesMb = mkOption {
+    type = types.ints.positive;
+    default = 50;
+    description = ''
+      Most MiB the `files` of one `run` call may hold in all
+      (`NIX_SANDBOX_FILES_MB`), and never more than the environment's
+      `workspace_mb`; a call over it is refused with `files_too_large`.
+    '';
+    example = 200;
+  };
 }

@@ -1,6 +1,6 @@
 //! Files in and out of the workspace (`proto::frame` documents the
-//! operations): the files an exec passes in, the outputs a call created or
-//! changed, and `read` of one output.
+//! operations): the outputs a call created or changed, `read` of one
+//! output, and the walks files in share (inbox.rs).
 //!
 //! Every path is walked from a directory descriptor of the workspace opened
 //! at start, one component at a time, with `O_NOFOLLOW`: a symbolic link
@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, mkdirat};
-use proto::files::{self, MAX_FILES, MAX_FILES_BYTES, OUTPUTS_DIR, SNIFF_BYTES};
-use proto::frame::{FileIn, FileReply, MAX_OUTPUTS_LISTED, MAX_READ_BYTES, Output};
+use proto::files::{self, OUTPUTS_DIR, SNIFF_BYTES};
+use proto::frame::{FileReply, MAX_OUTPUTS_LISTED, MAX_READ_BYTES, Output};
 use rustix::fs::RawDir;
 
 use crate::watch::{self, Watch};
@@ -88,24 +88,9 @@ impl Workspace {
         })
     }
 
-    /// Writes the files passed in; the error names the file and says why.
-    pub fn write_files(&self, list: &[FileIn]) -> Result<(), String> {
-        if list.len() > MAX_FILES {
-            return Err(format!(
-                "{} files passed in, more than {MAX_FILES}",
-                list.len()
-            ));
-        }
-        let total: usize = list.iter().map(|f| f.content.len()).sum();
-        if total > MAX_FILES_BYTES {
-            return Err(format!(
-                "{total} bytes passed in, more than {MAX_FILES_BYTES}"
-            ));
-        }
-        for file in list {
-            write_file(self.root.as_fd(), file).map_err(|why| format!("`{}`: {why}", file.path))?;
-        }
-        Ok(())
+    /// The workspace's directory, for files in (inbox.rs).
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
     }
 
     /// The outputs directory's regular files now; the directory is made when
@@ -284,34 +269,6 @@ impl Workspace {
     }
 }
 
-/// Writes one file below `root`, making its directories.
-fn write_file(root: BorrowedFd<'_>, file: &FileIn) -> Result<(), String> {
-    let parts = files::check_path(&file.path).map_err(|e| e.to_string())?;
-    let (dirs, name) = parts.split_at(parts.len() - 1);
-    let mut dir: Option<OwnedFd> = None;
-    for part in dirs {
-        let parent = dir.as_ref().map_or(root, |d| d.as_fd());
-        match mkdirat(parent, *part, Mode::from_bits_truncate(0o755)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(why(e, part)),
-        }
-        dir = Some(open_dir(parent, *part).map_err(|e| dir_why(parent, e, part))?);
-    }
-    let parent = dir.as_ref().map_or(root, |d| d.as_fd());
-    let flags =
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    let fd = openat(parent, name[0], flags, Mode::from_bits_truncate(0o644))
-        .map_err(|e| why(e, name[0]))?;
-    let stat = fstat(fd.as_fd()).map_err(|e| e.to_string())?;
-    if !is_regular(&stat) {
-        return Err(format!("`{}` exists and is not a regular file", name[0]));
-    }
-    let mut out = File::from(fd);
-    out.set_len(0)
-        .and_then(|()| out.write_all(file.content.as_bytes()))
-        .map_err(|e| format!("writing it: {e}"))
-}
-
 /// The name on disk of a listed path component: its escapes undone, and
 /// still one plain name (not `.`, `..`, empty, nor holding `/` or NUL).
 fn raw_name(part: &str) -> Result<std::ffi::OsString, String> {
@@ -326,18 +283,21 @@ fn raw_name(part: &str) -> Result<std::ffi::OsString, String> {
 }
 
 /// Opens the directory `name` in `parent`, refusing a symbolic link.
-fn open_dir<P: ?Sized + nix::NixPath>(parent: BorrowedFd<'_>, name: &P) -> nix::Result<OwnedFd> {
+pub(crate) fn open_dir<P: ?Sized + nix::NixPath>(
+    parent: BorrowedFd<'_>,
+    name: &P,
+) -> nix::Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     openat(parent, name, flags, Mode::empty())
 }
 
-fn is_regular(stat: &FileStat) -> bool {
+pub(crate) fn is_regular(stat: &FileStat) -> bool {
     SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
 }
 
 /// A sentence for an error opening the directory `part` of `parent`: with
 /// `O_NOFOLLOW`, a symbolic link there gives ENOTDIR.
-fn dir_why(parent: BorrowedFd<'_>, e: Errno, part: &str) -> String {
+pub(crate) fn dir_why(parent: BorrowedFd<'_>, e: Errno, part: &str) -> String {
     let flags = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
     match nix::sys::stat::fstatat(parent, part, flags) {
         Ok(stat) if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK => {
@@ -348,7 +308,7 @@ fn dir_why(parent: BorrowedFd<'_>, e: Errno, part: &str) -> String {
 }
 
 /// A sentence for an error met at path component `part`.
-fn why(e: Errno, part: &str) -> String {
+pub(crate) fn why(e: Errno, part: &str) -> String {
     match e {
         Errno::ELOOP => format!("`{part}` is a symbolic link, which is never followed"),
         Errno::ENOTDIR => format!("`{part}` is not a directory"),
@@ -427,62 +387,15 @@ impl Scan<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn workspace() -> (tempfile::TempDir, Workspace) {
+    /// A workspace in a fresh temporary directory.
+    pub(crate) fn workspace() -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
         (dir, ws)
-    }
-
-    fn file(path: &str, content: &str) -> FileIn {
-        FileIn {
-            path: path.into(),
-            content: content.into(),
-        }
-    }
-
-    #[test]
-    fn files_are_written_with_their_directories() {
-        let (dir, ws) = workspace();
-        ws.write_files(&[file("a.csv", "x,y\n"), file("in/deep/b.txt", "b")])
-            .unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("a.csv")).unwrap(),
-            "x,y\n"
-        );
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("in/deep/b.txt")).unwrap(),
-            "b"
-        );
-        // A second write replaces the content.
-        ws.write_files(&[file("a.csv", "1")]).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("a.csv")).unwrap(),
-            "1"
-        );
-    }
-
-    #[test]
-    fn symbolic_links_are_never_followed() {
-        let (dir, ws) = workspace();
-        let outside = tempfile::tempdir().unwrap();
-        symlink(outside.path(), dir.path().join("link")).unwrap();
-        symlink(outside.path().join("target"), dir.path().join("file-link")).unwrap();
-        let e = ws.write_files(&[file("link/x", "escape")]).unwrap_err();
-        assert!(e.contains("`link` is a symbolic link"), "{e}");
-        let e = ws.write_files(&[file("file-link", "escape")]).unwrap_err();
-        assert!(e.contains("symbolic link"), "{e}");
-        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
-        for bad in ["../x", "/etc/x", "a//b", ""] {
-            assert!(ws.write_files(&[file(bad, "x")]).is_err(), "{bad}");
-        }
-        let many: Vec<FileIn> = (0..=MAX_FILES)
-            .map(|i| file(&format!("f{i}"), ""))
-            .collect();
-        assert!(ws.write_files(&many).unwrap_err().contains("more than 20"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod cli;
 mod driver;
 mod files;
+mod inbox;
 mod init;
 mod interpreter;
 mod pipe;

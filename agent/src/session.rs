@@ -27,6 +27,7 @@ use proto::frame::{
 use crate::cli::Config;
 use crate::driver::{self, Message};
 use crate::files::{Snapshot, Workspace};
+use crate::inbox::{Inbox, Refused};
 use crate::init;
 use crate::interpreter::{self, Interpreter};
 use crate::pipe::{self, Read, pump};
@@ -106,6 +107,8 @@ struct Session {
     workspace: Option<Workspace>,
     /// The outputs directory as the running call found it.
     outputs_before: Option<Snapshot>,
+    /// The files `put` for the next exec.
+    inbox: Inbox,
 }
 
 /// What one poll reported.
@@ -152,6 +155,7 @@ impl Session {
             buf: vec![0; 64 << 10],
             workspace,
             outputs_before: None,
+            inbox: Inbox::default(),
         };
         // Start the interpreter now so that the first call does not wait for
         // it; a failure is reported to the first exec.
@@ -538,6 +542,10 @@ impl Session {
                 output_bytes,
                 files,
             } => self.exec(id, &code, output_bytes, &files)?,
+            Request::Put { id, file, data } => match &self.workspace {
+                Some(workspace) => self.inbox.put(workspace.root(), file, &data),
+                None => tracing::warn!(id, "a put, and no workspace"),
+            },
             Request::Read {
                 id,
                 path,
@@ -587,22 +595,36 @@ impl Session {
                 message,
             })
         };
-        if let Some(call) = &self.call {
-            return refuse(
+        let refused = match &self.call {
+            Some(call) => Some((
                 ErrorCode::Busy,
                 format!("call {} is still running", call.id),
-            );
+            )),
+            None if code.contains('\0') => {
+                Some((ErrorCode::BadRequest, "the code contains a NUL byte".into()))
+            }
+            None => None,
+        };
+        if let Some((code, message)) = refused {
+            // What was put for this exec goes with it.
+            if let Some(workspace) = &self.workspace {
+                self.inbox.place(workspace.root(), &[]).ok();
+            }
+            return refuse(code, message);
         }
-        if code.contains('\0') {
-            return refuse(ErrorCode::BadRequest, "the code contains a NUL byte".into());
-        }
-        if !files.is_empty() {
-            let written = match &self.workspace {
-                Some(workspace) => workspace.write_files(files),
-                None => Err("this agent has no workspace".into()),
-            };
-            if let Err(why) = written {
-                return refuse(ErrorCode::BadFile, why);
+        let placed = match &self.workspace {
+            Some(workspace) => self.inbox.place(workspace.root(), files),
+            None if files.is_empty() => Ok(()),
+            None => Err(Refused::Bad("this agent has no workspace".into())),
+        };
+        match placed {
+            Ok(()) => {}
+            Err(Refused::Bad(why)) => return refuse(ErrorCode::BadFile, why),
+            Err(Refused::Exists(path)) => {
+                return refuse(
+                    ErrorCode::FileExists,
+                    format!("`{path}` exists in /workspace"),
+                );
             }
         }
         let restarted = if self.interpreter.is_none() {

@@ -78,6 +78,8 @@ pub struct Bounds {
     /// Bytes in the outputs mirror in all, and mirrored per call.
     pub output_max_bytes: u64,
     pub output_call_bytes: u64,
+    /// Bytes the `files` of one call hold at most, all together.
+    pub files_bytes: usize,
 }
 
 /// The defaults declared above.
@@ -97,6 +99,8 @@ impl std::default::Default for Bounds {
             read_timeout: Duration::from_secs(REQUEST_READ_TIMEOUT.number()),
             output_max_bytes: OUTPUT_MAX_MB.number().saturating_mul(1 << 20),
             output_call_bytes: OUTPUT_CALL_MB.number().saturating_mul(1 << 20),
+            files_bytes: usize::try_from(FILES_MB.number().saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
         }
     }
 }
@@ -253,6 +257,7 @@ fn read_flags(
             | Key::MaxUnreadBytes
             | Key::OutputMaxMb
             | Key::OutputCallMb
+            | Key::FilesMb
             | Key::SessionIdleTimeout
             | Key::SessionMaxLifetime => {
                 flags
@@ -339,6 +344,7 @@ impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
             read_timeout: self.secs(&REQUEST_READ_TIMEOUT)?,
             output_max_bytes: self.mib(&OUTPUT_MAX_MB)?,
             output_call_bytes: self.mib(&OUTPUT_CALL_MB)?,
+            files_bytes: usize::try_from(self.mib(&FILES_MB)?).unwrap_or(usize::MAX),
         })
     }
 }

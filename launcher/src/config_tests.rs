@@ -337,6 +337,7 @@ fn the_nix_module_declares_the_same_defaults() {
         (shared, "projectMount", &PROJECT_MOUNT),
         (shared, "outputMaxMb", &OUTPUT_MAX_MB),
         (shared, "outputCallMb", &OUTPUT_CALL_MB),
+        (shared, "filesMb", &FILES_MB),
         (shared, "maxCompositions", &MAX_COMPOSITIONS),
         (shared, "packagesCacheMax", &PACKAGES_CACHE_MAX),
         (service, "maxMcpSessions", &MAX_MCP_SESSIONS),

@@ -335,6 +335,7 @@ fn serve(
         catalog,
         spawner,
         max_code_bytes: opts.max_code_bytes,
+        max_files_bytes: opts.bounds.files_bytes,
         project_mount: opts.project_mount,
         project_dir: opts.project_dir.map(std::path::PathBuf::from),
         sessions: opts.sessions,

@@ -73,6 +73,7 @@ pub enum Key {
     MaxUnreadBytes,
     OutputMaxMb,
     OutputCallMb,
+    FilesMb,
     SessionIdleTimeout,
     SessionMaxLifetime,
     AllowOutsideStore,
@@ -346,6 +347,16 @@ pub const OUTPUT_CALL_MB: Setting = Setting {
         "most MiB one call mirrors to NIX_SANDBOX_OUTPUT_DIR",
     )
 };
+pub const FILES_MB: Setting = Setting {
+    value: Some("MB"),
+    var: Some(("NIX_SANDBOX_FILES_MB", VarRole::Fallback)),
+    default: Some(Default::Number(50)),
+    ..setting(
+        Key::FilesMb,
+        "files-mb",
+        "most MiB the `files` of one call hold in all (within the environment's workspace_mb)",
+    )
+};
 pub const SESSION_IDLE_TIMEOUT: Setting = Setting {
     value: Some("S"),
     var: Some(("SESSION_IDLE_TIMEOUT", VarRole::Fallback)),
@@ -468,7 +479,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 36] = [
+pub const SETTINGS: [&Setting; 37] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -492,6 +503,7 @@ pub const SETTINGS: [&Setting; 36] = [
     &REQUEST_READ_TIMEOUT,
     &OUTPUT_MAX_MB,
     &OUTPUT_CALL_MB,
+    &FILES_MB,
     &ALLOW_OUTSIDE_STORE,
     &HELP,
     &VERSION,

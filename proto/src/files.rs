@@ -2,11 +2,11 @@
 //! the agent: the path rules of `/workspace` files, the caps, and the MIME
 //! type of an output file.
 //!
-//! - Files in (`run`'s `files` argument): at most [`MAX_FILES`] files of at
-//!   most [`MAX_FILES_BYTES`] in all, each at a path [`check_path`] accepts,
-//!   relative to `/workspace`. The launcher checks them before anything runs;
-//!   the agent checks them again and writes them without following any
-//!   symbolic link.
+//! - Files in (`run`'s `files` argument, [`Upload`]): at most [`MAX_FILES`]
+//!   files (their bytes bounded by the server's setting and the
+//!   workspace's size), each at a path [`check_path`] accepts, relative to
+//!   `/workspace`. The launcher checks them before anything runs; the agent
+//!   checks them again and writes them without following any symbolic link.
 //! - Outputs: the regular files under `/workspace/outputs` ([`OUTPUTS_DIR`])
 //!   that a call created or changed, named by their path relative to it,
 //!   each component escaped one to one ([`escape_name`]): a name that is
@@ -18,8 +18,6 @@ use std::fmt;
 
 /// Most files one call may pass in.
 pub const MAX_FILES: usize = 20;
-/// Most bytes of content one call may pass in, all files together.
-pub const MAX_FILES_BYTES: usize = 1 << 20;
 /// The outputs directory, relative to the workspace.
 pub const OUTPUTS_DIR: &str = "outputs";
 /// Longest path accepted, in bytes.
@@ -28,6 +26,15 @@ pub const MAX_PATH_BYTES: usize = 1024;
 pub const MAX_PATH_DEPTH: usize = 16;
 /// Longest path component (the kernel's NAME_MAX).
 const MAX_NAME_BYTES: usize = 255;
+
+/// A file passed in: its path, its bytes, and whether it may replace a
+/// file already at that path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub path: String,
+    pub content: Vec<u8>,
+    pub replace: bool,
+}
 
 /// Why a path is not a workspace path.
 #[derive(Debug, Clone, PartialEq, Eq)]

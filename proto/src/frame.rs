@@ -43,12 +43,21 @@
 //!   `exit` in range and agreeing, at most [`MAX_OUTPUTS_LISTED`] outputs, a
 //!   `read` answered with what it asked for. A reply that is not, or a line
 //!   that is not a reply to a request of the launcher's, ends the session.
-//! - Files in (`exec`'s `files`): written under the workspace
-//!   (`/workspace`) before the code runs, each at a path `files::check_path`
-//!   accepts, creating directories, replacing files, never following a
-//!   symbolic link (one planted by earlier code is refused). A file that
-//!   cannot be written gets `error` `bad_file` naming it, and nothing runs.
-//!   At most `files::MAX_FILES` files, `files::MAX_FILES_BYTES` in all.
+//! - Files in: their bytes come first, in `put`s, each appending up to
+//!   [`PUT_CHUNK_BYTES`] (`data`, base64) to the staged file number `file`
+//!   (0-based, below `files::MAX_FILES`) of the next `exec`; a `put` has
+//!   no reply: what goes wrong is told by that `exec`. The agent stages them
+//!   in a fresh directory of the workspace, so they count against its size.
+//!   The `exec`'s `files` then name where each staged file goes (a file no
+//!   `put` was for is empty): paths `files::check_path` accepts, under the
+//!   workspace (`/workspace`). All of them are checked before any is moved
+//!   into place, so a call writes all its files or none: a path that exists
+//!   and whose `replace` is not true gets `error` `file_exists` naming it;
+//!   a path through or onto a symbolic link (never followed), a
+//!   non-directory, or onto anything but a regular file, or a staged file
+//!   that could not be written (the workspace full), gets `error`
+//!   `bad_file` naming it; either way nothing runs and nothing is written.
+//!   Directories on the way are made. At most `files::MAX_FILES` files.
 //! - Outputs: the agent notes the regular files under `/workspace/outputs`
 //!   (made if missing) before the code runs; the exec reply's `outputs` lists
 //!   those that are new or changed after it (path relative to `outputs`,
@@ -69,6 +78,9 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 /// The most bytes one `read` returns: base64 makes 4 MiB about 5.6 MiB.
 pub const MAX_READ_BYTES: u64 = 4 << 20;
 
+/// The most bytes of a file one `put` carries (base64: about 5.6 MiB).
+pub const PUT_CHUNK_BYTES: usize = 4 << 20;
+
 /// The most outputs one exec reply lists.
 pub const MAX_OUTPUTS_LISTED: usize = 64;
 
@@ -81,8 +93,8 @@ pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// Write `files`, then run `code` in the interpreter; cap each output
-    /// stream at `output_bytes`.
+    /// Move the staged files into place at `files`, then run `code` in the
+    /// interpreter; cap each output stream at `output_bytes`.
     Exec {
         id: u64,
         code: String,
@@ -90,6 +102,9 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         files: Vec<FileIn>,
     },
+    /// Part of the staged file number `file` of the next exec: `data`
+    /// (base64) is appended to it. No reply.
+    Put { id: u64, file: usize, data: String },
     /// Part of an output file.
     Read {
         id: u64,
@@ -110,6 +125,7 @@ impl Request {
     pub fn id(&self) -> u64 {
         match self {
             Request::Exec { id, .. }
+            | Request::Put { id, .. }
             | Request::Read { id, .. }
             | Request::Interrupt { id }
             | Request::Ping { id }
@@ -177,12 +193,15 @@ pub struct ExecReply {
     pub outputs_more: u64,
 }
 
-/// A file passed in: `path` relative to the workspace, `content` its text.
+/// Where a file passed in goes: `path` relative to the workspace; a file
+/// already there is replaced only when `replace` is true. Its bytes were
+/// `put` before the exec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileIn {
     pub path: String,
-    pub content: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
 }
 
 /// An output file a call created or changed.
@@ -214,10 +233,7 @@ pub struct FileReply {
 impl FileReply {
     /// The bytes read.
     pub fn bytes(&self) -> Result<Vec<u8>, FrameError> {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD
-            .decode(&self.data)
-            .map_err(|e| FrameError::Base64(e.to_string()))
+        decode_data(&self.data)
     }
 }
 
@@ -225,6 +241,14 @@ impl FileReply {
 pub fn encode_data(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The bytes of `data`, base64 (standard alphabet, padded).
+pub fn decode_data(data: &str) -> Result<Vec<u8>, FrameError> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| FrameError::Base64(e.to_string()))
 }
 
 /// How an interpreter ended.
@@ -262,6 +286,9 @@ pub enum ErrorCode {
     /// A file passed in could not be written (the message names it and
     /// says why); nothing ran.
     BadFile,
+    /// A file passed in is at a path that exists, and its `replace` is not
+    /// true (the message names it); nothing ran, nothing was written.
+    FileExists,
     /// `read`: no regular output file at that path.
     NotFound,
 }
@@ -422,7 +449,7 @@ mod tests {
     #[test]
     fn files_and_reads_have_a_stable_wire_form() {
         let r: Request = decode(
-            br#"{"op":"exec","id":1,"code":"x","output_bytes":9,"files":[{"path":"a.csv","content":"1,2"}]}"#,
+            br#"{"op":"exec","id":1,"code":"x","output_bytes":9,"files":[{"path":"a.csv"},{"path":"b","replace":true}]}"#,
         )
         .unwrap();
         let Request::Exec { files, .. } = &r else {
@@ -430,10 +457,37 @@ mod tests {
         };
         assert_eq!(
             files,
-            &[FileIn {
-                path: "a.csv".into(),
-                content: "1,2".into()
-            }]
+            &[
+                FileIn {
+                    path: "a.csv".into(),
+                    replace: false
+                },
+                FileIn {
+                    path: "b".into(),
+                    replace: true
+                }
+            ]
+        );
+        // `replace` only when true; a put carries its chunk as base64.
+        let line = encode(&Request::Exec {
+            id: 1,
+            code: "x".into(),
+            output_bytes: 9,
+            files: files.clone(),
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            b"{\"op\":\"exec\",\"id\":1,\"code\":\"x\",\"output_bytes\":9,\"files\":[{\"path\":\"a.csv\"},{\"path\":\"b\",\"replace\":true}]}\n"
+        );
+        let put: Request = decode(br#"{"op":"put","id":4,"file":1,"data":"AAE="}"#).unwrap();
+        assert_eq!(
+            put,
+            Request::Put {
+                id: 4,
+                file: 1,
+                data: encode_data(&[0, 1])
+            }
         );
         // No files: the field is left out.
         let line = encode(&Request::Exec {

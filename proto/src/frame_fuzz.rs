@@ -87,7 +87,7 @@ fn request(rng: &mut Rng) -> Request {
             files: (0..rng.below(3))
                 .map(|_| FileIn {
                     path: text(rng),
-                    content: text(rng),
+                    replace: rng.below(2) == 0,
                 })
                 .collect(),
         },
@@ -223,7 +223,8 @@ fn key(rng: &mut Rng) -> String {
         "output_bytes",
         "files",
         "path",
-        "content",
+        "replace",
+        "file",
         "offset",
         "max_bytes",
         "busy",

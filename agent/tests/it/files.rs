@@ -2,7 +2,8 @@
 //! links planted by code refused, outputs listed and read, and matplotlib's
 //! `plt.show()` saving to outputs/.
 
-use proto::frame::{ErrorCode, FileIn, Reply};
+use proto::files::Upload;
+use proto::frame::{ErrorCode, Reply};
 
 use crate::both_modes;
 use crate::harness::{Agent, Lang, Mode, OUTPUT_BYTES, assert_ok};
@@ -14,10 +15,11 @@ both_modes!(
     plt_show_saves_the_figures_to_outputs,
 );
 
-fn file(path: &str, content: &str) -> FileIn {
-    FileIn {
+fn file(path: &str, content: &str) -> Upload {
+    Upload {
         path: path.into(),
         content: content.into(),
+        replace: false,
     }
 }
 
@@ -39,13 +41,47 @@ fn files_passed_in_are_read_by_the_code(mode: Mode) {
         reply.outputs.is_empty(),
         "files passed in are not outputs: {reply:?}"
     );
-    // Passing a file again replaces it.
+    // Passing a file again is refused, and nothing of the call is
+    // written, unless it says `replace`.
     let id = a.send_exec_with(
-        "print(open('data.csv').read())",
+        "print('ran')",
         OUTPUT_BYTES,
-        vec![file("data.csv", "new")],
+        vec![file("new.csv", "n"), file("data.csv", "new")],
     );
-    assert_eq!(a.exec_reply(id).stdout, "new\n");
+    match a.reply(id) {
+        Reply::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::FileExists, "{message}");
+            assert_eq!(message, "`data.csv` exists in /workspace");
+        }
+        other => panic!("wanted file_exists, got {other:?}"),
+    }
+    let replaced = Upload {
+        replace: true,
+        ..file("data.csv", "new")
+    };
+    let id = a.send_exec_with(
+        "import os\nprint(open('data.csv').read(), os.path.exists('new.csv'))",
+        OUTPUT_BYTES,
+        vec![replaced],
+    );
+    assert_eq!(a.exec_reply(id).stdout, "new False\n");
+    // Binary content, in several puts, comes through byte for byte.
+    let every: Vec<u8> = (0..=255u8)
+        .cycle()
+        .take(proto::frame::PUT_CHUNK_BYTES + 7)
+        .collect();
+    let id = a.send_exec_with(
+        "d = open('b.bin','rb').read()\nprint(len(d), d == (bytes(range(256)) * len(d))[:len(d)])",
+        OUTPUT_BYTES,
+        vec![Upload {
+            path: "b.bin".into(),
+            content: every.clone(),
+            replace: false,
+        }],
+    );
+    let reply = a.exec_reply(id);
+    assert_ok(&reply);
+    assert_eq!(reply.stdout, format!("{} True\n", every.len()));
 }
 
 fn symbolic_links_planted_by_code_are_refused(mode: Mode) {
@@ -58,7 +94,11 @@ fn symbolic_links_planted_by_code_are_refused(mode: Mode) {
         ("/etc/x", "absolute"),
         ("fifo", "fifo"),
     ] {
-        let id = a.send_exec_with("echo ran", OUTPUT_BYTES, vec![file(path, "x")]);
+        let upload = Upload {
+            replace: true,
+            ..file(path, "x")
+        };
+        let id = a.send_exec_with("echo ran", OUTPUT_BYTES, vec![upload]);
         match a.reply(id) {
             Reply::Error { code, message, .. } => {
                 assert_eq!(code, ErrorCode::BadFile, "{path}: {message}");

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use proto::files::Upload;
 use proto::frame::{self, ErrorCode, ExecReply, FileIn, FileReply, Reply, Request};
 
 /// A guard against hangs, not a measure: every wait in these tests ends by then.
@@ -270,9 +271,24 @@ impl Agent {
         self.send_exec_with(code, output_bytes, Vec::new())
     }
 
-    /// Sends an exec that passes `files` in; returns its id.
-    pub fn send_exec_with(&mut self, code: &str, output_bytes: usize, files: Vec<FileIn>) -> u64 {
+    /// Sends an exec that passes `files` in (their bytes `put` first, in
+    /// chunks); returns its id.
+    pub fn send_exec_with(&mut self, code: &str, output_bytes: usize, files: Vec<Upload>) -> u64 {
+        for (file, upload) in files.iter().enumerate() {
+            for chunk in upload.content.chunks(frame::PUT_CHUNK_BYTES) {
+                let id = self.fresh_id();
+                let data = frame::encode_data(chunk);
+                self.send(&Request::Put { id, file, data });
+            }
+        }
         let id = self.fresh_id();
+        let files = files
+            .into_iter()
+            .map(|f| FileIn {
+                path: f.path,
+                replace: f.replace,
+            })
+            .collect();
         self.send(&Request::Exec {
             id,
             code: code.into(),

@@ -1,6 +1,7 @@
 //! The arguments of `run`, read with serde: `code` (required), `env`,
-//! `session`, `files`, a few small text files written into `/workspace`
-//! before the code runs, and `packages`, nixpkgs attribute names added to
+//! `session`, `files`, files written into `/workspace` before the code runs
+//! (each `{path, content}` or `{path, base64}`, with `replace: true` to
+//! overwrite a file there), and `packages`, nixpkgs attribute names added to
 //! the environment (packages/mod.rs) (the session agent checks their paths again and
 //! writes them without following symbolic links: `proto::files`), and
 //! `timeout_s`, the seconds the call may take (cut to the environment's
@@ -18,8 +19,7 @@
 
 use std::fmt;
 
-use proto::files::{self, MAX_FILES, MAX_FILES_BYTES};
-use proto::frame::FileIn;
+use proto::files::{self, MAX_FILES, Upload};
 use rmcp::model::JsonObject;
 use serde::Deserialize;
 use serde::de::{self, IntoDeserializer, Visitor};
@@ -34,7 +34,7 @@ pub struct RunArgs {
     pub code: String,
     pub env: Option<String>,
     pub session: Option<String>,
-    pub files: Vec<FileIn>,
+    pub files: Vec<Upload>,
     /// nixpkgs attribute names to add to the environment (checked later,
     /// against the environment's policy: catalog/names.rs).
     pub packages: Option<Vec<String>>,
@@ -64,12 +64,14 @@ struct Given {
     timeout_s: Option<Value>,
 }
 
-/// One file as given.
+/// One file as given: its bytes as text (`content`) or as base64.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GivenFile {
     path: String,
-    content: String,
+    content: Option<String>,
+    base64: Option<String>,
+    replace: Option<bool>,
 }
 
 /// The fields of [`Given`], in the order their faults are told; only `code`
@@ -84,13 +86,20 @@ const ARGUMENTS: [(&str, bool); 7] = [
     ("timeout_s", false),
 ];
 
-/// The fields of [`GivenFile`]: both are required.
-const FILE_FIELDS: [(&str, bool); 2] = [("path", true), ("content", true)];
+/// The fields of [`GivenFile`]: `path` is required, and one of `content`
+/// and `base64`.
+const FILE_FIELDS: [(&str, bool); 4] = [
+    ("path", true),
+    ("content", false),
+    ("base64", false),
+    ("replace", false),
+];
 
 impl RunArgs {
     /// Reads `arguments` (none counts as `{}`), taking them: their strings
-    /// become the call's, not copies.
-    pub fn parse(arguments: Option<JsonObject>) -> Result<Self, Refusal> {
+    /// become the call's, not copies. The files together may hold at most
+    /// `max_files_bytes`.
+    pub fn parse(arguments: Option<JsonObject>, max_files_bytes: usize) -> Result<Self, Refusal> {
         let given: Given =
             read(arguments.unwrap_or_default(), &ARGUMENTS).map_err(|(fault, field)| {
                 match (fault, field.as_deref()) {
@@ -108,7 +117,7 @@ impl RunArgs {
             code: given.code,
             env: given.env,
             session: given.session,
-            files: files(given.files.unwrap_or_default())?,
+            files: files(given.files.unwrap_or_default(), max_files_bytes)?,
             packages: given.packages,
             publish: given.publish,
             timeout_s: given.timeout_s.as_ref().map(seconds).transpose()?,
@@ -136,43 +145,99 @@ fn seconds(given: &Value) -> Result<u64, Refusal> {
 }
 
 /// The files of the `files` argument, checked: at most [`MAX_FILES`] and
-/// [`MAX_FILES_BYTES`] in all, each a relative path inside /workspace,
-/// given once.
-fn files(list: Vec<Value>) -> Result<Vec<FileIn>, Refusal> {
+/// `max_bytes` in all (counted before base64 is decoded, so that no more
+/// is decoded), each a relative path inside /workspace, given once, its
+/// bytes given once, as text or as base64.
+fn files(list: Vec<Value>, max_bytes: usize) -> Result<Vec<Upload>, Refusal> {
     if list.len() > MAX_FILES {
         return Err(Refusal::files_too_large(&format!(
             "{} files were passed, more than {MAX_FILES}",
             list.len()
         )));
     }
-    let mut files = Vec::with_capacity(list.len());
+    let mut files: Vec<Upload> = Vec::with_capacity(list.len());
     let mut total = 0usize;
     for item in list {
         let Value::Object(fields) = item else {
             return Err(invalid(
-                "each file must be an object {\"path\", \"content\"}",
+                "each file must be an object {\"path\", \"content\"} or {\"path\", \"base64\"}",
             ));
         };
-        let GivenFile { path, content } =
-            read(fields, &FILE_FIELDS).map_err(|(fault, _)| match fault {
-                Fault::UnknownField(key) => invalid(&format!("unknown file field `{key}`")),
-                _ => invalid("each file needs `path` and `content`, both strings"),
-            })?;
+        let given: GivenFile = read(fields, &FILE_FIELDS).map_err(|(fault, field)| {
+            match (fault, field.as_deref()) {
+                (Fault::UnknownField(key), _) => invalid(&format!(
+                    "unknown file field `{key}` (a file has `path`, `content` or `base64`, \
+                     and `replace`)"
+                )),
+                (_, Some("replace")) => invalid("a file's `replace` must be true or false"),
+                _ => invalid("each file needs `path` and `content` or `base64`, all strings"),
+            }
+        })?;
+        let path = given.path;
         if let Err(why) = files::check_path(&path) {
             return Err(Refusal::bad_file_path(&path, &why.to_string()));
         }
-        if files.iter().any(|f: &FileIn| f.path == path) {
+        if files.iter().any(|f| f.path == path) {
             return Err(Refusal::bad_file_path(&path, "it is given twice"));
         }
-        total += content.len();
-        files.push(FileIn { path, content });
+        let shown = files::visible(&path);
+        let content = match (given.content, given.base64) {
+            (Some(text), None) => {
+                total = total.saturating_add(text.len());
+                bound(total, max_bytes)?;
+                text.into_bytes()
+            }
+            (None, Some(encoded)) => {
+                // At least this many bytes, whatever the padding.
+                let least = (encoded.len() / 4 * 3).saturating_sub(2);
+                bound(total.saturating_add(least), max_bytes)?;
+                let bytes = proto::frame::decode_data(encoded.trim()).map_err(|e| {
+                    let e = match e {
+                        proto::frame::FrameError::Base64(e) => e,
+                        e => e.to_string(),
+                    };
+                    invalid(&format!(
+                        "file `{shown}`: `base64` is not valid base64 ({e}); give the standard \
+                         alphabet with padding, or the text as `content`"
+                    ))
+                })?;
+                total = total.saturating_add(bytes.len());
+                bound(total, max_bytes)?;
+                bytes
+            }
+            (Some(_), Some(_)) => {
+                return Err(invalid(&format!(
+                    "file `{shown}` has both `content` and `base64`; give one"
+                )));
+            }
+            (None, None) => {
+                return Err(invalid(&format!(
+                    "file `{shown}` has neither `content` nor `base64`; give one"
+                )));
+            }
+        };
+        let replace = given.replace.unwrap_or(false);
+        files.push(Upload {
+            path,
+            content,
+            replace,
+        });
     }
-    if total > MAX_FILES_BYTES {
-        return Err(Refusal::files_too_large(&format!(
-            "the files hold {total} bytes, more than {MAX_FILES_BYTES} in all"
-        )));
-    }
+    bound(total, max_bytes)?;
     Ok(files)
+}
+
+/// Refuses files of `total` bytes over `max` in all.
+fn bound(total: usize, max: usize) -> Result<(), Refusal> {
+    match total > max {
+        true => Err(Refusal::files_too_large(&format!(
+            "the files hold {total} bytes or more, more than this server's bound of {} MiB \
+             ({})",
+            max >> 20,
+            crate::settings::FILES_MB.var_name()
+        ))),
+        false => Ok(()),
+    }
 }
 
 fn invalid(problem: &str) -> Refusal {

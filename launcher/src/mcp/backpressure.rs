@@ -114,6 +114,14 @@ where
             state,
         }
     }
+
+    /// Reads requests of up to `max_line_bytes` (rmcp's own bound, 16 MiB,
+    /// is less than the largest call; a longer line is dropped and logged
+    /// by rmcp, unanswered).
+    pub fn with_max_line(mut self, max_line_bytes: usize) -> Self {
+        self.inner = self.inner.with_max_line_length(max_line_bytes);
+        self
+    }
 }
 
 /// Writes `line` (whole lines) to `out` and flushes it; then `line` is no

@@ -111,20 +111,11 @@ pub struct Options {
     pub mcp_idle_timeout: Duration,
 }
 
-/// The largest HTTP request body: the largest code and files, every byte
-/// escaped as `\u00XX` in the JSON, and room for the rest of the message.
-fn max_body_bytes(max_code_bytes: usize) -> usize {
-    max_code_bytes
-        .saturating_add(proto::files::MAX_FILES_BYTES)
-        .saturating_mul(6)
-        .saturating_add(64 * 1024)
-}
-
 /// Serves MCP on `options.addr` until a signal; each MCP session gets a
 /// handler of its own. Every call still running is killed on the way out.
 pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
     let shutdown = config.spawner.shutdown.clone();
-    let max_body_bytes = max_body_bytes(config.max_code_bytes);
+    let max_body_bytes = super::max_message_bytes(config.max_code_bytes, config.max_files_bytes);
     // An MCP session idle this long has nothing left: its sandbox sessions
     // ended, and no call of it can still be running (the longest a call
     // may ask for).

@@ -55,15 +55,26 @@ use crate::session::outputs::mirror::Mirror;
 use crate::session::{self, SessionName, Sessions, throwaway};
 use crate::wrapper::Spawner;
 use args::RunArgs;
-use proto::files::{MAX_FILES, MAX_FILES_BYTES, MAX_PATH_BYTES};
+use proto::files::{MAX_FILES, MAX_PATH_BYTES};
 use resources::Links;
 
 /// The largest code a session takes: its exec frame, every byte of the
-/// code and of the largest files escaped as `\u00XX`, must fit in one frame.
-const SESSION_MAX_CODE_BYTES: usize = (proto::frame::MAX_FRAME_BYTES
-    - 64 * 1024
-    - 6 * (MAX_FILES_BYTES + MAX_FILES * MAX_PATH_BYTES))
-    / 6;
+/// code and of the files' paths escaped as `\u00XX`, must fit in one frame
+/// (the files' bytes go before it, in frames of their own).
+const SESSION_MAX_CODE_BYTES: usize =
+    (proto::frame::MAX_FRAME_BYTES - 64 * 1024 - 6 * MAX_FILES * MAX_PATH_BYTES) / 6;
+
+/// The largest request message, an HTTP body or a stdio line: the largest
+/// code and files' paths, every byte escaped as `\u00XX` in the JSON, the
+/// largest files twice over (base64 makes 3 bytes 4; text is rarely
+/// escaped), and room for the rest of the message.
+pub fn max_message_bytes(max_code_bytes: usize, max_files_bytes: usize) -> usize {
+    max_code_bytes
+        .saturating_add(MAX_FILES * MAX_PATH_BYTES)
+        .saturating_mul(6)
+        .saturating_add(max_files_bytes.saturating_mul(2))
+        .saturating_add(64 * 1024)
+}
 
 /// What the server needs to answer calls.
 pub struct Config {
@@ -72,6 +83,8 @@ pub struct Config {
     /// goes away: every running call is killed.
     pub spawner: Spawner,
     pub max_code_bytes: usize,
+    /// The most bytes the `files` of one call hold (`--files-mb`).
+    pub max_files_bytes: usize,
     /// Where the project is mounted in the jail, when `PROJECT_DIR` is set.
     pub project_mount: Option<String>,
     /// `PROJECT_DIR`: the flake the `project` environment is built from,
@@ -96,6 +109,7 @@ struct Shared {
     probes: Arc<Probes>,
     spawner: Spawner,
     max_code_bytes: usize,
+    max_files_bytes: usize,
     instructions: String,
     tool: Tool,
     settings: session::Settings,
@@ -143,6 +157,7 @@ impl Server {
             catalog,
             spawner,
             max_code_bytes,
+            max_files_bytes,
             project_mount,
             project_dir,
             sessions: settings,
@@ -166,6 +181,7 @@ impl Server {
                 probes: Arc::new(probes),
                 spawner,
                 max_code_bytes,
+                max_files_bytes,
                 settings,
                 mirror,
                 composer,
@@ -387,6 +403,15 @@ impl Server {
                 _ => Refusal::files_unsupported(&env.name),
             });
         }
+        let files_bytes: usize = args.files.iter().map(|f| f.content.len()).sum();
+        let workspace_bytes = env.limits.workspace_mb.get().saturating_mul(1 << 20);
+        if files_bytes as u64 > workspace_bytes {
+            return Err(Refusal::files_too_large(&format!(
+                "the files hold {files_bytes} bytes, more than /workspace holds in `{}` \
+                 (workspace_mb {})",
+                env.name, env.limits.workspace_mb
+            )));
+        }
         let code = &args.code;
         if code.is_empty() {
             return Err(Refusal::empty_code());
@@ -578,7 +603,7 @@ impl ServerHandler for Server {
                 None,
             ));
         }
-        let called = match RunArgs::parse(request.arguments) {
+        let called = match RunArgs::parse(request.arguments, self.shared.max_files_bytes) {
             Ok(args) => {
                 let client = self.client(&context);
                 let resource_links = takes_resource_links(&context);

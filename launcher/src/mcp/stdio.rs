@@ -28,7 +28,8 @@ pub async fn serve(config: Config, max_unread_bytes: usize) -> Result<(), String
     let (stdin, stdout) = streams();
     let stdin = EofCancels::new(stdin, shutdown.clone());
     let stdout = SilentAfter::new(stdout, shutdown.clone());
-    let transport = Bounded::new(stdin, stdout, max_unread_bytes);
+    let max_line = super::max_message_bytes(config.max_code_bytes, config.max_files_bytes);
+    let transport = Bounded::new(stdin, stdout, max_unread_bytes).with_max_line(max_line);
     // Signals only: end of input cancels `shutdown` too, and then rmcp
     // still writes the answers of the calls that ended.
     let stop = stop_signal(CancellationToken::new());

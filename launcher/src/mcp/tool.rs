@@ -58,7 +58,7 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         schema["properties"]["files"] = json!({
             "type": "array",
             "nullable": true,
-            "description": "[{path, content}] text files put in /workspace first.",
+            "description": "[{path, content|base64, replace?}] into /workspace.",
             "items": {"type": "object"},
         });
         "Run code in a fresh sandbox, or a `session`'s. Session and `files` runs return \

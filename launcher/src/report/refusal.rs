@@ -29,6 +29,7 @@ pub enum ErrorCode {
     SessionsUnsupported,
     BadFilePath,
     FilesTooLarge,
+    FileExists,
     BadPackageName,
     PackagesNotAllowed,
     UnknownPackage,
@@ -58,6 +59,7 @@ impl ErrorCode {
             ErrorCode::SessionsUnsupported => "sessions_unsupported",
             ErrorCode::BadFilePath => "bad_file_path",
             ErrorCode::FilesTooLarge => "files_too_large",
+            ErrorCode::FileExists => "file_exists",
             ErrorCode::BadPackageName => "bad_package_name",
             ErrorCode::PackagesNotAllowed => "packages_not_allowed",
             ErrorCode::PortNotAllowed => "port_not_allowed",
@@ -152,7 +154,7 @@ impl Refusal {
             ErrorCode::InvalidArguments,
             format!(
                 "{problem}; `run` takes `code` (string, required), `env` (string), \
-                 `session` (string), `files` (a list of {{\"path\", \"content\"}} strings), \
+                 `session` (string), `files` (a list of {{\"path\", \"content\" or \"base64\", \"replace\"}}), \
                  `packages` (a list of strings) and `timeout_s` (whole seconds)."
             ),
         )
@@ -304,7 +306,22 @@ impl Refusal {
     pub fn files_refused(why: &str) -> Self {
         Self::new(
             ErrorCode::BadFilePath,
-            format!("a file cannot be written into /workspace: {why}; nothing was run."),
+            format!(
+                "a file cannot be written into /workspace: {why}; nothing was run, and none \
+                 of the call's files was written."
+            ),
+        )
+    }
+
+    /// A file passed in is there already (`what`, the agent's sentence,
+    /// names it) and the call did not say `replace`.
+    pub fn file_exists(what: &str) -> Self {
+        Self::new(
+            ErrorCode::FileExists,
+            format!(
+                "{what}; nothing was run, and none of the call's files was written. To \
+                 overwrite it, pass that file with `\"replace\": true`."
+            ),
         )
     }
 
@@ -312,7 +329,7 @@ impl Refusal {
         Self::new(
             ErrorCode::FilesTooLarge,
             format!(
-                "{what}; nothing was run. Pass a few small text files; read larger inputs \
+                "{what}; nothing was run. Pass fewer or smaller files; read larger inputs \
                  from the project directory, when the server has one."
             ),
         )
@@ -590,6 +607,7 @@ impl From<session::Error> for Refusal {
                 Self::sandbox_unavailable(&env, &message)
             }
             Error::FilesRefused(why) => Self::files_refused(&why),
+            Error::FileExists(what) => Self::file_exists(&what),
         }
     }
 }

@@ -21,7 +21,10 @@
 
 use std::time::Duration;
 
-use proto::frame::{ErrorCode, ExecReply, FileIn, MAX_OUTPUT_BYTES, Reply, Request};
+use proto::files::Upload;
+use proto::frame::{
+    self, ErrorCode, ExecReply, FileIn, MAX_OUTPUT_BYTES, PUT_CHUNK_BYTES, Reply, Request,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -49,8 +52,10 @@ pub enum Ended {
     },
     /// The agent refused the call (its interpreter cannot start).
     Refused { message: String },
-    /// The agent could not write a file passed in; nothing ran.
-    FilesRefused { message: String },
+    /// The agent could not write a file passed in, or one is there and
+    /// the call did not say `replace` (`exists`); nothing ran, none of the
+    /// call's files was written.
+    FilesRefused { message: String, exists: bool },
     /// The jail must be killed and the session started afresh.
     Reset {
         why: ResetReason,
@@ -78,7 +83,7 @@ pub enum ResetReason {
 pub struct Call<'a> {
     pub code: &'a str,
     /// Files written into /workspace before the code runs.
-    pub files: &'a [FileIn],
+    pub files: &'a [Upload],
     pub output_bytes: usize,
     pub timeout: Duration,
     /// The client cancelled this call.
@@ -93,7 +98,7 @@ impl<'a> Call<'a> {
     pub fn new(
         env: &Env,
         code: &'a str,
-        files: &'a [FileIn],
+        files: &'a [Upload],
         cancel: &'a CancellationToken,
         shutdown: &'a CancellationToken,
     ) -> Self {
@@ -176,21 +181,39 @@ impl CallOutcome {
     }
 }
 
-/// Makes `call` in `jail`: sends it, then waits for its reply.
+/// Makes `call` in `jail`: sends its files' bytes (`put`s), then the call,
+/// then waits for its reply.
 pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
     let deadline = Instant::now() + call.timeout;
-    let id = jail.fresh_id();
-    let request = Request::Exec {
-        id,
-        code: call.code.to_owned(),
-        output_bytes: call.output_bytes,
-        files: call.files.to_vec(),
-    };
     let reset = |why, timed_out| Ended::Reset {
         why,
         timed_out,
         cancelled: false,
         output: None,
+    };
+    tokio::select! {
+        biased;
+        () = call.shutdown.cancelled() => return Ended::Shutdown,
+        sent = put(jail, call.files) => {
+            if let Err(e) = sent {
+                return reset(ResetReason::Broken(e), false);
+            }
+        }
+        () = tokio::time::sleep_until(deadline + WRITE_GRACE) => {
+            return reset(ResetReason::Stuck, true);
+        }
+    }
+    let id = jail.fresh_id();
+    let request = Request::Exec {
+        id,
+        code: call.code.to_owned(),
+        output_bytes: call.output_bytes,
+        files: (call.files.iter())
+            .map(|f| FileIn {
+                path: f.path.clone(),
+                replace: f.replace,
+            })
+            .collect(),
     };
     tokio::select! {
         biased;
@@ -239,6 +262,19 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
     }
 }
 
+/// Sends the bytes of `files` to the agent, in `put`s of at most
+/// [`PUT_CHUNK_BYTES`] each (an empty file needs none).
+async fn put(jail: &mut Jail, files: &[Upload]) -> Result<(), Broken> {
+    for (file, upload) in files.iter().enumerate() {
+        for chunk in upload.content.chunks(PUT_CHUNK_BYTES) {
+            let id = jail.fresh_id();
+            let data = frame::encode_data(chunk);
+            jail.request(&Request::Put { id, file, data }).await?;
+        }
+    }
+    Ok(())
+}
+
 /// A call sent, waiting for its reply.
 struct Waiting {
     /// The call's request id.
@@ -273,12 +309,20 @@ impl Waiting {
                 id: Some(err),
                 code,
                 message,
-            }) if err == self.id && matches!(code, ErrorCode::SpawnFailed | ErrorCode::BadFile) => {
+            }) if err == self.id
+                && matches!(
+                    code,
+                    ErrorCode::SpawnFailed | ErrorCode::BadFile | ErrorCode::FileExists
+                ) =>
+            {
                 match verify::message(&message) {
                     Ok(()) if code == ErrorCode::SpawnFailed => {
                         Step::Ended(Ended::Refused { message })
                     }
-                    Ok(()) => Step::Ended(Ended::FilesRefused { message }),
+                    Ok(()) => Step::Ended(Ended::FilesRefused {
+                        message,
+                        exists: code == ErrorCode::FileExists,
+                    }),
                     Err(violation) => Step::Reset(ResetReason::Broken(Broken::Invalid(violation))),
                 }
             }
@@ -403,7 +447,10 @@ pub async fn settle(
                 message,
             })
         }
-        Ended::FilesRefused { message } => Err(Error::FilesRefused(message)),
+        Ended::FilesRefused { message, exists } => Err(match exists {
+            true => Error::FileExists(message),
+            false => Error::FilesRefused(message),
+        }),
         Ended::Reset {
             why,
             timed_out,

@@ -52,7 +52,7 @@ pub mod verify;
 use std::sync::Arc;
 use std::time::Instant;
 
-use proto::frame::FileIn;
+use proto::files::Upload;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{ClientKey, IdleSessions, SessionSlots};
@@ -121,6 +121,9 @@ pub enum Error {
     InterpreterUnavailable { env: String, message: String },
     /// The agent could not write a file passed in (the sentence names it).
     FilesRefused(String),
+    /// A file passed in is at a path that exists, and the call did not say
+    /// `replace` (the sentence names it).
+    FileExists(String),
 }
 
 impl From<NotStarted> for Error {
@@ -187,7 +190,7 @@ impl Sessions {
         name: &SessionName,
         env: &Arc<Env>,
         code: &str,
-        files: &[FileIn],
+        files: &[Upload],
         mirror: Option<&Mirror>,
         cancel: &CancellationToken,
         publish: Option<u16>,

@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use proto::frame::FileIn;
+use proto::files::Upload;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
@@ -33,7 +33,7 @@ pub struct Context<'a> {
 pub async fn call(
     env: &Env,
     code: &str,
-    files: &[FileIn],
+    files: &[Upload],
     cx: &Context<'_>,
 ) -> Result<CallOutcome, Error> {
     let started = Instant::now();

@@ -241,6 +241,7 @@ fn read_flags(
             }
             Key::MaxSessions
             | Key::MaxSessionsTotal
+            | Key::MaxCheckpoints
             | Key::MaxRuns
             | Key::MaxCompositions
             | Key::PackagesCacheMax
@@ -322,6 +323,7 @@ impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
             max_total,
             idle_timeout: self.secs(&SESSION_IDLE_TIMEOUT)?,
             max_lifetime: self.secs(&SESSION_MAX_LIFETIME)?,
+            max_checkpoints: self.count(&MAX_CHECKPOINTS)?,
         })
     }
 

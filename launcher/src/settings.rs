@@ -61,6 +61,7 @@ pub enum Key {
     MaxCodeBytes,
     MaxSessions,
     MaxSessionsTotal,
+    MaxCheckpoints,
     MaxRuns,
     MaxCompositions,
     PackagesCacheMax,
@@ -210,6 +211,17 @@ pub const MAX_SESSIONS_TOTAL: Setting = Setting {
         "max-sessions-total",
         "most sessions open at once, all clients together (and so per client); past them a \
          new session gets server_busy",
+    )
+};
+pub const MAX_CHECKPOINTS: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_CHECKPOINTS", VarRole::Fallback)),
+    default: Some(Default::Number(8)),
+    ..setting(
+        Key::MaxCheckpoints,
+        "max-checkpoints",
+        "checkpoints kept per session (the state at the end of each of its last N calls, \
+         which `from` starts a session from); the oldest go first; 0 keeps none",
     )
 };
 pub const MAX_RUNS: Setting = Setting {
@@ -468,7 +480,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 36] = [
+pub const SETTINGS: [&Setting; 37] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -478,6 +490,7 @@ pub const SETTINGS: [&Setting; 36] = [
     &MAX_CODE_BYTES,
     &MAX_SESSIONS,
     &MAX_SESSIONS_TOTAL,
+    &MAX_CHECKPOINTS,
     &SESSION_IDLE_TIMEOUT,
     &SESSION_MAX_LIFETIME,
     &MAX_RUNS,

@@ -55,6 +55,12 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
                 sessions.max_lifetime.as_secs()
             ),
         });
+        schema["properties"]["from"] = json!({
+            "type": "string",
+            "nullable": true,
+            "description": "New session as a copy of session NAME, or NAME@N (its state after call N): files only.",
+        });
+        schema["properties"]["end"] = json!({"type": "boolean", "nullable": true, "description": "End the session after this call."});
         schema["properties"]["files"] = json!({
             "type": "array",
             "nullable": true,

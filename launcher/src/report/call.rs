@@ -195,8 +195,12 @@ fn render(env: &Env, o: &Outcome) -> String {
     notes.extend(o.refusals.iter().cloned());
     notes.extend(o.project.iter().cloned());
     notes.extend(o.published.iter().cloned());
+    notes.extend(o.forked.iter().cloned());
+    notes.extend(o.checkpoint.iter().cloned());
     if o.shutdown {
         notes.push("the server is stopping: session closed".into());
+    } else if o.ended_by_call {
+        notes.push(format!("session `{}` ended, as asked", o.session));
     } else if o.ended_after {
         notes.push(format!(
             "session `{}` reached its maximum lifetime and was closed; the next call with \

@@ -39,6 +39,8 @@ pub enum ErrorCode {
     SessionPackagesMismatch,
     DevShellFailed,
     PortNotAllowed,
+    UnknownSession,
+    UnknownCheckpoint,
 }
 
 impl ErrorCode {
@@ -68,6 +70,8 @@ impl ErrorCode {
             ErrorCode::PackagesFailed => "packages_failed",
             ErrorCode::SessionPackagesMismatch => "session_packages_mismatch",
             ErrorCode::DevShellFailed => "dev_shell_failed",
+            ErrorCode::UnknownSession => "unknown_session",
+            ErrorCode::UnknownCheckpoint => "unknown_checkpoint",
         }
     }
 }
@@ -590,6 +594,58 @@ impl From<session::Error> for Refusal {
                 Self::sandbox_unavailable(&env, &message)
             }
             Error::FilesRefused(why) => Self::files_refused(&why),
+            Error::Fork(why) => Self::fork_refused(why),
+        }
+    }
+}
+
+impl Refusal {
+    /// Why `from` cannot start the session.
+    fn fork_refused(why: session::ForkRefused) -> Self {
+        use session::ForkRefused;
+        match why {
+            ForkRefused::UnknownSession { session, open } => {
+                let open = match open.is_empty() {
+                    true => "none".to_owned(),
+                    false => open.join(", "),
+                };
+                Self::new(
+                    ErrorCode::UnknownSession,
+                    format!(
+                        "`from`: no open session is named `{session}` (open: {open}); nothing \
+                         was run. Name an open session of yours, or drop `from`."
+                    ),
+                )
+            }
+            ForkRefused::UnknownCheckpoint {
+                session,
+                asked,
+                kept,
+            } => {
+                let kept: Vec<String> = kept.iter().map(|n| format!("{session}@{n}")).collect();
+                Self::new(
+                    ErrorCode::UnknownCheckpoint,
+                    format!(
+                        "`from`: session `{session}` keeps no checkpoint {asked} (it keeps {}: \
+                         the oldest go first); nothing was run. Name one of those.",
+                        kept.join(", ")
+                    ),
+                )
+            }
+            ForkRefused::NoCheckpoints { session, why } => Self::new(
+                ErrorCode::UnknownCheckpoint,
+                format!(
+                    "`from`: session `{session}` has no checkpoint to start from: {why}; \
+                     nothing was run. Drop `from`."
+                ),
+            ),
+            ForkRefused::Open { session, from } => Self::new(
+                ErrorCode::InvalidArguments,
+                format!(
+                    "`from`: session `{session}` is open, so it cannot start from `{from}`; \
+                     nothing was run. Name a new session, or `end` this one first."
+                ),
+            ),
         }
     }
 }

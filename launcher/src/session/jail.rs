@@ -32,7 +32,8 @@ use super::publish::Publisher;
 use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
-use crate::project::{InJail, Layer};
+use crate::project::checkpoint::{self, Frozen};
+use crate::project::{self, InJail, Layer};
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
 use crate::wrapper::{self, Group, Spawner, StartError};
 
@@ -117,6 +118,11 @@ pub struct Jail {
     cpu: Option<Box<CpuMeter>>,
     /// The last reading of its CPU time (cpu.rs; boxed, as `cpu`).
     cpu_watch: Box<CpuWatch>,
+    /// The checkpoints kept in its layer, oldest first.
+    pub checkpoints: std::collections::VecDeque<Frozen>,
+    /// The session's calls so far (the number of the next checkpoint less
+    /// one); carried to the jail that replaces this one.
+    pub calls: u64,
 }
 
 /// What a jail shares with the task that waits for its wrapper.
@@ -130,13 +136,14 @@ struct Shared {
     publisher: Option<Publisher>,
 }
 
-/// A fresh project layer for a session jail of `env`, when the project is
-/// writable and `env`'s wrappers mount one.
+/// A fresh layer for a session jail of `env`, when `env`'s session wrapper
+/// keeps one (holding the project's when the project is writable and its
+/// wrappers mount it).
 fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartError> {
-    let Some(layers) = spawner.project.as_ref().filter(|_| env.project_layer) else {
+    let Some(layers) = spawner.project.as_ref().filter(|_| env.session_layer) else {
         return Ok(None);
     };
-    let layer = layers.layer().map_err(|e| {
+    let layer = layers.layer(env.project_layer).map_err(|e| {
         StartError::Spawn(std::io::Error::other(format!(
             "cannot make the session's project layer in {}: {e}",
             layers.dir().display()
@@ -148,12 +155,22 @@ fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartE
 impl Jail {
     /// Starts `env`'s `session` wrapper (in a cgroup holding its limits);
     /// `label` names the session in the log.
-    pub fn spawn(env: &Env, spawner: &Spawner, label: &str) -> Result<Self, StartError> {
+    /// With `restore`, its layer's wrapper waits for the server to fill
+    /// the layer ([`Jail::restored`]).
+    pub fn spawn(
+        env: &Env,
+        spawner: &Spawner,
+        label: &str,
+        restore: bool,
+    ) -> Result<Self, StartError> {
         let (user, gate) = spawner.prepare(env)?;
         let gate = gate.map(Box::new);
         let layer = take_layer(env, spawner)?;
         let mut wrapper_env = match &layer {
-            Some(layer) => Cow::Owned(spawner.env.with(layer.var())),
+            Some(layer) => {
+                let restoring = restore.then(|| (project::RESTORE_VAR, "1".into()));
+                Cow::Owned(spawner.env.with_all(layer.vars().into_iter().chain(restoring)))
+            }
             None => Cow::Borrowed(&*spawner.env),
         };
         // The forwarder's socket pair when the environment publishes ports:
@@ -220,7 +237,110 @@ impl Jail {
             gate,
             cpu,
             cpu_watch: Box::default(),
+            checkpoints: std::collections::VecDeque::new(),
+            calls: 0,
         })
+    }
+
+    /// The layer's root, on the tmpfs its wrapper mounted (checkpoint.rs).
+    pub fn layer_root(&self) -> io::Result<std::os::fd::OwnedFd> {
+        let layer = (self.shared.layer.as_ref())
+            .ok_or_else(|| io::Error::other("its sandbox keeps no session layer"))?;
+        layer.open_root(&self.group.proc_dir()?)
+    }
+
+    /// Whether its sandbox keeps a session layer (checkpoints).
+    pub fn has_session_layer(&self) -> bool {
+        self.shared.layer.is_some()
+    }
+
+    /// Fills this jail's layer, whose wrapper was started with `restore`
+    /// and waits, with checkpoint `number` of the layer at `from`, then
+    /// lets the wrapper go on. Waits at most 10 s for the wrapper to make
+    /// the layer.
+    pub async fn restored(&mut self, from: std::os::fd::OwnedFd, number: u64) -> io::Result<()> {
+        let mut waited = std::time::Duration::ZERO;
+        let step = std::time::Duration::from_millis(2);
+        let root = loop {
+            if self.has_exited() {
+                return Err(io::Error::other(format!(
+                    "its sandbox stopped before it started: {}",
+                    self.log_tail().trim()
+                )));
+            }
+            if let Ok(root) = self.layer_root()
+                && rustix::fs::statat(&root, "ready", rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+            {
+                break root;
+            }
+            if waited > std::time::Duration::from_secs(10) {
+                return Err(io::Error::other("its sandbox did not make its layer in 10 s"));
+            }
+            tokio::time::sleep(step).await;
+            waited += step;
+        };
+        tokio::task::spawn_blocking(move || checkpoint::restore(&from, number, &root))
+            .await
+            .map_err(io::Error::other)??;
+        self.send(b"G").await.map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// Freezes the layer as the checkpoint of the call that just ended
+    /// (`calls` counts it), keeping at most `most`: the oldest go first,
+    /// and when the layer has no space left for it too. Returns the
+    /// checkpoint's number (none when it could not be kept: why) and the
+    /// numbers dropped.
+    pub async fn checkpoint(&mut self, most: usize) -> (Result<u64, String>, Vec<u64>) {
+        let number = self.calls;
+        let mut dropped = Vec::new();
+        let root = match self.layer_root() {
+            Ok(root) => Arc::new(root),
+            Err(e) => return (Err(e.to_string()), dropped),
+        };
+        loop {
+            while self.checkpoints.len() >= most.max(1) {
+                let Some(old) = self.checkpoints.pop_front() else { break };
+                let root = Arc::clone(&root);
+                let _ = tokio::task::spawn_blocking(move || checkpoint::remove(&root, old.number)).await;
+                dropped.push(old.number);
+            }
+            let previous = self.checkpoints.pop_back();
+            let task_root = Arc::clone(&root);
+            let frozen = tokio::task::spawn_blocking(move || {
+                let made = checkpoint::freeze(&task_root, number, previous.as_ref());
+                (made, previous)
+            })
+            .await;
+            let (made, previous) = match frozen {
+                Ok(pair) => pair,
+                Err(e) => return (Err(e.to_string()), dropped),
+            };
+            self.checkpoints.extend(previous);
+            match made {
+                Ok(frozen) => {
+                    self.checkpoints.push_back(frozen);
+                    return (Ok(number), dropped);
+                }
+                Err(e)
+                    if e.raw_os_error() == Some(nix::libc::ENOSPC)
+                        && !self.checkpoints.is_empty() =>
+                {
+                    // Room for it by dropping the oldest.
+                    let root = Arc::clone(&root);
+                    if let Some(old) = self.checkpoints.pop_front() {
+                        let _ = tokio::task::spawn_blocking(move || {
+                            checkpoint::remove(&root, old.number)
+                        })
+                        .await;
+                        dropped.push(old.number);
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => {
+                    return (Err("no space left in the session's workspace_mb".into()), dropped);
+                }
+                Err(e) => return (Err(e.to_string()), dropped),
+            }
+        }
     }
 
     /// The host address of the jail's port `port`, published now if it
@@ -232,13 +352,13 @@ impl Jail {
 
     /// Whether it has a project layer (the project is writable).
     pub fn has_layer(&self) -> bool {
-        self.shared.layer.is_some()
+        self.shared.layer.as_ref().is_some_and(|l| l.has_project())
     }
 
     /// Its project layer, when the project is writable, with the
     /// wrapper's `/proc/PID` directory, whose mount namespace holds it.
     pub fn layer(&self) -> Option<InJail> {
-        let layer = self.shared.layer.clone()?;
+        let layer = self.shared.layer.clone().filter(|l| l.has_project())?;
         Some(InJail {
             layer,
             proc: self.group.proc_dir(),

@@ -121,6 +121,50 @@ pub enum Error {
     InterpreterUnavailable { env: String, message: String },
     /// The agent could not write a file passed in (the sentence names it).
     FilesRefused(String),
+    /// `from` names no session or checkpoint it can start from.
+    Fork(ForkRefused),
+}
+
+/// Why a session cannot start from `from` (report/refusal.rs says each).
+#[derive(Debug)]
+pub enum ForkRefused {
+    /// No open session of the client has this name (`open`, sorted).
+    UnknownSession { session: String, open: Vec<String> },
+    /// The session keeps no checkpoint `asked` (`kept`, oldest first).
+    UnknownCheckpoint {
+        session: String,
+        asked: u64,
+        kept: Vec<u64>,
+    },
+    /// It keeps none (`why`).
+    NoCheckpoints { session: String, why: String },
+    /// The new session's name is an open session other than the source.
+    Open { session: String, from: String },
+}
+
+/// Where a new session starts from (`from`): session `session` as it was
+/// at the end of its call `number` (its last call when `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub session: SessionName,
+    pub number: Option<u64>,
+}
+
+impl Origin {
+    /// `NAME` or `NAME@N`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (name, number) = match text.split_once('@') {
+            Some((name, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                (name, Some(n.parse().ok()?))
+            }
+            Some(_) => return None,
+            None => (text, None),
+        };
+        Some(Self {
+            session: SessionName::new(name)?,
+            number,
+        })
+    }
 }
 
 impl From<NotStarted> for Error {
@@ -177,9 +221,12 @@ impl Sessions {
     /// Runs `code` in session `name` of `env`, creating the session (held
     /// by `client`) if it does not exist, after writing `files` into its
     /// /workspace; collects the outputs (mirrored when `mirror` is set);
-    /// then publishes the jail's port `publish` (one `env` allows).
-    /// Refusals (wrong environment, busy, too many) come before anything
-    /// runs.
+    /// then publishes the jail's port `publish` (one `env` allows). With
+    /// `from`, the session starts as a copy of that checkpoint (a session
+    /// of `from`'s own name is rolled back in place); with `end`, it ends
+    /// after the call. Then the session's state is kept as the call's
+    /// checkpoint. Refusals (wrong environment, busy, too many, no such
+    /// checkpoint) come before anything runs.
     #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
@@ -191,6 +238,8 @@ impl Sessions {
         mirror: Option<&Mirror>,
         cancel: &CancellationToken,
         publish: Option<u16>,
+        from: Option<&Origin>,
+        end: bool,
     ) -> Result<CallOutcome, Error> {
         let inner = &self.inner;
         let mut lease = inner.acquire_waiting(client, name, env, cancel).await?;
@@ -198,6 +247,21 @@ impl Sessions {
         inner.start_reaper();
         let started = Instant::now();
         let mut ended_before = lease.ended_before.take();
+        let forked = match from {
+            Some(origin) => match self.fork(&mut lease, origin, env).await {
+                Ok(line) => Some(line),
+                Err(e) => {
+                    if matches!(lease.slot, Some(Slot::Jail(_))) {
+                        lease.release();
+                    } else {
+                        lease.slot = None;
+                        lease.release();
+                    }
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         if let Some(Slot::Jail(jail)) = &mut lease.slot
             && jail.has_exited()
         {
@@ -206,7 +270,7 @@ impl Sessions {
             lease.slot = Some(Slot::Empty);
         }
         if !matches!(lease.slot, Some(Slot::Jail(_))) {
-            lease.slot = Some(Slot::Jail(inner.spawn(name, env)?));
+            lease.slot = Some(Slot::Jail(inner.spawn(name, env, false)?));
         }
         let Some(Slot::Jail(jail)) = &mut lease.slot else {
             unreachable!("a jail was just put in the slot")
@@ -224,8 +288,10 @@ impl Sessions {
             ended_before,
             named_by_server: lease.named_by_server,
             layered: jail.has_layer(),
+            forked,
             ..CallOutcome::new(name.to_owned(), false)
         };
+        let calls = jail.calls + 1;
         let settled = call::settle(ended, jail, env, &to, &mut outcome).await;
         // The session's CPU budget counts every call's processes, and those
         // left running between calls (the reaper looks at idle sessions).
@@ -241,12 +307,21 @@ impl Sessions {
             settled => settled,
         };
         match settled {
-            Ok(JailAfter::Kept) => {}
+            Ok(JailAfter::Kept) => {
+                jail.calls = calls;
+                let most = inner.settings.max_checkpoints;
+                if most > 0 && jail.has_session_layer() && !end {
+                    outcome.checkpoint = Some(checkpoint_line(jail, name, most).await);
+                }
+            }
             Ok(JailAfter::Reset) => {
                 // A fresh jail now, so that the next call finds it started;
                 // if that fails, the next call tries again.
-                lease.slot = Some(match inner.spawn(name, env) {
-                    Ok(jail) => Slot::Jail(jail),
+                lease.slot = Some(match inner.spawn(name, env, false) {
+                    Ok(mut jail) => {
+                        jail.calls = calls;
+                        Slot::Jail(jail)
+                    }
                     Err(e) => {
                         tracing::warn!(session = name, error = ?e, "restarting the session failed");
                         Slot::Empty
@@ -269,8 +344,125 @@ impl Sessions {
             });
         }
         outcome.duration = started.elapsed();
+        if end {
+            lease.slot = None;
+            outcome.ended_by_call = true;
+        }
         outcome.ended_after = lease.release();
         Ok(outcome)
+    }
+
+    /// Puts in `lease`'s slot a fresh jail whose layer is a copy of the
+    /// checkpoint `origin` names (the jail it replaces, of the same
+    /// session, is killed); returns the line that says so.
+    async fn fork(
+        &self,
+        lease: &mut lease::Lease<'_>,
+        origin: &Origin,
+        env: &Arc<Env>,
+    ) -> Result<String, Error> {
+        let inner = &self.inner;
+        let source = origin.session.as_str();
+        let in_place = source == lease.name;
+        if !in_place && matches!(lease.slot, Some(Slot::Jail(_))) {
+            return Err(Error::Fork(ForkRefused::Open {
+                session: lease.name.clone(),
+                from: source.to_owned(),
+            }));
+        }
+        let mut held = None;
+        let (bound, root, kept) = {
+            let slot = if in_place {
+                lease.slot.as_ref()
+            } else {
+                let open = inner.acquire_open(source).map_err(|e| match e {
+                    OutputUnreadable::Busy => Error::Busy {
+                        session: source.to_owned(),
+                        within_s: None,
+                    },
+                    _ => Error::Fork(ForkRefused::UnknownSession {
+                        session: source.to_owned(),
+                        open: self.open_names(),
+                    }),
+                })?;
+                held = Some((open, self.env_of(source).map(|(env, _)| env)));
+                held.as_ref().and_then(|(l, _)| l.slot.as_ref())
+            };
+            let Some(Slot::Jail(jail)) = slot else {
+                return Err(Error::Fork(ForkRefused::UnknownSession {
+                    session: source.to_owned(),
+                    open: self.open_names(),
+                }));
+            };
+            let kept: Vec<u64> = jail.checkpoints.iter().map(|c| c.number).collect();
+            let why = if inner.settings.max_checkpoints == 0 {
+                Some("checkpoints are off here (NIX_SANDBOX_MAX_CHECKPOINTS=0)".to_owned())
+            } else if !jail.has_session_layer() {
+                Some("its sandbox keeps no session layer (built before checkpoints)".to_owned())
+            } else if kept.is_empty() {
+                Some("none was kept yet (one is kept at the end of each call)".to_owned())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::Fork(ForkRefused::NoCheckpoints {
+                    session: source.to_owned(),
+                    why,
+                }));
+            }
+            let root = jail.layer_root().map_err(|e| {
+                Error::Fork(ForkRefused::NoCheckpoints {
+                    session: source.to_owned(),
+                    why: format!("its layer cannot be read: {e}"),
+                })
+            })?;
+            let bound = match &held {
+                Some((_, Some(env))) => env.name.clone(),
+                _ => env.name.clone(),
+            };
+            (bound, root, (kept, jail.calls))
+        };
+        let (kept, calls) = kept;
+        let number = origin.number.unwrap_or(*kept.last().unwrap_or(&0));
+        if !kept.contains(&number) {
+            return Err(Error::Fork(ForkRefused::UnknownCheckpoint {
+                session: source.to_owned(),
+                asked: number,
+                kept,
+            }));
+        }
+        if bound != env.name {
+            return Err(Error::EnvMismatch {
+                session: source.to_owned(),
+                bound,
+                requested: env.name.clone(),
+            });
+        }
+        let mut jail = inner.spawn(&lease.name, env, true)?;
+        let filled = jail.restored(root, number).await;
+        if let Some((mut open, _)) = held {
+            open.release();
+        }
+        if let Err(e) = filled {
+            tracing::warn!(session = lease.name, "starting from a checkpoint failed: {e}");
+            return Err(Error::Fork(ForkRefused::NoCheckpoints {
+                session: source.to_owned(),
+                why: format!("copying checkpoint {number} failed: {e}"),
+            }));
+        }
+        jail.calls = if in_place { calls } else { 0 };
+        lease.slot = Some(Slot::Jail(jail));
+        Ok(format!(
+            "started from {source}@{number}: its /workspace and project changes; a fresh \
+             interpreter (its state is not copied)"
+        ))
+    }
+
+    /// The open sessions' names, sorted.
+    fn open_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.inner.lock().open.keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// Whether session `name` is open.
@@ -362,6 +554,26 @@ async fn project_changes(slot: Option<&Slot>, name: &str) -> Option<String> {
         changes.summary(),
         project::diff_uri(name)
     ))
+}
+
+/// The line saying which checkpoint the call's end was kept as (and which
+/// were dropped for it), or why none was.
+async fn checkpoint_line(jail: &mut jail::Jail, name: &str, most: usize) -> String {
+    let (kept, dropped) = jail.checkpoint(most).await;
+    let dropped = match dropped.as_slice() {
+        [] => String::new(),
+        numbers => {
+            let list: Vec<String> = numbers.iter().map(|n| format!("{name}@{n}")).collect();
+            format!(" (dropped {}: the oldest go first)", list.join(", "))
+        }
+    };
+    match kept {
+        Ok(number) => format!("checkpoint: {name}@{number}{dropped}"),
+        Err(why) => {
+            tracing::warn!(session = name, "checkpoint not kept: {why}");
+            format!("checkpoint: none kept for this call ({why}){dropped}")
+        }
+    }
 }
 
 /// `inner`, shared, and counted among the tables whose idle sessions the

@@ -260,7 +260,7 @@ const EMPTY: u64 = 0;
 
 /// A fingerprint of the tree under `dir`: names, types, sizes, times and
 /// inodes, at most `most` entries (metadata only, nothing followed).
-fn fingerprint(dir: &OwnedFd, most: usize) -> u64 {
+pub(crate) fn fingerprint(dir: &OwnedFd, most: usize) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
     let mut count = 0usize;
     let mut stack = vec![(rustix::io::dup(dir).ok(), Vec::<u8>::new())];

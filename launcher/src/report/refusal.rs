@@ -626,8 +626,9 @@ impl Refusal {
                 Self::new(
                     ErrorCode::UnknownCheckpoint,
                     format!(
-                        "`from`: session `{session}` keeps no checkpoint {asked} (it keeps {}: \
-                         the oldest go first); nothing was run. Name one of those.",
+                        "`from`: session `{session}` keeps no state of the end of its call \
+                         {asked} (it keeps {}, the oldest going first; a call that changed no \
+                         file has its previous one); nothing was run. Name one of those.",
                         kept.join(", ")
                     ),
                 )

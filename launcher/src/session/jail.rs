@@ -123,6 +123,12 @@ pub struct Jail {
     /// The session's calls so far (the number of the next checkpoint less
     /// one); carried to the jail that replaces this one.
     pub calls: u64,
+    /// The layer's fingerprint when it was last looked at: a call that
+    /// changed nothing keeps no checkpoint.
+    pub print: Option<u64>,
+    /// Started from a checkpoint: its first call keeps one whatever it
+    /// changed (the checkpoint it came from is another session's).
+    pub restored: bool,
 }
 
 /// What a jail shares with the task that waits for its wrapper.
@@ -239,6 +245,8 @@ impl Jail {
             cpu_watch: Box::default(),
             checkpoints: std::collections::VecDeque::new(),
             calls: 0,
+            print: None,
+            restored: false,
         })
     }
 
@@ -285,18 +293,32 @@ impl Jail {
         self.send(b"G").await.map_err(|e| io::Error::other(e.to_string()))
     }
 
+    /// The layer's fingerprint now, noted (before a jail's first call).
+    pub async fn note_print(&mut self) {
+        let Ok(root) = self.layer_root() else { return };
+        let print = tokio::task::spawn_blocking(move || checkpoint::fingerprint(&root)).await;
+        self.print = print.ok().and_then(Result::ok);
+    }
+
     /// Freezes the layer as the checkpoint of the call that just ended
     /// (`calls` counts it), keeping at most `most`: the oldest go first,
     /// and when the layer has no space left for it too. Returns the
-    /// checkpoint's number (none when it could not be kept: why) and the
-    /// numbers dropped.
-    pub async fn checkpoint(&mut self, most: usize) -> (Result<u64, String>, Vec<u64>) {
+    /// checkpoint's number (none when nothing changed since the last one;
+    /// why when it could not be kept) and the numbers dropped.
+    pub async fn checkpoint(&mut self, most: usize) -> (Result<Option<u64>, String>, Vec<u64>) {
         let number = self.calls;
         let mut dropped = Vec::new();
         let root = match self.layer_root() {
             Ok(root) => Arc::new(root),
             Err(e) => return (Err(e.to_string()), dropped),
         };
+        let task_root = Arc::clone(&root);
+        let print = tokio::task::spawn_blocking(move || checkpoint::fingerprint(&task_root)).await;
+        let print = print.ok().and_then(Result::ok);
+        if print.is_some() && print == self.print {
+            return (Ok(None), dropped);
+        }
+        self.print = print;
         loop {
             while self.checkpoints.len() >= most.max(1) {
                 let Some(old) = self.checkpoints.pop_front() else { break };
@@ -319,7 +341,7 @@ impl Jail {
             match made {
                 Ok(frozen) => {
                     self.checkpoints.push_back(frozen);
-                    return (Ok(number), dropped);
+                    return (Ok(Some(number)), dropped);
                 }
                 Err(e)
                     if e.raw_os_error() == Some(nix::libc::ENOSPC)

@@ -275,6 +275,10 @@ impl Sessions {
         let Some(Slot::Jail(jail)) = &mut lease.slot else {
             unreachable!("a jail was just put in the slot")
         };
+        let checkpoints = inner.settings.max_checkpoints > 0 && jail.has_session_layer();
+        if checkpoints && jail.print.is_none() && !jail.restored {
+            jail.note_print().await;
+        }
         let ended = call::make(
             jail,
             Call::new(env, code, files, cancel, &inner.spawner.shutdown),
@@ -311,7 +315,7 @@ impl Sessions {
                 jail.calls = calls;
                 let most = inner.settings.max_checkpoints;
                 if most > 0 && jail.has_session_layer() && !end {
-                    outcome.checkpoint = Some(checkpoint_line(jail, name, most).await);
+                    outcome.checkpoint = checkpoint_line(jail, name, most).await;
                 }
             }
             Ok(JailAfter::Reset) => {
@@ -423,14 +427,18 @@ impl Sessions {
             (bound, root, (kept, jail.calls))
         };
         let (kept, calls) = kept;
-        let number = origin.number.unwrap_or(*kept.last().unwrap_or(&0));
-        if !kept.contains(&number) {
+        // A call that changed nothing kept no checkpoint: its end is the
+        // last one kept before it (the oldest go first, so none between
+        // them was dropped).
+        let asked = origin.number.unwrap_or(calls);
+        let found = kept.iter().rev().find(|n| **n <= asked).copied();
+        let Some(number) = found.filter(|_| asked <= calls) else {
             return Err(Error::Fork(ForkRefused::UnknownCheckpoint {
                 session: source.to_owned(),
-                asked: number,
+                asked,
                 kept,
             }));
-        }
+        };
         if bound != env.name {
             return Err(Error::EnvMismatch {
                 session: source.to_owned(),
@@ -451,9 +459,10 @@ impl Sessions {
             }));
         }
         jail.calls = if in_place { calls } else { 0 };
+        jail.restored = true;
         lease.slot = Some(Slot::Jail(jail));
         Ok(format!(
-            "started from {source}@{number}: its /workspace and project changes; a fresh \
+            "started from {source}@{asked}: its /workspace and project changes; a fresh \
              interpreter (its state is not copied)"
         ))
     }
@@ -558,7 +567,7 @@ async fn project_changes(slot: Option<&Slot>, name: &str) -> Option<String> {
 
 /// The line saying which checkpoint the call's end was kept as (and which
 /// were dropped for it), or why none was.
-async fn checkpoint_line(jail: &mut jail::Jail, name: &str, most: usize) -> String {
+async fn checkpoint_line(jail: &mut jail::Jail, name: &str, most: usize) -> Option<String> {
     let (kept, dropped) = jail.checkpoint(most).await;
     let dropped = match dropped.as_slice() {
         [] => String::new(),
@@ -568,10 +577,11 @@ async fn checkpoint_line(jail: &mut jail::Jail, name: &str, most: usize) -> Stri
         }
     };
     match kept {
-        Ok(number) => format!("checkpoint: {name}@{number}{dropped}"),
+        Ok(Some(number)) => Some(format!("checkpoint: {name}@{number}{dropped}")),
+        Ok(None) => None,
         Err(why) => {
             tracing::warn!(session = name, "checkpoint not kept: {why}");
-            format!("checkpoint: none kept for this call ({why}){dropped}")
+            Some(format!("checkpoint: none kept for this call ({why}){dropped}"))
         }
     }
 }

@@ -15,6 +15,7 @@ mod common;
 mod deadline;
 mod devshell;
 mod errors;
+mod fork;
 mod hostile;
 mod http;
 mod http_bounds;

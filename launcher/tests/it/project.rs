@@ -385,3 +385,42 @@ async fn a_reset_says_the_project_changes_are_lost() {
         .await;
     assert!(text(&r).contains("gone"), "{}", text(&r));
 }
+
+/// A session started from a checkpoint gets that call's project layer
+/// exactly: files added, deleted (whiteouts) and a directory removed and
+/// made again (opaque), none of the later changes, the host untouched.
+#[tokio::test]
+async fn a_fork_carries_the_project_layer_as_it_was() {
+    let user = User::unprivileged();
+    let tmp = tempfile::tempdir().unwrap();
+    let (project, _) = project(tmp.path());
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { nix::libc::geteuid() } == 0 {
+        chown_tree(&project, 65534);
+    }
+    let before = snapshot(&project);
+    let s = writable(user, &template(), &project).await;
+    let r = s
+        .call(json!({"env": "shell", "session": "w", "code":
+            "rm /project/gone.txt && mkdir /project/new && echo n > /project/new/x \
+             && rm -r /project/src && mkdir /project/src && echo fresh > /project/src/other"}))
+        .await;
+    assert!(text(&r).contains("checkpoint: w@1"), "{}", text(&r));
+    let r = s
+        .call(json!({"env": "shell", "session": "w", "code":
+            "echo later > /project/later; echo back > /project/gone.txt"}))
+        .await;
+    assert!(text(&r).contains("checkpoint: w@2"), "{}", text(&r));
+    let r = s
+        .call(json!({"env": "shell", "session": "v", "from": "w@1", "code":
+            "ls /project/src; cat /project/new/x; [ -e /project/gone.txt ] || echo no-gone; \
+             [ -e /project/later ] || echo no-later; [ -e /project/src/main.sh ] || echo opaque"}))
+        .await;
+    let out = text(&r);
+    for want in ["other", "\nn\n", "no-gone", "no-later", "opaque", "started from w@1"] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+    let diff = diff(&s, "v").await;
+    assert!(diff.contains("gone.txt") && diff.contains("new/x"), "{diff}");
+    assert_eq!(snapshot(&project), before);
+}

@@ -167,7 +167,10 @@ async fn write_through(
             stdout.trim()
         ));
     }
-    if layers.lower().is_some_and(|p| p.join(&name).symlink_metadata().is_ok()) {
+    if layers
+        .lower()
+        .is_some_and(|p| p.join(&name).symlink_metadata().is_ok())
+    {
         return Err(format!("the write reached the host's project: {name}"));
     }
     Ok(())

@@ -216,12 +216,13 @@ pub const MAX_SESSIONS_TOTAL: Setting = Setting {
 pub const MAX_CHECKPOINTS: Setting = Setting {
     value: Some("N"),
     var: Some(("NIX_SANDBOX_MAX_CHECKPOINTS", VarRole::Fallback)),
-    default: Some(Default::Number(8)),
+    default: Some(Default::Number(0)),
     ..setting(
         Key::MaxCheckpoints,
         "max-checkpoints",
-        "checkpoints kept per session (the state at the end of each of its last N calls, \
-         which `from` starts a session from); the oldest go first; 0 keeps none",
+        "checkpoints kept per session: its files at the end of each of its last N calls that \
+         changed them, which `from: NAME@CALL` starts a session from (each holds memory of \
+         the session's workspace_mb); the oldest go first; 0 keeps none",
     )
 };
 pub const MAX_RUNS: Setting = Setting {

@@ -327,9 +327,8 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     let dir = OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let lower_fd = match &layer.lower {
         Some(lower) => Some(
-            open(lower.as_os_str(), dir | OFlag::O_RDONLY, Mode::empty()).map_err(|e| {
-                format!("cannot open the project {}: {e}", lower.to_string_lossy())
-            })?,
+            open(lower.as_os_str(), dir | OFlag::O_RDONLY, Mode::empty())
+                .map_err(|e| format!("cannot open the project {}: {e}", lower.to_string_lossy()))?,
         ),
         None => None,
     };

@@ -57,10 +57,10 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
         });
         schema["properties"]["from"] = json!({
             "type": "string",
-            "nullable": true,
-            "description": "New session as a copy of session NAME, or NAME@N (its state after call N): files only.",
+            "description": "Start as a copy of session NAME or NAME@CALL (files only).",
         });
-        schema["properties"]["end"] = json!({"type": "boolean", "nullable": true, "description": "End the session after this call."});
+        schema["properties"]["end"] =
+            json!({"type": "boolean", "description": "Close the session after."});
         schema["properties"]["files"] = json!({
             "type": "array",
             "nullable": true,

@@ -118,14 +118,19 @@ pub fn remove(root: &OwnedFd, number: u64) {
     remove_in(&ckpt, number.to_string().as_bytes());
 }
 
-/// Copies checkpoint `number` of the layer at `from` into the fresh layer
-/// at `to` (its `ws`, and its `upper` when both have a project), before
-/// the jail of `to` starts.
-pub fn restore(from: &OwnedFd, number: u64, to: &OwnedFd) -> io::Result<()> {
+/// Copies checkpoint `number` of the layer at `from` (its live `ws` and
+/// `upper` when `None`) into the fresh layer at `to` (its `ws`, and its
+/// `upper` when both have a project), before the jail of `to` starts.
+pub fn restore(from: &OwnedFd, number: Option<u64>, to: &OwnedFd) -> io::Result<()> {
     let source = {
         let _fs = FsUser::of(from)?;
-        let ckpt = rustix::fs::openat(from, "ckpt", DIR, Mode::empty())?;
-        rustix::fs::openat(&ckpt, number.to_string(), DIR, Mode::empty())?
+        match number {
+            Some(number) => {
+                let ckpt = rustix::fs::openat(from, "ckpt", DIR, Mode::empty())?;
+                rustix::fs::openat(&ckpt, number.to_string(), DIR, Mode::empty())?
+            }
+            None => rustix::io::dup(from)?,
+        }
     };
     let parts: Vec<(OwnedFd, OwnedFd)> = PARTS
         .iter()
@@ -333,7 +338,10 @@ fn copy_xattrs(from: impl AsFd, to: impl AsFd, reader: (u32, u32), writer: (u32,
         rustix::fs::flistxattr(&from, &mut names)
     };
     let Ok(n) = listed else { return };
-    for name in names[..n].split(|b| *b == 0).filter(|n| n.starts_with(b"user.")) {
+    for name in names[..n]
+        .split(|b| *b == 0)
+        .filter(|n| n.starts_with(b"user."))
+    {
         let Ok(name) = std::ffi::CString::new(name) else {
             continue;
         };
@@ -344,7 +352,8 @@ fn copy_xattrs(from: impl AsFd, to: impl AsFd, reader: (u32, u32), writer: (u32,
         };
         if let Ok(len) = read {
             let _fs = FsUser::set(writer);
-            let _ = rustix::fs::fsetxattr(&to, &name, &value[..len], rustix::fs::XattrFlags::empty());
+            let _ =
+                rustix::fs::fsetxattr(&to, &name, &value[..len], rustix::fs::XattrFlags::empty());
         }
     }
 }

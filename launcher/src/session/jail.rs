@@ -175,7 +175,11 @@ impl Jail {
         let mut wrapper_env = match &layer {
             Some(layer) => {
                 let restoring = restore.then(|| (project::RESTORE_VAR, "1".into()));
-                Cow::Owned(spawner.env.with_all(layer.vars().into_iter().chain(restoring)))
+                Cow::Owned(
+                    spawner
+                        .env
+                        .with_all(layer.vars().into_iter().chain(restoring)),
+                )
             }
             None => Cow::Borrowed(&*spawner.env),
         };
@@ -263,10 +267,15 @@ impl Jail {
     }
 
     /// Fills this jail's layer, whose wrapper was started with `restore`
-    /// and waits, with checkpoint `number` of the layer at `from`, then
+    /// and waits, with checkpoint `number` of the layer at `from` (its live
+    /// files when `None`), then
     /// lets the wrapper go on. Waits at most 10 s for the wrapper to make
     /// the layer.
-    pub async fn restored(&mut self, from: std::os::fd::OwnedFd, number: u64) -> io::Result<()> {
+    pub async fn restored(
+        &mut self,
+        from: std::os::fd::OwnedFd,
+        number: Option<u64>,
+    ) -> io::Result<()> {
         let mut waited = std::time::Duration::ZERO;
         let step = std::time::Duration::from_millis(2);
         let root = loop {
@@ -282,7 +291,9 @@ impl Jail {
                 break root;
             }
             if waited > std::time::Duration::from_secs(10) {
-                return Err(io::Error::other("its sandbox did not make its layer in 10 s"));
+                return Err(io::Error::other(
+                    "its sandbox did not make its layer in 10 s",
+                ));
             }
             tokio::time::sleep(step).await;
             waited += step;
@@ -290,7 +301,9 @@ impl Jail {
         tokio::task::spawn_blocking(move || checkpoint::restore(&from, number, &root))
             .await
             .map_err(io::Error::other)??;
-        self.send(b"G").await.map_err(|e| io::Error::other(e.to_string()))
+        self.send(b"G")
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))
     }
 
     /// The layer's fingerprint now, noted (before a jail's first call).
@@ -321,9 +334,12 @@ impl Jail {
         self.print = print;
         loop {
             while self.checkpoints.len() >= most.max(1) {
-                let Some(old) = self.checkpoints.pop_front() else { break };
+                let Some(old) = self.checkpoints.pop_front() else {
+                    break;
+                };
                 let root = Arc::clone(&root);
-                let _ = tokio::task::spawn_blocking(move || checkpoint::remove(&root, old.number)).await;
+                let _ = tokio::task::spawn_blocking(move || checkpoint::remove(&root, old.number))
+                    .await;
                 dropped.push(old.number);
             }
             let previous = self.checkpoints.pop_back();
@@ -358,7 +374,10 @@ impl Jail {
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => {
-                    return (Err("no space left in the session's workspace_mb".into()), dropped);
+                    return (
+                        Err("no space left in the session's workspace_mb".into()),
+                        dropped,
+                    );
                 }
                 Err(e) => return (Err(e.to_string()), dropped),
             }

@@ -399,10 +399,16 @@ impl Sessions {
                 }));
             };
             let kept: Vec<u64> = jail.checkpoints.iter().map(|c| c.number).collect();
-            let why = if inner.settings.max_checkpoints == 0 {
-                Some("checkpoints are off here (NIX_SANDBOX_MAX_CHECKPOINTS=0)".to_owned())
-            } else if !jail.has_session_layer() {
-                Some("its sandbox keeps no session layer (built before checkpoints)".to_owned())
+            let why = if !jail.has_session_layer() {
+                Some("its sandbox keeps no session layer (built before forks)".to_owned())
+            } else if origin.number.is_none() {
+                None
+            } else if inner.settings.max_checkpoints == 0 {
+                Some(
+                    "checkpoints are off here (NIX_SANDBOX_MAX_CHECKPOINTS=0); `from` without \
+                     `@N` copies its files as they are now"
+                        .to_owned(),
+                )
             } else if kept.is_empty() {
                 Some("none was kept yet (one is kept at the end of each call)".to_owned())
             } else {
@@ -429,15 +435,20 @@ impl Sessions {
         let (kept, calls) = kept;
         // A call that changed nothing kept no checkpoint: its end is the
         // last one kept before it (the oldest go first, so none between
-        // them was dropped).
-        let asked = origin.number.unwrap_or(calls);
-        let found = kept.iter().rev().find(|n| **n <= asked).copied();
-        let Some(number) = found.filter(|_| asked <= calls) else {
-            return Err(Error::Fork(ForkRefused::UnknownCheckpoint {
-                session: source.to_owned(),
-                asked,
-                kept,
-            }));
+        // them was dropped). Without `@N`: its files as they are now.
+        let number = match origin.number {
+            None => None,
+            Some(asked) => {
+                let found = kept.iter().rev().find(|n| **n <= asked).copied();
+                let Some(number) = found.filter(|_| asked <= calls) else {
+                    return Err(Error::Fork(ForkRefused::UnknownCheckpoint {
+                        session: source.to_owned(),
+                        asked,
+                        kept,
+                    }));
+                };
+                Some(number)
+            }
         };
         if bound != env.name {
             return Err(Error::EnvMismatch {
@@ -452,18 +463,25 @@ impl Sessions {
             open.release();
         }
         if let Err(e) = filled {
-            tracing::warn!(session = lease.name, "starting from a checkpoint failed: {e}");
+            tracing::warn!(
+                session = lease.name,
+                "starting from a checkpoint failed: {e}"
+            );
             return Err(Error::Fork(ForkRefused::NoCheckpoints {
                 session: source.to_owned(),
-                why: format!("copying checkpoint {number} failed: {e}"),
+                why: format!("copying its files failed: {e}"),
             }));
         }
         jail.calls = if in_place { calls } else { 0 };
         jail.restored = true;
         lease.slot = Some(Slot::Jail(jail));
+        let what = match origin.number {
+            Some(asked) => format!("{source}@{asked}"),
+            None => source.to_owned(),
+        };
         Ok(format!(
-            "started from {source}@{asked}: its /workspace and project changes; a fresh \
-             interpreter (its state is not copied)"
+            "started from {what}: its /workspace and project changes; a fresh interpreter \
+             (its state is not copied)"
         ))
     }
 
@@ -581,7 +599,9 @@ async fn checkpoint_line(jail: &mut jail::Jail, name: &str, most: usize) -> Opti
         Ok(None) => None,
         Err(why) => {
             tracing::warn!(session = name, "checkpoint not kept: {why}");
-            Some(format!("checkpoint: none kept for this call ({why}){dropped}"))
+            Some(format!(
+                "checkpoint: none kept for this call ({why}){dropped}"
+            ))
         }
     }
 }

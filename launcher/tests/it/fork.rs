@@ -49,7 +49,7 @@ async fn forks_diverge_and_a_rollback_restores_that_calls_tree() {
         let out = shell(&s, "b", Some("a"), "cat d/f; echo b > only-b; ls").await;
         assert!(out.contains("two") && out.contains("only-b"), "{out}");
         assert!(
-            out.contains("started from a@2")
+            out.contains("started from a:")
                 && out.contains("fresh interpreter (its state is not copied)"),
             "{out}"
         );
@@ -79,13 +79,19 @@ async fn forks_diverge_and_a_rollback_restores_that_calls_tree() {
 
         // In place: a itself goes back, and keeps counting its calls.
         let out = shell(&s, "a", Some("a@1"), "cat d/f; ls").await;
-        assert!(out.contains("one") && out.contains("started from a@1"), "{out}");
+        assert!(
+            out.contains("one") && out.contains("started from a@1"),
+            "{out}"
+        );
         // A call that changed nothing keeps no checkpoint of its own: its
         // end is the one before.
         let out = shell(&s, "a", None, "true").await;
         assert!(!out.contains("checkpoint:"), "{out}");
         let out = shell(&s, "a2", Some("a@4"), "cat d/f").await;
-        assert!(out.contains("one") && out.contains("started from a@4"), "{out}");
+        assert!(
+            out.contains("one") && out.contains("started from a@4"),
+            "{out}"
+        );
 
         // Names that are not there: one line naming the fix.
         let out = shell(&s, "x", Some("nope"), "true").await;
@@ -101,7 +107,10 @@ async fn forks_diverge_and_a_rollback_restores_that_calls_tree() {
         for _ in 0..3 {
             said.push_str(&shell(&s, "c", None, "echo more >> only-c").await);
         }
-        assert!(said.contains("checkpoint: c@4 (dropped c@1: the oldest go first)"), "{said}");
+        assert!(
+            said.contains("checkpoint: c@4 (dropped c@1: the oldest go first)"),
+            "{said}"
+        );
         let out = shell(&s, "y", Some("c@1"), "true").await;
         assert!(out.starts_with("error[unknown_checkpoint]"), "{out}");
 
@@ -109,7 +118,11 @@ async fn forks_diverge_and_a_rollback_restores_that_calls_tree() {
         let r = s
             .call(json!({"env": "shell", "session": "b", "code": "true", "end": true}))
             .await;
-        assert!(text(&r).contains("session `b` ended, as asked"), "{}", text(&r));
+        assert!(
+            text(&r).contains("session `b` ended, as asked"),
+            "{}",
+            text(&r)
+        );
         let out = shell(&s, "z", Some("b"), "true").await;
         assert!(out.starts_with("error[unknown_session]"), "{out}");
     }
@@ -141,7 +154,10 @@ async fn the_jail_reaches_no_checkpoint_and_plants_no_link_for_the_server() {
              find / -xdev -name ckpt 2>/dev/null; grep -c ckpt /proc/self/mountinfo; echo done",
         )
         .await;
-        assert!(out.contains("\n0\ndone") || out.starts_with("0\ndone"), "{out}");
+        assert!(
+            out.contains("\n0\ndone") || out.starts_with("0\ndone"),
+            "{out}"
+        );
         let out = shell(
             &s,
             "k",
@@ -156,4 +172,32 @@ async fn the_jail_reaches_no_checkpoint_and_plants_no_link_for_the_server() {
         );
         assert!(!out.contains("host secret") && !out.contains("f2"), "{out}");
     }
+}
+
+/// By default no checkpoint is kept and nothing is said of them, yet a
+/// session can still be copied as it is now; `NAME@N` says how to have it.
+#[tokio::test]
+async fn without_checkpoints_a_fork_copies_the_files_as_they_are() {
+    let s = Server::start(vec![Manifest::new(&template())]).await;
+    let out = shell(&s, "a", None, "echo one > f; echo ok").await;
+    assert_eq!(out, "ok\n");
+    let out = shell(&s, "b", Some("a"), "cat f").await;
+    assert!(
+        out.starts_with("one\n") && out.contains("started from a:"),
+        "{out}"
+    );
+    let out = shell(&s, "c", Some("a@1"), "true").await;
+    assert!(
+        out.starts_with("error[unknown_checkpoint]")
+            && out.contains("NIX_SANDBOX_MAX_CHECKPOINTS=0"),
+        "{out}"
+    );
+    let r = s
+        .call(json!({"env": "shell", "code": "true", "end": true}))
+        .await;
+    assert!(
+        text(&r).starts_with("error[invalid_arguments]"),
+        "{}",
+        text(&r)
+    );
 }

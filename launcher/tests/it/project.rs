@@ -399,7 +399,17 @@ async fn a_fork_carries_the_project_layer_as_it_was() {
         chown_tree(&project, 65534);
     }
     let before = snapshot(&project);
-    let s = writable(user, &template(), &project).await;
+    let s = Server::start_command(
+        user.command(),
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store"],
+        &[
+            ("PROJECT_DIR", project.to_str().unwrap()),
+            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
+            ("NIX_SANDBOX_MAX_CHECKPOINTS", "8"),
+        ],
+    )
+    .await;
     let r = s
         .call(json!({"env": "shell", "session": "w", "code":
             "rm /project/gone.txt && mkdir /project/new && echo n > /project/new/x \
@@ -412,15 +422,27 @@ async fn a_fork_carries_the_project_layer_as_it_was() {
         .await;
     assert!(text(&r).contains("checkpoint: w@2"), "{}", text(&r));
     let r = s
-        .call(json!({"env": "shell", "session": "v", "from": "w@1", "code":
+        .call(
+            json!({"env": "shell", "session": "v", "from": "w@1", "code":
             "ls /project/src; cat /project/new/x; [ -e /project/gone.txt ] || echo no-gone; \
-             [ -e /project/later ] || echo no-later; [ -e /project/src/main.sh ] || echo opaque"}))
+             [ -e /project/later ] || echo no-later; [ -e /project/src/main.sh ] || echo opaque"}),
+        )
         .await;
     let out = text(&r);
-    for want in ["other", "\nn\n", "no-gone", "no-later", "opaque", "started from w@1"] {
+    for want in [
+        "other",
+        "\nn\n",
+        "no-gone",
+        "no-later",
+        "opaque",
+        "started from w@1",
+    ] {
         assert!(out.contains(want), "{want}: {out}");
     }
     let diff = diff(&s, "v").await;
-    assert!(diff.contains("gone.txt") && diff.contains("new/x"), "{diff}");
+    assert!(
+        diff.contains("gone.txt") && diff.contains("new/x"),
+        "{diff}"
+    );
     assert_eq!(snapshot(&project), before);
 }

@@ -208,24 +208,33 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             ));
         }
     }
-    parsed.layer = match (layer, size) {
-        (Some(dir), Some(size)) => Some(Layer {
+    parsed.layer = layer_of(layer, size, lower, restore)?;
+    match parsed.publish_fd.is_some() && !parsed.net {
+        true => Err("--publish-fd needs --net".into()),
+        false => Ok(parsed),
+    }
+}
+
+/// The layer `--layer`, `--layer-size`, `--project-lower` and `--restore`
+/// name: the first two together, the others only with them.
+fn layer_of(
+    dir: Option<OsString>,
+    size: Option<u64>,
+    lower: Option<OsString>,
+    restore: bool,
+) -> Result<Option<Layer>, String> {
+    match (dir, size) {
+        (Some(dir), Some(size)) => Ok(Some(Layer {
             dir,
             size,
             lower,
             restore,
-        }),
-        (None, None) if lower.is_none() && !restore => None,
-        _ => {
-            return Err(
-                "--layer and --layer-size go together, and --project-lower and --restore need them"
-                    .into(),
-            );
-        }
-    };
-    match parsed.publish_fd.is_some() && !parsed.net {
-        true => Err("--publish-fd needs --net".into()),
-        false => Ok(parsed),
+        })),
+        (None, None) if lower.is_none() && !restore => Ok(None),
+        _ => Err(
+            "--layer and --layer-size go together, and --project-lower and --restore need them"
+                .into(),
+        ),
     }
 }
 

@@ -246,23 +246,7 @@ impl Server {
         progress: Progress,
     ) -> Result<CallToolResult, Refusal> {
         let shared = &*self.shared;
-        // A call that names an open session and no other environment runs
-        // in the session's own (not the default one, which would be refused
-        // as a mismatch), with the packages the session was made with.
-        // A new session started `from` another runs in that one's.
-        let open = match &args.session {
-            Some(name) => client.sessions.env_of(name).or_else(|| {
-                let from = args.from.as_ref()?;
-                let (env, _) = client.sessions.env_of(from.session.as_str())?;
-                Some((env, false))
-            }),
-            None => None,
-        };
-        let open = open.filter(|(env, _)| args.env.as_deref().is_none_or(|name| name == env.name));
-        let (open, running) = match open {
-            Some((env, running)) => (Some(env), running),
-            None => (None, false),
-        };
+        let (open, running) = open_env(&args, client);
         let env = match (open, &args.packages) {
             (Some(env), None) => env,
             (open, packages) => {
@@ -688,4 +672,25 @@ fn takes_resource_links(context: &RequestContext<RoleServer>) -> bool {
     context
         .protocol_version()
         .is_none_or(|v| v.as_str() >= ProtocolVersion::V_2025_06_18.as_str())
+}
+
+/// The environment of the session a call names, when it is open, and
+/// whether its jail is running: a call that names an open session and no
+/// other environment runs in the session's own (not the default one,
+/// which would be refused as a mismatch), with the packages the session
+/// was made with. A new session started `from` another runs in that one's.
+fn open_env(args: &RunArgs, client: &Client) -> (Option<Arc<Env>>, bool) {
+    let open = match &args.session {
+        Some(name) => client.sessions.env_of(name).or_else(|| {
+            let from = args.from.as_ref()?;
+            let (env, _) = client.sessions.env_of(from.session.as_str())?;
+            Some((env, false))
+        }),
+        None => None,
+    };
+    let open = open.filter(|(env, _)| args.env.as_deref().is_none_or(|name| name == env.name));
+    match open {
+        Some((env, running)) => (Some(env), running),
+        None => (None, false),
+    }
 }

@@ -252,20 +252,7 @@ impl Walk<'_> {
                             stamps.insert(child, stamp);
                         }
                     }
-                    FileType::Symlink => {
-                        let target = {
-                            let _fs = FsUser::set(reader);
-                            rustix::fs::readlinkat(&src, &name, Vec::new())?
-                        };
-                        let _fs = FsUser::set(writer);
-                        rustix::fs::symlinkat(&target, &dst, &name)?;
-                    }
-                    // The overlay's whiteout: a deleted project file.
-                    FileType::CharacterDevice if stat.st_rdev == 0 => {
-                        let _fs = FsUser::set(writer);
-                        rustix::fs::mknodat(&dst, &name, FileType::CharacterDevice, mode, 0)?;
-                    }
-                    _ => {}
+                    other => copy_special(&src, &dst, &name, other, &stat, (reader, writer))?,
                 }
             }
         }
@@ -278,6 +265,37 @@ impl Walk<'_> {
         }
         Ok(())
     }
+}
+
+/// Copies entry `name` of `src`, of type `kind`, neither a directory nor
+/// a regular file, into `dst`: a symlink as a symlink, the overlay's
+/// whiteout (a character device 0/0, a deleted project file) as one;
+/// sockets, fifos and devices not at all.
+fn copy_special(
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    name: &std::ffi::CStr,
+    kind: FileType,
+    stat: &rustix::fs::Stat,
+    (reader, writer): ((u32, u32), (u32, u32)),
+) -> io::Result<()> {
+    match kind {
+        FileType::Symlink => {
+            let target = {
+                let _fs = FsUser::set(reader);
+                rustix::fs::readlinkat(src, name, Vec::new())?
+            };
+            let _fs = FsUser::set(writer);
+            rustix::fs::symlinkat(&target, dst, name)?;
+        }
+        FileType::CharacterDevice if stat.st_rdev == 0 => {
+            let _fs = FsUser::set(writer);
+            let mode = Mode::from_raw_mode(stat.st_mode) & Mode::from_raw_mode(0o7777);
+            rustix::fs::mknodat(dst, name, FileType::CharacterDevice, mode, 0)?;
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Copies regular file `name` of `src` into `dst` with its mode and times.

@@ -118,8 +118,15 @@ pub struct Jail {
     cpu: Option<Box<CpuMeter>>,
     /// The last reading of its CPU time (cpu.rs; boxed, as `cpu`).
     cpu_watch: Box<CpuWatch>,
+    /// Its checkpoints and the session's calls (boxed, as `cpu`).
+    pub history: Box<History>,
+}
+
+/// A session jail's checkpoints and what decides the next one.
+#[derive(Default)]
+pub struct History {
     /// The checkpoints kept in its layer, oldest first.
-    pub checkpoints: std::collections::VecDeque<Frozen>,
+    pub list: std::collections::VecDeque<Frozen>,
     /// The session's calls so far (the number of the next checkpoint less
     /// one); carried to the jail that replaces this one.
     pub calls: u64,
@@ -247,10 +254,7 @@ impl Jail {
             gate,
             cpu,
             cpu_watch: Box::default(),
-            checkpoints: std::collections::VecDeque::new(),
-            calls: 0,
-            print: None,
-            restored: false,
+            history: Box::default(),
         })
     }
 
@@ -259,6 +263,12 @@ impl Jail {
         let layer = (self.shared.layer.as_ref())
             .ok_or_else(|| io::Error::other("its sandbox keeps no session layer"))?;
         layer.open_root(&self.group.proc_dir()?)
+    }
+
+    /// This jail, counting `calls` of its session so far.
+    pub fn counting(mut self, calls: u64) -> Self {
+        self.history.calls = calls;
+        self
     }
 
     /// Whether its sandbox keeps a session layer (checkpoints).
@@ -306,11 +316,17 @@ impl Jail {
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
-    /// The layer's fingerprint now, noted (before a jail's first call).
-    pub async fn note_print(&mut self) {
+    /// The layer's fingerprint now, noted before a jail's first call when
+    /// it keeps checkpoints (`most` > 0): a fresh one's is that of its
+    /// empty layer, a restored one keeps a checkpoint after its first call
+    /// anyway.
+    pub async fn note_print(&mut self, most: usize) {
+        if most == 0 || self.history.print.is_some() || self.history.restored {
+            return;
+        }
         let Ok(root) = self.layer_root() else { return };
         let print = tokio::task::spawn_blocking(move || checkpoint::fingerprint(&root)).await;
-        self.print = print.ok().and_then(Result::ok);
+        self.history.print = print.ok().and_then(Result::ok);
     }
 
     /// Freezes the layer as the checkpoint of the call that just ended
@@ -319,7 +335,7 @@ impl Jail {
     /// checkpoint's number (none when nothing changed since the last one;
     /// why when it could not be kept) and the numbers dropped.
     pub async fn checkpoint(&mut self, most: usize) -> (Result<Option<u64>, String>, Vec<u64>) {
-        let number = self.calls;
+        let number = self.history.calls;
         let mut dropped = Vec::new();
         let root = match self.layer_root() {
             Ok(root) => Arc::new(root),
@@ -328,13 +344,13 @@ impl Jail {
         let task_root = Arc::clone(&root);
         let print = tokio::task::spawn_blocking(move || checkpoint::fingerprint(&task_root)).await;
         let print = print.ok().and_then(Result::ok);
-        if print.is_some() && print == self.print {
+        if print.is_some() && print == self.history.print {
             return (Ok(None), dropped);
         }
-        self.print = print;
+        self.history.print = print;
         loop {
-            while self.checkpoints.len() >= most.max(1) {
-                let Some(old) = self.checkpoints.pop_front() else {
+            while self.history.list.len() >= most.max(1) {
+                let Some(old) = self.history.list.pop_front() else {
                     break;
                 };
                 let root = Arc::clone(&root);
@@ -342,7 +358,7 @@ impl Jail {
                     .await;
                 dropped.push(old.number);
             }
-            let previous = self.checkpoints.pop_back();
+            let previous = self.history.list.pop_back();
             let task_root = Arc::clone(&root);
             let frozen = tokio::task::spawn_blocking(move || {
                 let made = checkpoint::freeze(&task_root, number, previous.as_ref());
@@ -353,19 +369,19 @@ impl Jail {
                 Ok(pair) => pair,
                 Err(e) => return (Err(e.to_string()), dropped),
             };
-            self.checkpoints.extend(previous);
+            self.history.list.extend(previous);
             match made {
                 Ok(frozen) => {
-                    self.checkpoints.push_back(frozen);
+                    self.history.list.push_back(frozen);
                     return (Ok(Some(number)), dropped);
                 }
                 Err(e)
                     if e.raw_os_error() == Some(nix::libc::ENOSPC)
-                        && !self.checkpoints.is_empty() =>
+                        && !self.history.list.is_empty() =>
                 {
                     // Room for it by dropping the oldest.
                     let root = Arc::clone(&root);
-                    if let Some(old) = self.checkpoints.pop_front() {
+                    if let Some(old) = self.history.list.pop_front() {
                         let _ = tokio::task::spawn_blocking(move || {
                             checkpoint::remove(&root, old.number)
                         })

@@ -247,38 +247,9 @@ impl Sessions {
         inner.start_reaper();
         let started = Instant::now();
         let mut ended_before = lease.ended_before.take();
-        let forked = match from {
-            Some(origin) => match self.fork(&mut lease, origin, env).await {
-                Ok(line) => Some(line),
-                Err(e) => {
-                    if matches!(lease.slot, Some(Slot::Jail(_))) {
-                        lease.release();
-                    } else {
-                        lease.slot = None;
-                        lease.release();
-                    }
-                    return Err(e);
-                }
-            },
-            None => None,
-        };
-        if let Some(Slot::Jail(jail)) = &mut lease.slot
-            && jail.has_exited()
-        {
-            tracing::warn!(session = name, log = %jail.log_tail(), "a session jail died between calls");
-            ended_before = Some("its sandbox stopped after the last call".into());
-            lease.slot = Some(Slot::Empty);
-        }
-        if !matches!(lease.slot, Some(Slot::Jail(_))) {
-            lease.slot = Some(Slot::Jail(inner.spawn(name, env, false)?));
-        }
-        let Some(Slot::Jail(jail)) = &mut lease.slot else {
-            unreachable!("a jail was just put in the slot")
-        };
-        let checkpoints = inner.settings.max_checkpoints > 0 && jail.has_session_layer();
-        if checkpoints && jail.print.is_none() && !jail.restored {
-            jail.note_print().await;
-        }
+        let forked = self.start_from(&mut lease, from, env).await?;
+        let jail = ready(&mut lease.slot, (inner, name), env, &mut ended_before)?;
+        jail.note_print(inner.settings.max_checkpoints).await;
         let ended = call::make(
             jail,
             Call::new(env, code, files, cancel, &inner.spawner.shutdown),
@@ -295,7 +266,7 @@ impl Sessions {
             forked,
             ..CallOutcome::new(name.to_owned(), false)
         };
-        let calls = jail.calls + 1;
+        let calls = jail.history.calls + 1;
         let settled = call::settle(ended, jail, env, &to, &mut outcome).await;
         // The session's CPU budget counts every call's processes, and those
         // left running between calls (the reaper looks at idle sessions).
@@ -312,20 +283,19 @@ impl Sessions {
         };
         match settled {
             Ok(JailAfter::Kept) => {
-                jail.calls = calls;
-                let most = inner.settings.max_checkpoints;
-                if most > 0 && jail.has_session_layer() && !end {
-                    outcome.checkpoint = checkpoint_line(jail, name, most).await;
-                }
+                jail.history.calls = calls;
+                let most = if end {
+                    0
+                } else {
+                    inner.settings.max_checkpoints
+                };
+                outcome.checkpoint = checkpoint_line(jail, name, most).await;
             }
             Ok(JailAfter::Reset) => {
                 // A fresh jail now, so that the next call finds it started;
                 // if that fails, the next call tries again.
                 lease.slot = Some(match inner.spawn(name, env, false) {
-                    Ok(mut jail) => {
-                        jail.calls = calls;
-                        Slot::Jail(jail)
-                    }
+                    Ok(jail) => Slot::Jail(Box::new(jail.counting(calls))),
                     Err(e) => {
                         tracing::warn!(session = name, error = ?e, "restarting the session failed");
                         Slot::Empty
@@ -348,133 +318,90 @@ impl Sessions {
             });
         }
         outcome.duration = started.elapsed();
-        if end {
-            lease.slot = None;
-            outcome.ended_by_call = true;
-        }
+        lease.slot = lease.slot.take().filter(|_| !end);
+        outcome.ended_by_call = end;
         outcome.ended_after = lease.release();
         Ok(outcome)
     }
 
+    /// [`Sessions::fork`] when `from` is given; on a refusal the lease is
+    /// released (a session it made is removed again).
+    async fn start_from(
+        &self,
+        lease: &mut lease::Lease<'_>,
+        from: Option<&Origin>,
+        env: &Arc<Env>,
+    ) -> Result<Option<String>, Error> {
+        let Some(origin) = from else { return Ok(None) };
+        match self.fork(lease, origin, env).await {
+            Ok(line) => Ok(Some(line)),
+            Err(e) => {
+                if !matches!(lease.slot, Some(Slot::Jail(_))) {
+                    lease.slot = None;
+                }
+                lease.release();
+                Err(e)
+            }
+        }
+    }
+
     /// Puts in `lease`'s slot a fresh jail whose layer is a copy of the
-    /// checkpoint `origin` names (the jail it replaces, of the same
-    /// session, is killed); returns the line that says so.
+    /// files `origin` names (the jail it replaces, of the same session, is
+    /// killed); returns the line that says so. The source session is held
+    /// while it is copied, and given back whatever happens.
     async fn fork(
         &self,
         lease: &mut lease::Lease<'_>,
         origin: &Origin,
         env: &Arc<Env>,
     ) -> Result<String, Error> {
-        let inner = &self.inner;
         let source = origin.session.as_str();
-        let in_place = source == lease.name;
-        if !in_place && matches!(lease.slot, Some(Slot::Jail(_))) {
-            return Err(Error::Fork(ForkRefused::Open {
-                session: lease.name.clone(),
-                from: source.to_owned(),
-            }));
-        }
-        let mut held = None;
-        let (bound, root, kept) = {
-            let slot = if in_place {
-                lease.slot.as_ref()
-            } else {
-                let open = inner.acquire_open(source).map_err(|e| match e {
-                    OutputUnreadable::Busy => Error::Busy {
-                        session: source.to_owned(),
-                        within_s: None,
-                    },
-                    _ => Error::Fork(ForkRefused::UnknownSession {
-                        session: source.to_owned(),
-                        open: self.open_names(),
-                    }),
-                })?;
-                held = Some((open, self.env_of(source).map(|(env, _)| env)));
-                held.as_ref().and_then(|(l, _)| l.slot.as_ref())
+        let unknown = || {
+            Error::Fork(ForkRefused::UnknownSession {
+                session: source.to_owned(),
+                open: self.open_names(),
+            })
+        };
+        if source == lease.name {
+            let Some(Slot::Jail(jail)) = &lease.slot else {
+                return Err(unknown());
             };
-            let Some(Slot::Jail(jail)) = slot else {
-                return Err(Error::Fork(ForkRefused::UnknownSession {
-                    session: source.to_owned(),
-                    open: self.open_names(),
-                }));
-            };
-            let kept: Vec<u64> = jail.checkpoints.iter().map(|c| c.number).collect();
-            let why = if !jail.has_session_layer() {
-                Some("its sandbox keeps no session layer (built before forks)".to_owned())
-            } else if origin.number.is_none() {
-                None
-            } else if inner.settings.max_checkpoints == 0 {
-                Some(
-                    "checkpoints are off here (NIX_SANDBOX_MAX_CHECKPOINTS=0); `from` without \
-                     `@N` copies its files as they are now"
-                        .to_owned(),
-                )
-            } else if kept.is_empty() {
-                Some("none was kept yet (one is kept at the end of each call)".to_owned())
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Err(Error::Fork(ForkRefused::NoCheckpoints {
-                    session: source.to_owned(),
-                    why,
+            let (root, number, calls) = self.source_facts(jail, origin)?;
+            let jail = self.restored_jail(&lease.name, env, root, number).await?;
+            lease.slot = Some(Slot::Jail(Box::new(jail.counting(calls))));
+        } else {
+            if matches!(lease.slot, Some(Slot::Jail(_))) {
+                return Err(Error::Fork(ForkRefused::Open {
+                    session: lease.name.clone(),
+                    from: source.to_owned(),
                 }));
             }
-            let root = jail.layer_root().map_err(|e| {
-                Error::Fork(ForkRefused::NoCheckpoints {
+            let bound = self.env_of(source).map(|(env, _)| env.name.clone());
+            let mut open = self.inner.acquire_open(source).map_err(|e| match e {
+                OutputUnreadable::Busy => Error::Busy {
                     session: source.to_owned(),
-                    why: format!("its layer cannot be read: {e}"),
-                })
+                    within_s: None,
+                },
+                _ => unknown(),
             })?;
-            let bound = match &held {
-                Some((_, Some(env))) => env.name.clone(),
-                _ => env.name.clone(),
+            let facts = match (&open.slot, bound) {
+                (Some(Slot::Jail(jail)), Some(bound)) if bound == env.name => {
+                    self.source_facts(jail, origin)
+                }
+                (Some(Slot::Jail(_)), Some(bound)) => Err(Error::EnvMismatch {
+                    session: source.to_owned(),
+                    bound,
+                    requested: env.name.clone(),
+                }),
+                _ => Err(unknown()),
             };
-            (bound, root, (kept, jail.calls))
-        };
-        let (kept, calls) = kept;
-        // A call that changed nothing kept no checkpoint: its end is the
-        // last one kept before it (the oldest go first, so none between
-        // them was dropped). Without `@N`: its files as they are now.
-        let number = match origin.number {
-            None => None,
-            Some(asked) => {
-                let found = kept.iter().rev().find(|n| **n <= asked).copied();
-                let Some(number) = found.filter(|_| asked <= calls) else {
-                    return Err(Error::Fork(ForkRefused::UnknownCheckpoint {
-                        session: source.to_owned(),
-                        asked,
-                        kept,
-                    }));
-                };
-                Some(number)
-            }
-        };
-        if bound != env.name {
-            return Err(Error::EnvMismatch {
-                session: source.to_owned(),
-                bound,
-                requested: env.name.clone(),
-            });
-        }
-        let mut jail = inner.spawn(&lease.name, env, true)?;
-        let filled = jail.restored(root, number).await;
-        if let Some((mut open, _)) = held {
+            let copied = match facts {
+                Ok((root, number, _)) => self.restored_jail(&lease.name, env, root, number).await,
+                Err(e) => Err(e),
+            };
             open.release();
+            lease.slot = Some(Slot::Jail(Box::new(copied?)));
         }
-        if let Err(e) = filled {
-            tracing::warn!(
-                session = lease.name,
-                "starting from a checkpoint failed: {e}"
-            );
-            return Err(Error::Fork(ForkRefused::NoCheckpoints {
-                session: source.to_owned(),
-                why: format!("copying its files failed: {e}"),
-            }));
-        }
-        jail.calls = if in_place { calls } else { 0 };
-        jail.restored = true;
-        lease.slot = Some(Slot::Jail(jail));
         let what = match origin.number {
             Some(asked) => format!("{source}@{asked}"),
             None => source.to_owned(),
@@ -483,6 +410,83 @@ impl Sessions {
             "started from {what}: its /workspace and project changes; a fresh interpreter \
              (its state is not copied)"
         ))
+    }
+
+    /// What a session starts from in `jail`, the source's: its layer's
+    /// root, the checkpoint `origin` names (`None`: its files as they are
+    /// now) and the source's calls so far.
+    fn source_facts(
+        &self,
+        jail: &jail::Jail,
+        origin: &Origin,
+    ) -> Result<(std::os::fd::OwnedFd, Option<u64>, u64), Error> {
+        let session = origin.session.as_str().to_owned();
+        let kept: Vec<u64> = jail.history.list.iter().map(|c| c.number).collect();
+        let calls = jail.history.calls;
+        let why = if !jail.has_session_layer() {
+            Some("its sandbox keeps no session layer (built before forks)")
+        } else if origin.number.is_none() {
+            None
+        } else if self.inner.settings.max_checkpoints == 0 {
+            Some(
+                "checkpoints are off here (NIX_SANDBOX_MAX_CHECKPOINTS=0); `from` without `@N` \
+                 copies its files as they are now",
+            )
+        } else if kept.is_empty() {
+            Some("none was kept yet (one is kept at the end of each call that changed a file)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let why = why.to_owned();
+            return Err(Error::Fork(ForkRefused::NoCheckpoints { session, why }));
+        }
+        // A call that changed nothing kept no checkpoint: its end is the
+        // last one kept before it (the oldest go first, so none between
+        // them was dropped).
+        let number = match origin.number {
+            None => None,
+            Some(asked) => {
+                let found = kept.iter().rev().find(|n| **n <= asked).copied();
+                let Some(number) = found.filter(|_| asked <= calls) else {
+                    let refused = ForkRefused::UnknownCheckpoint {
+                        session,
+                        asked,
+                        kept,
+                    };
+                    return Err(Error::Fork(refused));
+                };
+                Some(number)
+            }
+        };
+        let root = jail.layer_root().map_err(|e| {
+            let why = format!("its layer cannot be read: {e}");
+            Error::Fork(ForkRefused::NoCheckpoints { session, why })
+        })?;
+        Ok((root, number, calls))
+    }
+
+    /// A fresh jail of session `name` whose layer is filled from the
+    /// source's layer at `root` (checkpoint `number`, or its live files).
+    async fn restored_jail(
+        &self,
+        name: &str,
+        env: &Arc<Env>,
+        root: std::os::fd::OwnedFd,
+        number: Option<u64>,
+    ) -> Result<jail::Jail, Error> {
+        let mut jail = self.inner.spawn(name, env, true)?;
+        if let Err(e) = jail.restored(root, number).await {
+            tracing::warn!(session = name, "starting from another session failed: {e}");
+            return Err(Error::NotStarted(crate::wrapper::NotStarted::session(
+                env,
+                crate::wrapper::StartError::Spawn(std::io::Error::other(format!(
+                    "copying the files it starts from failed: {e}"
+                ))),
+            )));
+        }
+        jail.history.restored = true;
+        Ok(jail)
     }
 
     /// The open sessions' names, sorted.
@@ -583,9 +587,36 @@ async fn project_changes(slot: Option<&Slot>, name: &str) -> Option<String> {
     ))
 }
 
+/// The jail of session `name`'s slot, started when the slot has none or
+/// its jail died between calls (`ended_before` then says so).
+fn ready<'l>(
+    slot: &'l mut Option<Slot>,
+    (inner, name): (&Inner, &str),
+    env: &Env,
+    ended_before: &mut Option<String>,
+) -> Result<&'l mut jail::Jail, Error> {
+    if let Some(Slot::Jail(jail)) = slot
+        && jail.has_exited()
+    {
+        tracing::warn!(session = name, log = %jail.log_tail(), "a session jail died between calls");
+        *ended_before = Some("its sandbox stopped after the last call".into());
+        *slot = Some(Slot::Empty);
+    }
+    if !matches!(slot, Some(Slot::Jail(_))) {
+        *slot = Some(Slot::Jail(Box::new(inner.spawn(name, env, false)?)));
+    }
+    match slot {
+        Some(Slot::Jail(jail)) => Ok(jail),
+        _ => unreachable!("a jail was just put in the slot"),
+    }
+}
+
 /// The line saying which checkpoint the call's end was kept as (and which
 /// were dropped for it), or why none was.
 async fn checkpoint_line(jail: &mut jail::Jail, name: &str, most: usize) -> Option<String> {
+    if most == 0 || !jail.has_session_layer() {
+        return None;
+    }
     let (kept, dropped) = jail.checkpoint(most).await;
     let dropped = match dropped.as_slice() {
         [] => String::new(),

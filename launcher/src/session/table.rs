@@ -113,7 +113,8 @@ pub struct Entry {
 /// An idle session's jail; `Empty` when its restart failed (the next call
 /// starts one).
 pub enum Slot {
-    Jail(Jail),
+    /// Boxed: an empty slot takes no jail's room.
+    Jail(Box<Jail>),
     Empty,
 }
 

@@ -55,12 +55,13 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
                 sessions.max_lifetime.as_secs()
             ),
         });
+        // `end: true` closes the session after the call: no words needed.
         schema["properties"]["from"] = json!({
             "type": "string",
+            "nullable": true,
             "description": "Start as a copy of session NAME or NAME@CALL (files only).",
         });
-        schema["properties"]["end"] =
-            json!({"type": "boolean", "description": "Close the session after."});
+        schema["properties"]["end"] = json!({"type": "boolean", "nullable": true});
         schema["properties"]["files"] = json!({
             "type": "array",
             "nullable": true,
@@ -384,7 +385,7 @@ mod tests {
                 assert_eq!(property.get("nullable"), Some(&json!(true)), "{name}");
             }
         }
-        assert_eq!(properties.len(), 6, "{properties:?}");
+        assert_eq!(properties.len(), 8, "{properties:?}");
     }
 
     #[test]

@@ -80,6 +80,17 @@ fn chown_tree(dir: &Path, uid: u32) {
     }
 }
 
+/// [`project`], owned by 65534 when the test is root (the unprivileged
+/// server's, as a real project is its user's).
+fn unprivileged_project(root: &Path) -> std::path::PathBuf {
+    let (project, _) = project(root);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { nix::libc::geteuid() } == 0 {
+        chown_tree(&project, 65534);
+    }
+    project
+}
+
 /// A server as `user` serving `manifest` over `project` made writable.
 async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> Server {
     Server::start_command(
@@ -356,11 +367,7 @@ async fn a_session_cannot_write_past_its_layer_bound() {
 async fn a_reset_says_the_project_changes_are_lost() {
     let user = User::unprivileged();
     let tmp = tempfile::tempdir().unwrap();
-    let (project, _) = project(tmp.path());
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { nix::libc::geteuid() } == 0 {
-        chown_tree(&project, 65534);
-    }
+    let project = unprivileged_project(tmp.path());
     let mut manifest = template();
     manifest["environments"]["shell"]["limits"]["timeout_s"] = json!(1);
     let s = writable(user, &manifest, &project).await;
@@ -393,11 +400,7 @@ async fn a_reset_says_the_project_changes_are_lost() {
 async fn a_fork_carries_the_project_layer_as_it_was() {
     let user = User::unprivileged();
     let tmp = tempfile::tempdir().unwrap();
-    let (project, _) = project(tmp.path());
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { nix::libc::geteuid() } == 0 {
-        chown_tree(&project, 65534);
-    }
+    let project = unprivileged_project(tmp.path());
     let before = snapshot(&project);
     let s = Server::start_command(
         user.command(),

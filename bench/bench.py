@@ -1011,6 +1011,15 @@ class Bench:
         shell = manifest["environments"]["shell"]
         shell["session"] += ["fork", "60", "2560", "4096"]
         shell["limits"].update(workspace_mb=2560, memory_mb=4096)
+        # Where a root server's jail uids can run it.
+        here = self.scratch / "fork"
+        here.mkdir(exist_ok=True)
+        self.scratch.chmod(0o711)
+        here.chmod(0o755)
+        run = here / "run"
+        run.write_text(f'#!/bin/sh\nJAIL_MEMORY_MB=4096 exec {shell["run"][0]} "$@"\n')
+        run.chmod(0o755)
+        shell["run"] = [str(run)] + shell["run"][1:]
         manifest["environments"] = {"shell": shell}
         path = self.scratch / "fork.json"
         path.write_text(json.dumps(manifest))

@@ -133,9 +133,6 @@ pub struct History {
     /// The layer's fingerprint when it was last looked at: a call that
     /// changed nothing keeps no checkpoint.
     pub print: Option<u64>,
-    /// Started from a checkpoint: its first call keeps one whatever it
-    /// changed (the checkpoint it came from is another session's).
-    pub restored: bool,
 }
 
 /// What a jail shares with the task that waits for its wrapper.
@@ -317,11 +314,11 @@ impl Jail {
     }
 
     /// The layer's fingerprint now, noted before a jail's first call when
-    /// it keeps checkpoints (`most` > 0): a fresh one's is that of its
-    /// empty layer, a restored one keeps a checkpoint after its first call
-    /// anyway.
+    /// it keeps checkpoints (`most` > 0): that of its empty layer, or of
+    /// the files it started from (a session started from another keeps
+    /// its first checkpoint at its first call that changes a file).
     pub async fn note_print(&mut self, most: usize) {
-        if most == 0 || self.history.print.is_some() || self.history.restored {
+        if most == 0 || self.history.print.is_some() {
             return;
         }
         let Ok(root) = self.layer_root() else { return };

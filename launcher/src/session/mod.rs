@@ -485,7 +485,6 @@ impl Sessions {
                 ))),
             )));
         }
-        jail.history.restored = true;
         Ok(jail)
     }
 

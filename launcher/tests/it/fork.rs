@@ -77,19 +77,23 @@ async fn forks_diverge_and_a_rollback_restores_that_calls_tree() {
         let listing = shell(&s, "r", None, "ls -A | tr '\\n' ' '").await;
         assert!(listing.starts_with("d k link "), "{listing}");
 
-        // In place: a itself goes back, and keeps counting its calls.
+        // In place: a itself goes back, and keeps counting its calls; its
+        // first checkpoint is that of its first call that changes a file.
         let out = shell(&s, "a", Some("a@1"), "cat d/f; ls").await;
         assert!(
             out.contains("one") && out.contains("started from a@1"),
             "{out}"
         );
+        assert!(!out.contains("checkpoint:"), "{out}");
+        let out = shell(&s, "a", None, "echo three > d/f").await;
+        assert!(out.contains("checkpoint: a@5"), "{out}");
         // A call that changed nothing keeps no checkpoint of its own: its
         // end is the one before.
         let out = shell(&s, "a", None, "true").await;
         assert!(!out.contains("checkpoint:"), "{out}");
-        let out = shell(&s, "a2", Some("a@4"), "cat d/f").await;
+        let out = shell(&s, "a2", Some("a@6"), "cat d/f").await;
         assert!(
-            out.contains("one") && out.contains("started from a@4"),
+            out.contains("three") && out.contains("started from a@6"),
             "{out}"
         );
 

@@ -996,6 +996,70 @@ class Bench:
 
     # --- 4. start-up ------------------------------------------------------------
 
+    def fork(self):
+        """A session started from another (`from: src`) and from a checkpoint
+        (`from: src@1`) against a new session, round robin, with 1 MiB and
+        1 GiB in the source's /workspace: the ratio to creation shows
+        whether the time grows with the size."""
+        runs = max(3, self.args.fork_runs)
+        if not self.fixture_server:
+            raise Unmeasured("no --fixtures: the fork step needs a session jail of 2.5 GiB of workspace_mb")
+        # The fixtures' shell with room for the source's 1 GiB and its
+        # checkpoint on its tmpfs, counted in its memory (a Nix-built
+        # wrapper's sizes are its build's).
+        manifest = json.loads(Path(self.fixture_server[3]).read_text())
+        shell = manifest["environments"]["shell"]
+        shell["session"] += ["fork", "60", "2560", "4096"]
+        shell["limits"].update(workspace_mb=2560, memory_mb=4096)
+        # Where a root server's jail uids can run it.
+        here = self.scratch / "fork"
+        here.mkdir(exist_ok=True)
+        self.scratch.chmod(0o711)
+        here.chmod(0o755)
+        run = here / "run"
+        run.write_text(f'#!/bin/sh\nJAIL_MEMORY_MB=4096 exec {shell["run"][0]} "$@"\n')
+        run.chmod(0o755)
+        shell["run"] = [str(run)] + shell["run"][1:]
+        manifest["environments"] = {"shell": shell}
+        path = self.scratch / "fork.json"
+        path.write_text(json.dumps(manifest))
+        argv = self.fixture_server[:3] + [str(path)] + self.fixture_server[4:]
+        client = self.start(argv, {"NIX_SANDBOX_MAX_CHECKPOINTS": "2", "NIX_SANDBOX_MAX_SESSIONS": "8"})
+        results = {}
+        try:
+            for label, mib in (("1 MiB", 1), ("1 GiB", 1024)):
+                src = f"src{mib}"
+                # In files of at most 128 MiB: the jail's file size limit.
+                parts = max(1, mib // 128)
+                make = f"for i in $(seq {parts}); do head -c {mib // parts}M /dev/zero > big$i; done && echo made"
+                result, text = client.run(make, env="shell", session=src)
+                if result.get("isError") or f"checkpoint: {src}@1" not in text:
+                    raise McpError(f"making the {label} source gave {text[-300:]!r}")
+                self.section(f"fork and rollback with {label} in /workspace ({runs} each)")
+                counter = iter(range(10**6))
+
+                def timed(**more):
+                    name = f"s{next(counter)}"
+                    result, text = client.run("true", env="shell", session=name, **more)
+                    if result.get("isError"):
+                        raise McpError(f"{more or 'a new session'} gave {text[-300:]!r}")
+                    client.run("true", env="shell", session=name, end=True)
+
+                kinds = {"new session": timed, "fork (from: src)": lambda: timed(**{"from": src}),
+                         "rollback (from: src@1)": lambda: timed(**{"from": f"{src}@1"})}
+                stats = self.interleaved(kinds, runs)
+                self.lines(self.stat_rows(stats, "new session"))
+                results[label] = stats
+                base = stats["new session"]["p50"]
+                for name in ("fork (from: src)", "rollback (from: src@1)"):
+                    p50 = stats[name]["p50"]
+                    self.row(f"{name.split(' ')[0]}, {label} in /workspace, p50 vs new session",
+                             f"{ms(p50)} ({p50 / base:.2f}x)", "new session + 10 ms", p50 <= base + 10.0)
+                client.run("true", env="shell", session=src, end=True)
+        finally:
+            client.close()
+        self.results["fork"] = results
+
     def startup(self):
         n = self.args.starts
         self.section(f"start to the first answered initialize ({n} starts each)")
@@ -1098,8 +1162,9 @@ def parser():
                                                    "no languages step)")
     parser.add_argument("--language-runs", type=int, default=10, help="hello world runs of each kind, per language")
     parser.add_argument("--flood-seconds", type=int, default=5, help="the flooding run of the progress step")
-    parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "progress", "startup", "packages",
-                                           "languages"],
+    parser.add_argument("--fork-runs", type=int, default=10, help="forks, rollbacks and new sessions of each size")
+    parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "progress", "fork", "startup",
+                                           "packages", "languages"],
                         help="one step only")
     return parser
 
@@ -1117,7 +1182,7 @@ def main():
         print(f"context: {args.context}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:
         bench = Bench(args, Path(tmp))
-        steps = [bench.ephemeral, bench.sessions, bench.progress, bench.startup]
+        steps = [bench.ephemeral, bench.sessions, bench.progress, bench.fork, bench.startup]
         if args.fixtures:
             steps.insert(1, bench.fixtures)
         if args.packages_server:

@@ -165,10 +165,11 @@ class Client:
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return self.init_result
 
-    def run(self, code, env=None, session=None, packages=None, files=None, meta=None):
+    def run(self, code, env=None, session=None, packages=None, files=None, meta=None, **more):
         """Calls the `run` tool (`meta`: the request's `_meta`, a
-        progressToken...); returns (result, its text content)."""
-        arguments = {"code": code}
+        progressToken...; `more`: other arguments, `from`, `end`); returns
+        (result, its text content)."""
+        arguments = {"code": code, **more}
         if env is not None:
             arguments["env"] = env
         if session is not None:

@@ -75,6 +75,9 @@ in
     # The wrappers mount a session's copy-on-write project layer when the
     # launcher names one (jail/projectMount.nix, NIX_SANDBOX_PROJECT_LAYER).
     project_layer = true;
+    # The session wrapper keeps /workspace on a session layer the launcher
+    # names (jail/workspace.nix, NIX_SANDBOX_LAYER): checkpoints and forks.
+    session_layer = true;
     store_path = storePath;
     nixpkgs_rev = nixpkgsRev;
   }

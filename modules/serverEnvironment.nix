@@ -27,6 +27,7 @@ lib.optionalAttrs (settings.projectDir != null) {
   SESSION_MAX_LIFETIME = toString settings.sessionMaxLifetime;
   NIX_SANDBOX_MAX_SESSIONS = toString settings.maxSessions;
   NIX_SANDBOX_MAX_SESSIONS_TOTAL = toString settings.maxSessionsTotal;
+  NIX_SANDBOX_MAX_CHECKPOINTS = toString settings.maxCheckpoints;
   NIX_SANDBOX_MAX_RUNS = toString settings.maxRuns;
   NIX_SANDBOX_MAX_UNREAD_BYTES = toString settings.maxUnreadBytes;
   NIX_SANDBOX_MAX_COMPOSITIONS = toString settings.maxCompositions;

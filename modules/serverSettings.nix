@@ -3,6 +3,7 @@
 # services.nix-sandbox-mcp (NixOS): projectDir, projectMount, projectWritable,
 # projectDevShell,
 # sessionIdleTimeout, sessionMaxLifetime, maxSessions, maxSessionsTotal,
+# maxCheckpoints,
 # maxRuns, maxUnreadBytes, outputDir, outputMaxMb, outputCallMb, and
 # packages on demand's bounds, maxCompositions and packagesCacheMax.
 # serverEnvironment.nix turns them into the server's environment variables.
@@ -80,6 +81,18 @@ in
       Sessions open at once, all MCP clients together
       (`NIX_SANDBOX_MAX_SESSIONS_TOTAL`); a client's own
       {option}`maxSessions` is at most this.
+    '';
+    example = 8;
+  };
+  maxCheckpoints = mkOption {
+    type = types.ints.unsigned;
+    default = 0;
+    description = ''
+      Checkpoints kept per session (`NIX_SANDBOX_MAX_CHECKPOINTS`): its
+      files at the end of each of its last N calls that changed them, which
+      a call's `from: "NAME@CALL"` starts a session from; the oldest go
+      first. Each holds memory of the session's `workspace_mb`. 0 keeps
+      none (`from: "NAME"` still copies a session as it is).
     '';
     example = 8;
   };

@@ -88,11 +88,11 @@ class Server:
     def __exit__(self, *exc):
         self.client.close()
 
-    def call(self, env, session, code):
-        """Runs code in a session; (result, text, structured)."""
+    def call(self, env, session, code, **more):
+        """Runs code in a session (`more`: from, end); (result, text, structured)."""
         result = self.client.request("tools/call", {
             "name": "run",
-            "arguments": {"env": env, "session": session, "code": code},
+            "arguments": {"env": env, "session": session, "code": code, **more},
         })
         return unpack(result)
 
@@ -343,6 +343,32 @@ def t_refusals(args, scratch):
         check("(a, b)" in text and "77 s" in text, text)
 
 
+def t_fork(args, scratch):
+    """Forks diverge; a rollback restores that call's tree exactly; the jail sees no checkpoint."""
+    with Server(args, scratch, env={"NIX_SANDBOX_MAX_CHECKPOINTS": "4"}) as s:
+        _, text, _ = s.call("python", "a", "import os\nos.makedirs('d', exist_ok=True)\n"
+                            "open('d/f', 'w').write('one')\nopen('k', 'w').write('keep')\nx = 1")
+        check("checkpoint: a@1" in text, text)
+        _, text, _ = s.call("python", "a", "open('d/f', 'w').write('two')\nos.remove('k')\n"
+                            "open('n', 'w').write('new')")
+        check("checkpoint: a@2" in text, text)
+        _, text, _ = s.call("python", "b", "import os\nopen('only-b', 'w').write('b')\n"
+                            "print(open('d/f').read(), 'x' in dir())", **{"from": "a"})
+        check(text.startswith("two False\n") and "started from a:" in text
+              and "fresh interpreter" in text, text)
+        _, text, _ = s.call("python", "c", "import os\nprint(sorted(os.listdir('.')))", **{"from": "a"})
+        check("only-b" not in text, text)
+        _, text, _ = s.call("python", "r", "import os\nprint(open('d/f').read(), open('k').read(), "
+                            "os.path.exists('n'), os.path.exists('only-b'))", **{"from": "a@1"})
+        check(text.startswith("one keep False False\n"), text)
+        _, text, _ = s.call("shell", "h", "find / -xdev -name ckpt 2>/dev/null | wc -l")
+        check(text.startswith("0\n"), text)
+        result, text, structured = s.call("python", "z", "1", **{"from": "a@99"})
+        check(result.get("isError") and structured.get("error", {}).get("code") == "unknown_checkpoint", text)
+        _, text, _ = s.call("python", "b", "1", end=True)
+        check("session `b` ended, as asked" in text, text)
+
+
 def t_busy(args, scratch):
     with Server(args, scratch) as s:
         prints(s, "python", "b", "import time\nn = 0", "(no output)")
@@ -572,6 +598,8 @@ def main():
                    "restarted, files kept", t_exits, args, scratch)
         suite.test("bad names, another environment, too many sessions are refused", t_refusals, args, scratch)
         suite.test("two calls at once on one session: exactly one session_busy", t_busy, args, scratch)
+        suite.test("sessions forked from one diverge; a rollback restores that call's tree; the jail sees "
+                   "no checkpoint; a call ends a session", t_fork, args, scratch)
         suite.test("32 sessions of one client at once, by default, keep separate state", t_thirty_two, args, scratch)
         suite.test("idle expiry and maximum lifetime end sessions and leave no process", t_expiry, args, scratch)
         suite.test("a session's http.server on port 8000, published, answers the host's GET with its "

@@ -245,6 +245,7 @@ fn read_flags(
             }
             Key::MaxSessions
             | Key::MaxSessionsTotal
+            | Key::MaxCheckpoints
             | Key::MaxRuns
             | Key::MaxCompositions
             | Key::PackagesCacheMax
@@ -262,7 +263,7 @@ fn read_flags(
             | Key::SessionMaxLifetime => {
                 flags
                     .numbers
-                    .push((setting.key, positive_flag(&flag, &text()?)?));
+                    .push((setting.key, count_flag(setting.key, &flag, &text()?)?));
             }
             Key::AllowOutsideStore => opts.allow_outside_store = true,
             Key::Help => {
@@ -299,9 +300,10 @@ impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
         let text = (self.lookup)(setting.var_name()).and_then(|v| v.into_string().ok());
         let from_var = match text.filter(|t| !t.trim().is_empty()) {
             None => None,
-            Some(text) => {
-                Some(positive(&text).map_err(|e| format!("{}={text:?}: {e}", setting.var_name()))?)
-            }
+            Some(text) => Some(
+                count(setting.key, &text)
+                    .map_err(|e| format!("{}={text:?}: {e}", setting.var_name()))?,
+            ),
         };
         Ok(flag.or(from_var).unwrap_or(setting.number()))
     }
@@ -327,6 +329,7 @@ impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
             max_total,
             idle_timeout: self.secs(&SESSION_IDLE_TIMEOUT)?,
             max_lifetime: self.secs(&SESSION_MAX_LIFETIME)?,
+            max_checkpoints: self.count(&MAX_CHECKPOINTS)?,
         })
     }
 
@@ -357,8 +360,20 @@ fn positive(text: &str) -> Result<u64, String> {
     }
 }
 
-fn positive_flag(flag: &str, text: &str) -> Result<u64, String> {
-    positive(text).map_err(|e| format!("invalid value for {flag}: {e}"))
+/// A number setting's value: positive, or 0 as well where 0 turns the
+/// thing off (`--max-checkpoints`).
+fn count(key: Key, text: &str) -> Result<u64, String> {
+    match key {
+        Key::MaxCheckpoints => text
+            .trim()
+            .parse()
+            .map_err(|_| "expected a whole number (0 keeps none)".into()),
+        _ => positive(text),
+    }
+}
+
+fn count_flag(key: Key, flag: &str, text: &str) -> Result<u64, String> {
+    count(key, text).map_err(|e| format!("invalid value for {flag}: {e}"))
 }
 
 fn string(value: OsString, flag: &str) -> Result<String, String> {

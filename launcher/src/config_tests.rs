@@ -195,6 +195,13 @@ fn server_wide_bounds_come_from_defaults_env_and_flags() {
         (2, 3)
     );
     assert!(bounds(&[], &["--client-runs-share", "0"]).is_err());
+    // Checkpoints: 0 (the default) keeps none; a number, not a word.
+    let o = bounds(&[("NIX_SANDBOX_MAX_CHECKPOINTS", "0")], &[]).unwrap();
+    assert_eq!(o.sessions.max_checkpoints, 0);
+    let o = bounds(&[], &["--max-checkpoints", "3"]).unwrap();
+    assert_eq!(o.sessions.max_checkpoints, 3);
+    let e = bounds(&[("NIX_SANDBOX_MAX_CHECKPOINTS", "x")], &[]).unwrap_err();
+    assert!(e.contains("0 keeps none"), "{e}");
     // A client's own cap is never over all clients' together.
     let o = bounds(&[], &["--max-sessions-total", "4"]).unwrap();
     assert_eq!((o.sessions.max_sessions, o.sessions.max_total), (4, 4));
@@ -330,6 +337,7 @@ fn the_nix_module_declares_the_same_defaults() {
     for (path, option, setting) in [
         (shared, "maxSessions", &MAX_SESSIONS),
         (shared, "maxSessionsTotal", &MAX_SESSIONS_TOTAL),
+        (shared, "maxCheckpoints", &MAX_CHECKPOINTS),
         (shared, "maxRuns", &MAX_RUNS),
         (shared, "maxUnreadBytes", &MAX_UNREAD_BYTES),
         (shared, "sessionIdleTimeout", &SESSION_IDLE_TIMEOUT),

@@ -324,7 +324,11 @@ fn serve(
 ) -> ExitCode {
     tracing::info!(environments = ?catalog.names(), mode = ?opts.mode, "serving MCP");
     if let Some(dir) = &opts.project_dir {
-        let how = if spawner.project.is_some() {
+        let how = if spawner
+            .project
+            .as_ref()
+            .is_some_and(|l| l.lower().is_some())
+        {
             "writable through a layer per session"
         } else {
             "read-only"

@@ -32,7 +32,7 @@ fn layers(writable: bool, project: Option<&OsStr>, root: bool) -> Option<Result<
         return Some(Err(ROOT.into()));
     }
     Some(
-        Layers::create(Path::new(BASE), Path::new(project)).map_err(|e| {
+        Layers::create(Path::new(BASE), Some(Path::new(project))).map_err(|e| {
             format!(
                 "NIX_SANDBOX_PROJECT_WRITABLE=1, but no directory for the layers could be made \
                  in {BASE} ({e}): the project stays read-only"
@@ -43,7 +43,8 @@ fn layers(writable: bool, project: Option<&OsStr>, root: bool) -> Option<Result<
 
 /// The project's layers, or why it stays read-only, decided at start.
 pub struct Project {
-    /// The sessions' layers, when the project is writable here.
+    /// The sessions' layers, holding the project's when it is writable
+    /// here ([`Layers::lower`]).
     pub layers: Option<Arc<Layers>>,
     /// Why a project asked writable stays read-only.
     pub refused: Option<String>,
@@ -51,7 +52,7 @@ pub struct Project {
 
 /// [`layers`], said in the log: the layers' directory, or why not.
 pub fn start(writable: bool, project: Option<&OsStr>, root: bool) -> Project {
-    match layers(writable, project, root) {
+    let mut project = match layers(writable, project, root) {
         Some(Ok(layers)) => {
             tracing::info!(
                 "self-test: project: writable through a copy-on-write layer per session, mount \
@@ -74,7 +75,19 @@ pub fn start(writable: bool, project: Option<&OsStr>, root: bool) -> Project {
             layers: None,
             refused: None,
         },
+    };
+    // Sessions keep /workspace and their checkpoints on a layer of their
+    // own even when the project is read-only.
+    if project.layers.is_none() {
+        match Layers::create(Path::new(BASE), None) {
+            Ok(layers) => project.layers = Some(Arc::new(layers)),
+            Err(e) => tracing::warn!(
+                "no directory for the sessions' layers could be made in {BASE} ({e}): sessions \
+                 keep no checkpoints and cannot be forked"
+            ),
+        }
     }
+    project
 }
 
 /// `--check`'s line for the project mounted at `mount` (none without a
@@ -89,7 +102,7 @@ pub async fn check(
     if let Some(why) = &project.refused {
         return Some((false, format!("project: FAIL: {why}")));
     }
-    let Some(layers) = &project.layers else {
+    let Some(layers) = project.layers.as_ref().filter(|l| l.lower().is_some()) else {
         return Some((
             true,
             format!(
@@ -137,13 +150,13 @@ async fn write_through(
     spawner: &Spawner,
 ) -> Result<(), String> {
     let layer = layers
-        .layer()
+        .layer(true)
         .map_err(|e| format!("cannot make a layer: {e}"))?;
     let name = format!(".nix-sandbox-mcp-check.{}", std::process::id());
     let path = format!("{}/{name}", mount.trim_end_matches('/'));
     let code = program(env.interpreter, &path);
     let layered = Spawner {
-        env: Arc::new(spawner.env.with(layer.var())),
+        env: Arc::new(spawner.env.with_all(layer.vars())),
         ..spawner.clone()
     };
     let outcome = probe::run_program(env, &layered, &code).await?;
@@ -154,7 +167,10 @@ async fn write_through(
             stdout.trim()
         ));
     }
-    if layers.lower().join(&name).symlink_metadata().is_ok() {
+    if layers
+        .lower()
+        .is_some_and(|p| p.join(&name).symlink_metadata().is_ok())
+    {
         return Err(format!("the write reached the host's project: {name}"));
     }
     Ok(())

@@ -61,6 +61,7 @@ pub enum Key {
     MaxCodeBytes,
     MaxSessions,
     MaxSessionsTotal,
+    MaxCheckpoints,
     MaxRuns,
     MaxCompositions,
     PackagesCacheMax,
@@ -211,6 +212,18 @@ pub const MAX_SESSIONS_TOTAL: Setting = Setting {
         "max-sessions-total",
         "most sessions open at once, all clients together (and so per client); past them a \
          new session gets server_busy",
+    )
+};
+pub const MAX_CHECKPOINTS: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_MAX_CHECKPOINTS", VarRole::Fallback)),
+    default: Some(Default::Number(0)),
+    ..setting(
+        Key::MaxCheckpoints,
+        "max-checkpoints",
+        "checkpoints kept per session: its files at the end of each of its last N calls that \
+         changed them, which `from: NAME@CALL` starts a session from (each holds memory of \
+         the session's workspace_mb); the oldest go first; 0 keeps none",
     )
 };
 pub const MAX_RUNS: Setting = Setting {
@@ -479,7 +492,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 37] = [
+pub const SETTINGS: [&Setting; 38] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -489,6 +502,7 @@ pub const SETTINGS: [&Setting; 37] = [
     &MAX_CODE_BYTES,
     &MAX_SESSIONS,
     &MAX_SESSIONS_TOTAL,
+    &MAX_CHECKPOINTS,
     &SESSION_IDLE_TIMEOUT,
     &SESSION_MAX_LIFETIME,
     &MAX_RUNS,

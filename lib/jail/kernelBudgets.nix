@@ -8,8 +8,9 @@
 # there: it cannot raise them, and its use is charged to this namespace's
 # count, so the host user keeps the rest. A budget that cannot be set stops
 # the wrapper with status 2 and one line on stderr. It also mounts the
-# session's project layer when projectMount.nix asks for one (the
-# run-time array sandbox_project_layer, which that file always sets).
+# session's layer when workspace.nix asks for one (the run-time array
+# sandbox_layer) and its project overlay when projectMount.nix does
+# (sandbox_project_layer); those files always set them.
 #
 # An environment that publishes ports (`publish`, never with
 # `network = true`) gets its network namespace from jail-budget too
@@ -50,7 +51,7 @@ c.compose (
       s:
       s
       // {
-        cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_project_layer[@]}\" -- ${s.cmd}";
+        cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_layer[@]}\" \"\${sandbox_project_layer[@]}\" -- ${s.cmd}";
       }
     )
   ]

@@ -6,14 +6,14 @@
 # of their own), or a PROJECT_MOUNT that is not an absolute path, stops the
 # wrapper with status 2 and says why on stderr.
 #
-# With NIX_SANDBOX_PROJECT_LAYER set (by a server whose project is
-# writable: a session's layer directory, made by the server outside the
-# jail's view), the project is an overlay instead: kernelBudgets.nix's
-# jail-budget mounts it at $NIX_SANDBOX_PROJECT_LAYER/merged (the flags in
+# With NIX_SANDBOX_PROJECT_LAYER=1 (set by a server whose project is
+# writable, with NIX_SANDBOX_LAYER, the session's layer directory: see
+# workspace.nix), the project is an overlay instead: kernelBudgets.nix's
+# jail-budget mounts it at $NIX_SANDBOX_LAYER/merged (the flags in
 # sandbox_project_layer), and the jail sees that read-write. Writes land
-# in the layer's upper directory, on a tmpfs of limits.workspace_mb that
-# jail-budget mounts in the jail's own mount namespace (ENOSPC past it);
-# the host's tree is the read-only lower.
+# in the layer's upper directory, on the session layer's tmpfs of
+# limits.workspace_mb (ENOSPC past it); the host's tree is the read-only
+# lower.
 { environment, ... }:
 c:
 c.add-runtime ''
@@ -28,12 +28,9 @@ c.add-runtime ''
       echo "sandbox-${environment.name}: PROJECT_MOUNT=$sandbox_project_mount is not an absolute path" >&2
       exit 2
     fi
-    if [ -n "''${NIX_SANDBOX_PROJECT_LAYER:-}" ]; then
-      sandbox_project_layer=(
-        --project-layer "$NIX_SANDBOX_PROJECT_LAYER" --project-lower "$PROJECT_DIR"
-        --project-size ${toString (environment.limits.workspace_mb * 1024 * 1024)}
-      )
-      RUNTIME_ARGS+=(--bind "$NIX_SANDBOX_PROJECT_LAYER/merged" "$sandbox_project_mount")
+    if [ -n "''${NIX_SANDBOX_PROJECT_LAYER:-}" ] && [ -n "''${NIX_SANDBOX_LAYER:-}" ]; then
+      sandbox_project_layer=(--project-lower "$PROJECT_DIR")
+      RUNTIME_ARGS+=(--bind "$NIX_SANDBOX_LAYER/merged" "$sandbox_project_mount")
     else
       RUNTIME_ARGS+=(--ro-bind "$PROJECT_DIR" "$sandbox_project_mount")
     fi

@@ -2,9 +2,31 @@
 # permission that makes /workspace, an empty tmpfs of limits.workspace_mb,
 # the working directory. It lives as long as the jail: one ephemeral run,
 # or one session (docs/contracts.md, contract 3).
+#
+# With NIX_SANDBOX_LAYER set (by the server, for a session jail: the
+# session's layer directory, made outside the jail's view), /workspace is
+# that layer's `ws` instead, on the tmpfs of limits.workspace_mb that
+# kernelBudgets.nix's jail-budget mounts in the jail's own mount namespace
+# (the run-time array sandbox_layer, which this file always sets), where
+# the server keeps the session's checkpoints too, out of the jail's sight.
+# NIX_SANDBOX_RESTORE=1: the server fills the layer from a checkpoint
+# before the jail starts (jail-budget's --restore).
 { environment, ... }:
 c:
+let
+  bytes = toString (environment.limits.workspace_mb * 1024 * 1024);
+in
 c.compose [
-  (c.unsafe-add-raw-args "--size ${toString (environment.limits.workspace_mb * 1024 * 1024)} --tmpfs /workspace")
+  (c.unsafe-add-raw-args "--size ${bytes} --tmpfs /workspace")
+  (c.add-runtime ''
+    sandbox_layer=()
+    if [ -n "''${NIX_SANDBOX_LAYER:-}" ]; then
+      sandbox_layer=(--layer "$NIX_SANDBOX_LAYER" --layer-size ${bytes})
+      if [ "''${NIX_SANDBOX_RESTORE:-}" = 1 ]; then
+        sandbox_layer+=(--restore)
+      fi
+      RUNTIME_ARGS+=(--bind "$NIX_SANDBOX_LAYER/ws" /workspace)
+    fi
+  '')
   (c.unsafe-add-raw-args "--chdir /workspace")
 ]

@@ -20,7 +20,7 @@
 //! rlimit, and the segments outlive the processes that made them.
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
-//!               [--project-layer DIR --project-lower PATH --project-size BYTES]
+//!               [--layer DIR --layer-size BYTES [--project-lower PATH] [--restore]]
 //!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
@@ -33,17 +33,24 @@
 //! any that does not hold stops the wrapper with status 2 and one line on
 //! stderr, so no jail runs with a budget weaker than it states.
 //!
-//! With `--project-layer DIR --project-lower PATH --project-size BYTES` (a
-//! server with a writable project, docs/workbench.md) it also makes a mount
-//! namespace owned by the user namespace it execs in (the innermost, with
-//! `--ipc`), mounts a tmpfs of BYTES over DIR (the server's empty directory
-//! for this session, outside the jail's view) there, and an overlay at
-//! DIR/merged: PATH (the host's project) as the read-only lower layer,
-//! DIR/upper and DIR/work on that tmpfs as the upper one. The wrapper binds
-//! DIR/merged at the project mount, so the jail writes only DIR/upper, and
-//! at most BYTES. The mount must be made by this process, which holds every
-//! capability in the namespace until it execs; bubblewrap below holds none
-//! here.
+//! With `--layer DIR --layer-size BYTES` (a session jail, docs/sessions.md)
+//! it also makes a mount namespace owned by the user namespace it execs in
+//! (the innermost, with `--ipc`) and mounts a tmpfs of BYTES over DIR (the
+//! server's empty directory for this session jail, outside the jail's
+//! view) there, holding `ws` (which the wrapper binds at /workspace) and
+//! `ckpt` (the session's checkpoints, which the server writes and the jail
+//! never sees): everything the session keeps is on it, so BYTES bounds it
+//! all. With `--project-lower PATH` too (a server with a writable project,
+//! docs/workbench.md) it makes an overlay at DIR/merged: PATH (the host's
+//! project) as the read-only lower layer, DIR/upper and DIR/work as the
+//! upper one; the wrapper binds DIR/merged at the project mount. With
+//! `--restore` (a session started from a checkpoint) it makes DIR/ready
+//! once the tmpfs and its directories are made, then waits for one byte on
+//! its stdin (the server's, which copies the checkpoint into `ws` and
+//! `upper` meanwhile) before mounting the overlay and starting bubblewrap:
+//! `G` goes on, anything else stops it. The mounts must be made by this
+//! process, which holds every capability in the namespace until it execs;
+//! bubblewrap below holds none here.
 //!
 //! With `--net` (an environment that publishes ports, docs/sessions.md) it
 //! also makes the jail's network namespace, owned by the budget namespace,
@@ -71,7 +78,7 @@ mod forward;
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
                      [--ipc NAME=VALUE]... \
-                     [--project-layer DIR --project-lower PATH --project-size BYTES] \
+                     [--layer DIR --layer-size BYTES [--project-lower PATH] [--restore]] \
                      [--net [--publish-fd FD]] -- PROGRAM [ARGS...]";
 
 /// The System V limits of an IPC namespace that `--ipc` may set, each a
@@ -89,7 +96,7 @@ struct Args {
     /// Files of /proc/sys/kernel and what to write there; `sem`'s four
     /// fields are one entry.
     ipc: Vec<(String, String)>,
-    /// The session's project layer, when the project is writable.
+    /// The session jail's layer, when it is one.
     layer: Option<Layer>,
     /// Whether to make the jail's network namespace.
     net: bool,
@@ -99,13 +106,15 @@ struct Args {
     args: Vec<OsString>,
 }
 
-/// A session's copy-on-write project layer: the server's directory for it,
-/// the project under it, and the bytes it may hold.
+/// A session jail's layer: the server's directory for it, the bytes it may
+/// hold, the project under its copy-on-write layer when the project is
+/// writable, and whether the server fills it before the jail starts.
 #[derive(Debug, PartialEq, Eq)]
 struct Layer {
     dir: OsString,
-    lower: OsString,
     size: u64,
+    lower: Option<OsString>,
+    restore: bool,
 }
 
 /// `NAME=VALUE`, VALUE a decimal number.
@@ -153,7 +162,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     let mut sem = [None; 4];
     let mut parser = lexopt::Parser::from_args(flags.iter().cloned());
     let text = |v: OsString| v.into_string().map_err(|v| format!("not UTF-8: {v:?}"));
-    let (mut layer, mut lower, mut size) = (None, None, None);
+    let (mut layer, mut lower, mut size, mut restore) = (None, None, None, false);
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Long("sysctl") => {
@@ -169,12 +178,13 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 let (name, value) = pair(&value)?;
                 parsed.rlimits.push((resource(name)?, value));
             }
-            Long("project-layer") => layer = Some(parser.value().map_err(|e| e.to_string())?),
+            Long("layer") => layer = Some(parser.value().map_err(|e| e.to_string())?),
             Long("project-lower") => lower = Some(parser.value().map_err(|e| e.to_string())?),
-            Long("project-size") => {
+            Long("restore") => restore = true,
+            Long("layer-size") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
                 let bytes = value.parse().ok().filter(|&n: &u64| n > 0);
-                size = Some(bytes.ok_or_else(|| format!("--project-size {value}: not a size"))?);
+                size = Some(bytes.ok_or_else(|| format!("--layer-size {value}: not a size"))?);
             }
             Long("net") => parsed.net = true,
             Long("publish-fd") => parsed.publish_fd = Some(descriptor(parser.value())?),
@@ -198,16 +208,33 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             ));
         }
     }
-    parsed.layer = match (layer, lower, size) {
-        (Some(dir), Some(lower), Some(size)) => Some(Layer { dir, lower, size }),
-        (None, None, None) => None,
-        _ => {
-            return Err("--project-layer, --project-lower and --project-size go together".into());
-        }
-    };
+    parsed.layer = layer_of(layer, size, lower, restore)?;
     match parsed.publish_fd.is_some() && !parsed.net {
         true => Err("--publish-fd needs --net".into()),
         false => Ok(parsed),
+    }
+}
+
+/// The layer `--layer`, `--layer-size`, `--project-lower` and `--restore`
+/// name: the first two together, the others only with them.
+fn layer_of(
+    dir: Option<OsString>,
+    size: Option<u64>,
+    lower: Option<OsString>,
+    restore: bool,
+) -> Result<Option<Layer>, String> {
+    match (dir, size) {
+        (Some(dir), Some(size)) => Ok(Some(Layer {
+            dir,
+            size,
+            lower,
+            restore,
+        })),
+        (None, None) if lower.is_none() && !restore => Ok(None),
+        _ => Err(
+            "--layer and --layer-size go together, and --project-lower and --restore need them"
+                .into(),
+        ),
     }
 }
 
@@ -279,24 +306,25 @@ fn enter_namespace(root: bool, outside: (u32, u32)) -> Result<(), String> {
 }
 
 /// A mount namespace of this user namespace's own, in which a tmpfs of
-/// `size` bytes is mounted over `layer` (the server's empty directory for
-/// this session), and in it `upper`, `work` and `merged`: `lower` (opened
-/// once: its path never goes into the options, whatever bytes it holds)
-/// overlaid by `upper` at `merged`. The tmpfs bounds what the jail can
-/// write into the project (`ENOSPC` past it; its pages are memory, charged
-/// to the writer's cgroup), and it lives only in this namespace: it goes
-/// with the jail's last process, and the server reads it through
-/// /proc/PID/root of the jail's wrapper. `userxattr`: an overlay in a user
-/// namespace marks opaque directories with `user.overlay.*` attributes
-/// (tmpfs has them from Linux 6.6), which the jail cannot see or set
-/// through the overlay. Nothing propagates back to the host: the
-/// namespace's mounts are made private first.
+/// `size` bytes is mounted over `layer.dir` (the server's empty directory
+/// for this session jail), holding `ws` and `ckpt`, and with a project
+/// `lower` (opened once: its path never goes into the options, whatever
+/// bytes it holds) `upper`, `work` and `merged`, `lower` overlaid by
+/// `upper` at `merged`. The tmpfs bounds what the session keeps
+/// (`ENOSPC` past it; its pages are memory, charged to the writer's
+/// cgroup), and it lives only in this namespace: it goes with the jail's
+/// last process, and the server reads and writes it through /proc/PID/root
+/// of the jail's wrapper. `userxattr`: an overlay in a user namespace marks
+/// opaque directories with `user.overlay.*` attributes (tmpfs has them from
+/// Linux 6.6), which the jail cannot see or set through the overlay.
+/// Nothing propagates back to the host: the namespace's mounts are made
+/// private first.
 fn mount_layer(layer: &Layer) -> Result<(), String> {
     use nix::fcntl::{OFlag, open};
     use nix::mount::{MsFlags, mount};
     use nix::sys::stat::{Mode, mkdirat};
     nix::sched::unshare(CloneFlags::CLONE_NEWNS)
-        .map_err(|e| format!("cannot make the project layer's mount namespace: {e}"))?;
+        .map_err(|e| format!("cannot make the session layer's mount namespace: {e}"))?;
     mount(
         None::<&str>,
         "/",
@@ -306,17 +334,13 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot make the mounts private: {e}"))?;
     let dir = OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let lower_fd = open(
-        layer.lower.as_os_str(),
-        dir | OFlag::O_RDONLY,
-        Mode::empty(),
-    )
-    .map_err(|e| {
-        format!(
-            "cannot open the project {}: {e}",
-            layer.lower.to_string_lossy()
-        )
-    })?;
+    let lower_fd = match &layer.lower {
+        Some(lower) => Some(
+            open(lower.as_os_str(), dir | OFlag::O_RDONLY, Mode::empty())
+                .map_err(|e| format!("cannot open the project {}: {e}", lower.to_string_lossy()))?,
+        ),
+        None => None,
+    };
     let name = layer.dir.to_string_lossy();
     // The directory is the server's, in a directory of the server's, and
     // no jail runs yet: its path is what the server made.
@@ -327,18 +351,37 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(format!("size={},mode=0700", layer.size).as_str()),
     )
-    .map_err(|e| format!("cannot mount the project layer's tmpfs on {name}: {e}"))?;
+    .map_err(|e| format!("cannot mount the session layer's tmpfs on {name}: {e}"))?;
     // O_PATH: the directory is mode 0700, the namespace's own.
     let layer_fd = open(
         layer.dir.as_os_str(),
         dir | OFlag::O_PATH | OFlag::O_NOFOLLOW,
         Mode::empty(),
     )
-    .map_err(|e| format!("cannot open the project layer {name}: {e}"))?;
-    for sub in ["upper", "work", "merged"] {
-        mkdirat(&layer_fd, sub, Mode::from_bits_truncate(0o755))
+    .map_err(|e| format!("cannot open the session layer {name}: {e}"))?;
+    let project: &[&str] = match lower_fd {
+        Some(_) => &["upper", "work", "merged"],
+        None => &[],
+    };
+    for (sub, mode) in [("ws", 0o755), ("ckpt", 0o700)]
+        .into_iter()
+        .chain(project.iter().map(|sub| (*sub, 0o755)))
+    {
+        mkdirat(&layer_fd, sub, Mode::from_bits_truncate(mode))
             .map_err(|e| format!("cannot make {name}/{sub}: {e}"))?;
     }
+    if layer.restore {
+        mkdirat(&layer_fd, "ready", Mode::from_bits_truncate(0o700))
+            .map_err(|e| format!("cannot make {name}/ready: {e}"))?;
+        let mut go = [0u8; 1];
+        match nix::unistd::read(std::io::stdin(), &mut go) {
+            Ok(1) if go[0] == b'G' => {}
+            _ => return Err("the server did not fill the session's layer".into()),
+        }
+    }
+    let Some(lower_fd) = lower_fd else {
+        return Ok(());
+    };
     // Relative to the layer directory: its path may hold commas or colons,
     // which the overlay's options would read as separators.
     nix::unistd::fchdir(&layer_fd).map_err(|e| format!("cannot enter the project layer: {e}"))?;
@@ -538,19 +581,11 @@ mod tests {
             &["--sysctl", "max_user_namespaces=-1", "--", "x"],
             &["--rlimit", "nofile=4", "--", "x"],
             &["--nope", "--", "x"],
-            &["--project-layer", "/l", "--", "x"],
+            &["--layer", "/l", "--", "x"],
             &["--project-lower", "/p", "--", "x"],
-            &["--project-layer", "/l", "--project-lower", "/p", "--", "x"],
-            &[
-                "--project-layer",
-                "/l",
-                "--project-lower",
-                "/p",
-                "--project-size",
-                "0",
-                "--",
-                "x",
-            ],
+            &["--restore", "--", "x"],
+            &["--layer", "/l", "--project-lower", "/p", "--", "x"],
+            &["--layer", "/l", "--layer-size", "0", "--", "x"],
             &["--ipc", "core_pattern=1", "--", "x"],
             &["--ipc", "semmsl=250", "--", "x"],
             &["--publish-fd", "5", "--", "x"],

@@ -138,6 +138,12 @@ pub struct Env {
     /// they could, whose sessions then see the project read-only.
     #[serde(default)]
     pub project_layer: bool,
+    /// Its session wrapper keeps /workspace (and the project's layer) on a
+    /// session layer the launcher names (`NIX_SANDBOX_LAYER`), where its
+    /// checkpoints are kept: false for a sandbox built before, whose
+    /// sessions then have no checkpoints and cannot be forked.
+    #[serde(default)]
+    pub session_layer: bool,
     /// Ports inside a session's jail that a call may publish to the host
     /// (session/publish.rs); its session wrapper then takes the
     /// forwarder's socket (`NIX_SANDBOX_PUBLISH_FD`). Empty for a sandbox

@@ -27,6 +27,7 @@ use serde_json::Value;
 use serde_path_to_error::Segment;
 
 use crate::report::refusal::Refusal;
+use crate::session::Origin;
 
 /// The arguments of `run`, checked.
 #[derive(Debug, PartialEq, Eq)]
@@ -44,6 +45,10 @@ pub struct RunArgs {
     /// The seconds the call may take, when asked: a whole number, at
     /// least 1 (not yet cut to the environment's ceiling).
     pub timeout_s: Option<u64>,
+    /// The checkpoint a new session starts from (`NAME` or `NAME@N`).
+    pub from: Option<Origin>,
+    /// End the session after this call.
+    pub end: bool,
 }
 
 /// The arguments as given: what serde checks.
@@ -62,6 +67,10 @@ struct Given {
     #[serde(default)]
     publish: Option<u16>,
     timeout_s: Option<Value>,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    end: Option<bool>,
 }
 
 /// One file as given: its bytes as text (`content`) or as base64.
@@ -76,7 +85,7 @@ struct GivenFile {
 
 /// The fields of [`Given`], in the order their faults are told; only `code`
 /// is required.
-const ARGUMENTS: [(&str, bool); 7] = [
+const ARGUMENTS: [(&str, bool); 9] = [
     ("code", true),
     ("env", false),
     ("session", false),
@@ -84,6 +93,8 @@ const ARGUMENTS: [(&str, bool); 7] = [
     ("packages", false),
     ("publish", false),
     ("timeout_s", false),
+    ("from", false),
+    ("end", false),
 ];
 
 /// The fields of [`GivenFile`]: `path` is required, and one of `content`
@@ -108,6 +119,7 @@ impl RunArgs {
                     (_, Some("files")) => invalid("`files` must be a list"),
                     (_, Some("packages")) => invalid("`packages` must be a list of strings"),
                     (_, Some("publish")) => invalid("`publish` must be a port number (1 to 65535)"),
+                    (_, Some("end")) => invalid("`end` must be true or false"),
                     (_, Some(field)) => invalid(&format!("`{field}` must be a string")),
                     (Fault::Other(problem), None) => invalid(&problem),
                     (Fault::WrongType, None) => invalid("the arguments must be an object"),
@@ -121,8 +133,19 @@ impl RunArgs {
             packages: given.packages,
             publish: given.publish,
             timeout_s: given.timeout_s.as_ref().map(seconds).transpose()?,
+            from: given.from.as_deref().map(origin).transpose()?,
+            end: given.end.unwrap_or(false),
         })
     }
+}
+
+/// `from` as given: `NAME` or `NAME@N`.
+fn origin(given: &str) -> Result<Origin, Refusal> {
+    Origin::parse(given).ok_or_else(|| {
+        invalid(&format!(
+            "`from` must be a session name, or a name and a call number as `work@3` (got {given:?})"
+        ))
+    })
 }
 
 /// `timeout_s` as given: a whole number of seconds, at least 1. A number

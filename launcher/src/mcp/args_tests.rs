@@ -162,6 +162,8 @@ fn arguments_are_checked() {
             packages: None,
             publish: None,
             timeout_s: None,
+            from: None,
+            end: false,
         }
     );
     assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);

@@ -262,18 +262,7 @@ impl Server {
         progress: Progress,
     ) -> Result<CallToolResult, Refusal> {
         let shared = &*self.shared;
-        // A call that names an open session and no other environment runs
-        // in the session's own (not the default one, which would be refused
-        // as a mismatch), with the packages the session was made with.
-        let open = match &args.session {
-            Some(name) => client.sessions.env_of(name),
-            None => None,
-        };
-        let open = open.filter(|(env, _)| args.env.as_deref().is_none_or(|name| name == env.name));
-        let (open, running) = match open {
-            Some((env, running)) => (Some(env), running),
-            None => (None, false),
-        };
+        let (open, running) = open_env(&args, client);
         let env = match (open, &args.packages) {
             (Some(env), None) => env,
             (open, packages) => {
@@ -320,6 +309,8 @@ impl Server {
                     mirror,
                     &ct,
                     args.publish,
+                    args.from.as_ref(),
+                    args.end,
                 );
                 let outcome = progress.while_running(&env, None, called).await?;
                 let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
@@ -378,6 +369,11 @@ impl Server {
         args: &RunArgs,
         starts_jail: bool,
     ) -> Result<Target, Refusal> {
+        if args.session.is_none() && (args.from.is_some() || args.end) {
+            return Err(Refusal::invalid_arguments(
+                "`from` and `end` need a `session`: name the session to start or end",
+            ));
+        }
         let target = match &args.session {
             Some(name) => Target::Session(
                 SessionName::new(name).ok_or_else(|| Refusal::bad_session_name(name))?,
@@ -701,4 +697,25 @@ fn takes_resource_links(context: &RequestContext<RoleServer>) -> bool {
     context
         .protocol_version()
         .is_none_or(|v| v.as_str() >= ProtocolVersion::V_2025_06_18.as_str())
+}
+
+/// The environment of the session a call names, when it is open, and
+/// whether its jail is running: a call that names an open session and no
+/// other environment runs in the session's own (not the default one,
+/// which would be refused as a mismatch), with the packages the session
+/// was made with. A new session started `from` another runs in that one's.
+fn open_env(args: &RunArgs, client: &Client) -> (Option<Arc<Env>>, bool) {
+    let open = match &args.session {
+        Some(name) => client.sessions.env_of(name).or_else(|| {
+            let from = args.from.as_ref()?;
+            let (env, _) = client.sessions.env_of(from.session.as_str())?;
+            Some((env, false))
+        }),
+        None => None,
+    };
+    let open = open.filter(|(env, _)| args.env.as_deref().is_none_or(|name| name == env.name));
+    match open {
+        Some((env, running)) => (Some(env), running),
+        None => (None, false),
+    }
 }

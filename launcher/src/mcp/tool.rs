@@ -55,6 +55,17 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
                 sessions.max_lifetime.as_secs()
             ),
         });
+        // Fork and rollback cost 40 tokens in every conversation: offered
+        // only where the server owner keeps checkpoints (sessions.md).
+        if sessions.max_checkpoints > 0 {
+            schema["properties"]["from"] = json!({
+                "type": "string",
+                "nullable": true,
+                "description": "Start as a copy of session NAME or NAME@CALL (files only).",
+            });
+            // `end: true` closes the session after the call: no words needed.
+            schema["properties"]["end"] = json!({"type": "boolean", "nullable": true});
+        }
         schema["properties"]["files"] = json!({
             "type": "array",
             "nullable": true,
@@ -378,7 +389,7 @@ mod tests {
                 assert_eq!(property.get("nullable"), Some(&json!(true)), "{name}");
             }
         }
-        assert_eq!(properties.len(), 6, "{properties:?}");
+        assert_eq!(properties.len(), 8, "{properties:?}");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //!   through `/proc/PID/root` of the jail's wrapper. It lives as long as
 //!   the jail: a reset starts a fresh one.
 
+pub mod checkpoint;
 pub mod diff;
 
 use std::ffi::OsString;
@@ -32,7 +33,12 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 /// The wrapper's variable naming a session's layer directory.
-pub const LAYER_VAR: &str = "NIX_SANDBOX_PROJECT_LAYER";
+pub const LAYER_VAR: &str = "NIX_SANDBOX_LAYER";
+/// The wrapper's variable asking for the project's overlay on the layer.
+pub const PROJECT_VAR: &str = "NIX_SANDBOX_PROJECT_LAYER";
+/// The wrapper's variable asking jail-budget to wait for the layer to be
+/// filled from a checkpoint.
+pub const RESTORE_VAR: &str = "NIX_SANDBOX_RESTORE";
 
 /// The resource that reads session `session`'s project diff.
 pub fn diff_uri(session: &str) -> String {
@@ -46,17 +52,18 @@ pub fn parse_diff_uri(uri: &str) -> Option<&str> {
         .filter(|s| !s.is_empty() && !s.contains('/'))
 }
 
-/// The server's layer directory and the project it layers.
+/// The server's layer directory and the project it layers, when the
+/// project is writable.
 #[derive(Debug)]
 pub struct Layers {
     dir: PathBuf,
-    lower: PathBuf,
+    lower: Option<PathBuf>,
     next: AtomicU64,
 }
 
 impl Layers {
     /// Makes the directory, under `base` (`/var/tmp` but in tests).
-    pub fn create(base: &Path, project: &Path) -> io::Result<Self> {
+    pub fn create(base: &Path, project: Option<&Path>) -> io::Result<Self> {
         let base = base.canonicalize()?;
         let mut last = None;
         for attempt in 0..8u64 {
@@ -67,7 +74,7 @@ impl Layers {
                     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
                     return Ok(Self {
                         dir,
-                        lower: project.to_owned(),
+                        lower: project.map(Path::to_owned),
                         next: AtomicU64::new(0),
                     });
                 }
@@ -81,15 +88,15 @@ impl Layers {
         &self.dir
     }
 
-    /// The project the layers are over.
-    pub fn lower(&self) -> &Path {
-        &self.lower
+    /// The project the layers are over, when it is writable.
+    pub fn lower(&self) -> Option<&Path> {
+        self.lower.as_deref()
     }
 
     /// A fresh layer for one jail: an empty directory of the server's,
     /// over which the jail's wrapper mounts the layer's tmpfs in the jail's
     /// own mount namespace.
-    pub fn layer(&self) -> io::Result<Layer> {
+    pub fn layer(&self, project: bool) -> io::Result<Layer> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let dir = self.dir.join(n.to_string());
         std::fs::DirBuilder::new().mode(0o711).create(&dir)?;
@@ -97,7 +104,7 @@ impl Layers {
         Ok(Layer {
             dir,
             host_dev,
-            lower: self.lower.clone(),
+            lower: self.lower.clone().filter(|_| project),
             seen: Mutex::new(None),
         })
     }
@@ -117,25 +124,34 @@ pub struct Layer {
     /// The device of `dir` on the host: the tmpfs in the jail's namespace
     /// is another.
     host_dev: u64,
-    lower: PathBuf,
+    /// The project, when the layer holds its copy-on-write layer.
+    lower: Option<PathBuf>,
     /// The upper directory's fingerprint when its changes were last told.
     seen: Mutex<Option<u64>>,
 }
 
 impl Layer {
-    /// The variable the wrapper reads.
-    pub fn var(&self) -> (&'static str, OsString) {
-        (LAYER_VAR, self.dir.clone().into_os_string())
+    /// The variables the wrapper reads.
+    pub fn vars(&self) -> Vec<(&'static str, OsString)> {
+        let mut vars = vec![(LAYER_VAR, self.dir.clone().into_os_string())];
+        if self.lower.is_some() {
+            vars.push((PROJECT_VAR, "1".into()));
+        }
+        vars
     }
 
-    /// The layer's upper directory, on the tmpfs the jail's wrapper mounted
-    /// in the jail's mount namespace, reached through `proc`, the
-    /// `/proc/PID` directory of a process that stays in that namespace (the
-    /// wrapper's bubblewrap, outside the jail's own namespaces). The path
-    /// to the tmpfs is the server's own directories; nothing on it is
-    /// followed, and what is found must be a tmpfs other than the host's
-    /// directory.
-    pub fn open_upper(&self, proc: &OwnedFd) -> io::Result<OwnedFd> {
+    /// Whether it holds the project's copy-on-write layer.
+    pub fn has_project(&self) -> bool {
+        self.lower.is_some()
+    }
+
+    /// The layer's directory, on the tmpfs the jail's wrapper mounted in the
+    /// jail's mount namespace, reached through `proc`, the `/proc/PID`
+    /// directory of a process that stays in that namespace (the wrapper's
+    /// bubblewrap, outside the jail's own namespaces). The path to the
+    /// tmpfs is the server's own directories; nothing on it is followed,
+    /// and what is found must be a tmpfs other than the host's directory.
+    pub fn open_root(&self, proc: &OwnedFd) -> io::Result<OwnedFd> {
         let root = rustix::fs::openat(
             proc,
             "root",
@@ -146,7 +162,7 @@ impl Layer {
         let dir = rustix::fs::openat2(
             &root,
             relative,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )?;
@@ -156,8 +172,14 @@ impl Layer {
                 "the jail's layer is not mounted (its sandbox did not start it)",
             ));
         }
+        Ok(dir)
+    }
+
+    /// The layer's upper directory, on the tmpfs the jail's wrapper mounted
+    /// (see [`Layer::open_root`]).
+    pub fn open_upper(&self, proc: &OwnedFd) -> io::Result<OwnedFd> {
         Ok(rustix::fs::openat(
-            &dir,
+            self.open_root(proc)?,
             "upper",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
@@ -188,7 +210,10 @@ impl Layer {
 
     fn open_lower(&self) -> io::Result<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        Ok(rustix::fs::open(&self.lower, flags, Mode::empty())?)
+        let lower = self.lower.as_ref().ok_or_else(|| {
+            io::Error::other("the session's layer holds no project (it is read-only)")
+        })?;
+        Ok(rustix::fs::open(lower, flags, Mode::empty())?)
     }
 }
 
@@ -235,7 +260,7 @@ const EMPTY: u64 = 0;
 
 /// A fingerprint of the tree under `dir`: names, types, sizes, times and
 /// inodes, at most `most` entries (metadata only, nothing followed).
-fn fingerprint(dir: &OwnedFd, most: usize) -> u64 {
+pub(crate) fn fingerprint(dir: &OwnedFd, most: usize) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
     let mut count = 0usize;
     let mut stack = vec![(rustix::io::dup(dir).ok(), Vec::<u8>::new())];

@@ -6,11 +6,11 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
     let project = t.path().join("project");
     std::fs::create_dir(&project).unwrap();
     std::fs::write(project.join("a"), "a\n").unwrap();
-    let layers = Layers::create(t.path(), &project).unwrap();
+    let layers = Layers::create(t.path(), Some(&project)).unwrap();
     let mode = std::fs::metadata(layers.dir()).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o711);
-    let layer = layers.layer().unwrap();
-    let dir = PathBuf::from(layer.var().1);
+    let layer = layers.layer(true).unwrap();
+    let dir = PathBuf::from(layer.vars()[0].1.clone());
     // An upper directory as the jail's tmpfs holds it (here on the host).
     std::fs::create_dir_all(dir.join("upper")).unwrap();
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;

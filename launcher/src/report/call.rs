@@ -195,16 +195,26 @@ fn render(env: &Env, o: &Outcome) -> String {
     notes.extend(o.refusals.iter().cloned());
     notes.extend(o.project.iter().cloned());
     notes.extend(o.published.iter().cloned());
+    notes.extend(o.forked.iter().chain(&o.checkpoint).cloned());
+    notes.extend(ending(o));
+    super::with_notes(text, notes)
+}
+
+/// The line saying the session ended after the call, and why.
+fn ending(o: &Outcome) -> Option<String> {
     if o.shutdown {
-        notes.push("the server is stopping: session closed".into());
+        Some("the server is stopping: session closed".into())
+    } else if o.ended_by_call {
+        Some(format!("session `{}` ended, as asked", o.session))
     } else if o.ended_after {
-        notes.push(format!(
+        Some(format!(
             "session `{}` reached its maximum lifetime and was closed; the next call with \
              this name starts a fresh one",
             o.session
-        ));
+        ))
+    } else {
+        None
     }
-    super::with_notes(text, notes)
 }
 
 /// What a session holds that goes with its jail: its project changes too

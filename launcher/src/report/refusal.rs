@@ -40,6 +40,8 @@ pub enum ErrorCode {
     SessionPackagesMismatch,
     DevShellFailed,
     PortNotAllowed,
+    UnknownSession,
+    UnknownCheckpoint,
 }
 
 impl ErrorCode {
@@ -70,6 +72,8 @@ impl ErrorCode {
             ErrorCode::PackagesFailed => "packages_failed",
             ErrorCode::SessionPackagesMismatch => "session_packages_mismatch",
             ErrorCode::DevShellFailed => "dev_shell_failed",
+            ErrorCode::UnknownSession => "unknown_session",
+            ErrorCode::UnknownCheckpoint => "unknown_checkpoint",
         }
     }
 }
@@ -608,6 +612,59 @@ impl From<session::Error> for Refusal {
             }
             Error::FilesRefused(why) => Self::files_refused(&why),
             Error::FileExists(what) => Self::file_exists(&what),
+            Error::Fork(why) => Self::fork_refused(why),
+        }
+    }
+}
+
+impl Refusal {
+    /// Why `from` cannot start the session.
+    fn fork_refused(why: session::ForkRefused) -> Self {
+        use session::ForkRefused;
+        match why {
+            ForkRefused::UnknownSession { session, open } => {
+                let open = match open.is_empty() {
+                    true => "none".to_owned(),
+                    false => open.join(", "),
+                };
+                Self::new(
+                    ErrorCode::UnknownSession,
+                    format!(
+                        "`from`: no open session is named `{session}` (open: {open}); nothing \
+                         was run. Name an open session of yours, or drop `from`."
+                    ),
+                )
+            }
+            ForkRefused::UnknownCheckpoint {
+                session,
+                asked,
+                kept,
+            } => {
+                let kept: Vec<String> = kept.iter().map(|n| format!("{session}@{n}")).collect();
+                Self::new(
+                    ErrorCode::UnknownCheckpoint,
+                    format!(
+                        "`from`: session `{session}` keeps no state of the end of its call \
+                         {asked} (it keeps {}, the oldest going first; a call that changed no \
+                         file has its previous one); nothing was run. Name one of those.",
+                        kept.join(", ")
+                    ),
+                )
+            }
+            ForkRefused::NoCheckpoints { session, why } => Self::new(
+                ErrorCode::UnknownCheckpoint,
+                format!(
+                    "`from`: session `{session}` has no checkpoint to start from: {why}; \
+                     nothing was run. Drop `from`."
+                ),
+            ),
+            ForkRefused::Open { session, from } => Self::new(
+                ErrorCode::InvalidArguments,
+                format!(
+                    "`from`: session `{session}` is open, so it cannot start from `{from}`; \
+                     nothing was run. Name a new session, or `end` this one first."
+                ),
+            ),
         }
     }
 }

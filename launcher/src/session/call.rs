@@ -154,6 +154,12 @@ pub struct CallOutcome {
     pub layered: bool,
     /// The line naming the port the call published and its host address.
     pub published: Option<String>,
+    /// The session started from a checkpoint: the line saying which.
+    pub forked: Option<String>,
+    /// The checkpoint the call's end was kept as: its line.
+    pub checkpoint: Option<String>,
+    /// The call asked the session to end (`end`).
+    pub ended_by_call: bool,
 }
 
 impl CallOutcome {
@@ -177,6 +183,9 @@ impl CallOutcome {
             project: None,
             layered: false,
             published: None,
+            forked: None,
+            checkpoint: None,
+            ended_by_call: false,
         }
     }
 }

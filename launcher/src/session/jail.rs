@@ -32,7 +32,8 @@ use super::publish::Publisher;
 use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
-use crate::project::{InJail, Layer};
+use crate::project::checkpoint::{self, Frozen};
+use crate::project::{self, InJail, Layer};
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
 use crate::wrapper::{self, Group, Spawner, StartError};
 
@@ -117,6 +118,21 @@ pub struct Jail {
     cpu: Option<Box<CpuMeter>>,
     /// The last reading of its CPU time (cpu.rs; boxed, as `cpu`).
     cpu_watch: Box<CpuWatch>,
+    /// Its checkpoints and the session's calls (boxed, as `cpu`).
+    pub history: Box<History>,
+}
+
+/// A session jail's checkpoints and what decides the next one.
+#[derive(Default)]
+pub struct History {
+    /// The checkpoints kept in its layer, oldest first.
+    pub list: std::collections::VecDeque<Frozen>,
+    /// The session's calls so far (the number of the next checkpoint less
+    /// one); carried to the jail that replaces this one.
+    pub calls: u64,
+    /// The layer's fingerprint when it was last looked at: a call that
+    /// changed nothing keeps no checkpoint.
+    pub print: Option<u64>,
 }
 
 /// What a jail shares with the task that waits for its wrapper.
@@ -130,13 +146,14 @@ struct Shared {
     publisher: Option<Publisher>,
 }
 
-/// A fresh project layer for a session jail of `env`, when the project is
-/// writable and `env`'s wrappers mount one.
+/// A fresh layer for a session jail of `env`, when `env`'s session wrapper
+/// keeps one (holding the project's when the project is writable and its
+/// wrappers mount it).
 fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartError> {
-    let Some(layers) = spawner.project.as_ref().filter(|_| env.project_layer) else {
+    let Some(layers) = spawner.project.as_ref().filter(|_| env.session_layer) else {
         return Ok(None);
     };
-    let layer = layers.layer().map_err(|e| {
+    let layer = layers.layer(env.project_layer).map_err(|e| {
         StartError::Spawn(std::io::Error::other(format!(
             "cannot make the session's project layer in {}: {e}",
             layers.dir().display()
@@ -148,12 +165,26 @@ fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartE
 impl Jail {
     /// Starts `env`'s `session` wrapper (in a cgroup holding its limits);
     /// `label` names the session in the log.
-    pub fn spawn(env: &Env, spawner: &Spawner, label: &str) -> Result<Self, StartError> {
+    /// With `restore`, its layer's wrapper waits for the server to fill
+    /// the layer ([`Jail::restored`]).
+    pub fn spawn(
+        env: &Env,
+        spawner: &Spawner,
+        label: &str,
+        restore: bool,
+    ) -> Result<Self, StartError> {
         let (user, gate) = spawner.prepare(env)?;
         let gate = gate.map(Box::new);
         let layer = take_layer(env, spawner)?;
         let mut wrapper_env = match &layer {
-            Some(layer) => Cow::Owned(spawner.env.with(layer.var())),
+            Some(layer) => {
+                let restoring = restore.then(|| (project::RESTORE_VAR, "1".into()));
+                Cow::Owned(
+                    spawner
+                        .env
+                        .with_all(layer.vars().into_iter().chain(restoring)),
+                )
+            }
             None => Cow::Borrowed(&*spawner.env),
         };
         // The forwarder's socket pair when the environment publishes ports:
@@ -220,7 +251,150 @@ impl Jail {
             gate,
             cpu,
             cpu_watch: Box::default(),
+            history: Box::default(),
         })
+    }
+
+    /// The layer's root, on the tmpfs its wrapper mounted (checkpoint.rs).
+    pub fn layer_root(&self) -> io::Result<std::os::fd::OwnedFd> {
+        let layer = (self.shared.layer.as_ref())
+            .ok_or_else(|| io::Error::other("its sandbox keeps no session layer"))?;
+        layer.open_root(&self.group.proc_dir()?)
+    }
+
+    /// This jail, counting `calls` of its session so far.
+    pub fn counting(mut self, calls: u64) -> Self {
+        self.history.calls = calls;
+        self
+    }
+
+    /// Whether its sandbox keeps a session layer (checkpoints).
+    pub fn has_session_layer(&self) -> bool {
+        self.shared.layer.is_some()
+    }
+
+    /// Fills this jail's layer, whose wrapper was started with `restore`
+    /// and waits, with checkpoint `number` of the layer at `from` (its live
+    /// files when `None`), then
+    /// lets the wrapper go on. Waits at most 10 s for the wrapper to make
+    /// the layer.
+    pub async fn restored(
+        &mut self,
+        from: std::os::fd::OwnedFd,
+        number: Option<u64>,
+    ) -> io::Result<()> {
+        let mut waited = std::time::Duration::ZERO;
+        let step = std::time::Duration::from_millis(2);
+        let root = loop {
+            if self.has_exited() {
+                return Err(io::Error::other(format!(
+                    "its sandbox stopped before it started: {}",
+                    self.log_tail().trim()
+                )));
+            }
+            if let Ok(root) = self.layer_root()
+                && rustix::fs::statat(&root, "ready", rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+            {
+                break root;
+            }
+            if waited > std::time::Duration::from_secs(10) {
+                return Err(io::Error::other(
+                    "its sandbox did not make its layer in 10 s",
+                ));
+            }
+            tokio::time::sleep(step).await;
+            waited += step;
+        };
+        tokio::task::spawn_blocking(move || checkpoint::restore(&from, number, &root))
+            .await
+            .map_err(io::Error::other)??;
+        self.send(b"G")
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// The layer's fingerprint now, noted before a jail's first call when
+    /// it keeps checkpoints (`most` > 0): that of its empty layer, or of
+    /// the files it started from (a session started from another keeps
+    /// its first checkpoint at its first call that changes a file).
+    pub async fn note_print(&mut self, most: usize) {
+        if most == 0 || self.history.print.is_some() {
+            return;
+        }
+        let Ok(root) = self.layer_root() else { return };
+        let print = tokio::task::spawn_blocking(move || checkpoint::fingerprint(&root)).await;
+        self.history.print = print.ok().and_then(Result::ok);
+    }
+
+    /// Freezes the layer as the checkpoint of the call that just ended
+    /// (`calls` counts it), keeping at most `most`: the oldest go first,
+    /// and when the layer has no space left for it too. Returns the
+    /// checkpoint's number (none when nothing changed since the last one;
+    /// why when it could not be kept) and the numbers dropped.
+    pub async fn checkpoint(&mut self, most: usize) -> (Result<Option<u64>, String>, Vec<u64>) {
+        let number = self.history.calls;
+        let mut dropped = Vec::new();
+        let root = match self.layer_root() {
+            Ok(root) => Arc::new(root),
+            Err(e) => return (Err(e.to_string()), dropped),
+        };
+        let task_root = Arc::clone(&root);
+        let print = tokio::task::spawn_blocking(move || checkpoint::fingerprint(&task_root)).await;
+        let print = print.ok().and_then(Result::ok);
+        if print.is_some() && print == self.history.print {
+            return (Ok(None), dropped);
+        }
+        self.history.print = print;
+        loop {
+            while self.history.list.len() >= most.max(1) {
+                let Some(old) = self.history.list.pop_front() else {
+                    break;
+                };
+                let root = Arc::clone(&root);
+                let _ = tokio::task::spawn_blocking(move || checkpoint::remove(&root, old.number))
+                    .await;
+                dropped.push(old.number);
+            }
+            let previous = self.history.list.pop_back();
+            let task_root = Arc::clone(&root);
+            let frozen = tokio::task::spawn_blocking(move || {
+                let made = checkpoint::freeze(&task_root, number, previous.as_ref());
+                (made, previous)
+            })
+            .await;
+            let (made, previous) = match frozen {
+                Ok(pair) => pair,
+                Err(e) => return (Err(e.to_string()), dropped),
+            };
+            self.history.list.extend(previous);
+            match made {
+                Ok(frozen) => {
+                    self.history.list.push_back(frozen);
+                    return (Ok(Some(number)), dropped);
+                }
+                Err(e)
+                    if e.raw_os_error() == Some(nix::libc::ENOSPC)
+                        && !self.history.list.is_empty() =>
+                {
+                    // Room for it by dropping the oldest.
+                    let root = Arc::clone(&root);
+                    if let Some(old) = self.history.list.pop_front() {
+                        let _ = tokio::task::spawn_blocking(move || {
+                            checkpoint::remove(&root, old.number)
+                        })
+                        .await;
+                        dropped.push(old.number);
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => {
+                    return (
+                        Err("no space left in the session's workspace_mb".into()),
+                        dropped,
+                    );
+                }
+                Err(e) => return (Err(e.to_string()), dropped),
+            }
+        }
     }
 
     /// The host address of the jail's port `port`, published now if it
@@ -232,13 +406,13 @@ impl Jail {
 
     /// Whether it has a project layer (the project is writable).
     pub fn has_layer(&self) -> bool {
-        self.shared.layer.is_some()
+        self.shared.layer.as_ref().is_some_and(|l| l.has_project())
     }
 
     /// Its project layer, when the project is writable, with the
     /// wrapper's `/proc/PID` directory, whose mount namespace holds it.
     pub fn layer(&self) -> Option<InJail> {
-        let layer = self.shared.layer.clone()?;
+        let layer = self.shared.layer.clone().filter(|l| l.has_project())?;
         Some(InJail {
             layer,
             proc: self.group.proc_dir(),

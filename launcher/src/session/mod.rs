@@ -124,6 +124,50 @@ pub enum Error {
     /// A file passed in is at a path that exists, and the call did not say
     /// `replace` (the sentence names it).
     FileExists(String),
+    /// `from` names no session or checkpoint it can start from.
+    Fork(ForkRefused),
+}
+
+/// Why a session cannot start from `from` (report/refusal.rs says each).
+#[derive(Debug)]
+pub enum ForkRefused {
+    /// No open session of the client has this name (`open`, sorted).
+    UnknownSession { session: String, open: Vec<String> },
+    /// The session keeps no checkpoint `asked` (`kept`, oldest first).
+    UnknownCheckpoint {
+        session: String,
+        asked: u64,
+        kept: Vec<u64>,
+    },
+    /// It keeps none (`why`).
+    NoCheckpoints { session: String, why: String },
+    /// The new session's name is an open session other than the source.
+    Open { session: String, from: String },
+}
+
+/// Where a new session starts from (`from`): session `session` as it was
+/// at the end of its call `number` (its last call when `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub session: SessionName,
+    pub number: Option<u64>,
+}
+
+impl Origin {
+    /// `NAME` or `NAME@N`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (name, number) = match text.split_once('@') {
+            Some((name, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                (name, Some(n.parse().ok()?))
+            }
+            Some(_) => return None,
+            None => (text, None),
+        };
+        Some(Self {
+            session: SessionName::new(name)?,
+            number,
+        })
+    }
 }
 
 impl From<NotStarted> for Error {
@@ -180,9 +224,12 @@ impl Sessions {
     /// Runs `code` in session `name` of `env`, creating the session (held
     /// by `client`) if it does not exist, after writing `files` into its
     /// /workspace; collects the outputs (mirrored when `mirror` is set);
-    /// then publishes the jail's port `publish` (one `env` allows).
-    /// Refusals (wrong environment, busy, too many) come before anything
-    /// runs.
+    /// then publishes the jail's port `publish` (one `env` allows). With
+    /// `from`, the session starts as a copy of that checkpoint (a session
+    /// of `from`'s own name is rolled back in place); with `end`, it ends
+    /// after the call. Then the session's state is kept as the call's
+    /// checkpoint. Refusals (wrong environment, busy, too many, no such
+    /// checkpoint) come before anything runs.
     #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
@@ -194,6 +241,8 @@ impl Sessions {
         mirror: Option<&Mirror>,
         cancel: &CancellationToken,
         publish: Option<u16>,
+        from: Option<&Origin>,
+        end: bool,
     ) -> Result<CallOutcome, Error> {
         let inner = &self.inner;
         let mut lease = inner.acquire_waiting(client, name, env, cancel).await?;
@@ -201,19 +250,9 @@ impl Sessions {
         inner.start_reaper();
         let started = Instant::now();
         let mut ended_before = lease.ended_before.take();
-        if let Some(Slot::Jail(jail)) = &mut lease.slot
-            && jail.has_exited()
-        {
-            tracing::warn!(session = name, log = %jail.log_tail(), "a session jail died between calls");
-            ended_before = Some("its sandbox stopped after the last call".into());
-            lease.slot = Some(Slot::Empty);
-        }
-        if !matches!(lease.slot, Some(Slot::Jail(_))) {
-            lease.slot = Some(Slot::Jail(inner.spawn(name, env)?));
-        }
-        let Some(Slot::Jail(jail)) = &mut lease.slot else {
-            unreachable!("a jail was just put in the slot")
-        };
+        let forked = self.start_from(&mut lease, from, env).await?;
+        let jail = ready(&mut lease.slot, (inner, name), env, &mut ended_before)?;
+        jail.note_print(inner.settings.max_checkpoints).await;
         let ended = call::make(
             jail,
             Call::new(env, code, files, cancel, &inner.spawner.shutdown),
@@ -227,8 +266,10 @@ impl Sessions {
             ended_before,
             named_by_server: lease.named_by_server,
             layered: jail.has_layer(),
+            forked,
             ..CallOutcome::new(name.to_owned(), false)
         };
+        let calls = jail.history.calls + 1;
         let settled = call::settle(ended, jail, env, &to, &mut outcome).await;
         // The session's CPU budget counts every call's processes, and those
         // left running between calls (the reaper looks at idle sessions).
@@ -244,12 +285,20 @@ impl Sessions {
             settled => settled,
         };
         match settled {
-            Ok(JailAfter::Kept) => {}
+            Ok(JailAfter::Kept) => {
+                jail.history.calls = calls;
+                let most = if end {
+                    0
+                } else {
+                    inner.settings.max_checkpoints
+                };
+                outcome.checkpoint = checkpoint_line(jail, name, most).await;
+            }
             Ok(JailAfter::Reset) => {
                 // A fresh jail now, so that the next call finds it started;
                 // if that fails, the next call tries again.
-                lease.slot = Some(match inner.spawn(name, env) {
-                    Ok(jail) => Slot::Jail(jail),
+                lease.slot = Some(match inner.spawn(name, env, false) {
+                    Ok(jail) => Slot::Jail(Box::new(jail.counting(calls))),
                     Err(e) => {
                         tracing::warn!(session = name, error = ?e, "restarting the session failed");
                         Slot::Empty
@@ -272,8 +321,181 @@ impl Sessions {
             });
         }
         outcome.duration = started.elapsed();
+        lease.slot = lease.slot.take().filter(|_| !end);
+        outcome.ended_by_call = end;
         outcome.ended_after = lease.release();
         Ok(outcome)
+    }
+
+    /// [`Sessions::fork`] when `from` is given; on a refusal the lease is
+    /// released (a session it made is removed again).
+    async fn start_from(
+        &self,
+        lease: &mut lease::Lease<'_>,
+        from: Option<&Origin>,
+        env: &Arc<Env>,
+    ) -> Result<Option<String>, Error> {
+        let Some(origin) = from else { return Ok(None) };
+        match self.fork(lease, origin, env).await {
+            Ok(line) => Ok(Some(line)),
+            Err(e) => {
+                if !matches!(lease.slot, Some(Slot::Jail(_))) {
+                    lease.slot = None;
+                }
+                lease.release();
+                Err(e)
+            }
+        }
+    }
+
+    /// Puts in `lease`'s slot a fresh jail whose layer is a copy of the
+    /// files `origin` names (the jail it replaces, of the same session, is
+    /// killed); returns the line that says so. The source session is held
+    /// while it is copied, and given back whatever happens.
+    async fn fork(
+        &self,
+        lease: &mut lease::Lease<'_>,
+        origin: &Origin,
+        env: &Arc<Env>,
+    ) -> Result<String, Error> {
+        let source = origin.session.as_str();
+        let unknown = || {
+            Error::Fork(ForkRefused::UnknownSession {
+                session: source.to_owned(),
+                open: self.open_names(),
+            })
+        };
+        if source == lease.name {
+            let Some(Slot::Jail(jail)) = &lease.slot else {
+                return Err(unknown());
+            };
+            let (root, number, calls) = self.source_facts(jail, origin)?;
+            let jail = self.restored_jail(&lease.name, env, root, number).await?;
+            lease.slot = Some(Slot::Jail(Box::new(jail.counting(calls))));
+        } else {
+            if matches!(lease.slot, Some(Slot::Jail(_))) {
+                return Err(Error::Fork(ForkRefused::Open {
+                    session: lease.name.clone(),
+                    from: source.to_owned(),
+                }));
+            }
+            let bound = self.env_of(source).map(|(env, _)| env.name.clone());
+            let mut open = self.inner.acquire_open(source).map_err(|e| match e {
+                OutputUnreadable::Busy => Error::Busy {
+                    session: source.to_owned(),
+                    within_s: None,
+                },
+                _ => unknown(),
+            })?;
+            let facts = match (&open.slot, bound) {
+                (Some(Slot::Jail(jail)), Some(bound)) if bound == env.name => {
+                    self.source_facts(jail, origin)
+                }
+                (Some(Slot::Jail(_)), Some(bound)) => Err(Error::EnvMismatch {
+                    session: source.to_owned(),
+                    bound,
+                    requested: env.name.clone(),
+                }),
+                _ => Err(unknown()),
+            };
+            let copied = match facts {
+                Ok((root, number, _)) => self.restored_jail(&lease.name, env, root, number).await,
+                Err(e) => Err(e),
+            };
+            open.release();
+            lease.slot = Some(Slot::Jail(Box::new(copied?)));
+        }
+        let what = match origin.number {
+            Some(asked) => format!("{source}@{asked}"),
+            None => source.to_owned(),
+        };
+        Ok(format!(
+            "started from {what}: its /workspace and project changes; a fresh interpreter \
+             (its state is not copied)"
+        ))
+    }
+
+    /// What a session starts from in `jail`, the source's: its layer's
+    /// root, the checkpoint `origin` names (`None`: its files as they are
+    /// now) and the source's calls so far.
+    fn source_facts(
+        &self,
+        jail: &jail::Jail,
+        origin: &Origin,
+    ) -> Result<(std::os::fd::OwnedFd, Option<u64>, u64), Error> {
+        let session = origin.session.as_str().to_owned();
+        let kept: Vec<u64> = jail.history.list.iter().map(|c| c.number).collect();
+        let calls = jail.history.calls;
+        let why = if !jail.has_session_layer() {
+            Some("its sandbox keeps no session layer (built before forks)")
+        } else if origin.number.is_none() {
+            None
+        } else if self.inner.settings.max_checkpoints == 0 {
+            Some(
+                "checkpoints are off here (NIX_SANDBOX_MAX_CHECKPOINTS=0); `from` without `@N` \
+                 copies its files as they are now",
+            )
+        } else if kept.is_empty() {
+            Some("none was kept yet (one is kept at the end of each call that changed a file)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let why = why.to_owned();
+            return Err(Error::Fork(ForkRefused::NoCheckpoints { session, why }));
+        }
+        // A call that changed nothing kept no checkpoint: its end is the
+        // last one kept before it (the oldest go first, so none between
+        // them was dropped).
+        let number = match origin.number {
+            None => None,
+            Some(asked) => {
+                let found = kept.iter().rev().find(|n| **n <= asked).copied();
+                let Some(number) = found.filter(|_| asked <= calls) else {
+                    let refused = ForkRefused::UnknownCheckpoint {
+                        session,
+                        asked,
+                        kept,
+                    };
+                    return Err(Error::Fork(refused));
+                };
+                Some(number)
+            }
+        };
+        let root = jail.layer_root().map_err(|e| {
+            let why = format!("its layer cannot be read: {e}");
+            Error::Fork(ForkRefused::NoCheckpoints { session, why })
+        })?;
+        Ok((root, number, calls))
+    }
+
+    /// A fresh jail of session `name` whose layer is filled from the
+    /// source's layer at `root` (checkpoint `number`, or its live files).
+    async fn restored_jail(
+        &self,
+        name: &str,
+        env: &Arc<Env>,
+        root: std::os::fd::OwnedFd,
+        number: Option<u64>,
+    ) -> Result<jail::Jail, Error> {
+        let mut jail = self.inner.spawn(name, env, true)?;
+        if let Err(e) = jail.restored(root, number).await {
+            tracing::warn!(session = name, "starting from another session failed: {e}");
+            return Err(Error::NotStarted(crate::wrapper::NotStarted::session(
+                env,
+                crate::wrapper::StartError::Spawn(std::io::Error::other(format!(
+                    "copying the files it starts from failed: {e}"
+                ))),
+            )));
+        }
+        Ok(jail)
+    }
+
+    /// The open sessions' names, sorted.
+    fn open_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.inner.lock().open.keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// Whether session `name` is open.
@@ -365,6 +587,56 @@ async fn project_changes(slot: Option<&Slot>, name: &str) -> Option<String> {
         changes.summary(),
         project::diff_uri(name)
     ))
+}
+
+/// The jail of session `name`'s slot, started when the slot has none or
+/// its jail died between calls (`ended_before` then says so).
+fn ready<'l>(
+    slot: &'l mut Option<Slot>,
+    (inner, name): (&Inner, &str),
+    env: &Env,
+    ended_before: &mut Option<String>,
+) -> Result<&'l mut jail::Jail, Error> {
+    if let Some(Slot::Jail(jail)) = slot
+        && jail.has_exited()
+    {
+        tracing::warn!(session = name, log = %jail.log_tail(), "a session jail died between calls");
+        *ended_before = Some("its sandbox stopped after the last call".into());
+        *slot = Some(Slot::Empty);
+    }
+    if !matches!(slot, Some(Slot::Jail(_))) {
+        *slot = Some(Slot::Jail(Box::new(inner.spawn(name, env, false)?)));
+    }
+    match slot {
+        Some(Slot::Jail(jail)) => Ok(jail),
+        _ => unreachable!("a jail was just put in the slot"),
+    }
+}
+
+/// The line saying which checkpoint the call's end was kept as (and which
+/// were dropped for it), or why none was.
+async fn checkpoint_line(jail: &mut jail::Jail, name: &str, most: usize) -> Option<String> {
+    if most == 0 || !jail.has_session_layer() {
+        return None;
+    }
+    let (kept, dropped) = jail.checkpoint(most).await;
+    let dropped = match dropped.as_slice() {
+        [] => String::new(),
+        numbers => {
+            let list: Vec<String> = numbers.iter().map(|n| format!("{name}@{n}")).collect();
+            format!(" (dropped {}: the oldest go first)", list.join(", "))
+        }
+    };
+    match kept {
+        Ok(Some(number)) => Some(format!("checkpoint: {name}@{number}{dropped}")),
+        Ok(None) => None,
+        Err(why) => {
+            tracing::warn!(session = name, "checkpoint not kept: {why}");
+            Some(format!(
+                "checkpoint: none kept for this call ({why}){dropped}"
+            ))
+        }
+    }
 }
 
 /// `inner`, shared, and counted among the tables whose idle sessions the

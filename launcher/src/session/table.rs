@@ -28,6 +28,8 @@ pub struct Settings {
     pub max_total: usize,
     pub idle_timeout: Duration,
     pub max_lifetime: Duration,
+    /// Checkpoints kept per session (0: none, and no `from`).
+    pub max_checkpoints: usize,
 }
 
 /// The defaults config.rs declares.
@@ -38,6 +40,8 @@ impl Default for Settings {
             max_total: usize::try_from(settings::MAX_SESSIONS_TOTAL.number()).unwrap_or(usize::MAX),
             idle_timeout: Duration::from_secs(settings::SESSION_IDLE_TIMEOUT.number()),
             max_lifetime: Duration::from_secs(settings::SESSION_MAX_LIFETIME.number()),
+            max_checkpoints: usize::try_from(settings::MAX_CHECKPOINTS.number())
+                .unwrap_or(usize::MAX),
         }
     }
 }
@@ -109,7 +113,8 @@ pub struct Entry {
 /// An idle session's jail; `Empty` when its restart failed (the next call
 /// starts one).
 pub enum Slot {
-    Jail(Jail),
+    /// Boxed: an empty slot takes no jail's room.
+    Jail(Box<Jail>),
     Empty,
 }
 
@@ -129,9 +134,10 @@ impl Inner {
         }
     }
 
-    /// Starts a jail for session `name`.
-    pub fn spawn(&self, name: &str, env: &Env) -> Result<Jail, Error> {
-        Jail::spawn(env, &self.spawner, name).map_err(|cause| {
+    /// Starts a jail for session `name`; `restore`: its wrapper waits for
+    /// its layer to be filled from a checkpoint (Jail::restored).
+    pub fn spawn(&self, name: &str, env: &Env, restore: bool) -> Result<Jail, Error> {
+        Jail::spawn(env, &self.spawner, name, restore).map_err(|cause| {
             tracing::error!(session = name, env = %env.name, error = %cause, "cannot start the session jail");
             Error::from(NotStarted::session(env, cause))
         })

@@ -37,7 +37,7 @@ pub async fn call(
     cx: &Context<'_>,
 ) -> Result<CallOutcome, Error> {
     let started = Instant::now();
-    let mut jail = Jail::spawn(env, cx.spawner, "run").map_err(|cause| {
+    let mut jail = Jail::spawn(env, cx.spawner, "run", false).map_err(|cause| {
         tracing::error!(env = %env.name, error = %cause, "cannot start a session jail for a run");
         Error::from(NotStarted::session(env, cause))
     })?;

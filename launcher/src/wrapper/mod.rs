@@ -88,6 +88,13 @@ impl WrapperEnv {
         Self(vars)
     }
 
+    /// These and `more`.
+    pub fn with_all(&self, more: impl IntoIterator<Item = (&'static str, OsString)>) -> Self {
+        let mut vars = self.0.clone();
+        vars.extend(more);
+        Self(vars)
+    }
+
     /// The value of `name` among them.
     pub fn get(&self, name: &str) -> Option<&OsStr> {
         self.vars().find(|(k, _)| *k == name).map(|(_, v)| v)

@@ -16,6 +16,7 @@ mod deadline;
 mod devshell;
 mod errors;
 mod files_in;
+mod fork;
 mod hostile;
 mod http;
 mod http_bounds;

@@ -80,6 +80,17 @@ fn chown_tree(dir: &Path, uid: u32) {
     }
 }
 
+/// [`project`], owned by 65534 when the test is root (the unprivileged
+/// server's, as a real project is its user's).
+fn unprivileged_project(root: &Path) -> std::path::PathBuf {
+    let (project, _) = project(root);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { nix::libc::geteuid() } == 0 {
+        chown_tree(&project, 65534);
+    }
+    project
+}
+
 /// A server as `user` serving `manifest` over `project` made writable.
 async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> Server {
     Server::start_command(
@@ -356,11 +367,7 @@ async fn a_session_cannot_write_past_its_layer_bound() {
 async fn a_reset_says_the_project_changes_are_lost() {
     let user = User::unprivileged();
     let tmp = tempfile::tempdir().unwrap();
-    let (project, _) = project(tmp.path());
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { nix::libc::geteuid() } == 0 {
-        chown_tree(&project, 65534);
-    }
+    let project = unprivileged_project(tmp.path());
     let mut manifest = template();
     manifest["environments"]["shell"]["limits"]["timeout_s"] = json!(1);
     let s = writable(user, &manifest, &project).await;
@@ -384,4 +391,61 @@ async fn a_reset_says_the_project_changes_are_lost() {
             "ls /project/mine 2>&1 || echo gone"}))
         .await;
     assert!(text(&r).contains("gone"), "{}", text(&r));
+}
+
+/// A session started from a checkpoint gets that call's project layer
+/// exactly: files added, deleted (whiteouts) and a directory removed and
+/// made again (opaque), none of the later changes, the host untouched.
+#[tokio::test]
+async fn a_fork_carries_the_project_layer_as_it_was() {
+    let user = User::unprivileged();
+    let tmp = tempfile::tempdir().unwrap();
+    let project = unprivileged_project(tmp.path());
+    let before = snapshot(&project);
+    let s = Server::start_command(
+        user.command(),
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store"],
+        &[
+            ("PROJECT_DIR", project.to_str().unwrap()),
+            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
+            ("NIX_SANDBOX_MAX_CHECKPOINTS", "8"),
+        ],
+    )
+    .await;
+    let r = s
+        .call(json!({"env": "shell", "session": "w", "code":
+            "rm /project/gone.txt && mkdir /project/new && echo n > /project/new/x \
+             && rm -r /project/src && mkdir /project/src && echo fresh > /project/src/other"}))
+        .await;
+    assert!(text(&r).contains("checkpoint: w@1"), "{}", text(&r));
+    let r = s
+        .call(json!({"env": "shell", "session": "w", "code":
+            "echo later > /project/later; echo back > /project/gone.txt"}))
+        .await;
+    assert!(text(&r).contains("checkpoint: w@2"), "{}", text(&r));
+    let r = s
+        .call(
+            json!({"env": "shell", "session": "v", "from": "w@1", "code":
+            "ls /project/src; cat /project/new/x; [ -e /project/gone.txt ] || echo no-gone; \
+             [ -e /project/later ] || echo no-later; [ -e /project/src/main.sh ] || echo opaque"}),
+        )
+        .await;
+    let out = text(&r);
+    for want in [
+        "other",
+        "\nn\n",
+        "no-gone",
+        "no-later",
+        "opaque",
+        "started from w@1",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+    let diff = diff(&s, "v").await;
+    assert!(
+        diff.contains("gone.txt") && diff.contains("new/x"),
+        "{diff}"
+    );
+    assert_eq!(snapshot(&project), before);
 }

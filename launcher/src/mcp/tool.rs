@@ -381,7 +381,12 @@ mod tests {
             .with("session", json!(["/x/session"]))
             .with("packages_on_demand", policy)
             .build()]);
-        let tool = run_tool(&c, &session::Settings::default());
+        // With checkpoints kept, every argument is offered.
+        let sessions = session::Settings {
+            max_checkpoints: 3,
+            ..session::Settings::default()
+        };
+        let tool = run_tool(&c, &sessions);
         assert_eq!(tool.input_schema["required"], json!(["code"]));
         let properties = tool.input_schema["properties"].as_object().unwrap();
         for (name, property) in properties {
@@ -390,6 +395,35 @@ mod tests {
             }
         }
         assert_eq!(properties.len(), 8, "{properties:?}");
+    }
+
+    #[test]
+    fn fork_arguments_are_offered_only_where_checkpoints_are_kept() {
+        let c = testing::catalog([testing::env("python")
+            .with("session", json!(["/x/session"]))
+            .build()]);
+        let names = |settings: &session::Settings| -> Vec<String> {
+            let tool = run_tool(&c, settings);
+            tool.input_schema["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        let off = names(&session::Settings::default());
+        assert!(
+            !off.contains(&"from".to_owned()) && !off.contains(&"end".to_owned()),
+            "{off:?}"
+        );
+        let on = names(&session::Settings {
+            max_checkpoints: 1,
+            ..session::Settings::default()
+        });
+        assert!(
+            on.contains(&"from".to_owned()) && on.contains(&"end".to_owned()),
+            "{on:?}"
+        );
     }
 
     #[test]

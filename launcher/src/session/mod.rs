@@ -427,7 +427,10 @@ impl Sessions {
         let kept: Vec<u64> = jail.history.list.iter().map(|c| c.number).collect();
         let calls = jail.history.calls;
         let why = if !jail.has_session_layer() {
-            Some("its sandbox keeps no session layer (built before forks)")
+            Some(
+                "its sandbox keeps no session layer (a sandbox built before forks, or a server \
+                 that could make no layers directory in /var/tmp: its start-up log says why)",
+            )
         } else if origin.number.is_none() {
             None
         } else if self.inner.settings.max_checkpoints == 0 {

@@ -227,6 +227,7 @@ in
         NIX_SANDBOX_MAX_SESSIONS = "32";
         NIX_SANDBOX_MAX_SESSIONS_TOTAL = "32";
         NIX_SANDBOX_MAX_CHECKPOINTS = "0";
+        NIX_SANDBOX_FILES_MB = "50";
         NIX_SANDBOX_MAX_RUNS = "8";
         NIX_SANDBOX_MAX_UNREAD_BYTES = "16777216";
         NIX_SANDBOX_MAX_COMPOSITIONS = "1";
@@ -284,6 +285,8 @@ in
               maxUnreadBytes = 1024;
               maxCompositions = 2;
               packagesCacheMax = 8;
+              maxCheckpoints = 3;
+              filesMb = 8;
             };
           }
         ]).programs.mcp.servers.nix-sandbox.env;
@@ -292,7 +295,8 @@ in
         SESSION_MAX_LIFETIME = "600";
         NIX_SANDBOX_MAX_SESSIONS = "4";
         NIX_SANDBOX_MAX_SESSIONS_TOTAL = "6";
-        NIX_SANDBOX_MAX_CHECKPOINTS = "0";
+        NIX_SANDBOX_MAX_CHECKPOINTS = "3";
+        NIX_SANDBOX_FILES_MB = "8";
         NIX_SANDBOX_MAX_RUNS = "2";
         NIX_SANDBOX_MAX_UNREAD_BYTES = "1024";
         NIX_SANDBOX_MAX_COMPOSITIONS = "2";
@@ -344,6 +348,7 @@ in
           NIX_SANDBOX_MAX_SESSIONS = "32";
           NIX_SANDBOX_MAX_SESSIONS_TOTAL = "32";
           NIX_SANDBOX_MAX_CHECKPOINTS = "0";
+          NIX_SANDBOX_FILES_MB = "50";
           NIX_SANDBOX_MAX_RUNS = "8";
           NIX_SANDBOX_MAX_UNREAD_BYTES = "16777216";
           NIX_SANDBOX_MAX_COMPOSITIONS = "1";

@@ -25,9 +25,11 @@ use crate::wrapper::host::Host;
 /// most (about 12 tokens): its first sentence, cut at a word past this.
 const MAX_DESCRIPTION_CHARS: usize = 48;
 
-/// The `run` tool: `code`, `env` (enumerated, each with what it holds,
-/// the default named) and, when an environment has sessions, `session`
-/// (with how long one lives) and `files`.
+/// The `run` tool: `code`, `env` (a string whose description names each
+/// environment with what it holds, the default first), `timeout_s`; when
+/// an environment has sessions, `session` (with how long one lives) and
+/// `files`, and `from` and `end` where checkpoints are kept; `packages`
+/// and `publish` where an environment allows them.
 pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     let mut env = json!({"type": "string", "nullable": true});
     match catalog.default_env() {

@@ -191,7 +191,6 @@ pub async fn run(
     let (mut timed_out, mut cancelled) = (false, false);
     let flood_at = (spec.output_bytes as u64).saturating_mul(FLOOD_FACTOR);
     let flood = tokio::sync::Notify::new();
-    let mut flooded = None;
     let exit = {
         let work = async {
             let write = async {
@@ -225,43 +224,49 @@ pub async fn run(
             }
         }
     };
-    for (stream, cap) in [("stdout", &out), ("stderr", &err)] {
-        if cap.total() > flood_at && flooded.is_none() {
-            flooded = Some(Flood {
-                stream,
-                after_bytes: flood_at,
-            });
-        }
-    }
+
     group.kill();
-    let usage = match wrapper.cgroup {
-        Some(cgroup) => {
-            let stats = cgroup.stats();
-            // Removed after the answer, not before: the run's processes
-            // are gone, and nothing of the answer waits for the rmdir.
-            wrapper::reaper::track(async move {
-                if tokio::task::spawn_blocking(move || cgroup.remove())
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!("removing a run's cgroup panicked");
-                }
-            });
-            Some(stats)
-        }
-        None => None,
-    };
+    let usage = wrapper.cgroup.map(counted);
     Ok(RunOutcome {
         exit,
         timed_out,
         cancelled,
-        flooded,
+        flooded: Flood::of(&out, &err, flood_at),
         stdout: out,
         stderr: err,
         duration: started.elapsed(),
         usage,
         refusals: spec.gate.map(Gate::take_refusals).unwrap_or_default(),
     })
+}
+
+impl Flood {
+    /// The stream that passed `at` bytes, stdout first, if one did.
+    fn of(out: &Cap, err: &Cap, at: u64) -> Option<Self> {
+        [("stdout", out), ("stderr", err)]
+            .into_iter()
+            .find(|(_, cap)| cap.total() > at)
+            .map(|(stream, _)| Self {
+                stream,
+                after_bytes: at,
+            })
+    }
+}
+
+/// What the run's cgroup counted; the cgroup is removed after the answer,
+/// not before: the run's processes are gone, and nothing of the answer
+/// waits for the rmdir.
+fn counted(cgroup: wrapper::cgroup::RunCgroup) -> Stats {
+    let stats = cgroup.stats();
+    wrapper::reaper::track(async move {
+        if tokio::task::spawn_blocking(move || cgroup.remove())
+            .await
+            .is_err()
+        {
+            tracing::warn!("removing a run's cgroup panicked");
+        }
+    });
+    stats
 }
 
 /// Kills the group, then lets the readers see EOF and the reaper report.

@@ -534,17 +534,20 @@ class Bench:
             self.row(figure, value)
 
     def progress(self):
-        """A flooding run on the Nix-built server, with and without a
-        progressToken (notifications every second carrying the newest
+        """A run streaming output on the Nix-built server, with and without
+        a progressToken (notifications every second carrying the newest
         output lines, from a fixed ring the pipe readers fill): the server's
         own CPU time per GiB of output it read, and its resident memory,
-        which progress must leave flat. The kinds take turns, three rounds;
-        CPU per GiB, since how much `yes` writes in its seconds depends on
-        the machine's load."""
+        which progress must leave flat. The kinds take turns, three rounds.
+        The stream is bursts of 2.5 MB every quarter second, about 50 MB in
+        all: under the 64 MiB past which a flood is stopped. Then a `yes`
+        with no end, which the server stops: its CPU until then."""
         seconds, rounds = self.args.flood_seconds, 3
-        self.section(f"progress under a flood: `yes` for {seconds} s in shell, without and with a progressToken, "
-                     f"{rounds} rounds taking turns (the server's CPU time per GiB read; VmRSS sampled every 20 ms)")
-        code = f"timeout {seconds} yes; true"
+        self.section(f"progress under a stream: 2.5 MB every 0.25 s for {seconds} s in shell, without and with a "
+                     f"progressToken, {rounds} rounds taking turns (the server's CPU time per GiB read; VmRSS sampled "
+                     f"every 20 ms); then `yes` with no end, stopped by the server")
+        code = (f"for i in $(seq {seconds * 4}); do head -c 2500000 /dev/zero | tr '\\0' y; echo; sleep 0.25; "
+                f"done")
         client = self.start([self.server_bin, "--stdio"])
         kinds = {"without": None, "with": {"progressToken": "bench-flood"}}
         figures = {label: {"cpu_s": 0.0, "bytes": 0, "rss_before": 0, "rss_peak": 0, "notifications": 0}
@@ -560,6 +563,7 @@ class Bench:
                     total["rss_before"] = max(total["rss_before"], one["rss_before"])
                     total["rss_peak"] = max(total["rss_peak"], one["rss_peak"])
                     total["notifications"] += one["notifications"]
+            stopped = [self.flood(client, "yes", None, flooded=True) for _ in range(rounds)]
         finally:
             client.close()
         for f in figures.values():
@@ -576,14 +580,23 @@ class Bench:
                  f"{with_['cpu_s_per_gib']:.2f} s vs {without['cpu_s_per_gib']:.2f} s ({ratio:.2f}x)", "<= 1.10x",
                  ratio <= 1.10)
         grew = with_["rss_peak"] - without["rss_peak"]
-        self.row("server peak VmRSS in the flood, with progress minus without", f"{grew / 1024:+.1f} MiB",
+        self.row("server peak VmRSS in the stream, with progress minus without", f"{grew / 1024:+.1f} MiB",
                  "<= 1 MiB", grew <= 1024)
+        cpu = summary([one["cpu_s"] for one in stopped])
+        most = max(one["cpu_s"] for one in stopped) * 1000
+        self.lines([f"`yes` with no end ({rounds} runs): stopped after {stopped[0]['bytes'] / (1 << 20):.0f} MiB read "
+                    f"(the stop is 1024 times output_bytes); server CPU p50 {ms(cpu['p50'])}, max {ms(most)}; "
+                    f"wall time p50 {ms(summary([one['wall_s'] for one in stopped])['p50'])}"])
+        self.results["flood_stopped"] = stopped
+        self.row("`yes` with no end: server CPU until the server stops it, max of 3", ms(most), "< 1 s",
+                 most < 1000)
 
     @staticmethod
-    def flood(client, code, meta):
-        """One flooding call: the server's CPU seconds during it, the bytes
+    def flood(client, code, meta, flooded=False):
+        """One streaming call: the server's CPU seconds during it, the bytes
         it read (kept and dropped), its VmRSS before and at its peak, the
-        progress notifications received."""
+        progress notifications received; `flooded`: the server must have
+        stopped it as a flood."""
         peak, stop = [0], threading.Event()
 
         def sample():
@@ -595,18 +608,21 @@ class Bench:
         cpu = procs.cpu_seconds(client.pid)
         sampler = threading.Thread(target=sample)
         sampler.start()
+        wall = time.monotonic()
         try:
             result, text = client.run(code, env="shell", meta=meta)
         finally:
+            wall = time.monotonic() - wall
             stop.set()
             sampler.join()
         cpu = procs.cpu_seconds(client.pid) - cpu
         facts = (result.get("_meta") or {}).get("nix-sandbox-mcp/result") or {}
-        if result.get("isError") or not text.startswith("y\n") or "stdout_dropped_bytes" not in facts:
-            raise Unmeasured(f"the flood gave {text[:200]!r}, facts {facts}")
+        if (bool(result.get("isError")) != flooded or not text.startswith("y") or "stdout_dropped_bytes" not in facts
+                or (facts.get("flooded") == "stdout") != flooded):
+            raise Unmeasured(f"the stream gave {text[:200]!r}, facts {facts}")
         read = len(text.encode()) + facts["stdout_dropped_bytes"]
         return {"cpu_s": cpu, "bytes": read, "rss_before": before, "rss_peak": max(peak[0], before),
-                "notifications": client.progress_seen}
+                "notifications": client.progress_seen, "wall_s": wall}
 
     def sessions(self):
         """Sessions on the Nix-built server, and on the fixture wrappers with

@@ -359,9 +359,7 @@ impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
             output_max_bytes: self.mib(&OUTPUT_MAX_MB)?,
             output_call_bytes: self.mib(&OUTPUT_CALL_MB)?,
             files_bytes: usize::try_from(self.mib(&FILES_MB)?).unwrap_or(usize::MAX),
-            layers_bytes: self
-                .given(&LAYERS_MB)?
-                .map(|n| n.saturating_mul(1 << 20)),
+            layers_bytes: self.given(&LAYERS_MB)?.map(|n| n.saturating_mul(1 << 20)),
         })
     }
 }

@@ -304,7 +304,10 @@ mod tests {
         let refused = layers(true, Some(OsStr::new("/p")), true)
             .and_then(Result::err)
             .unwrap_or_default();
-        assert!(refused.contains("not served by this root server"), "{refused}");
+        assert!(
+            refused.contains("not served by this root server"),
+            "{refused}"
+        );
         assert!(refused.contains("idmapped mount"), "{refused}");
     }
 
@@ -316,7 +319,8 @@ mod tests {
             .and_then(Result::err)
             .unwrap_or_default();
         assert!(
-            refused.contains("through an idmapped mount of the project, and this host makes none (")
+            refused
+                .contains("through an idmapped mount of the project, and this host makes none (")
                 && (refused.contains("mount_setattr") || refused.contains("open_tree")),
             "{refused}"
         );

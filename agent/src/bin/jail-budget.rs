@@ -410,18 +410,33 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
             _ => return Err("the server did not fill the session's layer".into()),
         }
     }
-    let Some(lower_fd) = lower_fd else {
-        return Ok(());
-    };
+    match lower_fd {
+        Some(lower_fd) => mount_project(layer, &layer_fd, lower_fd),
+        None => Ok(()),
+    }
+}
+
+/// The project's overlay at `merged` in the layer (`layer_fd`): `lower_fd`
+/// (the project, or the server's idmapped mount of it) overlaid by
+/// `upper`.
+fn mount_project(
+    layer: &Layer,
+    layer_fd: &std::os::fd::OwnedFd,
+    lower_fd: std::os::fd::OwnedFd,
+) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
     // Relative to the layer directory: its path may hold commas or colons,
     // which the overlay's options would read as separators.
-    nix::unistd::fchdir(&layer_fd).map_err(|e| format!("cannot enter the project layer: {e}"))?;
+    nix::unistd::fchdir(layer_fd).map_err(|e| format!("cannot enter the project layer: {e}"))?;
     if layer.idmapped.is_some() {
         attach_idmapped(&lower_fd)?;
     }
     let lowerdir = match layer.idmapped {
         Some(_) => "lower".to_owned(),
-        None => format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&lower_fd)),
+        None => format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&lower_fd)
+        ),
     };
     let options = format!("lowerdir={lowerdir},upperdir=upper,workdir=work,userxattr");
     mount(
@@ -673,8 +688,28 @@ mod tests {
             &["--restore", "--", "x"],
             &["--layer", "/l", "--project-lower", "/p", "--", "x"],
             &["--layer", "/l", "--layer-size", "0", "--", "x"],
-            &["--layer", "/l", "--layer-size", "1", "--project-lower-fd", "5", "--", "x"],
-            &["--layer", "/l", "--layer-size", "1", "--project-lower", "/p", "--project-lower-fd", "2", "--", "x"],
+            &[
+                "--layer",
+                "/l",
+                "--layer-size",
+                "1",
+                "--project-lower-fd",
+                "5",
+                "--",
+                "x",
+            ],
+            &[
+                "--layer",
+                "/l",
+                "--layer-size",
+                "1",
+                "--project-lower",
+                "/p",
+                "--project-lower-fd",
+                "2",
+                "--",
+                "x",
+            ],
             &["--project-lower-fd", "5", "--", "x"],
             &["--ipc", "core_pattern=1", "--", "x"],
             &["--ipc", "semmsl=250", "--", "x"],

@@ -163,7 +163,12 @@ impl Layer {
         self
     }
 
-    /// Its reservation, for whatever keeps its tmpfs alive longer.
+    /// Its reservation, for whatever keeps its tmpfs alive longer (a fork
+    /// that holds its source's tmpfs).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "for forks that keep a source's tmpfs alive")
+    )]
     pub fn reservation(&self) -> Option<Arc<pool::Reservation>> {
         self.reservation.clone()
     }

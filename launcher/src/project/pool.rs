@@ -72,15 +72,10 @@ impl Pool {
     }
 
     /// Bytes held now, and by how many layers.
+    #[cfg(test)]
     pub fn held(&self) -> (u64, u64) {
         let held = *self.held.lock().unwrap_or_else(|p| p.into_inner());
         (held.bytes, held.layers)
-    }
-}
-
-impl Reservation {
-    pub fn bytes(&self) -> u64 {
-        self.bytes
     }
 }
 

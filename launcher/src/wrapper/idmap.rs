@@ -123,7 +123,8 @@ fn map_namespace(from: (u32, u32), to: (u32, u32)) -> io::Result<OwnedFd> {
         }
         unreachable!("exit_group returned");
     }
-    let pid = Errno::result(pid).map_err(|e| io::Error::other(format!("clone(CLONE_NEWUSER): {e}")))?;
+    let pid =
+        Errno::result(pid).map_err(|e| io::Error::other(format!("clone(CLONE_NEWUSER): {e}")))?;
     drop(wait);
     let pid = nix::unistd::Pid::from_raw(pid as i32);
     let made = (|| {

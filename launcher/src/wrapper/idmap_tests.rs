@@ -27,15 +27,17 @@ fn the_owner_shows_as_the_jail_and_nothing_is_writable() {
         std::os::unix::fs::chown(path, Some(id), Some(id)).unwrap();
     }
     std::os::unix::fs::chown(project.join("theirs"), Some(4343), Some(4343)).unwrap();
-    std::fs::set_permissions(project.join("mine"), std::fs::Permissions::from_mode(0o666))
-        .unwrap();
+    std::fs::set_permissions(project.join("mine"), std::fs::Permissions::from_mode(0o666)).unwrap();
     assert_eq!(owner(&project).unwrap(), (4242, 4242));
     let mount = project_mount(&project, (4242, 4242), jail).unwrap();
     let seen = |name: &str| {
         let path = format!("/proc/self/fd/{}/{name}", mount.as_raw_fd());
         std::fs::symlink_metadata(path).unwrap()
     };
-    assert_eq!((seen("mine").uid(), seen("mine").gid()), (0x7000_0101, 0x7000_0101));
+    assert_eq!(
+        (seen("mine").uid(), seen("mine").gid()),
+        (0x7000_0101, 0x7000_0101)
+    );
     assert_eq!(seen(".").uid(), 0x7000_0101);
     assert_eq!(seen("theirs").uid(), 65534);
     let written = std::fs::OpenOptions::new()
@@ -47,6 +49,9 @@ fn the_owner_shows_as_the_jail_and_nothing_is_writable() {
     );
     let made = std::fs::write(format!("/proc/self/fd/{}/new", mount.as_raw_fd()), "x");
     assert_eq!(made.map_err(|e| e.raw_os_error()), Err(Some(libc::EROFS)));
-    assert_eq!(std::fs::read_to_string(project.join("mine")).unwrap(), "mine\n");
+    assert_eq!(
+        std::fs::read_to_string(project.join("mine")).unwrap(),
+        "mine\n"
+    );
     assert!(!project.join("new").exists());
 }

@@ -270,8 +270,8 @@ fn idmapped_lower(env: &WrapperEnv, user: Option<&Lease>) -> Result<Option<Owned
         return Ok(None);
     };
     let project = Path::new(project);
-    let made = idmap::owner(project)
-        .and_then(|owner| idmap::project_mount(project, owner, user.ids()));
+    let made =
+        idmap::owner(project).and_then(|owner| idmap::project_mount(project, owner, user.ids()));
     made.map(Some).map_err(|e| {
         StartError::Project(io::Error::other(format!(
             "cannot give the jail's uid the project's files through an idmapped mount: {e}"

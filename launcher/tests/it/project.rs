@@ -498,7 +498,11 @@ async fn sessions_past_the_bound_on_all_layers_are_refused() {
         let r = s
             .call(json!({"env": "shell", "session": "a", "code": "true", "end": true}))
             .await;
-        assert!(text(&r).contains("ended, as asked"), "{user:?}: {}", text(&r));
+        assert!(
+            text(&r).contains("ended, as asked"),
+            "{user:?}: {}",
+            text(&r)
+        );
         // Its reservation goes with its jail's last process, reaped a moment
         // after the end.
         let mut tries = 0;

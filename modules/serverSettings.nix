@@ -186,8 +186,8 @@ in
       each is a tmpfs of its environment's `workspace_mb` (memory) holding
       the session's `/workspace`, project changes and checkpoints, reserved
       while its jail lives; a session whose layer does not fit is refused
-      with `layers_full`. `null`: the server's default, half of the
-      machine's memory (`MemTotal`).
+      with `layers_full`. `null`: the server's default, the machine's
+      memory (`MemTotal`).
     '';
     example = 8192;
   };

@@ -81,7 +81,7 @@ pub struct Bounds {
     /// Bytes the `files` of one call hold at most, all together.
     pub files_bytes: usize,
     /// Bytes all session layers may reserve together; `None`: the default,
-    /// half of MemTotal (project::pool::default_bytes), read at start.
+    /// MemTotal (project::pool::default_bytes), read at start.
     pub layers_bytes: Option<u64>,
 }
 

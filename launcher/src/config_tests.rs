@@ -417,7 +417,7 @@ fn the_layers_bound_is_the_default_unless_given_and_a_bad_value_is_named() {
     let bound = |argv: &[&str], vars: &[(&str, &str)]| {
         parse(args(argv), env(vars)).map(|o| o.bounds.layers_bytes)
     };
-    // Unset: half of MemTotal, read where the layers are made.
+    // Unset: MemTotal, read where the layers are made.
     assert_eq!(bound(&[], &[]), Ok(None));
     assert_eq!(
         bound(&[], &[("NIX_SANDBOX_LAYERS_MB", "512")]),

@@ -147,7 +147,7 @@ fn layers_line(layers: &Layers, largest: Option<(u64, &str)>) -> String {
     };
     let mut line = format!(
         "layers: {bound} for all session layers together (NIX_SANDBOX_LAYERS_MB, --layers-mb; \
-         default half of MemTotal), each a tmpfs of its environment's workspace_mb reserved \
+         default MemTotal), each a tmpfs of its environment's workspace_mb reserved \
          while its jail lives"
     );
     if let Some((mb, name)) = largest {

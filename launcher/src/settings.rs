@@ -374,7 +374,7 @@ pub const FILES_MB: Setting = Setting {
 pub const LAYERS_MB: Setting = Setting {
     value: Some("MB"),
     var: Some(("NIX_SANDBOX_LAYERS_MB", VarRole::Fallback)),
-    default: Some(Default::Text("half of MemTotal")),
+    default: Some(Default::Text("MemTotal")),
     ..setting(
         Key::LayersMb,
         "layers-mb",

@@ -103,8 +103,12 @@ impl fmt::Display for Full {
     }
 }
 
-/// Half of this machine's memory (`MemTotal` of /proc/meminfo), the
-/// default bound; `None` when it cannot be read.
+/// This machine's memory (`MemTotal` of /proc/meminfo), the default
+/// bound: a layer's size is a ceiling its session fills only as it writes
+/// (and, with a cgroup, within its `memory_mb`), so the bound keeps the
+/// ceilings together within what the machine has; a smaller share would
+/// refuse the default 32 sessions of 512 MiB on a machine of 24 GiB.
+/// `None` when it cannot be read.
 pub fn default_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kib: u64 = meminfo
@@ -115,7 +119,7 @@ pub fn default_bytes() -> Option<u64> {
         .trim()
         .parse()
         .ok()?;
-    Some(kib.saturating_mul(1024) / 2)
+    Some(kib.saturating_mul(1024))
 }
 
 #[cfg(test)]
@@ -150,9 +154,9 @@ mod tests {
     }
 
     #[test]
-    fn the_default_is_half_of_memtotal() {
-        let half = default_bytes().expect("/proc/meminfo has MemTotal");
-        assert!(half > 1 << 20, "{half}");
+    fn the_default_is_memtotal() {
+        let total = default_bytes().expect("/proc/meminfo has MemTotal");
+        assert!(total > 1 << 20, "{total}");
     }
 
     #[test]

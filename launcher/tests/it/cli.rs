@@ -62,13 +62,14 @@ fn env_lines(o: &std::process::Output) -> String {
         "cgroups: ",
         "limits: ",
         "http listener: ",
+        "layers: ",
         "project: ",
     ];
     let (facts, envs): (Vec<&str>, Vec<&str>) = out
         .lines()
         .partition(|l| host.iter().any(|h| l.starts_with(h)));
     // The kernel budgets' line is a user server's only.
-    assert!([6, 7].contains(&facts.len()), "{out}");
+    assert!([7, 8].contains(&facts.len()), "{out}");
     envs.iter().map(|l| format!("{l}\n")).collect()
 }
 
@@ -114,6 +115,40 @@ fn check_passes_on_this_machine() {
             .is_some_and(|l| l.starts_with("http listener: ok (")),
         "{listener:?}"
     );
+    // The bound on all session layers, MemTotal by default.
+    let layers = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("layers: "))
+        .map(str::to_owned);
+    assert!(
+        layers
+            .as_deref()
+            .is_some_and(|l| l.starts_with("layers: at most ")
+                && l.contains("MiB for all session layers together (NIX_SANDBOX_LAYERS_MB")
+                && l.ends_with("the largest here: `shell`'s 512 MiB")),
+        "{layers:?}"
+    );
+    // A bound below an environment's layer fails the check.
+    let o = launcher(&[
+        "--check",
+        "--allow-wrappers-outside-store",
+        "--layers-mb",
+        "100",
+        "--manifest",
+    ])
+    .arg(&m.path)
+    .output()
+    .unwrap();
+    assert!(
+        stdout(&o).contains(
+            "\nlayers: FAIL: `shell`'s workspace_mb (512 MiB) is over the bound on all session \
+             layers (100 MiB): every session of it would be refused (layers_full); raise \
+             NIX_SANDBOX_LAYERS_MB\n"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(o.status.code(), Some(1));
 }
 
 #[test]

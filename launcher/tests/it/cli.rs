@@ -81,6 +81,14 @@ const FIXTURE_OK: &str = "ok (limits hold; seccomp filter off; kernel budgets he
                           writable mounts bounded, 512 MiB in all (/tmp 256 MiB, /dev/shm 256 MiB), \
                           the rest read-only)";
 
+/// The line of `--check`'s output that starts with `prefix`.
+fn line_of(o: &std::process::Output, prefix: &str) -> Option<String> {
+    stdout(o)
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+}
+
 #[test]
 fn check_passes_on_this_machine() {
     let m = Manifest::new(&template());
@@ -105,10 +113,7 @@ fn check_passes_on_this_machine() {
     );
     // A loopback --http port would be held on both families (or this host
     // has no IPv6 loopback for anyone to take).
-    let listener = stdout(&o)
-        .lines()
-        .find(|l| l.starts_with("http listener: "))
-        .map(str::to_owned);
+    let listener = line_of(&o, "http listener: ");
     assert!(
         listener
             .as_deref()
@@ -116,10 +121,7 @@ fn check_passes_on_this_machine() {
         "{listener:?}"
     );
     // The bound on all session layers, MemTotal by default.
-    let layers = stdout(&o)
-        .lines()
-        .find(|l| l.starts_with("layers: "))
-        .map(str::to_owned);
+    let layers = line_of(&o, "layers: ");
     assert!(
         layers
             .as_deref()

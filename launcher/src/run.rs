@@ -161,6 +161,9 @@ pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcom
         Err(StartError::Egress(e)) => {
             tracing::error!(env = %env.name, error = %e, "no network gate for the run");
         }
+        Err(e @ (StartError::Project(_) | StartError::Layers(_))) => {
+            tracing::error!(env = %env.name, error = %e, "cannot start the run's layer");
+        }
     }
     ran.map_err(|cause| NotStarted::run(env, cause))
 }

@@ -17,9 +17,12 @@
 //!   layer and is never on the host's disk; the server reads `upper`
 //!   through `/proc/PID/root` of the jail's wrapper. It lives as long as
 //!   the jail: a reset starts a fresh one.
+//! - [`pool::Pool`]: the server-wide bound on all layers' tmpfs sizes;
+//!   each session jail's layer holds a [`pool::Reservation`] of its size.
 
 pub mod checkpoint;
 pub mod diff;
+pub mod pool;
 
 use std::ffi::OsString;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
@@ -59,6 +62,8 @@ pub struct Layers {
     dir: PathBuf,
     lower: Option<PathBuf>,
     next: AtomicU64,
+    /// The bound on all layers' sizes (unbounded until [`Layers::bounded`]).
+    pool: Arc<pool::Pool>,
 }
 
 impl Layers {
@@ -76,6 +81,7 @@ impl Layers {
                         dir,
                         lower: project.map(Path::to_owned),
                         next: AtomicU64::new(0),
+                        pool: pool::Pool::new(u64::MAX),
                     });
                 }
                 Err(e) => last = Some(e),
@@ -86,6 +92,23 @@ impl Layers {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// These layers, `bytes` at most in all (`NIX_SANDBOX_LAYERS_MB`).
+    pub fn bounded(mut self, bytes: u64) -> Self {
+        self.pool = pool::Pool::new(bytes);
+        self
+    }
+
+    /// The bound on all layers.
+    pub fn pool(&self) -> &pool::Pool {
+        &self.pool
+    }
+
+    /// Holds `bytes` of the bound for one layer (its tmpfs's size), or
+    /// says what holds it.
+    pub fn reserve(&self, bytes: u64) -> Result<pool::Reservation, pool::Full> {
+        self.pool.reserve(bytes)
     }
 
     /// The project the layers are over, when it is writable.
@@ -106,6 +129,7 @@ impl Layers {
             host_dev,
             lower: self.lower.clone().filter(|_| project),
             seen: Mutex::new(None),
+            reservation: None,
         })
     }
 }
@@ -128,9 +152,27 @@ pub struct Layer {
     lower: Option<PathBuf>,
     /// The upper directory's fingerprint when its changes were last told.
     seen: Mutex<Option<u64>>,
+    /// Its tmpfs's share of the bound on all layers.
+    reservation: Option<Arc<pool::Reservation>>,
 }
 
 impl Layer {
+    /// This layer holding `reservation` (its tmpfs's size) while it lives.
+    pub fn holding(mut self, reservation: pool::Reservation) -> Self {
+        self.reservation = Some(Arc::new(reservation));
+        self
+    }
+
+    /// Its reservation, for whatever keeps its tmpfs alive longer (a fork
+    /// that holds its source's tmpfs).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "for forks that keep a source's tmpfs alive")
+    )]
+    pub fn reservation(&self) -> Option<Arc<pool::Reservation>> {
+        self.reservation.clone()
+    }
+
     /// The variables the wrapper reads.
     pub fn vars(&self) -> Vec<(&'static str, OsString)> {
         let mut vars = vec![(LAYER_VAR, self.dir.clone().into_os_string())];

@@ -379,6 +379,13 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
             _ => return Err("the server did not fill the session's layer".into()),
         }
     }
+    let lowers = match layer.restore {
+        true => attached_lowers(&layer_fd),
+        false => Vec::new(),
+    };
+    if !lowers.is_empty() {
+        mount_forked_workspace(&layer_fd, &lowers)?;
+    }
     let Some(lower_fd) = lower_fd else {
         return Ok(());
     };
@@ -386,7 +393,8 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     // which the overlay's options would read as separators.
     nix::unistd::fchdir(&layer_fd).map_err(|e| format!("cannot enter the project layer: {e}"))?;
     let options = format!(
-        "lowerdir=/proc/self/fd/{},upperdir=upper,workdir=work,userxattr",
+        "lowerdir={}/proc/self/fd/{},upperdir=upper,workdir=work,userxattr",
+        forked_project_lowers(&layer_fd, &lowers),
         std::os::fd::AsRawFd::as_raw_fd(&lower_fd)
     );
     mount(
@@ -404,6 +412,66 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     })?;
     nix::unistd::chdir("/").map_err(|e| format!("cannot leave the project layer: {e}"))?;
     Ok(())
+}
+
+/// The checkpoints the server mounted at DIR/base/0, DIR/base/1... while
+/// this process waited (a session started from a checkpoint at the cost of
+/// a mount: launcher/src/project/share.rs), newest first, as paths
+/// relative to DIR; none for a fresh layer or one the server filled by
+/// copying. Each holds `ws` and, with a project, `upper`.
+fn attached_lowers(layer_fd: &std::os::fd::OwnedFd) -> Vec<String> {
+    use nix::fcntl::AtFlags;
+    (0..)
+        .map(|i| format!("base/{i}"))
+        .take_while(|path| {
+            nix::sys::stat::fstatat(layer_fd, path.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        })
+        .collect()
+}
+
+/// Mounts the workspace of a session started from a checkpoint at DIR/ws:
+/// an overlay of the `ws` of `lowers` (newest first: the checkpoint, then
+/// those it was itself started from), read-only, under DIR/wsup, where the
+/// session's own writes go (DIR/wswork its work directory), on the tmpfs
+/// that bounds the session. The paths are relative to DIR, as the project
+/// overlay's are.
+fn mount_forked_workspace(
+    layer_fd: &std::os::fd::OwnedFd,
+    lowers: &[String],
+) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    use nix::sys::stat::{Mode, mkdirat};
+    nix::unistd::fchdir(layer_fd).map_err(|e| format!("cannot enter the session layer: {e}"))?;
+    for sub in ["wsup", "wswork"] {
+        mkdirat(layer_fd, sub, Mode::from_bits_truncate(0o755))
+            .map_err(|e| format!("cannot make {sub} in the session layer: {e}"))?;
+    }
+    let below: Vec<String> = lowers.iter().map(|l| format!("{l}/ws")).collect();
+    let options = format!(
+        "lowerdir={},upperdir=wsup,workdir=wswork,userxattr",
+        below.join(":")
+    );
+    mount(
+        Some("overlay"),
+        "ws",
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(|e| format!("cannot mount the workspace over the checkpoint it starts from: {e}"))?;
+    nix::unistd::chdir("/").map_err(|e| format!("cannot leave the session layer: {e}"))
+}
+
+/// The project layers of `lowers` (their `upper`), newest first, each
+/// followed by `:`, to go above the project in its overlay's `lowerdir`.
+fn forked_project_lowers(layer_fd: &std::os::fd::OwnedFd, lowers: &[String]) -> String {
+    use nix::fcntl::AtFlags;
+    lowers
+        .iter()
+        .map(|l| format!("{l}/upper"))
+        .filter(|p| nix::sys::stat::fstatat(layer_fd, p.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok())
+        .map(|p| p + ":")
+        .collect()
 }
 
 /// Makes the jail's network namespace, owned by the user namespace this

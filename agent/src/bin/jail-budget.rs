@@ -48,7 +48,11 @@
 //! once the tmpfs and its directories are made, then waits for one byte on
 //! its stdin (the server's, which copies the checkpoint into `ws` and
 //! `upper` meanwhile) before mounting the overlay and starting bubblewrap:
-//! `G` goes on, anything else stops it. The mounts must be made by this
+//! `G` goes on, anything else stops it. When the server mounted
+//! checkpoints at DIR/base/0, DIR/base/1... meanwhile (a session started
+//! over a checkpoint at the cost of a mount, launcher/src/project/share.rs),
+//! DIR/ws becomes an overlay of their `ws`, newest first, under DIR/wsup,
+//! and their `upper` go above the project in its overlay. The mounts must be made by this
 //! process, which holds every capability in the namespace until it execs;
 //! bubblewrap below holds none here.
 //!

@@ -513,16 +513,10 @@ impl Sessions {
             return Ok((self.restored_jail(name, env, root, None).await?, calls));
         };
         let mut jail = self.inner.spawn(name, env, true)?;
-        if let Err(e) = jail.mounted_over(source, number).await {
-            tracing::warn!(session = name, "starting over another session's checkpoint failed: {e}");
-            return Err(Error::NotStarted(crate::wrapper::NotStarted::session(
-                env,
-                crate::wrapper::StartError::Spawn(std::io::Error::other(format!(
-                    "mounting the checkpoint it starts from failed: {e}"
-                ))),
-            )));
+        match jail.mounted_over(source, number).await {
+            Ok(()) => Ok((jail, calls)),
+            Err(e) => Err(not_started(name, env, "mounting the checkpoint", e)),
         }
-        Ok((jail, calls))
     }
 
     /// A fresh jail of session `name` whose layer is filled from the
@@ -535,16 +529,10 @@ impl Sessions {
         number: Option<u64>,
     ) -> Result<jail::Jail, Error> {
         let mut jail = self.inner.spawn(name, env, true)?;
-        if let Err(e) = jail.restored(root, number).await {
-            tracing::warn!(session = name, "starting from another session failed: {e}");
-            return Err(Error::NotStarted(crate::wrapper::NotStarted::session(
-                env,
-                crate::wrapper::StartError::Spawn(std::io::Error::other(format!(
-                    "copying the files it starts from failed: {e}"
-                ))),
-            )));
+        match jail.restored(root, number).await {
+            Ok(()) => Ok(jail),
+            Err(e) => Err(not_started(name, env, "copying the files", e)),
         }
-        Ok(jail)
     }
 
     /// The open sessions' names, sorted.
@@ -667,6 +655,18 @@ fn ready<'l>(
         Some(Slot::Jail(jail)) => Ok(jail),
         _ => unreachable!("a jail was just put in the slot"),
     }
+}
+
+/// Session `name` of `env` did not start from another: `doing` (what
+/// failed, `copying the files`) failed with `e`.
+fn not_started(name: &str, env: &Env, doing: &str, e: std::io::Error) -> Error {
+    tracing::warn!(session = name, "starting from another session failed: {doing}: {e}");
+    Error::NotStarted(crate::wrapper::NotStarted::session(
+        env,
+        crate::wrapper::StartError::Spawn(std::io::Error::other(format!(
+            "{doing} it starts from failed: {e}"
+        ))),
+    ))
 }
 
 /// The line saying which checkpoint the call's end was kept as (and which

@@ -122,18 +122,10 @@ struct Walk {
     out: Changes,
 }
 
-/// The changes of the layer whose upper directory is `upper` over the
-/// project `lower`, both open directories.
-pub fn changes(upper: &OwnedFd, lower: &OwnedFd, bounds: Bounds) -> Changes {
-    let Ok(upper) = rustix::io::dup(upper) else {
-        return Changes::default();
-    };
-    changes_over(vec![upper], lower, bounds)
-}
-
-/// [`changes`] of a stack of upper directories, newest first (a session
-/// started over checkpoints: its own upper, then theirs), read as the
-/// overlay merges them: an entry of a newer layer hides the older ones'
+/// The changes of the layer whose upper directories are `uppers` (newest
+/// first: a session started over checkpoints has its own upper, then
+/// theirs) over the project `lower`, all open directories, the uppers
+/// read as the overlay merges them: an entry of a newer layer hides the older ones'
 /// (a whiteout hides it), an opaque directory hides what is below it.
 pub fn changes_over(uppers: Vec<OwnedFd>, lower: &OwnedFd, bounds: Bounds) -> Changes {
     let mut walk = Walk {

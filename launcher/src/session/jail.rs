@@ -429,8 +429,8 @@ impl Jail {
                 let Some(old) = self.history.list.pop_front() else {
                     break;
                 };
-                forget(&root, old).await;
                 dropped.push(old.number);
+                forget(&root, old).await;
             }
             let previous = self.history.list.pop_back();
             let task_root = Arc::clone(&root);

@@ -34,7 +34,9 @@ use rustix::thread::LinkNameSpaceType;
 
 /// Detached read-only mounts of `paths` (absolute, none a symlink) as the
 /// jail whose wrapper's `/proc/PID` directory is `proc` sees them, in
-/// order.
+/// order. Each holds an anonymous mount namespace, counted against that
+/// jail's budget of them (lib/kernelBudgets.nix: 4, two of them its own)
+/// until it is attached: take one at a time.
 pub fn clone_trees(proc: &OwnedFd, paths: &[CString]) -> io::Result<Vec<OwnedFd>> {
     let trees = in_namespaces(proc, |send| {
         for path in paths {
@@ -53,17 +55,20 @@ pub fn clone_trees(proc: &OwnedFd, paths: &[CString]) -> io::Result<Vec<OwnedFd>
     }
 }
 
-/// Mounts `trees` at `DIR/base/0`, `DIR/base/1`... of the layer `dir` of
-/// the jail whose wrapper's `/proc/PID` directory is `proc` (its wrapper
-/// made the layer and waits).
-pub fn attach_trees(proc: &OwnedFd, dir: &CStr, trees: &[OwnedFd]) -> io::Result<()> {
-    let names: Vec<CString> = (0..trees.len())
+/// Mounts `trees` at `DIR/base/FIRST`, `DIR/base/FIRST+1`... of the
+/// layer `dir` of the jail whose wrapper's `/proc/PID` directory is
+/// `proc` (its wrapper made the layer and waits).
+pub fn attach_trees(proc: &OwnedFd, dir: &CStr, first: usize, trees: &[OwnedFd]) -> io::Result<()> {
+    let names: Vec<CString> = (first..first + trees.len())
         .map(|i| CString::new(i.to_string()).map_err(io::Error::other))
         .collect::<io::Result<_>>()?;
     in_namespaces(proc, |_| {
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let layer = rustix::fs::open(dir, flags, Mode::empty())?;
-        rustix::fs::mkdirat(&layer, c"base", Mode::from_raw_mode(0o700))?;
+        match rustix::fs::mkdirat(&layer, c"base", Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(e),
+        }
         let base = rustix::fs::openat(&layer, c"base", flags, Mode::empty())?;
         for (tree, name) in trees.iter().zip(&names) {
             rustix::fs::mkdirat(&base, name.as_c_str(), Mode::from_raw_mode(0o700))?;

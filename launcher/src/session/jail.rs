@@ -336,21 +336,24 @@ impl Jail {
         for i in 0..source.lowers.len() {
             paths.push(path(format!("base/{i}"))?);
         }
-        let proc = source.group.proc_dir()?;
-        let trees =
-            tokio::task::spawn_blocking(move || project::share::clone_trees(&proc, &paths))
-                .await
-                .map_err(io::Error::other)??;
         frozen.lend();
         self.layer_made().await?;
         let layer = (self.shared.layer.clone())
             .ok_or_else(|| io::Error::other("its sandbox keeps no session layer"))?;
         let dir = std::ffi::CString::new(layer.dir().as_os_str().as_encoded_bytes())
             .map_err(io::Error::other)?;
-        let proc = self.group.proc_dir()?;
-        tokio::task::spawn_blocking(move || project::share::attach_trees(&proc, &dir, &trees))
+        // One at a time: each detached mount counts against the source
+        // jail's namespace budget until attached (share.rs).
+        for (i, path) in paths.into_iter().enumerate() {
+            let (source, target) = (source.group.proc_dir()?, self.group.proc_dir()?);
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                let trees = project::share::clone_trees(&source, &[path])?;
+                project::share::attach_trees(&target, &dir, i, &trees)
+            })
             .await
             .map_err(io::Error::other)??;
+        }
         self.lowers = std::iter::once(from)
             .chain(source.lowers.iter().cloned())
             .collect();

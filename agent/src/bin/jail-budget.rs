@@ -374,22 +374,10 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
         mkdirat(&layer_fd, sub, Mode::from_bits_truncate(mode))
             .map_err(|e| format!("cannot make {name}/{sub}: {e}"))?;
     }
-    if layer.restore {
-        mkdirat(&layer_fd, "ready", Mode::from_bits_truncate(0o700))
-            .map_err(|e| format!("cannot make {name}/ready: {e}"))?;
-        let mut go = [0u8; 1];
-        match nix::unistd::read(std::io::stdin(), &mut go) {
-            Ok(1) if go[0] == b'G' => {}
-            _ => return Err("the server did not fill the session's layer".into()),
-        }
-    }
     let lowers = match layer.restore {
-        true => attached_lowers(&layer_fd),
+        true => filled_by_server(&layer_fd, &name)?,
         false => Vec::new(),
     };
-    if !lowers.is_empty() {
-        mount_forked_workspace(&layer_fd, &lowers)?;
-    }
     let Some(lower_fd) = lower_fd else {
         return Ok(());
     };
@@ -416,6 +404,25 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     })?;
     nix::unistd::chdir("/").map_err(|e| format!("cannot leave the project layer: {e}"))?;
     Ok(())
+}
+
+/// With `--restore`: makes DIR/ready, waits for the server's `G` on stdin
+/// while it fills the layer, then mounts the workspace over the
+/// checkpoints it attached, if it did ([`attached_lowers`], returned).
+fn filled_by_server(layer_fd: &std::os::fd::OwnedFd, name: &str) -> Result<Vec<String>, String> {
+    use nix::sys::stat::{Mode, mkdirat};
+    mkdirat(layer_fd, "ready", Mode::from_bits_truncate(0o700))
+        .map_err(|e| format!("cannot make {name}/ready: {e}"))?;
+    let mut go = [0u8; 1];
+    match nix::unistd::read(std::io::stdin(), &mut go) {
+        Ok(1) if go[0] == b'G' => {}
+        _ => return Err("the server did not fill the session's layer".into()),
+    }
+    let lowers = attached_lowers(layer_fd);
+    if !lowers.is_empty() {
+        mount_forked_workspace(layer_fd, &lowers)?;
+    }
+    Ok(lowers)
 }
 
 /// The checkpoints the server mounted at DIR/base/0, DIR/base/1... while
@@ -473,7 +480,9 @@ fn forked_project_lowers(layer_fd: &std::os::fd::OwnedFd, lowers: &[String]) -> 
     lowers
         .iter()
         .map(|l| format!("{l}/upper"))
-        .filter(|p| nix::sys::stat::fstatat(layer_fd, p.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok())
+        .filter(|p| {
+            nix::sys::stat::fstatat(layer_fd, p.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        })
         .map(|p| p + ":")
         .collect()
 }

@@ -315,10 +315,12 @@ impl Walk {
     /// first opaque one.
     fn merged(&mut self, uppers: &[OwnedFd], name: &[u8]) -> Node {
         let mut layers = uppers.iter();
-        let found = layers.by_ref().find_map(|upper| match node(upper, name, true, self) {
-            Node::Absent => None,
-            found => Some(found),
-        });
+        let found = layers
+            .by_ref()
+            .find_map(|upper| match node(upper, name, true, self) {
+                Node::Absent => None,
+                found => Some(found),
+            });
         let Some(Node::Dir(mut stack)) = found else {
             return found.unwrap_or(Node::Absent);
         };

@@ -68,8 +68,13 @@ fn a_stack_of_uppers_is_read_as_the_overlay_merges_it() {
     // whole (an opaque directory).
     whiteout(&new.join("back"));
     fs::write(new.join("d/g"), "g\n").unwrap();
-    rustix::fs::setxattr(&new.join("d"), "user.overlay.opaque", b"y", rustix::fs::XattrFlags::empty())
-        .unwrap();
+    rustix::fs::setxattr(
+        new.join("d"),
+        "user.overlay.opaque",
+        b"y",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
     let stack = [&new, &old].map(|d| open(d)).into_iter().collect();
     let changes = changes_over(stack, &open(&lower), Bounds::default());
     assert_eq!(
@@ -82,12 +87,15 @@ fn a_stack_of_uppers_is_read_as_the_overlay_merges_it() {
         ]
     );
     // Without the opaque mark, the checkpoint's `d/f` shows through.
-    rustix::fs::removexattr(&new.join("d"), "user.overlay.opaque").unwrap();
+    rustix::fs::removexattr(new.join("d"), "user.overlay.opaque").unwrap();
     let stack = [&new, &old].map(|d| open(d)).into_iter().collect();
     let changes = changes_over(stack, &open(&lower), Bounds::default());
     let found = paths(&changes);
     assert!(found.contains(&("d/f".into(), Kind::Added)), "{found:?}");
-    assert!(!found.iter().any(|(p, _)| p == "d/low" || p == "back"), "{found:?}");
+    assert!(
+        !found.iter().any(|(p, _)| p == "d/low" || p == "back"),
+        "{found:?}"
+    );
 }
 
 #[test]

@@ -239,9 +239,7 @@ impl Layer {
 
 /// Copies of `fds`.
 fn dup_all(fds: &[OwnedFd]) -> io::Result<Vec<OwnedFd>> {
-    fds.iter()
-        .map(|fd| Ok(rustix::io::dup(fd)?))
-        .collect()
+    fds.iter().map(|fd| Ok(rustix::io::dup(fd)?)).collect()
 }
 
 /// A jail's layer and the `/proc/PID` directory of its wrapper, through

@@ -15,11 +15,21 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
     std::fs::create_dir_all(dir.join("upper")).unwrap();
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let upper = rustix::fs::open(dir.join("upper"), flags, Mode::empty()).unwrap();
-    assert!(layer.changed(std::slice::from_ref(&upper), diff::Bounds::default()).is_none());
+    assert!(
+        layer
+            .changed(std::slice::from_ref(&upper), diff::Bounds::default())
+            .is_none()
+    );
     std::fs::write(dir.join("upper/a"), "b\n").unwrap();
-    let told = layer.changed(std::slice::from_ref(&upper), diff::Bounds::default()).unwrap();
+    let told = layer
+        .changed(std::slice::from_ref(&upper), diff::Bounds::default())
+        .unwrap();
     assert_eq!(told.summary(), "1 file changed, +1 -1");
-    assert!(layer.changed(std::slice::from_ref(&upper), diff::Bounds::default()).is_none());
+    assert!(
+        layer
+            .changed(std::slice::from_ref(&upper), diff::Bounds::default())
+            .is_none()
+    );
     // Found on the host, where no jail mounted the layer: refused.
     let me = rustix::fs::open(
         "/proc/self",

@@ -51,7 +51,9 @@ pub fn clone_trees(proc: &OwnedFd, paths: &[CString]) -> io::Result<Vec<OwnedFd>
     })?;
     match trees.len() == paths.len() {
         true => Ok(trees),
-        false => Err(io::Error::other("the checkpoint's mounts did not all come back")),
+        false => Err(io::Error::other(
+            "the checkpoint's mounts did not all come back",
+        )),
     }
 }
 

@@ -660,7 +660,10 @@ fn ready<'l>(
 /// Session `name` of `env` did not start from another: `doing` (what
 /// failed, `copying the files`) failed with `e`.
 fn not_started(name: &str, env: &Env, doing: &str, e: std::io::Error) -> Error {
-    tracing::warn!(session = name, "starting from another session failed: {doing}: {e}");
+    tracing::warn!(
+        session = name,
+        "starting from another session failed: {doing}: {e}"
+    );
     Error::NotStarted(crate::wrapper::NotStarted::session(
         env,
         crate::wrapper::StartError::Spawn(std::io::Error::other(format!(

@@ -228,7 +228,10 @@ async fn a_fork_is_mounted_over_the_checkpoint_and_outlives_its_source() {
         assert!(out.contains("checkpoint: a@1"), "{user:?}: {out}");
         let kind = if mounts(user) { "overlayfs" } else { "tmpfs" };
         let out = shell(&s, "b", Some("a@1"), "stat -f -c %T /workspace; cat f").await;
-        assert!(out.starts_with(&format!("{kind}\nbase\n")), "{user:?}: {out}");
+        assert!(
+            out.starts_with(&format!("{kind}\nbase\n")),
+            "{user:?}: {out}"
+        );
 
         // Hostile code in the fork writes over, deletes, renames and
         // truncates what it was started from, and looks for the layers
@@ -242,7 +245,10 @@ async fn a_fork_is_mounted_over_the_checkpoint_and_outlives_its_source() {
              find / -xdev \\( -name base -o -name ckpt -o -name wsup \\) 2>/dev/null | wc -l",
         )
         .await;
-        assert!(out.starts_with("0\n") && !out.contains("remounted"), "{out}");
+        assert!(
+            out.starts_with("0\n") && !out.contains("remounted"),
+            "{out}"
+        );
         assert!(out.contains("checkpoint: b@2"), "{out}");
         let out = shell(&s, "a", None, "cat f keep; ls d").await;
         assert!(out.starts_with("base\nkept\nx\n"), "{out}");
@@ -251,7 +257,10 @@ async fn a_fork_is_mounted_over_the_checkpoint_and_outlives_its_source() {
 
         // A fork of the fork: its files over a's, neither changed.
         let out = shell(&s, "c", Some("b"), "cat f n; wc -c < kept2; ls -A").await;
-        assert!(out.starts_with("evil\nn\n0\nf\nkept2\nn\n"), "{user:?}: {out}");
+        assert!(
+            out.starts_with("evil\nn\n0\nf\nkept2\nn\n"),
+            "{user:?}: {out}"
+        );
         let out = shell(&s, "c", None, "echo c > f; rm n; ls -A").await;
         assert!(out.starts_with("f\nkept2\n"), "{out}");
         let out = shell(&s, "b", None, "cat f n").await;
@@ -273,7 +282,10 @@ async fn a_fork_is_mounted_over_the_checkpoint_and_outlives_its_source() {
         let out = shell(&s, "r", Some("r@3"), "cat keep; ls d").await;
         assert!(out.starts_with("kept\nmore\nx\n"), "{user:?}: {out}");
         let out = shell(&s, "e", Some("c@2"), "cat f; ls -A").await;
-        assert!(out.starts_with("c\nf\nkept2\n"), "{user:?}: {out}\n{}", s.stderr());
+        assert!(
+            out.starts_with("c\nf\nkept2\n"),
+            "{user:?}: {out}\n{}",
+            s.stderr()
+        );
     }
 }
-

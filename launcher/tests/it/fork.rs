@@ -289,3 +289,31 @@ async fn a_fork_is_mounted_over_the_checkpoint_and_outlives_its_source() {
         );
     }
 }
+
+/// Each rollback of a session started over checkpoints stacks one more:
+/// at most 16, past which `from` is refused, saying so, and the session
+/// keeps working.
+#[tokio::test]
+async fn a_chain_of_checkpoints_is_bounded() {
+    let user = User::unprivileged();
+    assert!(mounts(user));
+    let s = server(user).await;
+    let out = shell(&s, "d", None, "echo 0 > f").await;
+    assert!(out.contains("checkpoint: d@1"), "{out}");
+    for k in 1..=16 {
+        let at = format!("d@{k}");
+        let out = shell(&s, "d", Some(&at), &format!("cat f; echo {k} > f")).await;
+        let next = format!("checkpoint: d@{}", k + 1);
+        assert!(
+            out.starts_with(&format!("{}\n", k - 1)) && out.contains(&next),
+            "{k}: {out}"
+        );
+    }
+    let out = shell(&s, "d", Some("d@17"), "true").await;
+    assert!(
+        out.starts_with("error[unknown_checkpoint]") && out.contains("chain of 16"),
+        "{out}"
+    );
+    let out = shell(&s, "d", None, "cat f").await;
+    assert!(out.starts_with("16\n"), "{out}");
+}

@@ -17,9 +17,12 @@
 //!   layer and is never on the host's disk; the server reads `upper`
 //!   through `/proc/PID/root` of the jail's wrapper. It lives as long as
 //!   the jail: a reset starts a fresh one.
+//! - [`pool::Pool`]: the server-wide bound on all layers' tmpfs sizes;
+//!   each session jail's layer holds a [`pool::Reservation`] of its size.
 
 pub mod checkpoint;
 pub mod diff;
+pub mod pool;
 pub mod share;
 
 use std::ffi::OsString;
@@ -60,6 +63,8 @@ pub struct Layers {
     dir: PathBuf,
     lower: Option<PathBuf>,
     next: AtomicU64,
+    /// The bound on all layers' sizes (unbounded until [`Layers::bounded`]).
+    pool: Arc<pool::Pool>,
 }
 
 impl Layers {
@@ -77,6 +82,7 @@ impl Layers {
                         dir,
                         lower: project.map(Path::to_owned),
                         next: AtomicU64::new(0),
+                        pool: pool::Pool::new(u64::MAX),
                     });
                 }
                 Err(e) => last = Some(e),
@@ -87,6 +93,23 @@ impl Layers {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// These layers, `bytes` at most in all (`NIX_SANDBOX_LAYERS_MB`).
+    pub fn bounded(mut self, bytes: u64) -> Self {
+        self.pool = pool::Pool::new(bytes);
+        self
+    }
+
+    /// The bound on all layers.
+    pub fn pool(&self) -> &pool::Pool {
+        &self.pool
+    }
+
+    /// Holds `bytes` of the bound for one layer (its tmpfs's size), or
+    /// says what holds it.
+    pub fn reserve(&self, bytes: u64) -> Result<pool::Reservation, pool::Full> {
+        self.pool.reserve(bytes)
     }
 
     /// The project the layers are over, when it is writable.
@@ -107,6 +130,7 @@ impl Layers {
             host_dev,
             lower: self.lower.clone().filter(|_| project),
             seen: Mutex::new(None),
+            reservation: None,
         })
     }
 }
@@ -129,6 +153,8 @@ pub struct Layer {
     lower: Option<PathBuf>,
     /// The upper directory's fingerprint when its changes were last told.
     seen: Mutex<Option<u64>>,
+    /// Its tmpfs's share of the bound on all layers.
+    reservation: Option<Arc<pool::Reservation>>,
 }
 
 impl Layer {
@@ -136,6 +162,15 @@ impl Layer {
     /// mount namespace.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// This layer holding `reservation` (its tmpfs's size) while it lives:
+    /// a session started over one of its checkpoints holds the layer (an
+    /// `Arc`, session/jail.rs), so its reservation lives as long as that
+    /// session keeps its tmpfs alive.
+    pub fn holding(mut self, reservation: pool::Reservation) -> Self {
+        self.reservation = Some(Arc::new(reservation));
+        self
     }
 
     /// The variables the wrapper reads.

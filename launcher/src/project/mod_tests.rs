@@ -58,3 +58,23 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
     drop(layers);
     assert!(!path.exists());
 }
+
+#[test]
+fn a_layer_holds_its_reservation_and_a_holder_can_keep_it() {
+    let t = tempfile::tempdir().unwrap();
+    let layers = Layers::create(t.path(), None).unwrap().bounded(100);
+    let layer = layers
+        .layer(false)
+        .unwrap()
+        .holding(layers.reserve(60).unwrap());
+    assert!(layers.reserve(41).is_err());
+    // A fork keeping its source's tmpfs alive holds its layer, and with
+    // it its reservation (session/jail.rs).
+    let layer = Arc::new(layer);
+    let kept = Arc::clone(&layer);
+    drop(layer);
+    assert_eq!(layers.pool().held(), (60, 1));
+    drop(kept);
+    assert_eq!(layers.pool().held(), (0, 0));
+    assert!(layers.reserve(100).is_ok());
+}

@@ -175,13 +175,15 @@ fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartE
     let Some(layers) = spawner.project.as_ref().filter(|_| env.session_layer) else {
         return Ok(None);
     };
+    let size = env.limits.workspace_mb.get().saturating_mul(1 << 20);
+    let reservation = layers.reserve(size).map_err(StartError::Layers)?;
     let layer = layers.layer(env.project_layer).map_err(|e| {
         StartError::Spawn(std::io::Error::other(format!(
             "cannot make the session's project layer in {}: {e}",
             layers.dir().display()
         )))
     })?;
-    Ok(Some(Arc::new(layer)))
+    Ok(Some(Arc::new(layer.holding(reservation))))
 }
 
 impl Jail {

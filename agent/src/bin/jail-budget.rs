@@ -56,7 +56,11 @@
 //! once the tmpfs and its directories are made, then waits for one byte on
 //! its stdin (the server's, which copies the checkpoint into `ws` and
 //! `upper` meanwhile) before mounting the overlay and starting bubblewrap:
-//! `G` goes on, anything else stops it. The mounts must be made by this
+//! `G` goes on, anything else stops it. When the server mounted
+//! checkpoints at DIR/base/0, DIR/base/1... meanwhile (a session started
+//! over a checkpoint at the cost of a mount, launcher/src/project/share.rs),
+//! DIR/ws becomes an overlay of their `ws`, newest first, under DIR/wsup,
+//! and their `upper` go above the project in its overlay. The mounts must be made by this
 //! process, which holds every capability in the namespace until it execs;
 //! bubblewrap below holds none here.
 //!
@@ -401,28 +405,25 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
         mkdirat(&layer_fd, sub, Mode::from_bits_truncate(mode))
             .map_err(|e| format!("cannot make {name}/{sub}: {e}"))?;
     }
-    if layer.restore {
-        mkdirat(&layer_fd, "ready", Mode::from_bits_truncate(0o700))
-            .map_err(|e| format!("cannot make {name}/ready: {e}"))?;
-        let mut go = [0u8; 1];
-        match nix::unistd::read(std::io::stdin(), &mut go) {
-            Ok(1) if go[0] == b'G' => {}
-            _ => return Err("the server did not fill the session's layer".into()),
-        }
-    }
+    let lowers = match layer.restore {
+        true => filled_by_server(&layer_fd, &name)?,
+        false => Vec::new(),
+    };
     match lower_fd {
-        Some(lower_fd) => mount_project(layer, &layer_fd, lower_fd),
+        Some(lower_fd) => mount_project(layer, &layer_fd, lower_fd, &lowers),
         None => Ok(()),
     }
 }
 
 /// The project's overlay at `merged` in the layer (`layer_fd`): `lower_fd`
-/// (the project, or the server's idmapped mount of it) overlaid by
-/// `upper`.
+/// (the project, or the server's idmapped mount of it) under the `upper`
+/// of the checkpoints `lowers` the server attached (newest first), all
+/// overlaid by `upper`.
 fn mount_project(
     layer: &Layer,
     layer_fd: &std::os::fd::OwnedFd,
     lower_fd: std::os::fd::OwnedFd,
+    lowers: &[String],
 ) -> Result<(), String> {
     use nix::mount::{MsFlags, mount};
     // Relative to the layer directory: its path may hold commas or colons,
@@ -438,7 +439,8 @@ fn mount_project(
             std::os::fd::AsRawFd::as_raw_fd(&lower_fd)
         ),
     };
-    let options = format!("lowerdir={lowerdir},upperdir=upper,workdir=work,userxattr");
+    let above = forked_project_lowers(layer_fd, lowers);
+    let options = format!("lowerdir={above}{lowerdir},upperdir=upper,workdir=work,userxattr");
     mount(
         Some("overlay"),
         "merged",
@@ -457,6 +459,87 @@ fn mount_project(
     }
     nix::unistd::chdir("/").map_err(|e| format!("cannot leave the project layer: {e}"))?;
     Ok(())
+}
+
+/// With `--restore`: makes DIR/ready, waits for the server's `G` on stdin
+/// while it fills the layer, then mounts the workspace over the
+/// checkpoints it attached, if it did ([`attached_lowers`], returned).
+fn filled_by_server(layer_fd: &std::os::fd::OwnedFd, name: &str) -> Result<Vec<String>, String> {
+    use nix::sys::stat::{Mode, mkdirat};
+    mkdirat(layer_fd, "ready", Mode::from_bits_truncate(0o700))
+        .map_err(|e| format!("cannot make {name}/ready: {e}"))?;
+    let mut go = [0u8; 1];
+    match nix::unistd::read(std::io::stdin(), &mut go) {
+        Ok(1) if go[0] == b'G' => {}
+        _ => return Err("the server did not fill the session's layer".into()),
+    }
+    let lowers = attached_lowers(layer_fd);
+    if !lowers.is_empty() {
+        mount_forked_workspace(layer_fd, &lowers)?;
+    }
+    Ok(lowers)
+}
+
+/// The checkpoints the server mounted at DIR/base/0, DIR/base/1... while
+/// this process waited (a session started from a checkpoint at the cost of
+/// a mount: launcher/src/project/share.rs), newest first, as paths
+/// relative to DIR; none for a fresh layer or one the server filled by
+/// copying. Each holds `ws` and, with a project, `upper`.
+fn attached_lowers(layer_fd: &std::os::fd::OwnedFd) -> Vec<String> {
+    use nix::fcntl::AtFlags;
+    (0..)
+        .map(|i| format!("base/{i}"))
+        .take_while(|path| {
+            nix::sys::stat::fstatat(layer_fd, path.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        })
+        .collect()
+}
+
+/// Mounts the workspace of a session started from a checkpoint at DIR/ws:
+/// an overlay of the `ws` of `lowers` (newest first: the checkpoint, then
+/// those it was itself started from), read-only, under DIR/wsup, where the
+/// session's own writes go (DIR/wswork its work directory), on the tmpfs
+/// that bounds the session. The paths are relative to DIR, as the project
+/// overlay's are.
+fn mount_forked_workspace(
+    layer_fd: &std::os::fd::OwnedFd,
+    lowers: &[String],
+) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    use nix::sys::stat::{Mode, mkdirat};
+    nix::unistd::fchdir(layer_fd).map_err(|e| format!("cannot enter the session layer: {e}"))?;
+    for sub in ["wsup", "wswork"] {
+        mkdirat(layer_fd, sub, Mode::from_bits_truncate(0o755))
+            .map_err(|e| format!("cannot make {sub} in the session layer: {e}"))?;
+    }
+    let below: Vec<String> = lowers.iter().map(|l| format!("{l}/ws")).collect();
+    let options = format!(
+        "lowerdir={},upperdir=wsup,workdir=wswork,userxattr",
+        below.join(":")
+    );
+    mount(
+        Some("overlay"),
+        "ws",
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(|e| format!("cannot mount the workspace over the checkpoint it starts from: {e}"))?;
+    nix::unistd::chdir("/").map_err(|e| format!("cannot leave the session layer: {e}"))
+}
+
+/// The project layers of `lowers` (their `upper`), newest first, each
+/// followed by `:`, to go above the project in its overlay's `lowerdir`.
+fn forked_project_lowers(layer_fd: &std::os::fd::OwnedFd, lowers: &[String]) -> String {
+    use nix::fcntl::AtFlags;
+    lowers
+        .iter()
+        .map(|l| format!("{l}/upper"))
+        .filter(|p| {
+            nix::sys::stat::fstatat(layer_fd, p.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        })
+        .map(|p| p + ":")
+        .collect()
 }
 
 /// The inherited descriptor `fd` as ours, close-on-exec from now on: the

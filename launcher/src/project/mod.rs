@@ -23,6 +23,7 @@
 pub mod checkpoint;
 pub mod diff;
 pub mod pool;
+pub mod share;
 
 use std::ffi::OsString;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
@@ -157,20 +158,19 @@ pub struct Layer {
 }
 
 impl Layer {
-    /// This layer holding `reservation` (its tmpfs's size) while it lives.
+    /// Its directory on the host, the tmpfs's mount point in its jail's
+    /// mount namespace.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// This layer holding `reservation` (its tmpfs's size) while it lives:
+    /// a session started over one of its checkpoints holds the layer (an
+    /// `Arc`, session/jail.rs), so its reservation lives as long as that
+    /// session keeps its tmpfs alive.
     pub fn holding(mut self, reservation: pool::Reservation) -> Self {
         self.reservation = Some(Arc::new(reservation));
         self
-    }
-
-    /// Its reservation, for whatever keeps its tmpfs alive longer (a fork
-    /// that holds its source's tmpfs).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "for forks that keep a source's tmpfs alive")
-    )]
-    pub fn reservation(&self) -> Option<Arc<pool::Reservation>> {
-        self.reservation.clone()
     }
 
     /// The variables the wrapper reads.
@@ -217,28 +217,41 @@ impl Layer {
         Ok(dir)
     }
 
-    /// The layer's upper directory, on the tmpfs the jail's wrapper mounted
-    /// (see [`Layer::open_root`]).
-    pub fn open_upper(&self, proc: &OwnedFd) -> io::Result<OwnedFd> {
-        Ok(rustix::fs::openat(
-            self.open_root(proc)?,
-            "upper",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?)
+    /// The upper directories of its project overlay, newest first: its
+    /// `upper`, on the tmpfs the jail's wrapper mounted (see
+    /// [`Layer::open_root`]), then, when it was started over
+    /// checkpoints (share.rs), theirs (`base/N/upper`, mounts in the same
+    /// namespace), nothing followed.
+    pub fn open_uppers(&self, proc: &OwnedFd) -> io::Result<Vec<OwnedFd>> {
+        let root = self.open_root(proc)?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut uppers = vec![rustix::fs::openat(&root, "upper", flags, Mode::empty())?];
+        let Ok(base) = rustix::fs::openat(&root, "base", flags, Mode::empty()) else {
+            return Ok(uppers);
+        };
+        for i in 0.. {
+            let Ok(lower) = rustix::fs::openat(&base, i.to_string(), flags, Mode::empty()) else {
+                break;
+            };
+            if let Ok(upper) = rustix::fs::openat(&lower, "upper", flags, Mode::empty()) {
+                uppers.push(upper);
+            }
+        }
+        Ok(uppers)
     }
 
-    /// The changes so far (for the diff resource), `upper` as
-    /// [`Layer::open_upper`] opened it.
-    pub fn changes(&self, upper: &OwnedFd, bounds: diff::Bounds) -> io::Result<diff::Changes> {
+    /// The changes so far (for the diff resource), `uppers` as
+    /// [`Layer::open_uppers`] opened them.
+    pub fn changes(&self, uppers: &[OwnedFd], bounds: diff::Bounds) -> io::Result<diff::Changes> {
         let lower = self.open_lower()?;
-        Ok(diff::changes(upper, &lower, bounds))
+        Ok(diff::changes_over(dup_all(uppers)?, &lower, bounds))
     }
 
-    /// The changes, when the upper directory changed since they were last
-    /// told (by this call, or by the jail's processes between calls).
-    pub fn changed(&self, upper: &OwnedFd, bounds: diff::Bounds) -> Option<diff::Changes> {
-        let print = fingerprint(upper, bounds.entries);
+    /// The changes, when the upper directory (its own, the first of
+    /// `uppers`) changed since they were last told (by this call, or by
+    /// the jail's processes between calls).
+    pub fn changed(&self, uppers: &[OwnedFd], bounds: diff::Bounds) -> Option<diff::Changes> {
+        let print = fingerprint(uppers.first()?, bounds.entries);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if *seen == Some(print) || (seen.is_none() && print == EMPTY) {
             *seen = Some(print);
@@ -247,7 +260,7 @@ impl Layer {
         *seen = Some(print);
         drop(seen);
         let lower = self.open_lower().ok()?;
-        Some(diff::changes(upper, &lower, bounds))
+        Some(diff::changes_over(dup_all(uppers).ok()?, &lower, bounds))
     }
 
     fn open_lower(&self) -> io::Result<OwnedFd> {
@@ -259,6 +272,11 @@ impl Layer {
     }
 }
 
+/// Copies of `fds`.
+fn dup_all(fds: &[OwnedFd]) -> io::Result<Vec<OwnedFd>> {
+    fds.iter().map(|fd| Ok(rustix::io::dup(fd)?)).collect()
+}
+
 /// A jail's layer and the `/proc/PID` directory of its wrapper, through
 /// which it is read.
 pub struct InJail {
@@ -267,22 +285,22 @@ pub struct InJail {
 }
 
 impl InJail {
-    fn upper(&self) -> io::Result<OwnedFd> {
+    fn uppers(&self) -> io::Result<Vec<OwnedFd>> {
         let proc = self
             .proc
             .as_ref()
             .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
-        self.layer.open_upper(proc)
+        self.layer.open_uppers(proc)
     }
 
     /// [`Layer::changes`], read in the jail's namespace.
     pub fn changes(&self, bounds: diff::Bounds) -> io::Result<diff::Changes> {
-        self.layer.changes(&self.upper()?, bounds)
+        self.layer.changes(&self.uppers()?, bounds)
     }
 
     /// [`Layer::changed`], read in the jail's namespace.
     pub fn changed(&self, bounds: diff::Bounds) -> Option<diff::Changes> {
-        self.layer.changed(&self.upper().ok()?, bounds)
+        self.layer.changed(&self.uppers().ok()?, bounds)
     }
 }
 

@@ -351,17 +351,23 @@ mod tests {
         crate::testing::env("t").build().limits
     }
 
-    #[tokio::test]
-    async fn exit_code_and_streams_are_reported() {
-        let argv = ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"].map(String::from);
+    /// Runs `sh -c script` with a cap of 1024 bytes, to its end or
+    /// `timeout_ms`.
+    async fn sh(script: &str, timeout_ms: u64) -> RunOutcome {
+        let argv = ["/bin/sh", "-c", script].map(String::from);
         let (env, limits) = (WrapperEnv::default(), limits());
-        let o = run(
+        run(
             &host(),
-            spec(&argv, &limits, &env, 10_000),
+            spec(&argv, &limits, &env, timeout_ms),
             std::future::pending(),
         )
         .await
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn exit_code_and_streams_are_reported() {
+        let o = sh("echo out; echo err >&2; exit 3", 10_000).await;
         assert_eq!(o.exit, Some(Exit::Code(3)));
         assert_eq!(o.stdout.render(), "out\n");
         assert_eq!(o.stderr.render(), "err\n");
@@ -372,15 +378,7 @@ mod tests {
     async fn a_flood_is_stopped_far_past_the_cap_not_read_to_the_deadline() {
         // The cap is 1024 bytes, so the flood is stopped past 1 MiB; a
         // child in the background flooding stderr goes with the group.
-        let argv = ["/bin/sh", "-c", "yes err >&2 & yes"].map(String::from);
-        let (env, limits) = (WrapperEnv::default(), limits());
-        let o = run(
-            &host(),
-            spec(&argv, &limits, &env, 60_000),
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+        let o = sh("yes err >&2 & yes", 60_000).await;
         let flood = o.flooded.expect("the flood was stopped");
         assert_eq!(flood.after_bytes, 1024 * FLOOD_FACTOR);
         assert!(!o.timed_out && !o.cancelled && !o.succeeded());
@@ -397,15 +395,7 @@ mod tests {
 
     #[tokio::test]
     async fn output_under_the_flood_bound_is_read_to_its_end() {
-        let argv = ["/bin/sh", "-c", "head -c 1040000 /dev/zero; echo done >&2"].map(String::from);
-        let (env, limits) = (WrapperEnv::default(), limits());
-        let o = run(
-            &host(),
-            spec(&argv, &limits, &env, 60_000),
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+        let o = sh("head -c 1040000 /dev/zero; echo done >&2", 60_000).await;
         assert_eq!(o.flooded, None);
         assert!(o.succeeded(), "{o:?}");
         assert_eq!(o.stdout.total(), 1_040_000);
@@ -414,15 +404,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sleeper_with_closed_output_ends_at_the_deadline() {
-        let argv = ["/bin/sh", "-c", "exec >&- 2>&-; sleep 1000"].map(String::from);
-        let (env, limits) = (WrapperEnv::default(), limits());
-        let o = run(
-            &host(),
-            spec(&argv, &limits, &env, 300),
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+        let o = sh("exec >&- 2>&-; sleep 1000", 300).await;
         assert!(o.timed_out);
         assert_eq!(o.exit, Some(Exit::Signal(9)));
     }

@@ -87,9 +87,33 @@ pub fn attach_trees(proc: &OwnedFd, dir: &CStr, first: usize, trees: &[OwnedFd])
     .map(drop)
 }
 
+/// `mount_setattr`'s attributes (linux/mount.h).
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
 /// Makes the detached mount `tree` read-only, without set-user-id files or
-/// devices (`mount_setattr`, which rustix does not offer).
+/// devices.
 fn read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
+    set_attributes(
+        tree,
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        None,
+        false,
+    )
+}
+
+/// Sets the attributes `set` on the mount `tree` (and every mount below it
+/// when `recursive`), idmapped through the user namespace `userns` when
+/// given (`mount_setattr`, which rustix does not offer).
+pub fn set_attributes(
+    tree: BorrowedFd<'_>,
+    set: u64,
+    userns: Option<BorrowedFd<'_>>,
+    recursive: bool,
+) -> Result<(), Errno> {
+    /// `struct mount_attr` (MOUNT_ATTR_SIZE_VER0).
     #[repr(C)]
     struct MountAttr {
         set: u64,
@@ -97,23 +121,27 @@ fn read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
         propagation: u64,
         userns_fd: u64,
     }
-    const RDONLY: u64 = 0x1;
-    const NOSUID: u64 = 0x2;
-    const NODEV: u64 = 0x4;
+    use std::os::fd::AsRawFd;
     let attr = MountAttr {
-        set: RDONLY | NOSUID | NODEV,
+        set,
         clear: 0,
         propagation: 0,
-        userns_fd: 0,
+        userns_fd: userns.map_or(0, |fd| fd.as_raw_fd() as u64),
     };
+    let flags = nix::libc::AT_EMPTY_PATH
+        | if recursive {
+            nix::libc::AT_RECURSIVE
+        } else {
+            0
+        };
     // SAFETY: mount_setattr reads `attr` (its size given) and the empty
     // path; `tree` is a descriptor we hold.
     let done = unsafe {
         nix::libc::syscall(
             nix::libc::SYS_mount_setattr,
-            std::os::fd::AsRawFd::as_raw_fd(&tree),
+            tree.as_raw_fd(),
             c"".as_ptr(),
-            nix::libc::AT_EMPTY_PATH,
+            flags,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )

@@ -15,7 +15,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -23,27 +23,13 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::libc;
 
+use rustix::mount::OpenTreeFlags;
+
 use super::jailuser::Ids;
+use crate::project::share;
 
 /// The wrapper's variable naming the inherited descriptor of the mount.
 pub const LOWER_FD_VAR: &str = "NIX_SANDBOX_PROJECT_LOWER_FD";
-
-/// `open_tree`'s flag: a detached copy of the tree.
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-/// `mount_setattr`'s attributes (linux/mount.h).
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-
-/// `struct mount_attr` (MOUNT_ATTR_SIZE_VER0).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// The project's owner: the uid and gid of `project` itself.
 pub fn owner(project: &Path) -> io::Result<(u32, u32)> {
@@ -60,31 +46,21 @@ pub fn project_mount(project: &Path, owner: (u32, u32), jail: Ids) -> io::Result
     let userns = map_namespace(owner, (jail.uid.as_raw(), jail.gid.as_raw()))?;
     let path = CString::new(project.as_os_str().as_bytes())
         .map_err(|_| io::Error::other("a NUL byte in the project's path"))?;
-    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as u32;
-    // SAFETY: a C string and integers, as open_tree(2) takes them.
-    let tree = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
-    let tree = Errno::result(tree).map_err(|e| io::Error::other(format!("open_tree: {e}")))?;
-    // SAFETY: open_tree returned a new descriptor, ours alone.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns.as_raw_fd() as u64,
-    };
-    // SAFETY: the descriptor, an empty C string, and a mount_attr of the
-    // size given, as mount_setattr(2) takes them.
-    let set = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    Errno::result(set).map_err(|e| {
+    let flags = OpenTreeFlags::OPEN_TREE_CLONE
+        | OpenTreeFlags::OPEN_TREE_CLOEXEC
+        | OpenTreeFlags::AT_RECURSIVE;
+    let tree = rustix::mount::open_tree(rustix::fs::CWD, path.as_c_str(), flags)
+        .map_err(|e| io::Error::other(format!("open_tree: {e}")))?;
+    share::set_attributes(
+        tree.as_fd(),
+        share::MOUNT_ATTR_IDMAP
+            | share::MOUNT_ATTR_RDONLY
+            | share::MOUNT_ATTR_NOSUID
+            | share::MOUNT_ATTR_NODEV,
+        Some(userns.as_fd()),
+        true,
+    )
+    .map_err(|e| {
         io::Error::other(format!(
             "mount_setattr(MOUNT_ATTR_IDMAP): {e} (idmapped mounts need Linux 5.12 and a file \
              system that takes them)"

@@ -151,6 +151,7 @@ fn main() -> ExitCode {
             problems: &problems,
             spawner: &spawner,
             project: &project,
+            warm_jails: opts.bounds.warm_jails,
         };
         check(&runtime, &facts, opts.project_mount.as_deref())
     } else {
@@ -266,6 +267,8 @@ struct Facts<'a> {
     problems: &'a [preflight::Problem],
     spawner: &'a Spawner,
     project: &'a project_check::Project,
+    /// `--warm-jails`.
+    warm_jails: usize,
 }
 
 /// `--check`: the jails, the listener, the budgets, a probe of every
@@ -276,6 +279,7 @@ fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&st
     let (listener_ok, listener) = runtime.block_on(async { mcp::listen::check() });
     let checked = writeln!(out, "{}\n{listener}", facts.jails.report())
         .and_then(|()| facts.budgets.map_or(Ok(()), |line| writeln!(out, "{line}")))
+        .and_then(|()| writeln!(out, "{}", warm_line(facts.warm_jails)))
         .and_then(|()| {
             let check = probe::run_check(facts.catalog, facts.problems, facts.spawner, &mut out);
             runtime.block_on(check).map(|ok| ok && listener_ok)
@@ -300,6 +304,21 @@ fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&st
             tracing::error!(error = %e, "cannot write the report");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--check`'s line on the warm jails.
+fn warm_line(bound: usize) -> String {
+    match bound {
+        0 => "warm jails: off (NIX_SANDBOX_WARM_JAILS=0): every run starts its jail, and a run \
+              without a session or files returns no outputs"
+            .into(),
+        n => format!(
+            "warm jails: at most {n} idle, all environments together (NIX_SANDBOX_WARM_JAILS, \
+             --warm-jails); each serves one run or new session, then is killed; an environment \
+             unused for {} s keeps none",
+            session::warm::IDLE.as_secs()
+        ),
     }
 }
 
@@ -363,6 +382,10 @@ fn serve(
             runs: opts.bounds.client_runs_share,
             sessions: opts.bounds.client_sessions_share,
         }),
+        warm: session::warm::Settings {
+            bound: opts.bounds.warm_jails,
+            idle: session::warm::IDLE,
+        },
         composer: packages::Composer::new(packages::Settings {
             cache: packages_cache,
             max_compositions: opts.bounds.max_compositions,

@@ -52,7 +52,7 @@ use crate::report;
 use crate::report::refusal::Refusal;
 use crate::run;
 use crate::session::outputs::mirror::Mirror;
-use crate::session::{self, SessionName, Sessions, throwaway};
+use crate::session::{self, SessionName, Sessions, throwaway, warm};
 use crate::wrapper::Spawner;
 use args::RunArgs;
 use proto::files::{MAX_FILES, MAX_PATH_BYTES};
@@ -101,6 +101,8 @@ pub struct Config {
     /// What one client may hold while others want slots (HTTP); `None`
     /// for a server with one client (stdio).
     pub shares: Option<Shares>,
+    /// The warm jails' bound (`--warm-jails`; 0: none) and idle expiry.
+    pub warm: warm::Settings,
 }
 
 /// What every handler of the server shares, made once.
@@ -119,6 +121,8 @@ struct Shared {
     /// The runs going on and the sessions open, all clients together.
     runs: Runs,
     session_slots: SessionSlots,
+    /// Warm jails for runs and new sessions, all clients together.
+    pool: warm::Pool,
     /// The sessions and resource links of requests without an MCP session
     /// (the stateless 2026-07-28 revision over HTTP): one table for all of
     /// them, in which the server names the sessions (session/names.rs).
@@ -165,18 +169,25 @@ impl Server {
             composer,
             max_runs,
             shares,
+            warm,
         } = config;
         let probes = Probes::new(&catalog, spawner.clone());
         let session_slots = SessionSlots::new(settings.max_total, shares.map(|s| s.sessions));
+        let pool = warm::Pool::new(warm, spawner.clone());
         let stateless = Client {
-            sessions: Sessions::server_named(settings, spawner.clone(), session_slots.clone()),
+            sessions: Sessions::server_named(
+                settings,
+                spawner.clone(),
+                session_slots.clone(),
+                pool.clone(),
+            ),
             links: Links::default(),
         };
         Self::for_client(
             None,
             Arc::new(Shared {
                 instructions: tool::instructions(&catalog, project_mount.as_deref(), &spawner.host),
-                tool: tool::run_tool(&catalog, &settings),
+                tool: tool::run_tool(&catalog, &settings, pool.enabled()),
                 catalog,
                 probes: Arc::new(probes),
                 spawner,
@@ -188,6 +199,7 @@ impl Server {
                 project_dir,
                 runs: Runs::new(max_runs, shares.map(|s| s.runs)),
                 session_slots,
+                pool,
                 stateless,
             }),
         )
@@ -213,6 +225,7 @@ impl Server {
             shared.settings,
             shared.spawner.clone(),
             shared.session_slots.clone(),
+            shared.pool.clone(),
             mirror_client,
         );
         Self {
@@ -321,6 +334,7 @@ impl Server {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
                 let cx = throwaway::Context {
                     spawner: &shared.spawner,
+                    pool: &shared.pool,
                     mirror: shared.mirror.as_ref(),
                     cancel: &ct,
                 };
@@ -379,6 +393,11 @@ impl Server {
                 SessionName::new(name).ok_or_else(|| Refusal::bad_session_name(name))?,
             ),
             None if !args.files.is_empty() => Target::Throwaway,
+            // With warm jails, a plain run is a throwaway session call too,
+            // so that its outputs come back, when the agent can take it.
+            None if self.shared.pool.enabled() && self.agent_takes(env, &args.code) => {
+                Target::Throwaway
+            }
             None => Target::Run,
         };
         if let Some(port) = args.publish
@@ -438,6 +457,17 @@ impl Server {
             .await
             .map_err(|reason| Refusal::sandbox_unavailable(&env.name, &reason))?;
         Ok(target)
+    }
+
+    /// Whether `env`'s session agent can run `code` without a session:
+    /// it has one, its wrapper is there, and the code fits its frame.
+    fn agent_takes(&self, env: &Env, code: &str) -> bool {
+        let most = self.shared.max_code_bytes.min(SESSION_MAX_CODE_BYTES);
+        env.session
+            .first()
+            .is_some_and(|wrapper| probe::wrapper_ready(wrapper))
+            && code.len() <= most
+            && !code.contains('\0')
     }
 
     /// `base` with the packages `asked` added, checked first against the

@@ -4,7 +4,7 @@
 # projectDevShell,
 # sessionIdleTimeout, sessionMaxLifetime, maxSessions, maxSessionsTotal,
 # maxCheckpoints,
-# maxRuns, maxUnreadBytes, outputDir, outputMaxMb, outputCallMb, and
+# maxRuns, warmJails, maxUnreadBytes, outputDir, outputMaxMb, outputCallMb, and
 # packages on demand's bounds, maxCompositions and packagesCacheMax.
 # serverEnvironment.nix turns them into the server's environment variables.
 lib:
@@ -105,6 +105,21 @@ in
       slot, then is refused.
     '';
     example = 4;
+  };
+  warmJails = mkOption {
+    type = types.ints.unsigned;
+    default = 4;
+    description = ''
+      Most warm jails, all environments together
+      (`NIX_SANDBOX_WARM_JAILS`): session jails started ahead of demand,
+      each serving one `run` without a session (which then returns its
+      `/workspace/outputs`, as a session's call does) or one new session,
+      then killed. An environment no call used for 120 s keeps none. Each
+      idle one holds its interpreter's memory. `0` starts none: runs then
+      start their own jail, and a run without a session or `files`
+      returns no outputs.
+    '';
+    example = 0;
   };
   maxUnreadBytes = mkOption {
     type = types.ints.positive;

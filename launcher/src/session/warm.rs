@@ -288,3 +288,41 @@ impl Pool {
         drop(keys);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing;
+
+    /// What decides the jail is in the key; the timeout, held by the
+    /// launcher per call, is not.
+    #[test]
+    fn the_key_changes_with_what_decides_the_jail_and_not_with_the_timeout() {
+        let base = testing::env("python").build();
+        let same = Key::of(&base);
+        let mut timed = base.clone();
+        timed.limits.timeout_s = std::num::NonZeroU64::new(5).unwrap();
+        assert_eq!(Key::of(&timed), same);
+        let changed = [
+            testing::env("python")
+                .with("store_path", json!("/nix/store/other-sandbox"))
+                .build(),
+            testing::env("python")
+                .with("limits.memory_mb", json!(2048))
+                .build(),
+            testing::env("python")
+                .with("session", json!(["/nix/store/x-other/bin/session"]))
+                .build(),
+            testing::env("python").with("network", json!(true)).build(),
+            testing::env("shell").build(),
+        ];
+        for env in changed {
+            assert_ne!(Key::of(&env), same, "{env:?}");
+        }
+        let mut added = base.clone();
+        added.added = vec!["jq".into()];
+        assert_ne!(Key::of(&added), same);
+    }
+}

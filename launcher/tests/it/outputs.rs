@@ -163,11 +163,18 @@ async fn path_escapes_are_refused_before_anything_runs() {
 #[tokio::test]
 async fn a_png_in_outputs_comes_back_as_the_same_image() {
     let s = fixtures().await;
-    for session in [json!("img"), Value::Null] {
+    // A session's call, a run given files, and a plain run (served by a
+    // warm jail, or one started for it, with the pool on by default).
+    let files = json!([{"path": "in.txt", "content": "x"}]);
+    for (session, files) in [
+        (json!("img"), files.clone()),
+        (Value::Null, files),
+        (Value::Null, Value::Null),
+    ] {
         let r = s
             .call(json!({"env": "python", "session": session,
                          "code": png_code("outputs/plot.png", 64, 48, 200),
-                         "files": [{"path": "in.txt", "content": "x"}]}))
+                         "files": files}))
             .await;
         assert_succeeded(&r);
         let printed = text(&r).lines().next().unwrap().to_owned();

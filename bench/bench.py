@@ -283,15 +283,15 @@ class Bench:
     # --- 1b. warm jails --------------------------------------------------------
 
     def warm(self):
-        """Warm single-use jails (--warm-jails, default on) beside the pool
-        off (today's cold path: the run wrapper) in the same run: ephemeral
+        """Warm single-use jails (--warm-jails 4) beside the pool off (the
+        default, today's path: the run wrapper) in the same run: ephemeral
         print(1), session creation, a burst of 64 runs at once then one every
         100 ms, the memory of the idle warm jails, and the machine's CPU per
         run (the refill's start included)."""
         self.section(f"warm jails: print(1) with the pool warm and off ({self.args.runs} runs each, "
                      f"{self.args.gap * 1000:.0f} ms apart), sessions, a burst, idle memory, CPU per run")
         entry = self.manifest["python"]
-        hot = self.start([self.server_bin, "--stdio"])
+        hot = self.start([self.server_bin, "--stdio"], {"NIX_SANDBOX_WARM_JAILS": "4"})
         cold = None
         try:
             cold = self.start([self.server_bin, "--stdio"], {"NIX_SANDBOX_WARM_JAILS": "0"})

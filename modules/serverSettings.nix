@@ -108,7 +108,7 @@ in
   };
   warmJails = mkOption {
     type = types.ints.unsigned;
-    default = 4;
+    default = 0;
     description = ''
       Most warm jails, all environments together
       (`NIX_SANDBOX_WARM_JAILS`): session jails started ahead of demand,
@@ -119,7 +119,7 @@ in
       start their own jail, and a run without a session or `files`
       returns no outputs.
     '';
-    example = 0;
+    example = 4;
   };
   maxUnreadBytes = mkOption {
     type = types.ints.positive;

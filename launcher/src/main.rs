@@ -275,11 +275,11 @@ struct Facts<'a> {
 /// environment and the project's layer, on stdout; success when all hold.
 fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&str>) -> ExitCode {
     let mut out = std::io::stdout().lock();
+    tracing::info!("self-test: {}", warm_line(facts.warm_jails));
     // The listener's sockets are the runtime's.
     let (listener_ok, listener) = runtime.block_on(async { mcp::listen::check() });
     let checked = writeln!(out, "{}\n{listener}", facts.jails.report())
         .and_then(|()| facts.budgets.map_or(Ok(()), |line| writeln!(out, "{line}")))
-        .and_then(|()| writeln!(out, "{}", warm_line(facts.warm_jails)))
         .and_then(|()| {
             let check = probe::run_check(facts.catalog, facts.problems, facts.spawner, &mut out);
             runtime.block_on(check).map(|ok| ok && listener_ok)

@@ -243,13 +243,14 @@ pub const MAX_RUNS: Setting = Setting {
 pub const WARM_JAILS: Setting = Setting {
     value: Some("N"),
     var: Some(("NIX_SANDBOX_WARM_JAILS", VarRole::Fallback)),
-    default: Some(Default::Number(4)),
+    default: Some(Default::Number(0)),
     ..setting(
         Key::WarmJails,
         "warm-jails",
         "most warm jails, all environments together: session jails started ahead, each \
          serving one run without a session (which then returns its outputs) or one new session, \
-         then killed; an environment no call used for 120 s keeps none; 0 starts none",
+         then killed; an environment no call used for 120 s keeps none; 0 (the default) starts \
+         none",
     )
 };
 pub const MAX_COMPOSITIONS: Setting = Setting {

@@ -71,6 +71,9 @@ impl Fixture {
             &["--allow-wrappers-outside-store"],
             &[
                 ("NIX_SANDBOX_PROJECT_DEVSHELL", on),
+                // Warm jails on: one started before the flake changes is
+                // never served after it.
+                ("NIX_SANDBOX_WARM_JAILS", "4"),
                 ("PROJECT_DIR", project),
                 ("NSM_COMPOSE_LOG", log),
                 ("NSM_COMPOSE_DIR", out),

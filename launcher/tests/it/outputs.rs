@@ -162,9 +162,15 @@ async fn path_escapes_are_refused_before_anything_runs() {
 
 #[tokio::test]
 async fn a_png_in_outputs_comes_back_as_the_same_image() {
-    let s = fixtures().await;
+    // Warm jails on: a plain run returns its outputs too.
+    let s = Server::start_with(
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store", "--warm-jails", "4"],
+        &[],
+    )
+    .await;
     // A session's call, a run given files, and a plain run (served by a
-    // warm jail, or one started for it, with the pool on by default).
+    // warm jail, or one started for it).
     let files = json!([{"path": "in.txt", "content": "x"}]);
     for (session, files) in [
         (json!("img"), files.clone()),

@@ -4,7 +4,8 @@
 //! run leaves (a file in /tmp, /workspace and the home, a background
 //! process, a variable of the interpreter's environment, a global of the
 //! interpreter) reaches the next; a new session takes a warm jail; the
-//! server's stop kills every warm jail; `--warm-jails 0` keeps none.
+//! server's stop kills every warm jail; `--warm-jails 0`, the default,
+//! keeps none.
 //! A jail started before its environment changed: devshell.rs.
 
 use std::collections::HashSet;
@@ -46,7 +47,7 @@ async fn each_warm_jail_serves_one_run_and_leaves_nothing_for_the_next() {
         let s = Server::start_command(
             user.command(),
             vec![sessions_marked(&mark, 30)],
-            &["--allow-wrappers-outside-store"],
+            &["--allow-wrappers-outside-store", "--warm-jails", "4"],
             &[],
         )
         .await;
@@ -100,7 +101,9 @@ async fn the_servers_stop_kills_every_warm_jail() {
     for user in User::all() {
         let mark = marker("warmstop");
         let manifest = sessions_marked(&mark, 30);
-        let mut raw = RawServer::from_command(RawServer::command_as(user, &manifest, "info"));
+        let mut cmd = RawServer::command_as(user, &manifest, "info");
+        cmd.env("NIX_SANDBOX_WARM_JAILS", "4");
+        let mut raw = RawServer::from_command(cmd);
         raw.initialize().await;
         raw.call_run(1, "python", "print(1)").await;
         let answer = raw.next_line().await.expect("the run is answered");

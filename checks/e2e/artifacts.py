@@ -187,11 +187,13 @@ def t_png(args, scratch):
 
 # A run that leaves everything it can for the next: a file in /tmp,
 # /workspace and the home, a background process, an environment variable
-# and an interpreter global; and the jail's pid namespace, never seen twice.
+# and an interpreter global; and the jail's pid namespace with its pid 1's
+# start time, never seen twice (a freed namespace's inode number is reused,
+# but only by a jail started after the one that freed it).
 LEAVER = """import os, sys, subprocess, builtins
 paths = ['/tmp/left', '/workspace/left', os.path.expanduser('~/left')]
 procs = [open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()]
-print('ns', os.readlink('/proc/self/ns/pid'))
+print('ns', os.readlink('/proc/self/ns/pid'), open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19])
 print('seen', [p for p in paths if os.path.exists(p)], os.environ.get('LEFT'), getattr(builtins, 'LEFT', None),
       [p for p in procs if 'left-behind' in p])
 for p in paths:
@@ -216,9 +218,13 @@ def t_warm(args, scratch):
             warm += bool(st.get("warm"))
             time.sleep(0.5)  # the pool's replacement starts after each run
         check(warm >= 4, f"only {warm} of 6 runs were served by a warm jail")
-        result, text, st = s.call(env="python", session="s", code="import builtins, os\n"
-                                  "print(getattr(builtins, 'LEFT', None), os.path.exists('/tmp/left'))")
-        check(text.strip() == "None False", f"a new session saw what a run left: {text}")
+        result, text, st = s.call(env="python", session="s", code=LEAVER)
+        check("seen [] None None []" in text, f"a new session saw what a run left: {text}")
+        # The control: a jail that serves twice (a session's) shows the
+        # attack everything the first call left.
+        result, text, st = s.call(env="python", session="s", code=LEAVER)
+        check("seen ['/tmp/left', '/workspace/left', '" in text and "] 1 1 ['" in text,
+              f"the attack missed what a reused jail holds: {text}")
 
 
 def t_budget(args, scratch):

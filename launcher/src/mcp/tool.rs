@@ -76,10 +76,14 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings, warm: bool) -> 
             "items": {"type": "object"},
         });
         match warm {
-            true => "Run code in a fresh sandbox, or a `session`'s; returns /workspace/outputs \
-                     (images shown).",
-            false => "Run code in a fresh sandbox, or a `session`'s. Session and `files` runs \
-                      return /workspace/outputs (images shown).",
+            true => {
+                "Run code in a fresh sandbox, or a `session`'s; returns /workspace/outputs \
+                     (images shown)."
+            }
+            false => {
+                "Run code in a fresh sandbox, or a `session`'s. Session and `files` runs \
+                      return /workspace/outputs (images shown)."
+            }
         }
     } else {
         "Run a program in a fresh sandbox and return its output."

@@ -148,7 +148,7 @@ impl Inner {
             let took = self.pool.take(env);
             self.pool.refill(env);
             if let Took::Warm(jail) = took {
-                tracing::debug!(session = name, "the session took a warm jail");
+                tracing::info!(session = name, "the session took a warm jail");
                 return Ok(*jail);
             }
         }

@@ -1,6 +1,9 @@
 //! Warm single-use jails (session/warm.rs), as the test's user and as user
 //! 65534: runs without a session are served by warm jails, each jail
-//! serves one run (its pid namespace is never seen twice), and nothing a
+//! serves one run (its pid namespace and its pid 1's start time, together,
+//! are never seen twice: the kernel reuses a freed namespace's inode
+//! number, but not in a jail started before the one it was freed by
+//! ended), and nothing a
 //! run leaves (a file in /tmp, /workspace and the home, a background
 //! process, a variable of the interpreter's environment, a global of the
 //! interpreter) reaches the next; a new session takes a warm jail; the
@@ -24,7 +27,7 @@ fn leaver(left: &str) -> String {
         "import os, sys, subprocess, builtins\n\
          paths = ['/tmp/left', '/workspace/left', os.path.expanduser('~/left')]\n\
          procs = [open(f'/proc/{{p}}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()]\n\
-         print('ns', os.readlink('/proc/self/ns/pid'))\n\
+         print('ns', os.readlink('/proc/self/ns/pid'), open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19])\n\
          print('seen', [p for p in paths if os.path.exists(p)], os.environ.get('LEFT'), \
                getattr(builtins, 'LEFT', None), [p for p in procs if '{left}' in p])\n\
          for p in paths:\n    open(p, 'w').write('x')\n\
@@ -84,10 +87,19 @@ async fn each_warm_jail_serves_one_run_and_leaves_nothing_for_the_next() {
         );
         // A new session takes a warm jail: its first call finds the
         // interpreter started, and nothing of the runs before.
-        let r = s
-            .session("python", "s", "import builtins, os\nprint(getattr(builtins, 'LEFT', None), os.path.exists('/tmp/left'))")
-            .await;
-        assert_eq!(text(&r).trim(), "None False", "as {user:?}: {r:?}");
+        let r = s.session("python", "s", &leaver(&left)).await;
+        assert!(
+            text(&r).contains("seen [] None None []"),
+            "as {user:?}: {r:?}"
+        );
+        // The control: a jail that serves twice (a session's) shows the
+        // attack everything the first call left.
+        let r = s.session("python", "s", &leaver(&left)).await;
+        let out = text(&r);
+        assert!(
+            out.contains("seen ['/tmp/left', '/workspace/left', '") && out.contains("] 1 1 ['"),
+            "as {user:?}, the attack missed what a reused jail holds: {out}"
+        );
         assert!(
             s.stderr().contains("the session took a warm jail"),
             "as {user:?}: {}",
@@ -119,7 +131,11 @@ async fn the_servers_stop_kills_every_warm_jail() {
             .await
             .expect("the server exits")
             .unwrap();
-        assert!(status.success(), "as {user:?}: {status:?}: {}", raw.stderr());
+        assert!(
+            status.success(),
+            "as {user:?}: {status:?}: {}",
+            raw.stderr()
+        );
         assert_no_process_now(&mark, &format!("as {user:?}, warm jails at the stop"));
     }
 }
@@ -137,14 +153,21 @@ async fn no_warm_jail_is_kept_when_the_pool_is_off() {
         let r = s
             .run("python", "import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/a.txt', 'w').write('a')\nprint(1)")
             .await;
-        assert_eq!(text(&r).trim(), "1", "{r:?}");
+        assert!(text(&r).starts_with("1\n"), "{r:?}");
         // The run wrapper served it, as before the pool: no outputs.
         assert!(!warm(&r), "{r:?}");
         assert!(facts(&r).get("outputs").is_none(), "{r:?}");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(count_named(&mark, "agent"), 0, "a session jail with the pool off");
+    assert_eq!(
+        count_named(&mark, "agent"),
+        0,
+        "a session jail with the pool off"
+    );
     let tools = s.client.list_all_tools().await.unwrap();
     let description = tools[0].description.as_deref().unwrap_or_default();
-    assert!(description.contains("Session and `files` runs return"), "{description}");
+    assert!(
+        description.contains("Session and `files` runs return"),
+        "{description}"
+    );
 }

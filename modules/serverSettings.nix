@@ -113,11 +113,10 @@ in
       Most warm jails, all environments together
       (`NIX_SANDBOX_WARM_JAILS`): session jails started ahead of demand,
       each serving one `run` without a session (which then returns its
-      `/workspace/outputs`, as a session's call does) or one new session,
+      `/workspace/outputs`, as a session's call does; one that finds none
+      ready uses the run wrapper and returns none) or one new session,
       then killed. An environment no call used for 120 s keeps none. Each
-      idle one holds its interpreter's memory. `0` starts none: runs then
-      start their own jail, and a run without a session or `files`
-      returns no outputs.
+      idle one holds its interpreter's memory. `0` starts none.
     '';
     example = 4;
   };

@@ -310,9 +310,7 @@ fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&st
 /// `--check`'s line on the warm jails.
 fn warm_line(bound: usize) -> String {
     match bound {
-        0 => "warm jails: off (NIX_SANDBOX_WARM_JAILS=0): every run starts its jail, and a run \
-              without a session or files returns no outputs"
-            .into(),
+        0 => "warm jails: off (NIX_SANDBOX_WARM_JAILS=0): every run starts its jail".into(),
         n => format!(
             "warm jails: at most {n} idle, all environments together (NIX_SANDBOX_WARM_JAILS, \
              --warm-jails); each serves one run or new session, then is killed; an environment \

@@ -248,9 +248,9 @@ pub const WARM_JAILS: Setting = Setting {
         Key::WarmJails,
         "warm-jails",
         "most warm jails, all environments together: session jails started ahead, each \
-         serving one run without a session (which then returns its outputs) or one new session, \
-         then killed; an environment no call used for 120 s keeps none; 0 (the default) starts \
-         none",
+         serving one run without a session (which then returns its outputs; one that finds none \
+         ready uses the run wrapper) or one new session, then killed; an environment no call \
+         used for 120 s keeps none; 0 (the default) starts none",
     )
 };
 pub const MAX_COMPOSITIONS: Setting = Setting {

@@ -52,7 +52,8 @@ use crate::report;
 use crate::report::refusal::Refusal;
 use crate::run;
 use crate::session::outputs::mirror::Mirror;
-use crate::session::{self, SessionName, Sessions, throwaway, warm};
+use crate::session::warm::{self, Took};
+use crate::session::{self, SessionName, Sessions, throwaway};
 use crate::wrapper::Spawner;
 use args::RunArgs;
 use proto::files::{MAX_FILES, MAX_PATH_BYTES};
@@ -150,6 +151,9 @@ enum Target {
     Session(SessionName),
     /// A session jail of its own, for a call with `files` and no session.
     Throwaway,
+    /// A warm jail when the pool has one ready (used as `Throwaway`), else
+    /// the run wrapper (as `Run`): a plain run while warm jails are on.
+    Warm,
 }
 
 impl Server {
@@ -187,7 +191,7 @@ impl Server {
             None,
             Arc::new(Shared {
                 instructions: tool::instructions(&catalog, project_mount.as_deref(), &spawner.host),
-                tool: tool::run_tool(&catalog, &settings, pool.enabled()),
+                tool: tool::run_tool(&catalog, &settings),
                 catalog,
                 probes: Arc::new(probes),
                 spawner,
@@ -298,18 +302,37 @@ impl Server {
         // A call to a running session's jail with the packages it was made
         // with starts no jail: its wrapper is not looked at.
         let starts_jail = !(running && args.packages.is_none());
+        let throwaway = throwaway::Context {
+            spawner: &shared.spawner,
+            pool: &shared.pool,
+            mirror: shared.mirror.as_ref(),
+            cancel: &ct,
+        };
         let result = match self.precheck(&env, &args, starts_jail).await? {
             Target::Run => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
-                let tail = progress.wanted().then(Tail::new);
-                let cx = run::Context {
-                    spawner: &shared.spawner,
-                    cancel: &ct,
-                    tail: tail.as_ref(),
-                };
-                let ran = run::in_env(&env, code, &cx);
-                let outcome = progress.while_running(&env, tail.as_ref(), ran).await?;
-                report::run::ran(&env, &outcome)
+                self.plain_run(&env, code, &ct, &progress).await?
+            }
+            Target::Warm => {
+                let _slot = self.admit_run(&ct, &key, &env).await?;
+                match shared.pool.take(&env) {
+                    took @ Took::Warm(_) => {
+                        let called = throwaway::in_taken(took, &env, code, files, &throwaway);
+                        let outcome = progress.while_running(&env, None, called).await?;
+                        report::call::called(&env, &outcome, resource_links)
+                    }
+                    // None ready: the run wrapper, as with the pool off, so
+                    // that a cold or exhausted pool is no slower; the pool
+                    // refills once the run is over.
+                    Took::Cold => {
+                        if !probe::wrapper_ready(&env.run[0]) {
+                            return Err(Refusal::wrapper_missing(&env.name, &env.run[0]));
+                        }
+                        let result = self.plain_run(&env, code, &ct, &progress).await;
+                        shared.pool.refill(&env);
+                        result?
+                    }
+                }
             }
             Target::Session(name) => {
                 let mirror = shared.mirror.as_ref();
@@ -332,13 +355,7 @@ impl Server {
             }
             Target::Throwaway => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
-                let cx = throwaway::Context {
-                    spawner: &shared.spawner,
-                    pool: &shared.pool,
-                    mirror: shared.mirror.as_ref(),
-                    cancel: &ct,
-                };
-                let called = throwaway::call(&env, code, files, &cx);
+                let called = throwaway::call(&env, code, files, &throwaway);
                 let outcome = progress.while_running(&env, None, called).await?;
                 report::call::called(&env, &outcome, resource_links)
             }
@@ -347,6 +364,25 @@ impl Server {
             Some(asked) => report::with_timeout_cut(result, asked, env.limits.timeout_s),
             None => result,
         })
+    }
+
+    /// `code` in a fresh jail of `env`'s run wrapper, reported as a run.
+    async fn plain_run(
+        &self,
+        env: &Env,
+        code: &str,
+        ct: &CancellationToken,
+        progress: &Progress,
+    ) -> Result<CallToolResult, Refusal> {
+        let tail = progress.wanted().then(Tail::new);
+        let cx = run::Context {
+            spawner: &self.shared.spawner,
+            cancel: ct,
+            tail: tail.as_ref(),
+        };
+        let ran = run::in_env(env, code, &cx);
+        let outcome = progress.while_running(env, tail.as_ref(), ran).await?;
+        Ok(report::run::ran(env, &outcome))
     }
 
     /// `env` with the timeout this call has: the one it asked for, cut to
@@ -393,11 +429,9 @@ impl Server {
                 SessionName::new(name).ok_or_else(|| Refusal::bad_session_name(name))?,
             ),
             None if !args.files.is_empty() => Target::Throwaway,
-            // With warm jails, a plain run is a throwaway session call too,
-            // so that its outputs come back, when the agent can take it.
-            None if self.shared.pool.enabled() && self.agent_takes(env, &args.code) => {
-                Target::Throwaway
-            }
+            // With warm jails, a plain run the agent can take goes to a
+            // warm jail when one is ready, so that its outputs come back.
+            None if self.shared.pool.enabled() && self.agent_takes(env, &args.code) => Target::Warm,
             None => Target::Run,
         };
         if let Some(port) = args.publish

@@ -29,9 +29,8 @@ const MAX_DESCRIPTION_CHARS: usize = 48;
 /// environment with what it holds, the default first), `timeout_s`; when
 /// an environment has sessions, `session` (with how long one lives) and
 /// `files`, and `from` and `end` where checkpoints are kept; `packages`
-/// and `publish` where an environment allows them. `warm`: runs without a
-/// session return their outputs too (warm jails are on).
-pub fn run_tool(catalog: &Catalog, sessions: &session::Settings, warm: bool) -> Tool {
+/// and `publish` where an environment allows them.
+pub fn run_tool(catalog: &Catalog, sessions: &session::Settings) -> Tool {
     let mut env = json!({"type": "string", "nullable": true});
     match catalog.default_env() {
         Some(default) => env["description"] = json!(env_lines(catalog, default)),
@@ -75,16 +74,8 @@ pub fn run_tool(catalog: &Catalog, sessions: &session::Settings, warm: bool) -> 
             "description": "[{path, content|base64, replace?}] into /workspace.",
             "items": {"type": "object"},
         });
-        match warm {
-            true => {
-                "Run code in a fresh sandbox, or a `session`'s; returns /workspace/outputs \
-                     (images shown)."
-            }
-            false => {
-                "Run code in a fresh sandbox, or a `session`'s. Session and `files` runs \
-                      return /workspace/outputs (images shown)."
-            }
-        }
+        "Run code in a fresh sandbox, or a `session`'s. Session and `files` runs return \
+         /workspace/outputs (images shown)."
     } else {
         "Run a program in a fresh sandbox and return its output."
     };
@@ -335,7 +326,7 @@ mod tests {
                 )
                 .build(),
         ]);
-        let tool = run_tool(&c, &settings, true);
+        let tool = run_tool(&c, &settings);
         let env = &tool.input_schema["properties"]["env"];
         // Not enumerated: the names are in the description, and a name
         // not served is refused with the served ones.
@@ -355,7 +346,7 @@ mod tests {
     fn publish_is_offered_only_where_an_environment_publishes() {
         let settings = session::Settings::default();
         let plain = catalog(&[("python", false)]);
-        let tool = run_tool(&plain, &settings, true);
+        let tool = run_tool(&plain, &settings);
         assert!(tool.input_schema["properties"].get("publish").is_none());
         let c = testing::catalog([
             testing::env("python").build(),
@@ -364,7 +355,7 @@ mod tests {
                 .with("publish", json!([8000, 8080]))
                 .build(),
         ]);
-        let tool = run_tool(&c, &settings, true);
+        let tool = run_tool(&c, &settings);
         let publish = &tool.input_schema["properties"]["publish"];
         assert_eq!(
             (&publish["type"], &publish["nullable"]),
@@ -397,7 +388,7 @@ mod tests {
             max_checkpoints: 3,
             ..session::Settings::default()
         };
-        let tool = run_tool(&c, &sessions, true);
+        let tool = run_tool(&c, &sessions);
         assert_eq!(tool.input_schema["required"], json!(["code"]));
         let properties = tool.input_schema["properties"].as_object().unwrap();
         for (name, property) in properties {
@@ -414,7 +405,7 @@ mod tests {
             .with("session", json!(["/x/session"]))
             .build()]);
         let names = |settings: &session::Settings| -> Vec<String> {
-            let tool = run_tool(&c, settings, true);
+            let tool = run_tool(&c, settings);
             tool.input_schema["properties"]
                 .as_object()
                 .unwrap()
@@ -527,7 +518,7 @@ mod tests {
     fn packages_are_offered_only_where_the_policy_allows_them() {
         let settings = session::Settings::default();
         let plain = catalog(&[("python", false), ("shell", false)]);
-        let tool = run_tool(&plain, &settings, true);
+        let tool = run_tool(&plain, &settings);
         assert!(tool.input_schema["properties"].get("packages").is_none());
         let text = instructions(&plain, None, &Host::plain());
         assert!(!text.contains("packages`"), "{text}");
@@ -543,7 +534,7 @@ mod tests {
                 .build(),
             testing::env("shell").build(),
         ]);
-        let tool = run_tool(&c, &settings, true);
+        let tool = run_tool(&c, &settings);
         assert_eq!(
             tool.input_schema["properties"]["packages"]["items"],
             json!({"type": "string"})

@@ -1,10 +1,10 @@
 //! A run without a `session` in a session jail used for one call, then
-//! killed: a run given `files`, and, while the warm pool is on, every run
-//! the agent can take (warm.rs). The run wrapper's /workspace is a tmpfs
-//! that dies with it, out of the launcher's reach (contract 3), so files in
-//! and outputs out need the agent. The jail is a warm one when the pool has
-//! one ready, else one started for the call; a replacement starts once the
-//! call is over.
+//! killed: a run given `files`, and, while the warm pool is on, a plain
+//! run that a warm jail is ready for (warm.rs). The run wrapper's
+//! /workspace is a tmpfs that dies with it, out of the launcher's reach
+//! (contract 3), so files in and outputs out need the agent. The jail is a
+//! warm one when the pool has one ready, else one started for the call; a
+//! replacement starts once the call is over.
 //!
 //! The call goes like a session's (call.rs): one deadline, an interrupt at
 //! the deadline, the same settling; then the jail is killed whatever
@@ -42,8 +42,19 @@ pub async fn call(
     files: &[Upload],
     cx: &Context<'_>,
 ) -> Result<CallOutcome, Error> {
+    in_taken(cx.pool.take(env), env, code, files, cx).await
+}
+
+/// [`call`] in what the pool gave: a warm jail, else one started now.
+pub async fn in_taken(
+    took: Took,
+    env: &Arc<Env>,
+    code: &str,
+    files: &[Upload],
+    cx: &Context<'_>,
+) -> Result<CallOutcome, Error> {
     let started = Instant::now();
-    let (mut jail, warm) = match cx.pool.take(env) {
+    let (mut jail, warm) = match took {
         Took::Warm(jail) => (*jail, true),
         Took::Cold => {
             let jail = Jail::spawn(env, cx.spawner, "run", false);

@@ -177,7 +177,8 @@ impl Server {
         } = config;
         let probes = Probes::new(&catalog, spawner.clone());
         let session_slots = SessionSlots::new(settings.max_total, shares.map(|s| s.sessions));
-        let pool = warm::Pool::new(warm, spawner.clone());
+        let runs = Runs::new(max_runs, shares.map(|s| s.runs));
+        let pool = warm::Pool::new(warm, spawner.clone(), runs.clone());
         let stateless = Client {
             sessions: Sessions::server_named(
                 settings,
@@ -201,7 +202,7 @@ impl Server {
                 mirror,
                 composer,
                 project_dir,
-                runs: Runs::new(max_runs, shares.map(|s| s.runs)),
+                runs,
                 session_slots,
                 pool,
                 stateless,
@@ -329,7 +330,7 @@ impl Server {
                             return Err(Refusal::wrapper_missing(&env.name, &env.run[0]));
                         }
                         let result = self.plain_run(&env, code, &ct, &progress).await;
-                        shared.pool.refill(&env);
+                        shared.pool.refill_after_run(&env);
                         result?
                     }
                 }

@@ -60,7 +60,7 @@ pub async fn in_taken(
             let jail = Jail::spawn(env, cx.spawner, "run", false);
             let jail = jail.map_err(|cause| {
                 tracing::error!(env = %env.name, error = %cause, "cannot start a session jail for a run");
-                cx.pool.refill(env);
+                cx.pool.refill_after_run(env);
                 Error::from(NotStarted::session(env, cause))
             })?;
             (jail, false)
@@ -69,7 +69,7 @@ pub async fn in_taken(
     let outcome = in_jail(&mut jail, env, code, files, cx).await;
     jail.kill();
     drop(jail);
-    cx.pool.refill(env);
+    cx.pool.refill_after_run(env);
     let mut outcome = outcome?;
     outcome.warm = warm;
     outcome.duration = started.elapsed();

@@ -19,7 +19,10 @@
 //!   jails. All keys together hold at most [`Settings::bound`] jails idle or
 //!   starting (`--warm-jails`; 0 keeps none).
 //! - Refills start after the call that took a jail ([`Pool::refill`]), so
-//!   that a replacement's start does not take CPU from that call.
+//!   that a replacement's start does not take CPU from that call; after a
+//!   run, only when no other run is going ([`Pool::refill_after_run`]):
+//!   in a burst a replacement would take a core from the runs waiting, and
+//!   the burst's last run refills.
 //! - Server shutdown drops every jail (each kills its process group) and
 //!   starts no more.
 
@@ -30,6 +33,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::jail::Jail;
+use crate::admission::Runs;
 use crate::catalog::Env;
 use crate::wrapper::Spawner;
 
@@ -102,6 +106,8 @@ impl State {
 pub struct Pool {
     settings: Settings,
     spawner: Spawner,
+    /// The runs going on, all clients together.
+    runs: Runs,
     state: Arc<Mutex<State>>,
 }
 
@@ -114,10 +120,11 @@ pub enum Took {
 }
 
 impl Pool {
-    pub fn new(settings: Settings, spawner: Spawner) -> Self {
+    pub fn new(settings: Settings, spawner: Spawner, runs: Runs) -> Self {
         Self {
             settings,
             spawner,
+            runs,
             state: Arc::default(),
         }
     }
@@ -181,6 +188,14 @@ impl Pool {
         match took {
             Some(jail) => Took::Warm(Box::new(jail)),
             None => Took::Cold,
+        }
+    }
+
+    /// [`Pool::refill`] after a run that holds its slot still, unless
+    /// another run is going (the last one of a burst refills).
+    pub fn refill_after_run(&self, env: &Arc<Env>) {
+        if self.runs.running() <= 1 {
+            self.refill(env);
         }
     }
 

@@ -316,24 +316,8 @@ impl Server {
             }
             Target::Warm => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
-                match shared.pool.take(&env) {
-                    took @ Took::Warm(_) => {
-                        let called = throwaway::in_taken(took, &env, code, files, &throwaway);
-                        let outcome = progress.while_running(&env, None, called).await?;
-                        report::call::called(&env, &outcome, resource_links)
-                    }
-                    // None ready: the run wrapper, as with the pool off, so
-                    // that a cold or exhausted pool is no slower; the pool
-                    // refills once the run is over.
-                    Took::Cold => {
-                        if !probe::wrapper_ready(&env.run[0]) {
-                            return Err(Refusal::wrapper_missing(&env.name, &env.run[0]));
-                        }
-                        let result = self.plain_run(&env, code, &ct, &progress).await;
-                        shared.pool.refill_after_run(&env);
-                        result?
-                    }
-                }
+                self.warm_run(&env, code, &throwaway, &progress, resource_links)
+                    .await?
             }
             Target::Session(name) => {
                 let mirror = shared.mirror.as_ref();
@@ -365,6 +349,36 @@ impl Server {
             Some(asked) => report::with_timeout_cut(result, asked, env.limits.timeout_s),
             None => result,
         })
+    }
+
+    /// A plain run while warm jails are on: in a warm jail when one is
+    /// ready (reported as a run given files), else in the run wrapper, as
+    /// with the pool off, so that a cold or exhausted pool is no slower;
+    /// the pool refills once the run is over.
+    async fn warm_run(
+        &self,
+        env: &Arc<Env>,
+        code: &str,
+        cx: &throwaway::Context<'_>,
+        progress: &Progress,
+        resource_links: bool,
+    ) -> Result<CallToolResult, Refusal> {
+        let pool = &self.shared.pool;
+        match pool.take(env) {
+            took @ Took::Warm(_) => {
+                let called = throwaway::in_taken(took, env, code, &[], cx);
+                let outcome = progress.while_running(env, None, called).await?;
+                Ok(report::call::called(env, &outcome, resource_links))
+            }
+            Took::Cold => {
+                if !probe::wrapper_ready(&env.run[0]) {
+                    return Err(Refusal::wrapper_missing(&env.name, &env.run[0]));
+                }
+                let result = self.plain_run(env, code, cx.cancel, progress).await;
+                pool.refill_after_run(env);
+                result
+            }
+        }
     }
 
     /// `code` in a fresh jail of `env`'s run wrapper, reported as a run.

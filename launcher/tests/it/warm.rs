@@ -128,11 +128,7 @@ async fn the_servers_stop_kills_every_warm_jail() {
             "as {user:?}: no warm jail started: {}",
             raw.stderr()
         );
-        raw.close_stdin();
-        let status = tokio::time::timeout(GUARD, raw.child.wait())
-            .await
-            .expect("the server exits")
-            .unwrap();
+        let status = raw.close_and_wait().await;
         assert!(
             status.success(),
             "as {user:?}: {status:?}: {}",

@@ -343,7 +343,7 @@ class Bench:
                 if before and after:
                     ticks = after["busy"] - before["busy"]
                     cpu[name] = ticks / os.sysconf("SC_CLK_TCK") / 20 * 1000
-            self.lines([f"CPU per run (machine-wide, the refill included): " +
+            self.lines(["CPU per run (machine-wide, the refill included): " +
                         ", ".join(f"{k} {v:.1f} ms" for k, v in cpu.items())])
             # A burst of 64 at once, then one every 100 ms.
             burst = {}

@@ -207,13 +207,13 @@ class Bench:
         try:
             client.initialize()
             if self.args.warm_call:
-                self.warm(client)
+                self.warm_up(client)
         except McpError:
             client.close()
             raise
         return client
 
-    def warm(self, client):
+    def warm_up(self, client):
         """--warm-call: an untimed print(1) in python once the server's
         start-up probes are done, made once more when the python probe did
         not finish within its time (an emulated CPU running the three
@@ -279,6 +279,124 @@ class Bench:
             rows.append(row)
         header = ["what", "min", "p50", "p90", "p99", "mean", "n"] + ([f"vs {baseline} p50 / p90 / p99"] if baseline else [])
         return table(header, rows)
+
+    # --- 1b. warm jails --------------------------------------------------------
+
+    def warm(self):
+        """Warm single-use jails (--warm-jails 4) beside the pool off (the
+        default, today's path: the run wrapper) in the same run: ephemeral
+        print(1), session creation, a burst of 64 runs at once then one every
+        100 ms, the memory of the idle warm jails, and the machine's CPU per
+        run (the refill's start included)."""
+        self.section(f"warm jails: print(1) with the pool warm and off ({self.args.runs} runs each, "
+                     f"{self.args.gap * 1000:.0f} ms apart), sessions, a burst, idle memory, CPU per run")
+        entry = self.manifest["python"]
+        hot = self.start([self.server_bin, "--stdio"], {"NIX_SANDBOX_WARM_JAILS": "4"})
+        cold = None
+        try:
+            cold = self.start([self.server_bin, "--stdio"], {"NIX_SANDBOX_WARM_JAILS": "0"})
+            self.wait_idle(cold.pid, settle=0.2)
+            warm_hits = []
+
+            def warm_print():
+                result, text = hot.run("print(1)", env="python")
+                if result.get("isError") or not text.startswith("1" + JSON_NOTE):
+                    raise McpError(f"print(1) through MCP gave {result}")
+                facts = (result.get("_meta") or {}).get("nix-sandbox-mcp/result", {})
+                warm_hits.append(bool(facts.get("warm")))
+
+            self.mcp_print(hot, "python")  # the first run of python starts its pool
+            kinds = {
+                "warm pool": warm_print,
+                "pool off (today)": lambda: self.mcp_print(cold, "python"),
+                "wrapper direct": lambda: self.direct(entry["run"], b"print(1)\n"),
+            }
+            stats = self.interleaved(kinds, self.args.runs)
+            self.lines(self.stat_rows(stats, baseline="pool off (today)"))
+            served = sum(warm_hits) / max(len(warm_hits), 1)
+            self.lines([f"{served:.0%} of the warm pool's timed runs were served by a warm jail"])
+            # Session creation: a new session's first call, `x = 0`.
+            names = iter(range(1 << 30))
+            creations = {
+                "new session, warm pool": lambda: hot.run("x = 0", env="python", session=f"w{next(names)}"),
+                "new session, pool off": lambda: cold.run("x = 0", env="python", session=f"c{next(names)}"),
+            }
+            created = self.interleaved(creations, min(self.args.runs, 20), warmup=1)
+            self.lines(self.stat_rows(created, baseline="new session, pool off"))
+            # Idle memory: the warm jails' processes once the pool is full.
+            time.sleep(2.0)
+            jails = procs.jails(hot.pid)
+            agents = [p for p in jails if procs.comm(p) == "agent"]
+            rss = sum(procs.status_kib(p, "VmRSS") or 0 for p in jails)
+            per_jail = rss / len(agents) if agents else None
+            self.lines([f"idle: {len(agents)} warm jails, {len(jails)} processes, RSS {mib(rss)} in all "
+                        f"(shared pages counted in each: an upper bound)"])
+            # CPU per run, machine-wide (the pool's refills included), 20 runs each.
+            cpu = {}
+            for name, server in (("warm pool", hot), ("pool off (today)", cold)):
+                before, t0 = cpu_times(), time.perf_counter()
+                for _ in range(20):
+                    time.sleep(self.args.gap)
+                    self.mcp_print(server, "python")
+                time.sleep(1.0)  # the last refill
+                after = cpu_times()
+                if before and after:
+                    ticks = after["busy"] - before["busy"]
+                    cpu[name] = ticks / os.sysconf("SC_CLK_TCK") / 20 * 1000
+            self.lines(["CPU per run (machine-wide, the refill included): " +
+                        ", ".join(f"{k} {v:.1f} ms" for k, v in cpu.items())])
+            # A burst of 64 at once, then one every 100 ms.
+            burst = {}
+            for name, server in (("warm pool", hot), ("pool off (today)", cold)):
+                times = []
+
+                def one(server=server, times=times):
+                    t0 = time.perf_counter()
+                    self.mcp_print(server, "python")
+                    times.append(time.perf_counter() - t0)
+
+                time.sleep(1.0)
+                threads = [threading.Thread(target=one) for _ in range(64)]
+                t0 = time.perf_counter()
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                wall = time.perf_counter() - t0
+                after = []
+                for _ in range(20):
+                    time.sleep(0.1)
+                    t1 = time.perf_counter()
+                    self.mcp_print(server, "python")
+                    after.append(time.perf_counter() - t1)
+                burst[name] = {"burst": summary(times), "burst_wall_s": wall, "after": summary(after)}
+                if len(times) != 64:
+                    raise Unmeasured(f"{64 - len(times)} of the burst's runs failed ({name})")
+            for name, b in burst.items():
+                self.lines([f"{name}: 64 at once p50 {ms(b['burst']['p50'])}, p99 {ms(b['burst']['p99'])}, "
+                            f"all in {b['burst_wall_s']:.2f} s; then 1 every 100 ms p50 {ms(b['after']['p50'])}, "
+                            f"p99 {ms(b['after']['p99'])}"])
+        finally:
+            hot.close()
+            if cold:
+                cold.close()
+        self.results["warm"] = {"print": stats, "served_warm": served, "sessions": created, "cpu_ms": cpu,
+                                "idle_rss_kib": rss, "idle_jails": len(agents), "burst": burst}
+        w, c = stats["warm pool"], stats["pool off (today)"]
+        self.row("warm: print(1) p50 / p99, pool warm", f"{ms(w['p50'])} / {ms(w['p99'])}", "p50 <= 3 ms",
+                 w["p50"] <= 3.0)
+        self.row("warm: print(1) p50 / p99, pool off (today)", f"{ms(c['p50'])} / {ms(c['p99'])}")
+        sw, sc = created["new session, warm pool"], created["new session, pool off"]
+        self.row("warm: session creation p50, pool warm / off", f"{ms(sw['p50'])} / {ms(sc['p50'])}", "<= 5 ms",
+                 sw["p50"] <= 5.0)
+        bw, bc = burst["warm pool"], burst["pool off (today)"]
+        self.row("warm: burst of 64, p50 warm / off", f"{ms(bw['burst']['p50'])} / {ms(bc['burst']['p50'])}",
+                 "no slower than off", bw["burst"]["p50"] <= bc["burst"]["p50"] * TARGET_RATIO)
+        self.row("warm: idle memory per warm jail (RSS, upper bound)",
+                 "-" if per_jail is None else mib(per_jail))
+        if len(cpu) == 2:
+            self.row("warm: CPU per run, warm / off (machine-wide)",
+                     f"{cpu['warm pool']:.1f} / {cpu['pool off (today)']:.1f} ms")
 
     # --- 1. ephemeral runs, launcher memory, tokens --------------------------
 
@@ -1294,7 +1412,7 @@ def parser():
                                                     "flake takes (without it and --nixpkgs-lib: no devshell step)")
     parser.add_argument("--nixpkgs-lib", help="the nixpkgs lib in the store that checks/flake.lock names")
     parser.add_argument("--devshell-runs", type=int, default=5, help="cold and cached calls of env project, each")
-    parser.add_argument("--only", choices=["ephemeral", "fixtures", "sessions", "progress", "fork", "startup",
+    parser.add_argument("--only", choices=["ephemeral", "warm", "fixtures", "sessions", "progress", "fork", "startup",
                                            "packages", "languages", "devshell"],
                         help="one step only")
     return parser
@@ -1313,7 +1431,7 @@ def main():
         print(f"context: {args.context}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:
         bench = Bench(args, Path(tmp))
-        steps = [bench.ephemeral, bench.sessions, bench.progress, bench.fork, bench.startup]
+        steps = [bench.ephemeral, bench.warm, bench.sessions, bench.progress, bench.fork, bench.startup]
         if args.fixtures:
             steps.insert(1, bench.fixtures)
         if args.packages_server:

@@ -73,3 +73,12 @@ def jails(pid):
     stats = _stats()
     return [p for p in descendants(pid) if not (stats.get(p) == (pid, "jails-init"))]
 
+
+
+def comm(pid):
+    """The command name of process `pid`; None if gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None

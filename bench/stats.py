@@ -42,8 +42,9 @@ def table(header, rows):
 
 
 def cpu_times(path="/proc/stat"):
-    """The machine's CPU time so far, in ticks: all of it, and what the
-    hypervisor gave to others (steal); None where /proc/stat does not say."""
+    """The machine's CPU time so far, in ticks: all of it, what the
+    hypervisor gave to others (steal), and what was busy (neither idle,
+    iowait nor steal); None where /proc/stat does not say."""
     try:
         with open(path) as f:
             fields = f.readline().split()
@@ -53,7 +54,7 @@ def cpu_times(path="/proc/stat"):
         return None
     # user nice system idle iowait irq softirq steal (guest time is in user).
     ticks = [int(v) for v in fields[1:9]]
-    return {"total": sum(ticks), "steal": ticks[7]}
+    return {"total": sum(ticks), "steal": ticks[7], "busy": sum(ticks) - ticks[3] - ticks[4] - ticks[7]}
 
 
 def steal_share(before, after):

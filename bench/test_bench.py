@@ -36,7 +36,8 @@ class Steal(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             before = cpu_times(proc_stat(d, user=100, idle=800, steal=100))
             after = cpu_times(proc_stat(d, user=150, idle=1020, steal=130))
-        self.assertEqual(before, {"total": 1000, "steal": 100})
+        # Busy: neither idle, iowait nor stolen.
+        self.assertEqual(before, {"total": 1000, "steal": 100, "busy": 100})
         # 300 ticks passed, 30 of them stolen.
         self.assertAlmostEqual(steal_share(before, after), 0.1)
 

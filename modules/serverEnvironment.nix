@@ -30,6 +30,7 @@ lib.optionalAttrs (settings.projectDir != null) {
   NIX_SANDBOX_MAX_SESSIONS_TOTAL = toString settings.maxSessionsTotal;
   NIX_SANDBOX_MAX_CHECKPOINTS = toString settings.maxCheckpoints;
   NIX_SANDBOX_MAX_RUNS = toString settings.maxRuns;
+  NIX_SANDBOX_WARM_JAILS = toString settings.warmJails;
   NIX_SANDBOX_MAX_UNREAD_BYTES = toString settings.maxUnreadBytes;
   NIX_SANDBOX_MAX_COMPOSITIONS = toString settings.maxCompositions;
   NIX_SANDBOX_PACKAGES_CACHE_MAX = toString settings.packagesCacheMax;

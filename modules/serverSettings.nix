@@ -4,7 +4,7 @@
 # projectDevShell,
 # sessionIdleTimeout, sessionMaxLifetime, maxSessions, maxSessionsTotal,
 # maxCheckpoints,
-# maxRuns, maxUnreadBytes, outputDir, outputMaxMb, outputCallMb, and
+# maxRuns, warmJails, maxUnreadBytes, outputDir, outputMaxMb, outputCallMb, and
 # packages on demand's bounds, maxCompositions and packagesCacheMax.
 # serverEnvironment.nix turns them into the server's environment variables.
 lib:
@@ -103,6 +103,20 @@ in
       Runs without a session (each a jail) at once, all MCP clients
       together (`NIX_SANDBOX_MAX_RUNS`); one more waits up to 10 s for a
       slot, then is refused.
+    '';
+    example = 4;
+  };
+  warmJails = mkOption {
+    type = types.ints.unsigned;
+    default = 0;
+    description = ''
+      Most warm jails, all environments together
+      (`NIX_SANDBOX_WARM_JAILS`): session jails started ahead of demand,
+      each serving one `run` without a session (which then returns its
+      `/workspace/outputs`, as a session's call does; one that finds none
+      ready uses the run wrapper and returns none) or one new session,
+      then killed. An environment no call used for 120 s keeps none. Each
+      idle one holds its interpreter's memory. `0` starts none.
     '';
     example = 4;
   };

@@ -169,16 +169,70 @@ def t_binary(args, scratch):
 
 
 def t_png(args, scratch):
-    with Server(args, scratch) as s:
-        for session in ("img", None):
-            result, text, st = s.call(env="python", session=session,
-                                      code=PNG_CODE + "print(png('outputs/plot.png', 64, 48, 200))",
-                                      files=[{"path": "x", "content": ""}])
+    with Server(args, scratch, flags=("--warm-jails", "4")) as s:
+        # A session's call, a run given files, and a plain run served by a
+        # warm jail: with warm jails on, each returns its outputs.
+        for session, files in (("img", [{"path": "x", "content": ""}]), (None, [{"path": "x", "content": ""}]),
+                               (None, None)):
+            for _ in range(20):
+                result, text, st = s.call(env="python", session=session,
+                                          code=PNG_CODE + "print(png('outputs/plot.png', 64, 48, 200))",
+                                          **({"files": files} if files else {}))
+                # A plain run that found no warm jail ready ran in the run
+                # wrapper (no outputs): the next one finds the refill.
+                if session or files or st.get("warm"):
+                    break
+                time.sleep(0.1)
             succeeded(result, text)
             want = base64.b64decode(text.splitlines()[0])
             check(images(result) == [("image/png", want)],
                   f"session {session}: images {[(m, len(b)) for m, b in images(result)]}, wanted {len(want)} bytes")
             check(st["outputs"][0]["path"] == "plot.png" and st["outputs"][0]["shown"], f"{st['outputs']}")
+
+
+# A run that leaves everything it can for the next: a file in /tmp,
+# /workspace and the home, a background process, an environment variable
+# and an interpreter global; and the jail's pid namespace with its pid 1's
+# start time, never seen twice (a freed namespace's inode number is reused,
+# but only by a jail started after the one that freed it).
+LEAVER = """import os, sys, subprocess, builtins
+paths = ['/tmp/left', '/workspace/left', os.path.expanduser('~/left')]
+procs = [open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()]
+print('ns', os.readlink('/proc/self/ns/pid'), open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19])
+print('seen', [p for p in paths if os.path.exists(p)], os.environ.get('LEFT'), getattr(builtins, 'LEFT', None),
+      [p for p in procs if 'left-behind' in p])
+for p in paths:
+    try:
+        open(p, 'w').write('x')
+    except OSError:
+        pass
+os.environ['LEFT'] = '1'
+builtins.LEFT = 1
+subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', 'left-behind'], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+"""
+
+
+def t_warm(args, scratch):
+    with Server(args, scratch, flags=("--warm-jails", "4")) as s:
+        namespaces, warm = set(), 0
+        for i in range(6):
+            result, text, st = s.call(env="python", code=LEAVER)
+            succeeded(result, text)
+            ns = text.splitlines()[0]
+            check(ns not in namespaces, f"run {i}: a jail served twice ({ns})")
+            namespaces.add(ns)
+            check("seen [] None None []" in text, f"run {i} saw what an earlier run left: {text}")
+            warm += bool(st.get("warm"))
+            time.sleep(0.5)  # the pool's replacement starts after each run
+        check(warm >= 4, f"only {warm} of 6 runs were served by a warm jail")
+        result, text, st = s.call(env="python", session="s", code=LEAVER)
+        check("seen [] None None []" in text, f"a new session saw what a run left: {text}")
+        # The control: a jail that serves twice (a session's) shows the
+        # attack everything the first call left.
+        result, text, st = s.call(env="python", session="s", code=LEAVER)
+        check("seen ['/tmp/left', '/workspace/left', '" in text and "] 1 1 ['" in text,
+              f"the attack missed what a reused jail holds: {text}")
 
 
 def t_budget(args, scratch):
@@ -291,8 +345,10 @@ def main():
                    "before anything runs", t_escapes, args, scratch)
         suite.test("binary files by base64, by hash in the jail; file_exists, then replace; the bound; 50 MiB",
                    t_binary, args, scratch)
-        suite.test("a PNG written to outputs comes back as image/png content with the same bytes",
+        suite.test("a PNG written to outputs comes back as image/png content with the same bytes, plain runs too (warm jails on)",
                    t_png, args, scratch)
+        suite.test("warm jails: each serves one run, and no run sees a file, process, variable or global an "
+                   "earlier one left", t_warm, args, scratch)
         suite.test("ten images: four shown, six listed with a note and linked", t_budget, args, scratch)
         suite.test("a CSV in outputs is a resource link; resources/read and resources/list serve it",
                    t_csv_resource, args, scratch)

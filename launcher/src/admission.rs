@@ -344,7 +344,6 @@ impl Runs {
     }
 
     /// How many runs are going on.
-    #[cfg(test)]
     pub fn running(&self) -> usize {
         self.pool.lock().held.len()
     }

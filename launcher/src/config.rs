@@ -83,6 +83,8 @@ pub struct Bounds {
     /// Bytes all session layers may reserve together; `None`: the default,
     /// MemTotal (project::pool::default_bytes), read at start.
     pub layers_bytes: Option<u64>,
+    /// Warm jails idle or starting, all environments together; 0: none.
+    pub warm_jails: usize,
 }
 
 /// The defaults declared above.
@@ -105,6 +107,7 @@ impl std::default::Default for Bounds {
             files_bytes: usize::try_from(FILES_MB.number().saturating_mul(1 << 20))
                 .unwrap_or(usize::MAX),
             layers_bytes: None,
+            warm_jails: count(&WARM_JAILS),
         }
     }
 }
@@ -264,6 +267,7 @@ fn read_flags(
             | Key::OutputCallMb
             | Key::FilesMb
             | Key::LayersMb
+            | Key::WarmJails
             | Key::SessionIdleTimeout
             | Key::SessionMaxLifetime => {
                 flags
@@ -360,6 +364,7 @@ impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
             output_call_bytes: self.mib(&OUTPUT_CALL_MB)?,
             files_bytes: usize::try_from(self.mib(&FILES_MB)?).unwrap_or(usize::MAX),
             layers_bytes: self.given(&LAYERS_MB)?.map(|n| n.saturating_mul(1 << 20)),
+            warm_jails: self.count(&WARM_JAILS)?,
         })
     }
 }
@@ -380,6 +385,10 @@ fn count(key: Key, text: &str) -> Result<u64, String> {
             .trim()
             .parse()
             .map_err(|_| "expected a whole number (0 keeps none)".into()),
+        Key::WarmJails => text
+            .trim()
+            .parse()
+            .map_err(|_| "expected a whole number (0 starts none)".into()),
         _ => positive(text),
     }
 }

@@ -151,6 +151,7 @@ fn main() -> ExitCode {
             problems: &problems,
             spawner: &spawner,
             project: &project,
+            warm_jails: opts.bounds.warm_jails,
         };
         check(&runtime, &facts, opts.project_mount.as_deref())
     } else {
@@ -266,12 +267,15 @@ struct Facts<'a> {
     problems: &'a [preflight::Problem],
     spawner: &'a Spawner,
     project: &'a project_check::Project,
+    /// `--warm-jails`.
+    warm_jails: usize,
 }
 
 /// `--check`: the jails, the listener, the budgets, a probe of every
 /// environment and the project's layer, on stdout; success when all hold.
 fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&str>) -> ExitCode {
     let mut out = std::io::stdout().lock();
+    tracing::info!("self-test: {}", warm_line(facts.warm_jails));
     // The listener's sockets are the runtime's.
     let (listener_ok, listener) = runtime.block_on(async { mcp::listen::check() });
     let checked = writeln!(out, "{}\n{listener}", facts.jails.report())
@@ -300,6 +304,19 @@ fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&st
             tracing::error!(error = %e, "cannot write the report");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--check`'s line on the warm jails.
+fn warm_line(bound: usize) -> String {
+    match bound {
+        0 => "warm jails: off (NIX_SANDBOX_WARM_JAILS=0): every run starts its jail".into(),
+        n => format!(
+            "warm jails: at most {n} idle, all environments together (NIX_SANDBOX_WARM_JAILS, \
+             --warm-jails); each serves one run or new session, then is killed; an environment \
+             unused for {} s keeps none",
+            session::warm::IDLE.as_secs()
+        ),
     }
 }
 
@@ -363,6 +380,10 @@ fn serve(
             runs: opts.bounds.client_runs_share,
             sessions: opts.bounds.client_sessions_share,
         }),
+        warm: session::warm::Settings {
+            bound: opts.bounds.warm_jails,
+            idle: session::warm::IDLE,
+        },
         composer: packages::Composer::new(packages::Settings {
             cache: packages_cache,
             max_compositions: opts.bounds.max_compositions,

@@ -76,6 +76,7 @@ pub enum Key {
     OutputCallMb,
     FilesMb,
     LayersMb,
+    WarmJails,
     SessionIdleTimeout,
     SessionMaxLifetime,
     AllowOutsideStore,
@@ -237,6 +238,19 @@ pub const MAX_RUNS: Setting = Setting {
         "most runs without a session (each a jail; runs given files too) at once, all \
          clients together; one more waits up to 10 s for a slot, then gets server_busy saying when the first \
          running one ends at the latest",
+    )
+};
+pub const WARM_JAILS: Setting = Setting {
+    value: Some("N"),
+    var: Some(("NIX_SANDBOX_WARM_JAILS", VarRole::Fallback)),
+    default: Some(Default::Number(0)),
+    ..setting(
+        Key::WarmJails,
+        "warm-jails",
+        "most warm jails, all environments together: session jails started ahead, each \
+         serving one run without a session (which then returns its outputs; one that finds none \
+         ready uses the run wrapper) or one new session, then killed; an environment no call \
+         used for 120 s keeps none; 0 (the default) starts none",
     )
 };
 pub const MAX_COMPOSITIONS: Setting = Setting {
@@ -505,7 +519,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 39] = [
+pub const SETTINGS: [&Setting; 40] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -519,6 +533,7 @@ pub const SETTINGS: [&Setting; 39] = [
     &SESSION_IDLE_TIMEOUT,
     &SESSION_MAX_LIFETIME,
     &MAX_RUNS,
+    &WARM_JAILS,
     &MAX_COMPOSITIONS,
     &PACKAGES_CACHE_MAX,
     &CLIENT_RUNS_SHARE,

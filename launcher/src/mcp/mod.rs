@@ -52,6 +52,7 @@ use crate::report;
 use crate::report::refusal::Refusal;
 use crate::run;
 use crate::session::outputs::mirror::Mirror;
+use crate::session::warm::{self, Took};
 use crate::session::{self, SessionName, Sessions, throwaway};
 use crate::wrapper::Spawner;
 use args::RunArgs;
@@ -101,6 +102,8 @@ pub struct Config {
     /// What one client may hold while others want slots (HTTP); `None`
     /// for a server with one client (stdio).
     pub shares: Option<Shares>,
+    /// The warm jails' bound (`--warm-jails`; 0: none) and idle expiry.
+    pub warm: warm::Settings,
 }
 
 /// What every handler of the server shares, made once.
@@ -119,6 +122,8 @@ struct Shared {
     /// The runs going on and the sessions open, all clients together.
     runs: Runs,
     session_slots: SessionSlots,
+    /// Warm jails for runs and new sessions, all clients together.
+    pool: warm::Pool,
     /// The sessions and resource links of requests without an MCP session
     /// (the stateless 2026-07-28 revision over HTTP): one table for all of
     /// them, in which the server names the sessions (session/names.rs).
@@ -146,6 +151,9 @@ enum Target {
     Session(SessionName),
     /// A session jail of its own, for a call with `files` and no session.
     Throwaway,
+    /// A warm jail when the pool has one ready (used as `Throwaway`), else
+    /// the run wrapper (as `Run`): a plain run while warm jails are on.
+    Warm,
 }
 
 impl Server {
@@ -165,11 +173,19 @@ impl Server {
             composer,
             max_runs,
             shares,
+            warm,
         } = config;
         let probes = Probes::new(&catalog, spawner.clone());
         let session_slots = SessionSlots::new(settings.max_total, shares.map(|s| s.sessions));
+        let runs = Runs::new(max_runs, shares.map(|s| s.runs));
+        let pool = warm::Pool::new(warm, spawner.clone(), runs.clone());
         let stateless = Client {
-            sessions: Sessions::server_named(settings, spawner.clone(), session_slots.clone()),
+            sessions: Sessions::server_named(
+                settings,
+                spawner.clone(),
+                session_slots.clone(),
+                pool.clone(),
+            ),
             links: Links::default(),
         };
         Self::for_client(
@@ -186,8 +202,9 @@ impl Server {
                 mirror,
                 composer,
                 project_dir,
-                runs: Runs::new(max_runs, shares.map(|s| s.runs)),
+                runs,
                 session_slots,
+                pool,
                 stateless,
             }),
         )
@@ -213,6 +230,7 @@ impl Server {
             shared.settings,
             shared.spawner.clone(),
             shared.session_slots.clone(),
+            shared.pool.clone(),
             mirror_client,
         );
         Self {
@@ -285,18 +303,21 @@ impl Server {
         // A call to a running session's jail with the packages it was made
         // with starts no jail: its wrapper is not looked at.
         let starts_jail = !(running && args.packages.is_none());
+        let throwaway = throwaway::Context {
+            spawner: &shared.spawner,
+            pool: &shared.pool,
+            mirror: shared.mirror.as_ref(),
+            cancel: &ct,
+        };
         let result = match self.precheck(&env, &args, starts_jail).await? {
             Target::Run => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
-                let tail = progress.wanted().then(Tail::new);
-                let cx = run::Context {
-                    spawner: &shared.spawner,
-                    cancel: &ct,
-                    tail: tail.as_ref(),
-                };
-                let ran = run::in_env(&env, code, &cx);
-                let outcome = progress.while_running(&env, tail.as_ref(), ran).await?;
-                report::run::ran(&env, &outcome)
+                self.plain_run(&env, code, &ct, &progress).await?
+            }
+            Target::Warm => {
+                let _slot = self.admit_run(&ct, &key, &env).await?;
+                self.warm_run(&env, code, &throwaway, &progress, resource_links)
+                    .await?
             }
             Target::Session(name) => {
                 let mirror = shared.mirror.as_ref();
@@ -319,12 +340,7 @@ impl Server {
             }
             Target::Throwaway => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
-                let cx = throwaway::Context {
-                    spawner: &shared.spawner,
-                    mirror: shared.mirror.as_ref(),
-                    cancel: &ct,
-                };
-                let called = throwaway::call(&env, code, files, &cx);
+                let called = throwaway::call(&env, code, files, &throwaway);
                 let outcome = progress.while_running(&env, None, called).await?;
                 report::call::called(&env, &outcome, resource_links)
             }
@@ -333,6 +349,55 @@ impl Server {
             Some(asked) => report::with_timeout_cut(result, asked, env.limits.timeout_s),
             None => result,
         })
+    }
+
+    /// A plain run while warm jails are on: in a warm jail when one is
+    /// ready (reported as a run given files), else in the run wrapper, as
+    /// with the pool off, so that a cold or exhausted pool is no slower;
+    /// the pool refills once the run is over.
+    async fn warm_run(
+        &self,
+        env: &Arc<Env>,
+        code: &str,
+        cx: &throwaway::Context<'_>,
+        progress: &Progress,
+        resource_links: bool,
+    ) -> Result<CallToolResult, Refusal> {
+        let pool = &self.shared.pool;
+        match pool.take(env) {
+            took @ Took::Warm(_) => {
+                let called = throwaway::in_taken(took, env, code, &[], cx);
+                let outcome = progress.while_running(env, None, called).await?;
+                Ok(report::call::called(env, &outcome, resource_links))
+            }
+            Took::Cold => {
+                if !probe::wrapper_ready(&env.run[0]) {
+                    return Err(Refusal::wrapper_missing(&env.name, &env.run[0]));
+                }
+                let result = self.plain_run(env, code, cx.cancel, progress).await;
+                pool.refill_after_run(env);
+                result
+            }
+        }
+    }
+
+    /// `code` in a fresh jail of `env`'s run wrapper, reported as a run.
+    async fn plain_run(
+        &self,
+        env: &Env,
+        code: &str,
+        ct: &CancellationToken,
+        progress: &Progress,
+    ) -> Result<CallToolResult, Refusal> {
+        let tail = progress.wanted().then(Tail::new);
+        let cx = run::Context {
+            spawner: &self.shared.spawner,
+            cancel: ct,
+            tail: tail.as_ref(),
+        };
+        let ran = run::in_env(env, code, &cx);
+        let outcome = progress.while_running(env, tail.as_ref(), ran).await?;
+        Ok(report::run::ran(env, &outcome))
     }
 
     /// `env` with the timeout this call has: the one it asked for, cut to
@@ -379,6 +444,9 @@ impl Server {
                 SessionName::new(name).ok_or_else(|| Refusal::bad_session_name(name))?,
             ),
             None if !args.files.is_empty() => Target::Throwaway,
+            // With warm jails, a plain run the agent can take goes to a
+            // warm jail when one is ready, so that its outputs come back.
+            None if self.shared.pool.enabled() && self.agent_takes(env, &args.code) => Target::Warm,
             None => Target::Run,
         };
         if let Some(port) = args.publish
@@ -438,6 +506,17 @@ impl Server {
             .await
             .map_err(|reason| Refusal::sandbox_unavailable(&env.name, &reason))?;
         Ok(target)
+    }
+
+    /// Whether `env`'s session agent can run `code` without a session:
+    /// it has one, its wrapper is there, and the code fits its frame.
+    fn agent_takes(&self, env: &Env, code: &str) -> bool {
+        let most = self.shared.max_code_bytes.min(SESSION_MAX_CODE_BYTES);
+        env.session
+            .first()
+            .is_some_and(|wrapper| probe::wrapper_ready(wrapper))
+            && code.len() <= most
+            && !code.contains('\0')
     }
 
     /// `base` with the packages `asked` added, checked first against the

@@ -71,6 +71,10 @@ pub struct CallFacts<'a> {
     pub session_closed: bool,
     /// The server named this new session (`session`).
     pub session_named_by_server: bool,
+    /// A run without a session was served by a warm jail, started before
+    /// it (session/warm.rs); absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub warm: bool,
     #[serde(flatten)]
     pub cuts: Cuts,
     /// Wall time of the call, the outputs' collection included.
@@ -96,6 +100,7 @@ pub fn called(env: &Env, o: &Outcome, resource_links: bool) -> CallToolResult {
         session_replaced: o.ended_before.is_some(),
         session_closed: o.ended_after || o.shutdown,
         session_named_by_server: o.named_by_server,
+        warm: o.warm,
         cuts: match (reply, &o.received) {
             (Some(r), _) => Cuts {
                 stdout_dropped_bytes: r.stdout_dropped,

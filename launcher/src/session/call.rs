@@ -141,6 +141,8 @@ pub struct CallOutcome {
     pub outputs: Collected,
     /// The run had no session: its jail ended with it (throwaway.rs).
     pub throwaway: bool,
+    /// That jail was a warm one (warm.rs), started before the call.
+    pub warm: bool,
     /// The server named this new session (`session` is that name, not the
     /// one the call gave).
     pub named_by_server: bool,
@@ -178,6 +180,7 @@ impl CallOutcome {
             duration: Duration::ZERO,
             outputs: Collected::default(),
             throwaway,
+            warm: false,
             named_by_server: false,
             refusals: Vec::new(),
             project: None,

@@ -48,6 +48,7 @@ pub mod publish;
 mod table;
 pub mod throwaway;
 pub mod verify;
+pub mod warm;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -201,9 +202,10 @@ impl Sessions {
         settings: Settings,
         spawner: Spawner,
         slots: SessionSlots,
+        pool: warm::Pool,
         mirror_client: Option<String>,
     ) -> Self {
-        let inner = Inner::new(settings, spawner, slots, false);
+        let inner = Inner::new(settings, spawner, slots, pool, false);
         Self {
             inner: registered(inner),
             mirror_client,
@@ -212,8 +214,13 @@ impl Sessions {
 
     /// The table of requests without an MCP session: the server names each
     /// new session, so that only the client it told can reach it.
-    pub fn server_named(settings: Settings, spawner: Spawner, slots: SessionSlots) -> Self {
-        let inner = Inner::new(settings, spawner, slots, true);
+    pub fn server_named(
+        settings: Settings,
+        spawner: Spawner,
+        slots: SessionSlots,
+        pool: warm::Pool,
+    ) -> Self {
+        let inner = Inner::new(settings, spawner, slots, pool, true);
         // Its names are the server's, unique: no directory of its own.
         Self {
             inner: registered(inner),
@@ -638,7 +645,7 @@ async fn project_changes(slot: Option<&Slot>, name: &str) -> Option<String> {
 fn ready<'l>(
     slot: &'l mut Option<Slot>,
     (inner, name): (&Inner, &str),
-    env: &Env,
+    env: &Arc<Env>,
     ended_before: &mut Option<String>,
 ) -> Result<&'l mut jail::Jail, Error> {
     if let Some(Slot::Jail(jail)) = slot

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::Error;
 use super::jail::{CpuSource, Jail};
 use super::lease::Running;
+use super::warm::{Pool, Took};
 use crate::admission::{IdleSession, IdleSessions, SessionSlots, Slot as Place};
 use crate::catalog::Env;
 use crate::settings;
@@ -84,6 +85,8 @@ pub struct Inner {
     pub spawner: Spawner,
     /// The sessions of every table together.
     pub slots: SessionSlots,
+    /// Warm jails, which a new session takes when one is ready.
+    pub pool: Pool,
     table: Mutex<Table>,
 }
 
@@ -123,6 +126,7 @@ impl Inner {
         settings: Settings,
         spawner: Spawner,
         slots: SessionSlots,
+        pool: Pool,
         server_named: bool,
     ) -> Self {
         Self {
@@ -130,13 +134,24 @@ impl Inner {
             server_named,
             spawner,
             slots,
+            pool,
             table: Mutex::new(Table::default()),
         }
     }
 
     /// Starts a jail for session `name`; `restore`: its wrapper waits for
-    /// its layer to be filled from a checkpoint (Jail::restored).
-    pub fn spawn(&self, name: &str, env: &Env, restore: bool) -> Result<Jail, Error> {
+    /// its layer to be filled from a checkpoint (Jail::restored). A fresh
+    /// session takes a warm jail when one is ready (warm.rs), and a
+    /// replacement starts in the background either way.
+    pub fn spawn(&self, name: &str, env: &Arc<Env>, restore: bool) -> Result<Jail, Error> {
+        if !restore {
+            let took = self.pool.take(env);
+            self.pool.refill(env);
+            if let Took::Warm(jail) = took {
+                tracing::info!(session = name, "the session took a warm jail");
+                return Ok(*jail);
+            }
+        }
         Jail::spawn(env, &self.spawner, name, restore).map_err(|cause| {
             tracing::error!(session = name, env = %env.name, error = %cause, "cannot start the session jail");
             Error::from(NotStarted::session(env, cause))

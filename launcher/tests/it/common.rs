@@ -700,4 +700,13 @@ impl RawServer {
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }
+
+    /// Closes the server's stdin and waits (up to [`GUARD`]) for its exit.
+    pub async fn close_and_wait(&mut self) -> std::process::ExitStatus {
+        self.close_stdin();
+        tokio::time::timeout(GUARD, self.child.wait())
+            .await
+            .expect("the server exits")
+            .unwrap()
+    }
 }

@@ -71,6 +71,9 @@ impl Fixture {
             &["--allow-wrappers-outside-store"],
             &[
                 ("NIX_SANDBOX_PROJECT_DEVSHELL", on),
+                // Warm jails on: one started before the flake changes is
+                // never served after it.
+                ("NIX_SANDBOX_WARM_JAILS", "4"),
                 ("PROJECT_DIR", project),
                 ("NSM_COMPOSE_LOG", log),
                 ("NSM_COMPOSE_DIR", out),
@@ -111,6 +114,20 @@ async fn the_project_env_is_built_once_cached_and_rebuilt_when_the_flake_changes
     assert_eq!(text(&first).trim(), "built", "{first:?}");
     let first_path = store_path(&first);
     assert!(first_path.contains("/out/devshell-"), "{first_path}");
+    // Runs of this build are served by its warm jails (session/warm.rs).
+    let mut warmed = false;
+    for _ in 0..20 {
+        let r = server.run("project", "echo warm").await;
+        assert_eq!(text(&r).trim(), "warm", "{r:?}");
+        if facts(&r)["warm"] == json!(true) {
+            warmed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(warmed, "no run was served warm: {}", server.stderr());
+    // The replacement is ready before the flake changes below.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let session = server
         .call(json!({"env": "project", "session": "s", "code": "echo in-session"}))
         .await;
@@ -123,6 +140,11 @@ async fn the_project_env_is_built_once_cached_and_rebuilt_when_the_flake_changes
     let second = server.run("project", "echo again").await;
     assert_eq!(text(&second).trim(), "again");
     assert_ne!(store_path(&second), first_path);
+    assert_ne!(
+        facts(&second)["warm"],
+        json!(true),
+        "a jail started before the flake changed served a run after it"
+    );
     assert_eq!(fx.builds(), 2);
     let session = server
         .call(json!({"session": "s", "code": "echo still"}))

@@ -36,3 +36,4 @@ mod session_table;
 mod stdio;
 mod takeover;
 mod timeout;
+mod warm;

@@ -20,7 +20,7 @@
 //! rlimit, and the segments outlive the processes that made them.
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
-//!               [--layer DIR --layer-size BYTES [--project-lower PATH] [--restore]]
+//!               [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH] [--restore]]
 //!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
@@ -52,6 +52,13 @@
 //! process, which holds every capability in the namespace until it execs;
 //! bubblewrap below holds none here.
 //!
+//! With `--layer-on-disk` instead of `--layer-size` (a person's agent
+//! jail, docs/agents.md) no tmpfs is mounted: DIR is a directory of the
+//! person's on disk (mode 0700, kept between runs) and its `ws`, `upper`,
+//! `work` and `merged` are used as they are, made when missing, so the
+//! project's changes outlive the jail until the person applies or
+//! discards them.
+//!
 //! With `--net` (an environment that publishes ports, docs/sessions.md) it
 //! also makes the jail's network namespace, owned by the budget namespace,
 //! and brings its loopback up, as bubblewrap does for one of its own
@@ -78,7 +85,8 @@ mod forward;
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
                      [--ipc NAME=VALUE]... \
-                     [--layer DIR --layer-size BYTES [--project-lower PATH] [--restore]] \
+                     [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH] \
+                     [--restore]] \
                      [--net [--publish-fd FD]] -- PROGRAM [ARGS...]";
 
 /// The System V limits of an IPC namespace that `--ipc` may set, each a
@@ -107,12 +115,13 @@ struct Args {
 }
 
 /// A session jail's layer: the server's directory for it, the bytes it may
-/// hold, the project under its copy-on-write layer when the project is
-/// writable, and whether the server fills it before the jail starts.
+/// hold (`None`: on disk as it is, no tmpfs), the project under its
+/// copy-on-write layer when the project is writable, and whether the
+/// server fills it before the jail starts.
 #[derive(Debug, PartialEq, Eq)]
 struct Layer {
     dir: OsString,
-    size: u64,
+    size: Option<u64>,
     lower: Option<OsString>,
     restore: bool,
 }
@@ -162,7 +171,8 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     let mut sem = [None; 4];
     let mut parser = lexopt::Parser::from_args(flags.iter().cloned());
     let text = |v: OsString| v.into_string().map_err(|v| format!("not UTF-8: {v:?}"));
-    let (mut layer, mut lower, mut size, mut restore) = (None, None, None, false);
+    let (mut layer, mut lower, mut size, mut restore, mut on_disk) =
+        (None, None, None, false, false);
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Long("sysctl") => {
@@ -181,6 +191,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             Long("layer") => layer = Some(parser.value().map_err(|e| e.to_string())?),
             Long("project-lower") => lower = Some(parser.value().map_err(|e| e.to_string())?),
             Long("restore") => restore = true,
+            Long("layer-on-disk") => on_disk = true,
             Long("layer-size") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
                 let bytes = value.parse().ok().filter(|&n: &u64| n > 0);
@@ -208,33 +219,40 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             ));
         }
     }
-    parsed.layer = layer_of(layer, size, lower, restore)?;
+    parsed.layer = layer_of(layer, size, on_disk, lower, restore)?;
     match parsed.publish_fd.is_some() && !parsed.net {
         true => Err("--publish-fd needs --net".into()),
         false => Ok(parsed),
     }
 }
 
-/// The layer `--layer`, `--layer-size`, `--project-lower` and `--restore`
-/// name: the first two together, the others only with them.
+/// The layer `--layer`, `--layer-size` (or `--layer-on-disk`),
+/// `--project-lower` and `--restore` name: the first with one of the
+/// second, the others only with them.
 fn layer_of(
     dir: Option<OsString>,
     size: Option<u64>,
+    on_disk: bool,
     lower: Option<OsString>,
     restore: bool,
 ) -> Result<Option<Layer>, String> {
-    match (dir, size) {
-        (Some(dir), Some(size)) => Ok(Some(Layer {
+    match (dir, size, on_disk) {
+        (Some(dir), Some(size), false) => Ok(Some(Layer {
             dir,
-            size,
+            size: Some(size),
             lower,
             restore,
         })),
-        (None, None) if lower.is_none() && !restore => Ok(None),
-        _ => Err(
-            "--layer and --layer-size go together, and --project-lower and --restore need them"
-                .into(),
-        ),
+        (Some(dir), None, true) => Ok(Some(Layer {
+            dir,
+            size: None,
+            lower,
+            restore,
+        })),
+        (None, None, false) if lower.is_none() && !restore => Ok(None),
+        _ => Err("--layer goes with one of --layer-size and --layer-on-disk, and \
+                  --project-lower and --restore need them"
+            .into()),
     }
 }
 
@@ -344,14 +362,16 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     let name = layer.dir.to_string_lossy();
     // The directory is the server's, in a directory of the server's, and
     // no jail runs yet: its path is what the server made.
-    mount(
-        Some("tmpfs"),
-        layer.dir.as_os_str(),
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(format!("size={},mode=0700", layer.size).as_str()),
-    )
-    .map_err(|e| format!("cannot mount the session layer's tmpfs on {name}: {e}"))?;
+    if let Some(size) = layer.size {
+        mount(
+            Some("tmpfs"),
+            layer.dir.as_os_str(),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(format!("size={size},mode=0700").as_str()),
+        )
+        .map_err(|e| format!("cannot mount the session layer's tmpfs on {name}: {e}"))?;
+    }
     // O_PATH: the directory is mode 0700, the namespace's own.
     let layer_fd = open(
         layer.dir.as_os_str(),
@@ -367,8 +387,11 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
         .into_iter()
         .chain(project.iter().map(|sub| (*sub, 0o755)))
     {
-        mkdirat(&layer_fd, sub, Mode::from_bits_truncate(mode))
-            .map_err(|e| format!("cannot make {name}/{sub}: {e}"))?;
+        match mkdirat(&layer_fd, sub, Mode::from_bits_truncate(mode)) {
+            // On disk, kept from the jail before.
+            Err(nix::errno::Errno::EEXIST) if layer.size.is_none() => {}
+            made => made.map_err(|e| format!("cannot make {name}/{sub}: {e}"))?,
+        }
     }
     if layer.restore {
         mkdirat(&layer_fd, "ready", Mode::from_bits_truncate(0o700))

@@ -18,6 +18,7 @@
 //!   through `/proc/PID/root` of the jail's wrapper. It lives as long as
 //!   the jail: a reset starts a fresh one.
 
+pub mod apply;
 pub mod checkpoint;
 pub mod diff;
 

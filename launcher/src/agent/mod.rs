@@ -89,6 +89,10 @@ fn verb(args: &Args) -> Result<ExitCode, String> {
         }
         Verb::Apply => {
             let _lock = state.lock()?;
+            if !state.upper().exists() {
+                eprintln!("agent-{}: no changes kept: nothing to apply", args.name);
+                return Ok(ExitCode::SUCCESS);
+            }
             let applied = apply::apply(&open_dir(&state.upper())?, &open_dir(&state.project)?)
                 .map_err(|e| format!("cannot apply the changes to {}: {e}", state.project.display()))?;
             forget(&state)?;

@@ -15,7 +15,6 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
 
 use nix::pty::Winsize;
 use nix::sys::signal::{SigSet, Signal};
@@ -46,7 +45,9 @@ fn window(fd: impl AsFd) -> Option<Winsize> {
 /// Sets the pseudo-terminal's window size.
 fn resize(master: impl AsFd, size: &Winsize) {
     // SAFETY: TIOCSWINSZ reads one winsize, which lives through the call.
-    let _ = unsafe { nix::libc::ioctl(master.as_fd().as_raw_fd(), nix::libc::TIOCSWINSZ, size) };
+    let _ = unsafe {
+        nix::libc::ioctl(master.as_fd().as_raw_fd(), nix::libc::TIOCSWINSZ, std::ptr::from_ref(size))
+    };
 }
 
 impl Pty {
@@ -165,7 +166,7 @@ fn relay_output(master: &OwnedFd, child: &mut Child) -> io::Result<ExitStatus> {
         }
         let wait = match ended {
             Some(_) => PollTimeout::from(50u16),
-            None => PollTimeout::try_from(Duration::from_millis(200)).unwrap_or(PollTimeout::NONE),
+            None => PollTimeout::from(200u16),
         };
         let mut fds = [PollFd::new(master.as_fd(), PollFlags::POLLIN)];
         let ready = poll(&mut fds, wait).unwrap_or(0);

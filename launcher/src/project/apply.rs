@@ -146,9 +146,12 @@ pub(super) fn remove(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
         return Ok(());
     };
     if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+        // A directory the overlay left without permissions (its work dir)
+        // is opened once made the owner's (a directory: nothing followed).
+        if stat.st_mode & 0o700 != 0o700 {
+            rustix::fs::chmodat(dir, name, Mode::from_raw_mode(0o700), AtFlags::empty())?;
+        }
         let sub = rustix::fs::openat(dir, name, DIR, Mode::empty())?;
-        // A directory the overlay left without permissions (its work dir).
-        let _ = rustix::fs::fchmod(&sub, Mode::from_raw_mode(0o700));
         for child in names(&sub)? {
             remove(&sub, OsStr::from_bytes(&child))?;
         }

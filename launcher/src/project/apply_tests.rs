@@ -1,24 +1,9 @@
 use std::fs;
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
 use super::*;
-
-fn open(dir: &Path) -> OwnedFd {
-    rustix::fs::open(dir, DIR, Mode::empty()).unwrap()
-}
-
-/// A whiteout as the overlay makes it (a character device 0:0).
-fn whiteout(path: &Path) {
-    nix::sys::stat::mknod(
-        path,
-        nix::sys::stat::SFlag::S_IFCHR,
-        nix::sys::stat::Mode::empty(),
-        0,
-    )
-    .unwrap();
-}
+use crate::project::diff::tests::{open, whiteout};
 
 #[test]
 fn edits_additions_and_whiteouts_become_the_projects_and_the_diff_is_then_empty() {

@@ -402,4 +402,4 @@ impl Walk {
 
 #[cfg(test)]
 #[path = "diff_tests.rs"]
-mod tests;
+pub(super) mod tests;

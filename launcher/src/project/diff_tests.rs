@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::*;
 
-fn open(dir: &Path) -> OwnedFd {
+pub(in crate::project) fn open(dir: &Path) -> OwnedFd {
     rustix::fs::open(
         dir,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -15,7 +15,7 @@ fn open(dir: &Path) -> OwnedFd {
 
 /// A whiteout as the overlay makes it (a character device 0:0, which the
 /// kernel lets any user make).
-fn whiteout(path: &Path) {
+pub(in crate::project) fn whiteout(path: &Path) {
     nix::sys::stat::mknod(
         path,
         nix::sys::stat::SFlag::S_IFCHR,

@@ -66,8 +66,7 @@ echo "environ: $(tr '\0' '\n' </proc/self/environ | grep -c -F -- "$n")"
 echo "files: $(grep -r -l -a -F -- "$n" ~ /tmp /workspace . 2>/dev/null | wc -l)"
 for p in /proc/[0-9]*; do
   [ "$(cat "$p/comm" 2>/dev/null)" = codex ] || continue
-  if ! exec 4<"$p/mem" 2>/dev/null; then echo "memory ${p#/proc/}: unreadable"; continue; fi
-  exec 4<&-
+  if ! (: <"$p/mem") 2>/dev/null; then echo "memory ${p#/proc/}: unreadable"; continue; fi
   regions=0 found=0
   while read -r range perms _; do
     case $perms in rw*) ;; *) continue ;; esac
@@ -269,7 +268,7 @@ def terminal_tests(suite, agent, project):
             os.write(fd, line.encode() + b"\r")
 
         def tty_and_size():
-            say("PS1='$ '; trap 'echo winch $(stty size)' WINCH; echo tty=$(tty) size=$(stty size)")
+            say("PS1='$ '; echo tty=$(tty) size=$(stty size)")
             text = read_until(fd, r"tty=\S+ size=\d+ \d+")
             check(re.search(r"tty=/dev/pts/\d+", text), text[-200:])
             check("size=33 101" in text, f"the agent's window: {text[-200:]}")
@@ -284,6 +283,9 @@ def terminal_tests(suite, agent, project):
         suite.test("the agent gets a terminal of the launcher's, as large as the person's", tty_and_size)
 
         def resize():
+            # A foreground command that waits for SIGWINCH, as a TUI does.
+            say("""bash -c 'trap "echo winch \\$(stty size); exit" WINCH; while :; do sleep 0.2; done'""")
+            time.sleep(1.5)
             fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
             read_until(fd, r"winch 40 120")
         suite.test("a resize reaches the agent (SIGWINCH, the new size)", resize)

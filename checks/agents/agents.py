@@ -61,8 +61,15 @@ FIXED = 'print("hello, jail")\n'
 SCAN = r"""
 sed -i 's/"hello"/"hello, jail"/' hello.py
 r=@REVERSED@; n=; for ((i=${#r}-1; i>=0; i--)); do n+=${r:i:1}; done
-echo "key-var: $OPENAI_API_KEY"
-echo "environ: $(tr '\0' '\n' </proc/self/environ | grep -c -F -- "$n")"
+readable=0
+for p in /proc/[0-9]*; do
+  e=$(tr '\0' '\n' <"$p/environ" 2>/dev/null) || continue
+  readable=$((readable + 1))
+  v=$(printf '%s\n' "$e" | grep '^OPENAI_API_KEY=' | head -n 1)
+  [ -z "$v" ] || echo "key-var ${p#/proc/}: ${v#OPENAI_API_KEY=}"
+  case $e in *"$n"*) echo "environ ${p#/proc/}: holds the key" ;; esac
+done
+echo "environs read: $readable"
 echo "files: $(grep -r -l -a -F -- "$n" ~ /tmp /workspace . 2>/dev/null | wc -l)"
 for p in /proc/[0-9]*; do
   [ "$(cat "$p/comm" 2>/dev/null)" = codex ] || continue
@@ -169,7 +176,9 @@ def codex_tests(suite, agent, project, scratch, context):
         "check_for_update_on_startup = false", "", "[analytics]", "enabled = false", "",
         "[model_providers.jail]", 'name = "jail"', 'base_url = "https://api.openai.com/v1"',
         'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', "request_max_retries = 0",
-        "stream_max_retries = 0", ""]))
+        "stream_max_retries = 0", "",
+        # The tool's shell gets the jail's whole environment, key variable included.
+        "[shell_environment_policy]", 'inherit = "all"', "ignore_default_excludes = true", ""]))
     owner = project.stat()
     for path in [home.parent, *home.rglob("*"), home]:
         os.chown(path, owner.st_uid, owner.st_gid)
@@ -203,8 +212,10 @@ def codex_tests(suite, agent, project, scratch, context):
     suite.test("the model API got the real key on every request", real_key)
 
     def placeholder_only():
-        check(f"key-var: {PLACEHOLDER}" in shown, f"the jail's OPENAI_API_KEY: {shown[:300]}")
-        check("environ: 0" in shown and "files: 0" in shown, shown[:600])
+        values = set(re.findall(r"key-var \d+: (\S*)", shown))
+        check(values == {PLACEHOLDER}, f"the jail's OPENAI_API_KEY values: {values}: {shown[:300]}")
+        check("holds the key" not in shown and "files: 0" in shown, shown[:600])
+        check(int((re.findall(r"environs read: (\d+)", shown) or ["0"])[0]) > 1, shown[:600])
         memory = re.findall(r"memory (\d+): (.*)", shown)
         check(memory, f"no codex process found in the jail: {shown[:600]}")
         for pid, said in memory:

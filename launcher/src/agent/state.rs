@@ -101,3 +101,34 @@ fn own(dir: &Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_projects_state_is_private_and_found_again_by_its_path() {
+        let t = tempfile::tempdir().unwrap();
+        let project = t.path().join("proj");
+        std::fs::create_dir(&project).unwrap();
+        let state_home = t.path().join("state");
+        let lookup = |var: &str| (var == "XDG_STATE_HOME").then(|| state_home.clone().into_os_string());
+        let state = State::open("codex", &project.join("."), lookup).unwrap();
+        assert!(state.dir.starts_with(state_home.join("nix-sandbox-mcp/agents/codex")));
+        assert_eq!(state.project, project.canonicalize().unwrap());
+        for dir in [&state.dir, &state.home(), &state.layer()] {
+            let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+        }
+        let again = State::open("codex", &project, lookup).unwrap();
+        assert_eq!(again.dir, state.dir);
+        let held = state.lock().unwrap();
+        assert!(again.lock().unwrap_err().contains("another run"));
+        drop(held);
+        std::fs::set_permissions(&state.dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = State::open("codex", &project, lookup).unwrap_err();
+        assert!(refused.contains("only it may write"), "{refused}");
+    }
+}

@@ -130,7 +130,8 @@ class AgentAPI(FakeAPI):
                 args = {"command": ["bash", "-c", script]}
             else:
                 args = {"command": script}
-            for key, value in (("yield_time_ms", 120000), ("timeout_ms", 120000), ("max_output_tokens", 4000)):
+            for key, value in (("yield_time_ms", 120000), ("timeout_ms", 120000), ("max_output_tokens", 4000),
+                               ("shell", "bash"), ("login", False)):
                 if key in props:
                     args[key] = value
             return ("call", name, args, n_results, None)

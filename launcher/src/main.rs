@@ -78,7 +78,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1).peekable();
     if args.peek().is_some_and(|a| a == "agent") {
-        return agent::main(args.skip(1), init_logging);
+        return agent::main(args.skip(1), |var| std::env::var_os(var), init_logging);
     }
     let opts = match config::parse(std::env::args_os().skip(1), |var| std::env::var_os(var)) {
         Ok(opts) => opts,

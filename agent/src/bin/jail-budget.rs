@@ -250,9 +250,11 @@ fn layer_of(
             restore,
         })),
         (None, None, false) if lower.is_none() && !restore => Ok(None),
-        _ => Err("--layer goes with one of --layer-size and --layer-on-disk, and \
+        _ => Err(
+            "--layer goes with one of --layer-size and --layer-on-disk, and \
                   --project-lower and --restore need them"
-            .into()),
+                .into(),
+        ),
     }
 }
 
@@ -379,20 +381,7 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
         Mode::empty(),
     )
     .map_err(|e| format!("cannot open the session layer {name}: {e}"))?;
-    let project: &[&str] = match lower_fd {
-        Some(_) => &["upper", "work", "merged"],
-        None => &[],
-    };
-    for (sub, mode) in [("ws", 0o755), ("ckpt", 0o700)]
-        .into_iter()
-        .chain(project.iter().map(|sub| (*sub, 0o755)))
-    {
-        match mkdirat(&layer_fd, sub, Mode::from_bits_truncate(mode)) {
-            // On disk, kept from the jail before.
-            Err(nix::errno::Errno::EEXIST) if layer.size.is_none() => {}
-            made => made.map_err(|e| format!("cannot make {name}/{sub}: {e}"))?,
-        }
-    }
+    make_dirs(&layer_fd, layer, lower_fd.is_some())?;
     if layer.restore {
         mkdirat(&layer_fd, "ready", Mode::from_bits_truncate(0o700))
             .map_err(|e| format!("cannot make {name}/ready: {e}"))?;
@@ -426,6 +415,29 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
         )
     })?;
     nix::unistd::chdir("/").map_err(|e| format!("cannot leave the project layer: {e}"))?;
+    Ok(())
+}
+
+/// Makes the layer's directories in `layer_fd` (`layer`'s directory):
+/// `ws`, `ckpt` and, for a `project` layer, `upper`, `work` and `merged`;
+/// those kept on disk from the jail before are used as they are.
+fn make_dirs(layer_fd: &std::os::fd::OwnedFd, layer: &Layer, project: bool) -> Result<(), String> {
+    use nix::sys::stat::{Mode, mkdirat};
+    let name = layer.dir.to_string_lossy();
+    let project: &[&str] = if project {
+        &["upper", "work", "merged"]
+    } else {
+        &[]
+    };
+    for (sub, mode) in [("ws", 0o755), ("ckpt", 0o700)]
+        .into_iter()
+        .chain(project.iter().map(|sub| (*sub, 0o755)))
+    {
+        match mkdirat(layer_fd, sub, Mode::from_bits_truncate(mode)) {
+            Err(nix::errno::Errno::EEXIST) if layer.size.is_none() => {}
+            made => made.map_err(|e| format!("cannot make {name}/{sub}: {e}"))?,
+        }
+    }
     Ok(())
 }
 

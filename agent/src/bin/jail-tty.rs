@@ -35,7 +35,9 @@ fn main() -> ExitCode {
     if std::io::stdin().is_terminal()
         && let Err(e) = controlling_terminal()
     {
-        eprintln!("jail-tty: the terminal is not the agent's controlling one ({e}): Ctrl-C and resizes reach it as keys only");
+        eprintln!(
+            "jail-tty: the terminal is not the agent's controlling one ({e}): Ctrl-C and resizes reach it as keys only"
+        );
     }
     let e = std::process::Command::new(&program).args(args).exec();
     eprintln!("jail-tty: cannot run {}: {e}", program.to_string_lossy());

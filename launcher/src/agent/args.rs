@@ -66,9 +66,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         if flag == "--" {
             break;
         }
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?;
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--name" => name = Some(text(value, &flag)?),
             "--manifest" => manifest = Some(PathBuf::from(value)),
@@ -119,7 +117,9 @@ fn person(parsed: &mut Args, mut args: impl Iterator<Item = OsString>) -> Result
         };
         if let Some(said) = said {
             if verb.is_some_and(|v| v != said) {
-                return Err("--diff, --apply, --discard, --state and --help exclude each other".into());
+                return Err(
+                    "--diff, --apply, --discard, --state and --help exclude each other".into(),
+                );
             }
             verb = Some(said);
         }
@@ -134,7 +134,10 @@ fn person(parsed: &mut Args, mut args: impl Iterator<Item = OsString>) -> Result
         ));
     }
     if parsed.writable && parsed.verb != Verb::Run {
-        return Err(format!("--writable goes with a run, not {}", flag_of(parsed.verb)));
+        return Err(format!(
+            "--writable goes with a run, not {}",
+            flag_of(parsed.verb)
+        ));
     }
     Ok(())
 }
@@ -161,7 +164,17 @@ mod tests {
     use super::*;
 
     fn parse_person(person: &[&str]) -> Result<Args, String> {
-        let mut argv = vec!["--name", "codex", "--manifest", "/m", "--env", "agent-codex", "--jail", "/j", "--"];
+        let mut argv = vec![
+            "--name",
+            "codex",
+            "--manifest",
+            "/m",
+            "--env",
+            "agent-codex",
+            "--jail",
+            "/j",
+            "--",
+        ];
         argv.extend(person);
         parse(argv.into_iter().map(OsString::from))
     }
@@ -181,10 +194,26 @@ mod tests {
 
     #[test]
     fn bad_input_is_one_line_naming_it() {
-        assert!(parse_person(&["--diff", "--apply"]).unwrap_err().contains("exclude"));
-        assert!(parse_person(&["--apply", "--", "x"]).unwrap_err().contains("no agent arguments"));
-        assert!(parse_person(&["--writable", "--diff"]).unwrap_err().contains("--writable"));
-        assert!(parse_person(&["--project"]).unwrap_err().contains("--project"));
+        assert!(
+            parse_person(&["--diff", "--apply"])
+                .unwrap_err()
+                .contains("exclude")
+        );
+        assert!(
+            parse_person(&["--apply", "--", "x"])
+                .unwrap_err()
+                .contains("no agent arguments")
+        );
+        assert!(
+            parse_person(&["--writable", "--diff"])
+                .unwrap_err()
+                .contains("--writable")
+        );
+        assert!(
+            parse_person(&["--project"])
+                .unwrap_err()
+                .contains("--project")
+        );
         let e = parse(["--name", "x", "--"].map(OsString::from)).unwrap_err();
         assert!(e.contains("--manifest"), "{e}");
     }

@@ -48,9 +48,13 @@ const BOUNDS: diff::Bounds = diff::Bounds {
     diff_bytes: 64 << 20,
 };
 
-/// Runs the subcommand with `args` (after `agent`); `logging` starts the
-/// log on stderr, done only when `RUST_LOG` asks.
-pub fn main(args: impl IntoIterator<Item = OsString>, logging: fn()) -> ExitCode {
+/// The process's environment, as main reads it.
+pub type Lookup = fn(&str) -> Option<OsString>;
+
+/// Runs the subcommand with `args` (after `agent`) and the process's
+/// environment `lookup`; `logging` starts the log on stderr, done only
+/// when `RUST_LOG` asks.
+pub fn main(args: impl IntoIterator<Item = OsString>, lookup: Lookup, logging: fn()) -> ExitCode {
     let args = match args::parse(args) {
         Ok(args) => args,
         Err(e) => {
@@ -59,10 +63,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>, logging: fn()) -> ExitCode
         }
     };
     let me = format!("agent-{}", args.name);
-    if std::env::var_os("RUST_LOG").is_some() {
+    if lookup("RUST_LOG").is_some() {
         logging();
     }
-    match verb(&args) {
+    match verb(&args, lookup) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("{me}: {e}");
@@ -71,7 +75,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>, logging: fn()) -> ExitCode
     }
 }
 
-fn verb(args: &Args) -> Result<ExitCode, String> {
+fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
     if args.verb == Verb::Help {
         print!("{}", args::HELP.replace("NAME", &args.name));
         return Ok(ExitCode::SUCCESS);
@@ -80,7 +84,7 @@ fn verb(args: &Args) -> Result<ExitCode, String> {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?,
     };
-    let state = State::open(&args.name, &project, |var| std::env::var_os(var))?;
+    let state = State::open(&args.name, &project, lookup)?;
     match args.verb {
         Verb::State => println!("{}", state.dir.display()),
         Verb::Diff => {
@@ -94,10 +98,18 @@ fn verb(args: &Args) -> Result<ExitCode, String> {
                 return Ok(ExitCode::SUCCESS);
             }
             let applied = apply::apply(&open_dir(&state.upper())?, &open_dir(&state.project)?)
-                .map_err(|e| format!("cannot apply the changes to {}: {e}", state.project.display()))?;
+                .map_err(|e| {
+                    format!(
+                        "cannot apply the changes to {}: {e}",
+                        state.project.display()
+                    )
+                })?;
             forget(&state)?;
             for path in &applied.skipped {
-                eprintln!("agent-{}: left out {path}: a device, fifo or socket", args.name);
+                eprintln!(
+                    "agent-{}: left out {path}: a device, fifo or socket",
+                    args.name
+                );
             }
             eprintln!(
                 "agent-{}: applied {} paths to {}; nothing is kept now",
@@ -111,7 +123,7 @@ fn verb(args: &Args) -> Result<ExitCode, String> {
             forget(&state)?;
             eprintln!("agent-{}: the kept changes are discarded", args.name);
         }
-        Verb::Run => return run(args, &state),
+        Verb::Run => return run(args, &state, lookup),
         Verb::Help => {}
     }
     Ok(ExitCode::SUCCESS)
@@ -132,7 +144,8 @@ fn forget(state: &State) -> Result<(), String> {
     for sub in ["upper", "work"] {
         let dir = state.layer().join(sub);
         if dir.exists() {
-            apply::clear(&open_dir(&dir)?).map_err(|e| format!("cannot empty {}: {e}", dir.display()))?;
+            apply::clear(&open_dir(&dir)?)
+                .map_err(|e| format!("cannot empty {}: {e}", dir.display()))?;
         }
     }
     Ok(())
@@ -140,23 +153,31 @@ fn forget(state: &State) -> Result<(), String> {
 
 fn open_dir(dir: &Path) -> Result<OwnedFd, String> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    rustix::fs::open(dir, flags, Mode::empty()).map_err(|e| format!("cannot open {}: {e}", dir.display()))
+    rustix::fs::open(dir, flags, Mode::empty())
+        .map_err(|e| format!("cannot open {}: {e}", dir.display()))
 }
 
 /// Starts the agent and waits for it; its exit status is the command's.
-fn run(args: &Args, state: &State) -> Result<ExitCode, String> {
+fn run(args: &Args, state: &State, lookup: Lookup) -> Result<ExitCode, String> {
     let _lock = state.lock()?;
     let catalog = Catalog::load(std::slice::from_ref(&args.manifest), false);
     if !catalog.envs.contains_key(&args.env) {
         let why = catalog.error_lines().join("; ");
-        return Err(format!("the manifest {} has no environment {} ({why})", args.manifest.display(), args.env));
+        return Err(format!(
+            "the manifest {} has no environment {} ({why})",
+            args.manifest.display(),
+            args.env
+        ));
     }
     // Before any thread: they all inherit the blocked signals.
     let signals = terminal::block_signals().map_err(|e| format!("cannot block signals: {e}"))?;
-    let gate = Gate::open(catalog, &args.env)?;
+    let gate = Gate::open(catalog, &args.env, lookup)?;
     let mut command = Command::new(&args.jail);
-    command.env_clear().envs(jail_vars(args, state, &gate.vars));
-    let pty = terminal::Pty::open().map_err(|e| format!("cannot make the agent's terminal: {e}"))?;
+    command
+        .env_clear()
+        .envs(jail_vars(args, state, &gate.vars, lookup));
+    let pty =
+        terminal::Pty::open().map_err(|e| format!("cannot make the agent's terminal: {e}"))?;
     let status = terminal::run(command, pty, signals)
         .map_err(|e| format!("cannot start {}: {e}", args.jail.display()))?;
     for line in gate.close() {
@@ -174,14 +195,19 @@ fn run(args: &Args, state: &State) -> Result<ExitCode, String> {
 
 /// What the jail's wrapper is given: no variable of the person's but
 /// these (the API key stays in this process).
-fn jail_vars(args: &Args, state: &State, gate: &[(&'static str, OsString)]) -> Vec<(String, OsString)> {
+fn jail_vars(
+    args: &Args,
+    state: &State,
+    gate: &[(&'static str, OsString)],
+    lookup: Lookup,
+) -> Vec<(String, OsString)> {
     let mut vars: Vec<(String, OsString)> = vec![
         ("PATH".into(), "/usr/bin:/bin".into()),
         ("PROJECT_DIR".into(), state.project.clone().into_os_string()),
         (HOME_VAR.into(), state.home().into_os_string()),
     ];
     for name in ["HOME", "TERM", settings::PROJECT_MOUNT.var_name()] {
-        if let Some(value) = std::env::var_os(name).filter(|v| !v.is_empty()) {
+        if let Some(value) = lookup(name).filter(|v| !v.is_empty()) {
             vars.push((name.into(), value));
         }
     }
@@ -198,7 +224,10 @@ fn jail_vars(args: &Args, state: &State, gate: &[(&'static str, OsString)]) -> V
 
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
-    let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
@@ -212,10 +241,10 @@ struct Gate {
 impl Gate {
     /// Reads the environment's secrets and opens its gate; a secret that
     /// cannot be read is the error.
-    fn open(catalog: Catalog, env: &str) -> Result<Self, String> {
+    fn open(catalog: Catalog, env: &str, lookup: Lookup) -> Result<Self, String> {
         let settings = egress::Settings {
-            hosts_file: std::env::var_os(settings::EGRESS_HOSTS.var_name()).map(PathBuf::from),
-            extra_roots: std::env::var_os(settings::EGRESS_CA_ROOTS.var_name()).map(PathBuf::from),
+            hosts_file: lookup(settings::EGRESS_HOSTS.var_name()).map(PathBuf::from),
+            extra_roots: lookup(settings::EGRESS_CA_ROOTS.var_name()).map(PathBuf::from),
         };
         let (ready, opened) = mpsc::channel();
         let (done, refusals) = mpsc::channel();
@@ -228,7 +257,7 @@ impl Gate {
             .map_err(|e| format!("cannot start the proxy's runtime: {e}"))?;
         std::thread::spawn(move || {
             runtime.block_on(async move {
-                let egress = Arc::new(Egress::start(catalog.policies(), &settings, None, |var| std::env::var_os(var)));
+                let egress = Arc::new(Egress::start(catalog.policies(), &settings, None, lookup));
                 let gate = match egress.gate(&env, None) {
                     Ok(gate) => gate,
                     Err(e) => {
@@ -242,13 +271,21 @@ impl Gate {
                 let _ = done.send(gate.take_refusals());
             });
         });
-        let vars = opened.recv().map_err(|_| "the proxy's thread ended".to_owned())??;
-        Ok(Self { vars, stop, refusals })
+        let vars = opened
+            .recv()
+            .map_err(|_| "the proxy's thread ended".to_owned())??;
+        Ok(Self {
+            vars,
+            stop,
+            refusals,
+        })
     }
 
     /// Closes the gate; the refusals' lines.
     fn close(self) -> Vec<String> {
         self.stop.cancel();
-        self.refusals.recv_timeout(std::time::Duration::from_secs(2)).unwrap_or_default()
+        self.refusals
+            .recv_timeout(std::time::Duration::from_secs(2))
+            .unwrap_or_default()
     }
 }

@@ -32,7 +32,10 @@ impl State {
             .canonicalize()
             .map_err(|e| format!("the project {}: {e}", project.display()))?;
         if !project.is_dir() {
-            return Err(format!("the project {} is not a directory", project.display()));
+            return Err(format!(
+                "the project {} is not a directory",
+                project.display()
+            ));
         }
         let base = lookup("XDG_STATE_HOME")
             .map(PathBuf::from)
@@ -40,14 +43,21 @@ impl State {
             .or_else(|| lookup("HOME").map(|h| PathBuf::from(h).join(".local/state")))
             .filter(|p| p.is_absolute())
             .ok_or("neither XDG_STATE_HOME nor HOME is set: nowhere to keep the agent's state")?;
-        let digest = ring::digest::digest(&ring::digest::SHA256, project.as_os_str().as_encoded_bytes());
-        let hash: String = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let digest = ring::digest::digest(
+            &ring::digest::SHA256,
+            project.as_os_str().as_encoded_bytes(),
+        );
+        let hash: String = digest.as_ref()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         let dir = base.join("nix-sandbox-mcp/agents").join(name).join(hash);
         let made = |dir: &Path| DirBuilder::new().recursive(true).mode(0o700).create(dir);
         made(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         own(&dir)?;
         for sub in ["home", "layer"] {
-            made(&dir.join(sub)).map_err(|e| format!("cannot make {}/{sub}: {e}", dir.display()))?;
+            made(&dir.join(sub))
+                .map_err(|e| format!("cannot make {}/{sub}: {e}", dir.display()))?;
         }
         std::fs::write(dir.join("project"), format!("{}\n", project.display()))
             .map_err(|e| format!("cannot write {}/project: {e}", dir.display()))?;
@@ -114,9 +124,14 @@ mod tests {
         let project = t.path().join("proj");
         std::fs::create_dir(&project).unwrap();
         let state_home = t.path().join("state");
-        let lookup = |var: &str| (var == "XDG_STATE_HOME").then(|| state_home.clone().into_os_string());
+        let lookup =
+            |var: &str| (var == "XDG_STATE_HOME").then(|| state_home.clone().into_os_string());
         let state = State::open("codex", &project.join("."), lookup).unwrap();
-        assert!(state.dir.starts_with(state_home.join("nix-sandbox-mcp/agents/codex")));
+        assert!(
+            state
+                .dir
+                .starts_with(state_home.join("nix-sandbox-mcp/agents/codex"))
+        );
         assert_eq!(state.project, project.canonicalize().unwrap());
         for dir in [&state.dir, &state.home(), &state.layer()] {
             let mode = std::fs::metadata(dir).unwrap().permissions().mode();

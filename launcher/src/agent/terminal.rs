@@ -38,7 +38,8 @@ fn window(fd: impl AsFd) -> Option<Winsize> {
     };
     // SAFETY: TIOCGWINSZ writes one winsize into `size`, which lives
     // through the call.
-    let got = unsafe { nix::libc::ioctl(fd.as_fd().as_raw_fd(), nix::libc::TIOCGWINSZ, &raw mut size) };
+    let got =
+        unsafe { nix::libc::ioctl(fd.as_fd().as_raw_fd(), nix::libc::TIOCGWINSZ, &raw mut size) };
     (got == 0).then_some(size)
 }
 
@@ -46,7 +47,11 @@ fn window(fd: impl AsFd) -> Option<Winsize> {
 fn resize(master: impl AsFd, size: &Winsize) {
     // SAFETY: TIOCSWINSZ reads one winsize, which lives through the call.
     let _ = unsafe {
-        nix::libc::ioctl(master.as_fd().as_raw_fd(), nix::libc::TIOCSWINSZ, std::ptr::from_ref(size))
+        nix::libc::ioctl(
+            master.as_fd().as_raw_fd(),
+            nix::libc::TIOCSWINSZ,
+            std::ptr::from_ref(size),
+        )
     };
 }
 
@@ -83,7 +88,12 @@ impl Pty {
 /// starts, so every thread has them blocked and [`run`]'s waits for them).
 pub fn block_signals() -> nix::Result<SigSet> {
     let mut set = SigSet::empty();
-    for signal in [Signal::SIGWINCH, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
+    for signal in [
+        Signal::SIGWINCH,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGINT,
+    ] {
         set.add(signal);
     }
     set.thread_block()?;

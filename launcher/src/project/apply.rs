@@ -106,7 +106,9 @@ fn entry(
         }
         FileType::Symlink => {
             let link = rustix::fs::readlinkat(upper, name, Vec::new())?;
-            replace(target, name, |tmp| Ok(rustix::fs::symlinkat(&link, target, tmp)?))?;
+            replace(target, name, |tmp| {
+                Ok(rustix::fs::symlinkat(&link, target, tmp)?)
+            })?;
         }
         _ => {
             let shown = String::from_utf8_lossy(path).escape_debug().to_string();

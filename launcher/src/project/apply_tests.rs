@@ -18,16 +18,32 @@ fn edits_additions_and_whiteouts_become_the_projects_and_the_diff_is_then_empty(
     fs::create_dir_all(upper.join("new")).unwrap();
     fs::write(upper.join("src/main.py"), "print(2)\n").unwrap();
     fs::write(upper.join("new/tool.sh"), "echo hi\n").unwrap();
-    fs::set_permissions(upper.join("new/tool.sh"), fs::Permissions::from_mode(0o4755)).unwrap();
+    fs::set_permissions(
+        upper.join("new/tool.sh"),
+        fs::Permissions::from_mode(0o4755),
+    )
+    .unwrap();
     symlink("src/main.py", upper.join("link")).unwrap();
     whiteout(&upper.join("gone.txt"));
     whiteout(&upper.join("old"));
     let applied = apply(&open(&upper), &open(&project)).unwrap();
-    assert_eq!(fs::read_to_string(project.join("src/main.py")).unwrap(), "print(2)\n");
-    assert_eq!(fs::read_to_string(project.join("new/tool.sh")).unwrap(), "echo hi\n");
-    let mode = fs::metadata(project.join("new/tool.sh")).unwrap().permissions().mode();
+    assert_eq!(
+        fs::read_to_string(project.join("src/main.py")).unwrap(),
+        "print(2)\n"
+    );
+    assert_eq!(
+        fs::read_to_string(project.join("new/tool.sh")).unwrap(),
+        "echo hi\n"
+    );
+    let mode = fs::metadata(project.join("new/tool.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o7777, 0o755, "set-id bits dropped");
-    assert_eq!(fs::read_link(project.join("link")).unwrap(), Path::new("src/main.py"));
+    assert_eq!(
+        fs::read_link(project.join("link")).unwrap(),
+        Path::new("src/main.py")
+    );
     assert!(!project.join("gone.txt").exists());
     assert!(!project.join("old").exists());
     assert!(applied.skipped.is_empty());
@@ -68,8 +84,11 @@ fn special_files_are_left_out_and_named() {
     let (upper, project) = (t.path().join("upper"), t.path().join("project"));
     fs::create_dir_all(&upper).unwrap();
     fs::create_dir_all(&project).unwrap();
-    nix::unistd::mkfifo(&upper.join("pipe"), nix::sys::stat::Mode::from_bits_truncate(0o600))
-        .unwrap();
+    nix::unistd::mkfifo(
+        &upper.join("pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
     let applied = apply(&open(&upper), &open(&project)).unwrap();
     assert_eq!(applied.skipped, ["pipe"]);
     assert!(!project.join("pipe").exists());

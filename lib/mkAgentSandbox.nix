@@ -71,15 +71,22 @@ let
     inherit env;
   };
   tty = "${pkgs.callPackage ../package.nix { }}/bin/jail-tty";
-  entry = lib.concatStringsSep " " (
-    [
-      tty
-      "--"
-      "${package}/bin/${command}"
-    ]
-    ++ map lib.escapeShellArg flags
-  );
-  jail = jail-nix.lib.init pkgs "agent-${name}-jail" entry (c: [
+  # The jail's entry (one program, as jail.nix takes it): in the project
+  # (jail/agent.nix's NIX_SANDBOX_AGENT_CWD), the agent on its terminal.
+  entry = pkgs.writeTextFile {
+    name = "agent-${name}-entry";
+    executable = true;
+    destination = "/bin/agent-${name}-entry";
+    text = ''
+      #!${pkgs.runtimeShell}
+      if [ -n "''${NIX_SANDBOX_AGENT_CWD:-}" ]; then
+        cd "$NIX_SANDBOX_AGENT_CWD" || exit 2
+      fi
+      unset NIX_SANDBOX_AGENT_CWD
+      exec ${tty} -- ${package}/bin/${command} ${lib.escapeShellArgs flags} "$@"
+    '';
+  };
+  jail = jail-nix.lib.init pkgs "agent-${name}-jail" "${entry}/bin/agent-${name}-entry" (c: [
     (sandbox.sandbox.policy c)
     (import ./jail/agent.nix { inherit (sandbox.sandbox) environment; } c)
   ]);

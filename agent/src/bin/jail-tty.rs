@@ -1,10 +1,10 @@
 //! `jail-tty`: the first step of a person's agent jail (docs/agents.md)
-//! after bubblewrap, whose `--new-session` left it a session of its own
-//! with no controlling terminal (so nothing in the jail can push input
-//! into the person's terminal with `TIOCSTI`). When its stdin is a
-//! terminal (the pseudo-terminal the launcher made and relays, never the
-//! person's own), it makes that terminal the session's controlling one and
-//! its process group the foreground one, so that Ctrl-C (`SIGINT`) and a
+//! after bubblewrap, whose `--new-session` left the jail without a
+//! controlling terminal (so nothing in the jail can push input into the
+//! person's terminal with `TIOCSTI`). When its stdin is a terminal (the
+//! pseudo-terminal the launcher made and relays, never the person's own),
+//! it makes a session of its own whose controlling terminal that is, its
+//! process group the foreground one, so that Ctrl-C (`SIGINT`) and a
 //! resize (`SIGWINCH`) reach the agent, then execs PROGRAM:
 //!
 //!   jail-tty -- PROGRAM [ARGS...]
@@ -44,9 +44,13 @@ fn main() -> ExitCode {
     ExitCode::from(127)
 }
 
-/// Stdin, a terminal, made this session's controlling terminal, this
+/// Stdin, a terminal, made the controlling terminal of a session of this
+/// process's own (bubblewrap's `--new-session` made the session of its
+/// pid 1, whose child this is: not a leader, which TIOCSCTTY needs), this
 /// process group its foreground group.
 fn controlling_terminal() -> nix::Result<()> {
+    // EPERM: already a session's leader, which is what is wanted.
+    let _ = nix::unistd::setsid();
     // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal the
     // terminal from another session) and touches no memory of ours.
     let set = unsafe { nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) };

@@ -174,6 +174,7 @@ fn run(args: &Args, state: &State, lookup: Lookup) -> Result<ExitCode, String> {
     let gate = Gate::open(catalog, &args.env, lookup)?;
     let mut command = Command::new(&args.jail);
     command
+        .args(&args.agent_args)
         .env_clear()
         .envs(jail_vars(args, state, &gate.vars, lookup));
     let pty =

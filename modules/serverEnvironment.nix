@@ -5,7 +5,8 @@
 # NIX_SANDBOX_PROJECT_DEVSHELL=1 when its dev shell is an environment,
 # NIX_SANDBOX_OUTPUT_DIR and its caps when outputDir is, the session
 # timeouts, the counts, the unread bytes and packages on demand's bounds
-# always), an attribute set of strings.
+# always, NIX_SANDBOX_LAYERS_MB when layersMb is set), an attribute set of
+# strings.
 lib: settings:
 lib.optionalAttrs (settings.projectDir != null) {
   PROJECT_DIR = settings.projectDir;
@@ -33,4 +34,7 @@ lib.optionalAttrs (settings.projectDir != null) {
   NIX_SANDBOX_MAX_COMPOSITIONS = toString settings.maxCompositions;
   NIX_SANDBOX_PACKAGES_CACHE_MAX = toString settings.packagesCacheMax;
   NIX_SANDBOX_FILES_MB = toString settings.filesMb;
+}
+// lib.optionalAttrs (settings.layersMb != null) {
+  NIX_SANDBOX_LAYERS_MB = toString settings.layersMb;
 }

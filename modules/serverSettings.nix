@@ -178,4 +178,17 @@ in
     '';
     example = 200;
   };
+  layersMb = mkOption {
+    type = types.nullOr types.ints.positive;
+    default = null;
+    description = ''
+      Most MiB all session layers reserve together (`NIX_SANDBOX_LAYERS_MB`):
+      each is a tmpfs of its environment's `workspace_mb` (memory) holding
+      the session's `/workspace`, project changes and checkpoints, reserved
+      while its jail lives; a session whose layer does not fit is refused
+      with `layers_full`. `null`: the server's default, the machine's
+      memory (`MemTotal`).
+    '';
+    example = 8192;
+  };
 }

@@ -481,12 +481,23 @@ def c_timeout_on_request(s, tight):
 
 
 def c_flood(s, tight):
-    """50 MB on stdout and on stderr: capped, the server's memory stays flat."""
+    """50 MB on stdout and on stderr: capped, stopped once a stream passes
+    1024 times output_bytes (16 MiB here), the server's memory flat; and a
+    `yes` with no end is stopped there too, not read to the deadline."""
     before = s.rss_kib()
+    stop = 1024 * tight["output_bytes"]
     code = "import sys\nchunk = 'x' * 65536 + '\\n'\nfor _ in range(800):\n    sys.stdout.write(chunk)\n    sys.stderr.write(chunk)\n"
     result, text, st = s.run("tight-python", code)
-    check(st.get("stdout_dropped_bytes", 0) > 40 * MIB and st.get("stderr_dropped_bytes", 0) > 40 * MIB, f"{st}")
+    dropped = max(st.get("stdout_dropped_bytes", 0), st.get("stderr_dropped_bytes", 0))
+    check(st.get("flooded") in ("stdout", "stderr") and stop - 4 * tight["output_bytes"] < dropped <= stop,
+          f"{st}")
+    check(result.get("isError") and not st.get("timed_out"), f"{st}")
+    check(f"passed {stop >> 20} MiB (1024 times output_bytes" in text, text[-400:])
     check(len(text) < 4 * tight["output_bytes"] + 1024, f"the result is {len(text)} characters")
+    result, text, st = s.run("tight-shell", "yes")
+    check(st.get("flooded") == "stdout" and not st.get("timed_out")
+          and st.get("duration_ms", 0) < tight["timeout_s"] * 1000, f"{st}")
+    check(text.startswith("y\ny\n") and "the process tree was killed" in text, text[-400:])
     check(s.rss_kib() - before < 16 * 1024, f"the server grew from {before} to {s.rss_kib()} KiB")
 
 
@@ -1438,7 +1449,7 @@ def main():
             case("the root and /dev are read-only and every writable mount has a size: twice memory_mb into each is refused or stops at its size",  # noqa: E501
                  c_writable_mounts, server, tight, args, sandboxes, project, scratch)
             case("a CPU spin in four threads ends at the CPU time limit", c_cpu_threads, server, tight)
-            case("a flood on stdout and stderr is capped; the server stays flat", c_flood, server, tight)
+            case("a flood on stdout and stderr is capped and stopped far past the cap; the server stays flat", c_flood, server, tight)
             case("a longer timeout on request: past the default it finishes; past max_timeout_s it is cut "
                  "and said; cpu_s still holds", c_timeout_on_request, server, tight)
             case("10,000 open files stop at the open files limit", c_open_files, server, tight)

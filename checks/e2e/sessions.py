@@ -375,6 +375,21 @@ def t_fork(args, scratch):
         check(text.startswith("0\n"), text)
         result, text, structured = s.call("python", "z", "1", **{"from": "a@99"})
         check(result.get("isError") and structured.get("error", {}).get("code") == "unknown_checkpoint", text)
+        # A fork of a fork, which outlives both its sources; hostile writes
+        # over the files it was started from stay its own.
+        _, text, _ = s.call("shell", "s", "echo base > f; echo kept > keep; mkdir d; echo x > d/x")
+        check("checkpoint: s@1" in text, text)
+        _, text, _ = s.call("shell", "t", "echo t > f; rm -r d; : > keep; echo n > n", **{"from": "s@1"})
+        check("started from s@1" in text, text)
+        _, text, _ = s.call("shell", "u", "cat f n; wc -c < keep; ls -A", **{"from": "t"})
+        check(text.startswith("t\nn\n0\nf\nkeep\nn\n"), text)
+        for gone in ("s", "t"):
+            _, text, _ = s.call("shell", gone, "true", end=True)
+            check(f"session `{gone}` ended, as asked" in text, text)
+        _, text, _ = s.call("shell", "v", "cat f keep; ls d", **{"from": "s@1"})
+        check("error[unknown_session]" in text, text)
+        _, text, _ = s.call("shell", "u", "cat f n; echo more >> n")
+        check(text.startswith("t\nn\n"), text)
         _, text, _ = s.call("python", "b", "1", end=True)
         check("session `b` ended, as asked" in text, text)
 

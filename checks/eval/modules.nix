@@ -311,6 +311,7 @@ in
               packagesCacheMax = 8;
               maxCheckpoints = 3;
               filesMb = 8;
+              layersMb = 512;
             };
           }
         ]).programs.mcp.servers.nix-sandbox.env;
@@ -321,6 +322,7 @@ in
         NIX_SANDBOX_MAX_SESSIONS_TOTAL = "6";
         NIX_SANDBOX_MAX_CHECKPOINTS = "3";
         NIX_SANDBOX_FILES_MB = "8";
+        NIX_SANDBOX_LAYERS_MB = "512";
         NIX_SANDBOX_MAX_RUNS = "2";
         NIX_SANDBOX_MAX_UNREAD_BYTES = "1024";
         NIX_SANDBOX_MAX_COMPOSITIONS = "2";

@@ -80,6 +80,9 @@ pub struct Bounds {
     pub output_call_bytes: u64,
     /// Bytes the `files` of one call hold at most, all together.
     pub files_bytes: usize,
+    /// Bytes all session layers may reserve together; `None`: the default,
+    /// MemTotal (project::pool::default_bytes), read at start.
+    pub layers_bytes: Option<u64>,
 }
 
 /// The defaults declared above.
@@ -101,6 +104,7 @@ impl std::default::Default for Bounds {
             output_call_bytes: OUTPUT_CALL_MB.number().saturating_mul(1 << 20),
             files_bytes: usize::try_from(FILES_MB.number().saturating_mul(1 << 20))
                 .unwrap_or(usize::MAX),
+            layers_bytes: None,
         }
     }
 }
@@ -259,6 +263,7 @@ fn read_flags(
             | Key::OutputMaxMb
             | Key::OutputCallMb
             | Key::FilesMb
+            | Key::LayersMb
             | Key::SessionIdleTimeout
             | Key::SessionMaxLifetime => {
                 flags
@@ -291,6 +296,12 @@ struct Numbers<'a, F> {
 
 impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
     fn number(&self, setting: &Setting) -> Result<u64, String> {
+        Ok(self.given(setting)?.unwrap_or(setting.number()))
+    }
+
+    /// The setting's flag, else its variable; `None` when neither is
+    /// given.
+    fn given(&self, setting: &Setting) -> Result<Option<u64>, String> {
         let flag = self
             .flags
             .iter()
@@ -305,7 +316,7 @@ impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
                     .map_err(|e| format!("{}={text:?}: {e}", setting.var_name()))?,
             ),
         };
-        Ok(flag.or(from_var).unwrap_or(setting.number()))
+        Ok(flag.or(from_var))
     }
 
     fn count(&self, setting: &Setting) -> Result<usize, String> {
@@ -348,6 +359,7 @@ impl<F: Fn(&str) -> Option<OsString>> Numbers<'_, F> {
             output_max_bytes: self.mib(&OUTPUT_MAX_MB)?,
             output_call_bytes: self.mib(&OUTPUT_CALL_MB)?,
             files_bytes: usize::try_from(self.mib(&FILES_MB)?).unwrap_or(usize::MAX),
+            layers_bytes: self.given(&LAYERS_MB)?.map(|n| n.saturating_mul(1 << 20)),
         })
     }
 }

@@ -411,3 +411,22 @@ fn the_dev_shell_is_an_environment_only_when_asked_and_a_bad_value_is_named() {
         "{bad}"
     );
 }
+
+#[test]
+fn the_layers_bound_is_the_default_unless_given_and_a_bad_value_is_named() {
+    let bound = |argv: &[&str], vars: &[(&str, &str)]| {
+        parse(args(argv), env(vars)).map(|o| o.bounds.layers_bytes)
+    };
+    // Unset: MemTotal, read where the layers are made.
+    assert_eq!(bound(&[], &[]), Ok(None));
+    assert_eq!(
+        bound(&[], &[("NIX_SANDBOX_LAYERS_MB", "512")]),
+        Ok(Some(512 << 20))
+    );
+    assert_eq!(
+        bound(&["--layers-mb", "64"], &[("NIX_SANDBOX_LAYERS_MB", "512")]),
+        Ok(Some(64 << 20))
+    );
+    let bad = bound(&[], &[("NIX_SANDBOX_LAYERS_MB", "0")]).unwrap_err();
+    assert!(bad.starts_with("NIX_SANDBOX_LAYERS_MB=\"0\": "), "{bad}");
+}

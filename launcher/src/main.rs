@@ -129,6 +129,7 @@ fn main() -> ExitCode {
         opts.project_writable,
         opts.project_dir.as_deref(),
         host.jail_users.is_some(),
+        opts.bounds.layers_bytes,
     );
     // What starts every jail, from here down.
     let spawner = Spawner {
@@ -285,6 +286,12 @@ fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&st
             let check = probe::run_check(facts.catalog, facts.problems, facts.spawner, &mut out);
             runtime.block_on(check).map(|ok| ok && listener_ok)
         })
+        .and_then(
+            |ok| match project_check::check_layers(facts.project, facts.catalog) {
+                Some((held, line)) => writeln!(out, "{line}").map(|()| ok && held),
+                None => Ok(ok),
+            },
+        )
         .and_then(|ok| {
             let check = project_check::check(mount, facts.project, facts.catalog, facts.spawner);
             match runtime.block_on(check) {

@@ -11,25 +11,49 @@ use std::sync::Arc;
 
 use crate::catalog::{Catalog, Env, Interpreter};
 use crate::probe;
-use crate::project::Layers;
-use crate::wrapper::Spawner;
+use crate::project::{Layers, pool};
+use crate::wrapper::{Spawner, idmap};
 
 /// Where the layers' directory (their mount points only) is made.
 const BASE: &str = "/var/tmp";
 
-/// Why a root server keeps the project read-only.
-const ROOT: &str = "NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by a root server: its jails \
-                    run as uids of their own, which cannot own the copies of the project's \
-                    files the layer makes (EOVERFLOW); the project stays read-only (run the \
-                    server as the project's owner)";
+/// Why a root server keeps the project read-only: `why`, the host's
+/// refusal of an idmapped mount.
+fn root_refusal(why: &str) -> String {
+    format!(
+        "NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by this root server: its jails run as \
+         uids of their own, which can be given the project's files only through an idmapped \
+         mount of the project, and this host makes none ({why}); the project stays read-only \
+         (run the server as the project's owner, or on Linux 5.12 or later with the project \
+         on a file system that takes idmapped mounts)"
+    )
+}
+
+/// Whether this root server can give a jail's uid the project's files: an
+/// idmapped mount of `project` for a stand-in uid, made and dropped.
+fn idmap_works(project: &Path) -> Result<(), String> {
+    let nobody = crate::wrapper::jailuser::Ids {
+        uid: nix::unistd::Uid::from_raw(65534),
+        gid: nix::unistd::Gid::from_raw(65534),
+    };
+    idmap::owner(project)
+        .and_then(|owner| idmap::project_mount(project, owner, nobody))
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// What a root server's lines add: how its jails' uids get the files.
+const OWNER: &str = "; each jail's uid has the project owner's files (the owner of \
+                     PROJECT_DIR) through a read-only idmapped mount under its layer";
 
 /// The layers of a project asked writable, or why it stays read-only (one
 /// line); `None` when it is not asked writable. `root`: the server runs
-/// its jails as uids of their own.
+/// its jails as uids of their own, each given the project owner's files
+/// through an idmapped mount, which the host must make.
 fn layers(writable: bool, project: Option<&OsStr>, root: bool) -> Option<Result<Layers, String>> {
     let project = project.filter(|_| writable)?;
-    if root {
-        return Some(Err(ROOT.into()));
+    if root && let Err(why) = idmap_works(Path::new(project)) {
+        return Some(Err(root_refusal(&why)));
     }
     Some(
         Layers::create(Path::new(BASE), Some(Path::new(project))).map_err(|e| {
@@ -50,14 +74,19 @@ pub struct Project {
     pub refused: Option<String>,
 }
 
-/// [`layers`], said in the log: the layers' directory, or why not.
-pub fn start(writable: bool, project: Option<&OsStr>, root: bool) -> Project {
+/// [`layers`], said in the log: the layers' directory, or why not; the
+/// layers `bytes` at most in all (`NIX_SANDBOX_LAYERS_MB`; `None`: half
+/// of MemTotal).
+pub fn start(writable: bool, project: Option<&OsStr>, root: bool, bytes: Option<u64>) -> Project {
+    let bytes = bytes.or_else(pool::default_bytes);
     let mut project = match layers(writable, project, root) {
         Some(Ok(layers)) => {
+            let layers = bound(layers, bytes);
             tracing::info!(
                 "self-test: project: writable through a copy-on-write layer per session, mount \
-                 points in {} (an overlay in each jail's namespaces: Linux 5.11 or later)",
-                layers.dir().display()
+                 points in {} (an overlay in each jail's namespaces: Linux 5.11 or later){}",
+                layers.dir().display(),
+                if root { OWNER } else { "" }
             );
             Project {
                 layers: Some(Arc::new(layers)),
@@ -80,14 +109,76 @@ pub fn start(writable: bool, project: Option<&OsStr>, root: bool) -> Project {
     // own even when the project is read-only.
     if project.layers.is_none() {
         match Layers::create(Path::new(BASE), None) {
-            Ok(layers) => project.layers = Some(Arc::new(layers)),
+            Ok(layers) => project.layers = Some(Arc::new(bound(layers, bytes))),
             Err(e) => tracing::warn!(
                 "no directory for the sessions' layers could be made in {BASE} ({e}): sessions \
                  keep no checkpoints and cannot be forked"
             ),
         }
     }
+    if let Some(layers) = &project.layers {
+        tracing::info!("self-test: {}", layers_line(layers, None));
+    }
     project
+}
+
+/// `layers` bounded by `bytes` when known (else said: unbounded).
+fn bound(layers: Layers, bytes: Option<u64>) -> Layers {
+    match bytes {
+        Some(bytes) => layers.bounded(bytes),
+        None => {
+            tracing::warn!(
+                "no MemTotal in /proc/meminfo: the session layers are bounded only by \
+                 NIX_SANDBOX_LAYERS_MB, which is not set"
+            );
+            layers
+        }
+    }
+}
+
+/// The line saying the bound on all session layers; with `largest` (the
+/// largest `workspace_mb` of an environment with sessions, and its name),
+/// whether a session of it can start at all.
+fn layers_line(layers: &Layers, largest: Option<(u64, &str)>) -> String {
+    let total = layers.pool().total();
+    let bound = match total {
+        u64::MAX => "no bound (MemTotal unknown)".to_owned(),
+        total => format!("at most {} MiB", total >> 20),
+    };
+    let mut line = format!(
+        "layers: {bound} for all session layers together (NIX_SANDBOX_LAYERS_MB, --layers-mb; \
+         default MemTotal), each a tmpfs of its environment's workspace_mb reserved \
+         while its jail lives"
+    );
+    if let Some((mb, name)) = largest {
+        line.push_str(&format!("; the largest here: `{name}`'s {mb} MiB"));
+    }
+    line
+}
+
+/// `--check`'s line on the bound on all session layers, and whether every
+/// environment with sessions has a layer that fits in it.
+pub fn check_layers(project: &Project, catalog: &Catalog) -> Option<(bool, String)> {
+    let layers = project.layers.as_ref()?;
+    let largest = catalog
+        .envs
+        .values()
+        .filter(|env| env.session_layer)
+        .map(|env| (env.limits.workspace_mb.get(), env.name.as_str()))
+        .max();
+    let line = layers_line(layers, largest);
+    Some(match largest {
+        Some((mb, name)) if mb.saturating_mul(1 << 20) > layers.pool().total() => (
+            false,
+            format!(
+                "layers: FAIL: `{name}`'s workspace_mb ({mb} MiB) is over the bound on all \
+                 session layers ({} MiB): every session of it would be refused (layers_full); \
+                 raise NIX_SANDBOX_LAYERS_MB",
+                layers.pool().total() >> 20
+            ),
+        ),
+        _ => (true, line),
+    })
 }
 
 /// `--check`'s line for the project mounted at `mount` (none without a
@@ -119,14 +210,16 @@ pub async fn check(
                 .into(),
         ));
     };
+    let root = spawner.host.jail_users.is_some();
     Some(match write_through(env, mount, layers, spawner).await {
         Ok(()) => (
             true,
             format!(
                 "project: ok (writable at {mount} through a copy-on-write layer per session, \
                  a tmpfs of its environment's workspace_mb in the jail's namespaces, mount \
-                 points in {}: written through one in `{}`, the host's tree unchanged)",
+                 points in {}{}: written through one in `{}`, the host's tree unchanged)",
                 layers.dir().display(),
+                if root { OWNER } else { "" },
                 env.name
             ),
         ),
@@ -211,7 +304,29 @@ mod tests {
         let refused = layers(true, Some(OsStr::new("/p")), true)
             .and_then(Result::err)
             .unwrap_or_default();
-        assert!(refused.contains("not served by a root server"), "{refused}");
+        assert!(
+            refused.contains("not served by this root server"),
+            "{refused}"
+        );
+        assert!(refused.contains("idmapped mount"), "{refused}");
+    }
+
+    #[test]
+    fn a_root_server_refuses_a_project_the_host_cannot_idmap() {
+        // procfs takes no idmapped mount (and a user makes none at all):
+        // the refusal says the host's reason.
+        let refused = layers(true, Some(OsStr::new("/proc/self")), true)
+            .and_then(Result::err)
+            .unwrap_or_default();
+        assert!(
+            refused
+                .contains("through an idmapped mount of the project, and this host makes none (")
+                && (refused.contains("mount_setattr")
+                    || refused.contains("open_tree")
+                    || !nix::unistd::geteuid().is_root()
+                        && refused.contains("cannot write the idmap's user namespace")),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -9,6 +9,11 @@
 //!   are read concurrently into [`Cap`]s through fixed-size buffers.
 //! - One deadline covers writing, running, reading and waiting. At the
 //!   deadline or on cancellation the whole process group is killed.
+//! - A flood is stopped, not read to the deadline: once one stream has
+//!   passed [`FLOOD_FACTOR`] times the cap (64 MiB for the default 64 KiB),
+//!   the launcher stops reading it and kills the process group, so a `yes`
+//!   costs the server a fraction of a second of CPU, not a core until the
+//!   timeout. The result keeps the head and the newest tail, and says so.
 //! - What the cgroup counted is read once the wrapper is gone; the cgroup
 //!   is removed after the answer (wrapper/reaper.rs tracks that).
 
@@ -33,6 +38,20 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// Size of the read buffer per stream: memory stays flat under a flood.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// How many times its cap a stream may write before the run is stopped as
+/// a flood: far past what is kept, so only a program that floods meets it
+/// (a build's log of tens of MiB does not, at the default cap).
+pub const FLOOD_FACTOR: u64 = 1024;
+
+/// The stream that flooded and where the run was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flood {
+    /// `stdout` or `stderr`.
+    pub stream: &'static str,
+    /// The bytes past which it was stopped ([`FLOOD_FACTOR`] times the cap).
+    pub after_bytes: u64,
+}
 
 /// What to run and under which limits.
 pub struct Spec<'a> {
@@ -62,6 +81,8 @@ pub struct RunOutcome {
     pub exit: Option<Exit>,
     pub timed_out: bool,
     pub cancelled: bool,
+    /// The launcher stopped it: a stream flooded.
+    pub flooded: Option<Flood>,
     pub stdout: Cap,
     pub stderr: Cap,
     pub duration: Duration,
@@ -74,7 +95,10 @@ pub struct RunOutcome {
 impl RunOutcome {
     /// Exit 0, not killed by the launcher.
     pub fn succeeded(&self) -> bool {
-        self.exit == Some(Exit::Code(0)) && !self.timed_out && !self.cancelled
+        self.exit == Some(Exit::Code(0))
+            && !self.timed_out
+            && !self.cancelled
+            && self.flooded.is_none()
     }
 }
 
@@ -137,6 +161,9 @@ pub async fn in_env(env: &Env, code: &str, cx: &Context<'_>) -> Result<RunOutcom
         Err(StartError::Egress(e)) => {
             tracing::error!(env = %env.name, error = %e, "no network gate for the run");
         }
+        Err(e @ (StartError::Project(_) | StartError::Layers(_))) => {
+            tracing::error!(env = %env.name, error = %e, "cannot start the run's layer");
+        }
     }
     ran.map_err(|cause| NotStarted::run(env, cause))
 }
@@ -165,6 +192,8 @@ pub async fn run(
     let mut out = Cap::new(spec.output_bytes);
     let mut err = Cap::new(spec.output_bytes);
     let (mut timed_out, mut cancelled) = (false, false);
+    let flood_at = (spec.output_bytes as u64).saturating_mul(FLOOD_FACTOR);
+    let flood = tokio::sync::Notify::new();
     let exit = {
         let work = async {
             let write = async {
@@ -176,8 +205,8 @@ pub async fn run(
             };
             let (_, _, _, exit) = tokio::join!(
                 write,
-                pump(wrapper.stdout, &mut out, spec.tail),
-                pump(wrapper.stderr, &mut err, spec.tail),
+                pump(wrapper.stdout, &mut out, spec.tail, flood_at, &flood),
+                pump(wrapper.stderr, &mut err, spec.tail, flood_at, &flood),
                 wrapper.reaped
             );
             exit.ok().flatten()
@@ -193,36 +222,54 @@ pub async fn run(
                 cancelled = true;
                 kill_and_drain(&group, work).await
             }
+            () = flood.notified() => {
+                kill_and_drain(&group, work).await
+            }
         }
     };
+
     group.kill();
-    let usage = match wrapper.cgroup {
-        Some(cgroup) => {
-            let stats = cgroup.stats();
-            // Removed after the answer, not before: the run's processes
-            // are gone, and nothing of the answer waits for the rmdir.
-            wrapper::reaper::track(async move {
-                if tokio::task::spawn_blocking(move || cgroup.remove())
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!("removing a run's cgroup panicked");
-                }
-            });
-            Some(stats)
-        }
-        None => None,
-    };
+    let usage = wrapper.cgroup.map(counted);
     Ok(RunOutcome {
         exit,
         timed_out,
         cancelled,
+        flooded: Flood::of(&out, &err, flood_at),
         stdout: out,
         stderr: err,
         duration: started.elapsed(),
         usage,
         refusals: spec.gate.map(Gate::take_refusals).unwrap_or_default(),
     })
+}
+
+impl Flood {
+    /// The stream that passed `at` bytes, stdout first, if one did.
+    fn of(out: &Cap, err: &Cap, at: u64) -> Option<Self> {
+        [("stdout", out), ("stderr", err)]
+            .into_iter()
+            .find(|(_, cap)| cap.total() > at)
+            .map(|(stream, _)| Self {
+                stream,
+                after_bytes: at,
+            })
+    }
+}
+
+/// What the run's cgroup counted; the cgroup is removed after the answer,
+/// not before: the run's processes are gone, and nothing of the answer
+/// waits for the rmdir.
+fn counted(cgroup: wrapper::cgroup::RunCgroup) -> Stats {
+    let stats = cgroup.stats();
+    wrapper::reaper::track(async move {
+        if tokio::task::spawn_blocking(move || cgroup.remove())
+            .await
+            .is_err()
+        {
+            tracing::warn!("removing a run's cgroup panicked");
+        }
+    });
+    stats
 }
 
 /// Kills the group, then lets the readers see EOF and the reaper report.
@@ -241,8 +288,15 @@ async fn kill_and_drain(
 }
 
 /// Reads `r` to its end into `cap`, and `tail` when given, through one
-/// fixed-size buffer.
-async fn pump(mut r: impl AsyncRead + Unpin, cap: &mut Cap, tail: Option<&Tail>) {
+/// fixed-size buffer; past `flood_at` bytes it stops reading and wakes
+/// `flood` (the run is then killed).
+async fn pump(
+    mut r: impl AsyncRead + Unpin,
+    cap: &mut Cap,
+    tail: Option<&Tail>,
+    flood_at: u64,
+    flood: &tokio::sync::Notify,
+) {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
         match r.read(&mut buf).await {
@@ -251,6 +305,10 @@ async fn pump(mut r: impl AsyncRead + Unpin, cap: &mut Cap, tail: Option<&Tail>)
                 cap.push(&buf[..n]);
                 if let Some(tail) = tail {
                     tail.push(&buf[..n]);
+                }
+                if cap.total() > flood_at {
+                    flood.notify_one();
+                    break;
                 }
             }
             Err(e) => {
@@ -293,17 +351,23 @@ mod tests {
         crate::testing::env("t").build().limits
     }
 
-    #[tokio::test]
-    async fn exit_code_and_streams_are_reported() {
-        let argv = ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"].map(String::from);
+    /// Runs `sh -c script` with a cap of 1024 bytes, to its end or
+    /// `timeout_ms`.
+    async fn sh(script: &str, timeout_ms: u64) -> RunOutcome {
+        let argv = ["/bin/sh", "-c", script].map(String::from);
         let (env, limits) = (WrapperEnv::default(), limits());
-        let o = run(
+        run(
             &host(),
-            spec(&argv, &limits, &env, 10_000),
+            spec(&argv, &limits, &env, timeout_ms),
             std::future::pending(),
         )
         .await
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn exit_code_and_streams_are_reported() {
+        let o = sh("echo out; echo err >&2; exit 3", 10_000).await;
         assert_eq!(o.exit, Some(Exit::Code(3)));
         assert_eq!(o.stdout.render(), "out\n");
         assert_eq!(o.stderr.render(), "err\n");
@@ -311,16 +375,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_flood_is_stopped_far_past_the_cap_not_read_to_the_deadline() {
+        // The cap is 1024 bytes, so the flood is stopped past 1 MiB; a
+        // child in the background flooding stderr goes with the group.
+        let o = sh("yes err >&2 & yes", 60_000).await;
+        let flood = o.flooded.expect("the flood was stopped");
+        assert_eq!(flood.after_bytes, 1024 * FLOOD_FACTOR);
+        assert!(!o.timed_out && !o.cancelled && !o.succeeded());
+        assert!(o.duration < Duration::from_secs(30), "{:?}", o.duration);
+        let total = match flood.stream {
+            "stdout" => o.stdout.total(),
+            _ => o.stderr.total(),
+        };
+        assert!(total > flood.after_bytes);
+        // What it read is bounded: the stop and one buffer past it.
+        assert!(total <= flood.after_bytes + READ_CHUNK as u64, "{total}");
+        assert!(o.stdout.render().starts_with("y\ny\n"));
+    }
+
+    #[tokio::test]
+    async fn output_under_the_flood_bound_is_read_to_its_end() {
+        let o = sh("head -c 1040000 /dev/zero; echo done >&2", 60_000).await;
+        assert_eq!(o.flooded, None);
+        assert!(o.succeeded(), "{o:?}");
+        assert_eq!(o.stdout.total(), 1_040_000);
+        assert_eq!(o.stderr.render(), "done\n");
+    }
+
+    #[tokio::test]
     async fn a_sleeper_with_closed_output_ends_at_the_deadline() {
-        let argv = ["/bin/sh", "-c", "exec >&- 2>&-; sleep 1000"].map(String::from);
-        let (env, limits) = (WrapperEnv::default(), limits());
-        let o = run(
-            &host(),
-            spec(&argv, &limits, &env, 300),
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
+        let o = sh("exec >&- 2>&-; sleep 1000", 300).await;
         assert!(o.timed_out);
         assert_eq!(o.exit, Some(Exit::Signal(9)));
     }

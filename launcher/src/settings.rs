@@ -75,6 +75,7 @@ pub enum Key {
     OutputMaxMb,
     OutputCallMb,
     FilesMb,
+    LayersMb,
     SessionIdleTimeout,
     SessionMaxLifetime,
     AllowOutsideStore,
@@ -370,6 +371,18 @@ pub const FILES_MB: Setting = Setting {
         "most MiB the `files` of one call hold in all (within the environment's workspace_mb)",
     )
 };
+pub const LAYERS_MB: Setting = Setting {
+    value: Some("MB"),
+    var: Some(("NIX_SANDBOX_LAYERS_MB", VarRole::Fallback)),
+    default: Some(Default::Text("MemTotal")),
+    ..setting(
+        Key::LayersMb,
+        "layers-mb",
+        "most MiB the session layers (each a tmpfs of its environment's workspace_mb: \
+         /workspace, project changes, checkpoints) reserve in all; a session whose layer \
+         does not fit is refused (layers_full)",
+    )
+};
 pub const SESSION_IDLE_TIMEOUT: Setting = Setting {
     value: Some("S"),
     var: Some(("SESSION_IDLE_TIMEOUT", VarRole::Fallback)),
@@ -492,7 +505,7 @@ pub const RUST_LOG: Setting = Setting {
 };
 
 /// Every setting, in the order `--help` shows them.
-pub const SETTINGS: [&Setting; 38] = [
+pub const SETTINGS: [&Setting; 39] = [
     &STDIO,
     &HTTP,
     &TOKEN_FILE,
@@ -518,6 +531,7 @@ pub const SETTINGS: [&Setting; 38] = [
     &OUTPUT_MAX_MB,
     &OUTPUT_CALL_MB,
     &FILES_MB,
+    &LAYERS_MB,
     &ALLOW_OUTSIDE_STORE,
     &HELP,
     &VERSION,

@@ -13,7 +13,10 @@
 # sandbox_project_layer), and the jail sees that read-write. Writes land
 # in the layer's upper directory, on the session layer's tmpfs of
 # limits.workspace_mb (ENOSPC past it); the host's tree is the read-only
-# lower.
+# lower. With NIX_SANDBOX_PROJECT_LOWER_FD too (a root server, whose jails
+# run as uids of their own: an inherited descriptor of its read-only
+# idmapped mount of the project, the owner's files shown as the jail's
+# uid's), jail-budget overlays that mount instead (--project-lower-fd).
 { environment, ... }:
 c:
 c.add-runtime ''
@@ -30,6 +33,9 @@ c.add-runtime ''
     fi
     if [ -n "''${NIX_SANDBOX_PROJECT_LAYER:-}" ] && [ -n "''${NIX_SANDBOX_LAYER:-}" ]; then
       sandbox_project_layer=(--project-lower "$PROJECT_DIR")
+      if [ -n "''${NIX_SANDBOX_PROJECT_LOWER_FD:-}" ]; then
+        sandbox_project_layer+=(--project-lower-fd "$NIX_SANDBOX_PROJECT_LOWER_FD")
+      fi
       RUNTIME_ARGS+=(--bind "$NIX_SANDBOX_LAYER/merged" "$sandbox_project_mount")
     else
       RUNTIME_ARGS+=(--ro-bind "$PROJECT_DIR" "$sandbox_project_mount")

@@ -20,7 +20,8 @@
 //! rlimit, and the segments outlive the processes that made them.
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
-//!               [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH] [--restore]]
+//!               [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
+//!               [--project-lower-fd FD]] [--restore]]
 //!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
@@ -44,11 +45,22 @@
 //! docs/workbench.md) it makes an overlay at DIR/merged: PATH (the host's
 //! project) as the read-only lower layer, DIR/upper and DIR/work as the
 //! upper one; the wrapper binds DIR/merged at the project mount. With
+//! `--project-lower-fd FD` too (a root server's jail, whose uid is not the
+//! project's owner: docs/workbench.md), the lower layer is instead the
+//! detached mount FD names, which the server made: PATH read-only and
+//! idmapped, its owner's files shown as this jail's uid's, so the overlay
+//! can copy them up; it is moved to DIR/lower, overlaid, then unmounted
+//! (the overlay keeps its own private copy), and FD is closed before
+//! bubblewrap starts: the jail never reaches the idmapped mount. With
 //! `--restore` (a session started from a checkpoint) it makes DIR/ready
 //! once the tmpfs and its directories are made, then waits for one byte on
 //! its stdin (the server's, which copies the checkpoint into `ws` and
 //! `upper` meanwhile) before mounting the overlay and starting bubblewrap:
-//! `G` goes on, anything else stops it. The mounts must be made by this
+//! `G` goes on, anything else stops it. When the server mounted
+//! checkpoints at DIR/base/0, DIR/base/1... meanwhile (a session started
+//! over a checkpoint at the cost of a mount, launcher/src/project/share.rs),
+//! DIR/ws becomes an overlay of their `ws`, newest first, under DIR/wsup,
+//! and their `upper` go above the project in its overlay. The mounts must be made by this
 //! process, which holds every capability in the namespace until it execs;
 //! bubblewrap below holds none here.
 //!
@@ -85,8 +97,8 @@ mod forward;
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
                      [--ipc NAME=VALUE]... \
-                     [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH] \
-                     [--restore]] \
+                     [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH \
+                     [--project-lower-fd FD]] [--restore]] \
                      [--net [--publish-fd FD]] -- PROGRAM [ARGS...]";
 
 /// The System V limits of an IPC namespace that `--ipc` may set, each a
@@ -123,6 +135,9 @@ struct Layer {
     dir: OsString,
     size: Option<u64>,
     lower: Option<OsString>,
+    /// The server's idmapped, read-only mount of `lower`, to use instead
+    /// of it (a root server's jail).
+    idmapped: Option<i32>,
     restore: bool,
 }
 
@@ -173,6 +188,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     let text = |v: OsString| v.into_string().map_err(|v| format!("not UTF-8: {v:?}"));
     let (mut layer, mut lower, mut size, mut restore, mut on_disk) =
         (None, None, None, false, false);
+    let mut idmapped = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Long("sysctl") => {
@@ -190,6 +206,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             }
             Long("layer") => layer = Some(parser.value().map_err(|e| e.to_string())?),
             Long("project-lower") => lower = Some(parser.value().map_err(|e| e.to_string())?),
+            Long("project-lower-fd") => idmapped = Some(descriptor(parser.value())?),
             Long("restore") => restore = true,
             Long("layer-on-disk") => on_disk = true,
             Long("layer-size") => {
@@ -220,6 +237,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
         }
     }
     parsed.layer = layer_of(layer, size, on_disk, lower, restore)?;
+    parsed.layer = with_idmapped(parsed.layer, idmapped)?;
     match parsed.publish_fd.is_some() && !parsed.net {
         true => Err("--publish-fd needs --net".into()),
         false => Ok(parsed),
@@ -241,12 +259,14 @@ fn layer_of(
             dir,
             size: Some(size),
             lower,
+            idmapped: None,
             restore,
         })),
         (Some(dir), None, true) => Ok(Some(Layer {
             dir,
             size: None,
             lower,
+            idmapped: None,
             restore,
         })),
         (None, None, false) if lower.is_none() && !restore => Ok(None),
@@ -258,7 +278,20 @@ fn layer_of(
     }
 }
 
-/// The descriptor `--publish-fd` names: a number above 2 (0 to 2 are the
+/// `layer` with the idmapped lower `--project-lower-fd` names, which
+/// needs `--project-lower`.
+fn with_idmapped(layer: Option<Layer>, fd: Option<i32>) -> Result<Option<Layer>, String> {
+    match (layer, fd) {
+        (layer, None) => Ok(layer),
+        (Some(layer), Some(fd)) if layer.lower.is_some() => Ok(Some(Layer {
+            idmapped: Some(fd),
+            ..layer
+        })),
+        _ => Err("--project-lower-fd needs --project-lower".into()),
+    }
+}
+
+/// The descriptor `--publish-fd` or `--project-lower-fd` names: a number above 2 (0 to 2 are the
 /// wrapper's stdio).
 fn descriptor(value: Result<OsString, lexopt::Error>) -> Result<i32, String> {
     let value = value.map_err(|e| e.to_string())?;
@@ -342,7 +375,7 @@ fn enter_namespace(root: bool, outside: (u32, u32)) -> Result<(), String> {
 fn mount_layer(layer: &Layer) -> Result<(), String> {
     use nix::fcntl::{OFlag, open};
     use nix::mount::{MsFlags, mount};
-    use nix::sys::stat::{Mode, mkdirat};
+    use nix::sys::stat::Mode;
     nix::sched::unshare(CloneFlags::CLONE_NEWNS)
         .map_err(|e| format!("cannot make the session layer's mount namespace: {e}"))?;
     mount(
@@ -354,12 +387,13 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot make the mounts private: {e}"))?;
     let dir = OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let lower_fd = match &layer.lower {
-        Some(lower) => Some(
+    let lower_fd = match (&layer.lower, layer.idmapped) {
+        (Some(_), Some(fd)) => Some(take_descriptor(fd)?),
+        (Some(lower), None) => Some(
             open(lower.as_os_str(), dir | OFlag::O_RDONLY, Mode::empty())
                 .map_err(|e| format!("cannot open the project {}: {e}", lower.to_string_lossy()))?,
         ),
-        None => None,
+        (None, _) => None,
     };
     let name = layer.dir.to_string_lossy();
     // The directory is the server's, in a directory of the server's, and
@@ -382,25 +416,42 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot open the session layer {name}: {e}"))?;
     make_dirs(&layer_fd, layer, lower_fd.is_some())?;
-    if layer.restore {
-        mkdirat(&layer_fd, "ready", Mode::from_bits_truncate(0o700))
-            .map_err(|e| format!("cannot make {name}/ready: {e}"))?;
-        let mut go = [0u8; 1];
-        match nix::unistd::read(std::io::stdin(), &mut go) {
-            Ok(1) if go[0] == b'G' => {}
-            _ => return Err("the server did not fill the session's layer".into()),
-        }
-    }
-    let Some(lower_fd) = lower_fd else {
-        return Ok(());
+    let lowers = match layer.restore {
+        true => filled_by_server(&layer_fd, &name)?,
+        false => Vec::new(),
     };
+    match lower_fd {
+        Some(lower_fd) => mount_project(layer, &layer_fd, lower_fd, &lowers),
+        None => Ok(()),
+    }
+}
+
+/// The project's overlay at `merged` in the layer (`layer_fd`): `lower_fd`
+/// (the project, or the server's idmapped mount of it) under the `upper`
+/// of the checkpoints `lowers` the server attached (newest first), all
+/// overlaid by `upper`.
+fn mount_project(
+    layer: &Layer,
+    layer_fd: &std::os::fd::OwnedFd,
+    lower_fd: std::os::fd::OwnedFd,
+    lowers: &[String],
+) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
     // Relative to the layer directory: its path may hold commas or colons,
     // which the overlay's options would read as separators.
-    nix::unistd::fchdir(&layer_fd).map_err(|e| format!("cannot enter the project layer: {e}"))?;
-    let options = format!(
-        "lowerdir=/proc/self/fd/{},upperdir=upper,workdir=work,userxattr",
-        std::os::fd::AsRawFd::as_raw_fd(&lower_fd)
-    );
+    nix::unistd::fchdir(layer_fd).map_err(|e| format!("cannot enter the project layer: {e}"))?;
+    if layer.idmapped.is_some() {
+        attach_idmapped(&lower_fd)?;
+    }
+    let lowerdir = match layer.idmapped {
+        Some(_) => "lower".to_owned(),
+        None => format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&lower_fd)
+        ),
+    };
+    let above = forked_project_lowers(layer_fd, lowers);
+    let options = format!("lowerdir={above}{lowerdir},upperdir=upper,workdir=work,userxattr");
     mount(
         Some("overlay"),
         "merged",
@@ -414,20 +465,24 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
              Linux 5.11 or later): {e}"
         )
     })?;
+    if layer.idmapped.is_some() {
+        detach_idmapped(lower_fd)?;
+    }
     nix::unistd::chdir("/").map_err(|e| format!("cannot leave the project layer: {e}"))?;
     Ok(())
 }
 
 /// Makes the layer's directories in `layer_fd` (`layer`'s directory):
-/// `ws`, `ckpt` and, for a `project` layer, `upper`, `work` and `merged`;
+/// `ws`, `ckpt` and, for a `project` layer, `upper`, `work` and `merged`
+/// (and `lower` for the server's idmapped mount of it);
 /// those kept on disk from the jail before are used as they are.
 fn make_dirs(layer_fd: &std::os::fd::OwnedFd, layer: &Layer, project: bool) -> Result<(), String> {
     use nix::sys::stat::{Mode, mkdirat};
     let name = layer.dir.to_string_lossy();
-    let project: &[&str] = if project {
-        &["upper", "work", "merged"]
-    } else {
-        &[]
+    let project: &[&str] = match (project, layer.idmapped) {
+        (true, Some(_)) => &["upper", "work", "merged", "lower"],
+        (true, None) => &["upper", "work", "merged"],
+        (false, _) => &[],
     };
     for (sub, mode) in [("ws", 0o755), ("ckpt", 0o700)]
         .into_iter()
@@ -440,6 +495,136 @@ fn make_dirs(layer_fd: &std::os::fd::OwnedFd, layer: &Layer, project: bool) -> R
     }
     Ok(())
 }
+
+/// With `--restore`: makes DIR/ready, waits for the server's `G` on stdin
+/// while it fills the layer, then mounts the workspace over the
+/// checkpoints it attached, if it did ([`attached_lowers`], returned).
+fn filled_by_server(layer_fd: &std::os::fd::OwnedFd, name: &str) -> Result<Vec<String>, String> {
+    use nix::sys::stat::{Mode, mkdirat};
+    mkdirat(layer_fd, "ready", Mode::from_bits_truncate(0o700))
+        .map_err(|e| format!("cannot make {name}/ready: {e}"))?;
+    let mut go = [0u8; 1];
+    match nix::unistd::read(std::io::stdin(), &mut go) {
+        Ok(1) if go[0] == b'G' => {}
+        _ => return Err("the server did not fill the session's layer".into()),
+    }
+    let lowers = attached_lowers(layer_fd);
+    if !lowers.is_empty() {
+        mount_forked_workspace(layer_fd, &lowers)?;
+    }
+    Ok(lowers)
+}
+
+/// The checkpoints the server mounted at DIR/base/0, DIR/base/1... while
+/// this process waited (a session started from a checkpoint at the cost of
+/// a mount: launcher/src/project/share.rs), newest first, as paths
+/// relative to DIR; none for a fresh layer or one the server filled by
+/// copying. Each holds `ws` and, with a project, `upper`.
+fn attached_lowers(layer_fd: &std::os::fd::OwnedFd) -> Vec<String> {
+    use nix::fcntl::AtFlags;
+    (0..)
+        .map(|i| format!("base/{i}"))
+        .take_while(|path| {
+            nix::sys::stat::fstatat(layer_fd, path.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        })
+        .collect()
+}
+
+/// Mounts the workspace of a session started from a checkpoint at DIR/ws:
+/// an overlay of the `ws` of `lowers` (newest first: the checkpoint, then
+/// those it was itself started from), read-only, under DIR/wsup, where the
+/// session's own writes go (DIR/wswork its work directory), on the tmpfs
+/// that bounds the session. The paths are relative to DIR, as the project
+/// overlay's are.
+fn mount_forked_workspace(
+    layer_fd: &std::os::fd::OwnedFd,
+    lowers: &[String],
+) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    use nix::sys::stat::{Mode, mkdirat};
+    nix::unistd::fchdir(layer_fd).map_err(|e| format!("cannot enter the session layer: {e}"))?;
+    for sub in ["wsup", "wswork"] {
+        mkdirat(layer_fd, sub, Mode::from_bits_truncate(0o755))
+            .map_err(|e| format!("cannot make {sub} in the session layer: {e}"))?;
+    }
+    let below: Vec<String> = lowers.iter().map(|l| format!("{l}/ws")).collect();
+    let options = format!(
+        "lowerdir={},upperdir=wsup,workdir=wswork,userxattr",
+        below.join(":")
+    );
+    mount(
+        Some("overlay"),
+        "ws",
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(|e| format!("cannot mount the workspace over the checkpoint it starts from: {e}"))?;
+    nix::unistd::chdir("/").map_err(|e| format!("cannot leave the session layer: {e}"))
+}
+
+/// The project layers of `lowers` (their `upper`), newest first, each
+/// followed by `:`, to go above the project in its overlay's `lowerdir`.
+fn forked_project_lowers(layer_fd: &std::os::fd::OwnedFd, lowers: &[String]) -> String {
+    use nix::fcntl::AtFlags;
+    lowers
+        .iter()
+        .map(|l| format!("{l}/upper"))
+        .filter(|p| {
+            nix::sys::stat::fstatat(layer_fd, p.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        })
+        .map(|p| p + ":")
+        .collect()
+}
+
+/// The inherited descriptor `fd` as ours, close-on-exec from now on: the
+/// jail must never hold it.
+fn take_descriptor(fd: i32) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::fd::FromRawFd;
+    nix::fcntl::fcntl(
+        // SAFETY: a descriptor number; fcntl fails on one that is not open.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .map_err(|e| format!("--project-lower-fd {fd}: not an open descriptor: {e}"))?;
+    // SAFETY: open (checked above), inherited for this process alone, and
+    // owned from here on.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Moves the server's detached idmapped mount `mount` onto `lower` in the
+/// layer (the current directory): the overlay takes a layer only from a
+/// mount of its own namespace (a detached one must belong to a namespace
+/// whose user namespace the mounter holds capabilities in, which the
+/// server's is not).
+fn attach_idmapped(mount: &std::os::fd::OwnedFd) -> Result<(), String> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(mount);
+    // SAFETY: plain integers and NUL-terminated constants.
+    let moved = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_move_mount,
+            fd,
+            c"".as_ptr(),
+            nix::libc::AT_FDCWD,
+            c"lower".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    nix::errno::Errno::result(moved)
+        .map(drop)
+        .map_err(|e| format!("cannot attach the project's idmapped mount: move_mount: {e}"))
+}
+
+/// Unmounts `lower` (the overlay holds its own private copy of it) and
+/// closes `mount`, before bubblewrap starts.
+fn detach_idmapped(mount: std::os::fd::OwnedFd) -> Result<(), String> {
+    drop(mount);
+    nix::mount::umount2("lower", nix::mount::MntFlags::MNT_DETACH)
+        .map_err(|e| format!("cannot detach the project's idmapped mount: {e}"))
+}
+
+/// move_mount's flag: the source is the descriptor itself.
+const MOVE_MOUNT_F_EMPTY_PATH: nix::libc::c_uint = 0x0000_0004;
 
 /// Makes the jail's network namespace, owned by the user namespace this
 /// process holds every capability in, and brings its loopback up.
@@ -621,6 +806,29 @@ mod tests {
             &["--restore", "--", "x"],
             &["--layer", "/l", "--project-lower", "/p", "--", "x"],
             &["--layer", "/l", "--layer-size", "0", "--", "x"],
+            &[
+                "--layer",
+                "/l",
+                "--layer-size",
+                "1",
+                "--project-lower-fd",
+                "5",
+                "--",
+                "x",
+            ],
+            &[
+                "--layer",
+                "/l",
+                "--layer-size",
+                "1",
+                "--project-lower",
+                "/p",
+                "--project-lower-fd",
+                "2",
+                "--",
+                "x",
+            ],
+            &["--project-lower-fd", "5", "--", "x"],
             &["--ipc", "core_pattern=1", "--", "x"],
             &["--ipc", "semmsl=250", "--", "x"],
             &["--publish-fd", "5", "--", "x"],
@@ -629,6 +837,29 @@ mod tests {
         ] {
             assert!(parse(args(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_idmapped_lower_goes_with_the_project_lower() {
+        let parsed = parse(args(&[
+            "--layer=/l",
+            "--layer-size=1024",
+            "--project-lower=/p",
+            "--project-lower-fd=7",
+            "--",
+            "/bin/bwrap",
+        ]))
+        .unwrap();
+        assert_eq!(
+            parsed.layer,
+            Some(Layer {
+                dir: "/l".into(),
+                size: Some(1024),
+                lower: Some("/p".into()),
+                idmapped: Some(7),
+                restore: false,
+            })
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
 use super::*;
-use crate::project::diff::tests::{open, whiteout};
+use crate::project::diff::tests::{changes, open, whiteout};
 
 #[test]
 fn edits_additions_and_whiteouts_become_the_projects_and_the_diff_is_then_empty() {
@@ -47,7 +47,7 @@ fn edits_additions_and_whiteouts_become_the_projects_and_the_diff_is_then_empty(
     assert!(!project.join("gone.txt").exists());
     assert!(!project.join("old").exists());
     assert!(applied.skipped.is_empty());
-    let left = diff::changes(&open(&upper), &open(&project), diff::Bounds::default());
+    let left = changes(&open(&upper), &open(&project), diff::Bounds::default());
     assert_eq!(left.summary(), "no changes", "{}", left.diff);
     clear(&open(&upper)).unwrap();
     assert_eq!(fs::read_dir(&upper).unwrap().count(), 0);

@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps};
 
@@ -34,11 +35,40 @@ struct Stamp {
 }
 
 /// One checkpoint kept in a session's layer: its number (the call it
-/// ended) and the stamps of its regular files, by path.
+/// ended), the stamps of its regular files, by path, the layer's
+/// fingerprint it was kept at, and whether a session was started over it
+/// (share.rs), which its layer's tmpfs must then keep.
 #[derive(Debug)]
 pub struct Frozen {
     pub number: u64,
     stamps: HashMap<Vec<u8>, Stamp>,
+    pub print: Option<u64>,
+    lent: AtomicBool,
+}
+
+impl Frozen {
+    /// Marks it as a lower layer of another session's.
+    pub fn lend(&self) {
+        self.lent.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a session's layer is mounted over it: its directory stays.
+    pub fn is_lent(&self) -> bool {
+        self.lent.load(Ordering::SeqCst)
+    }
+}
+
+/// Where part `part` of a checkpoint is read in a layer at `root`: a
+/// layer mounted over checkpoints (share.rs) keeps its `/workspace`'s own
+/// changes in `wsup` (whiteouts and opaque marks as the overlay wrote
+/// them), which is what its checkpoints hold above those it was started
+/// from; others in `ws` itself.
+fn source_of(root: &OwnedFd, part: &'static str) -> &'static str {
+    let mounted = || rustix::fs::statat(root, "wsup", AtFlags::SYMLINK_NOFOLLOW).is_ok();
+    match part {
+        "ws" if mounted() => "wsup",
+        part => part,
+    }
 }
 
 /// The directories a checkpoint holds: `ws`, then `upper` when the layer
@@ -69,7 +99,8 @@ pub fn freeze(root: &OwnedFd, number: u64, previous: Option<&Frozen>) -> io::Res
         };
         let mut stamps = HashMap::new();
         for part in PARTS {
-            let Ok(from) = rustix::fs::openat(root, part, DIR, Mode::empty()) else {
+            let source = source_of(root, part);
+            let Ok(from) = rustix::fs::openat(root, source, DIR, Mode::empty()) else {
                 continue;
             };
             rustix::fs::mkdirat(&target, part, Mode::from_raw_mode(0o700))?;
@@ -87,7 +118,12 @@ pub fn freeze(root: &OwnedFd, number: u64, previous: Option<&Frozen>) -> io::Res
         Ok(stamps)
     })();
     match made {
-        Ok(stamps) => Ok(Frozen { number, stamps }),
+        Ok(stamps) => Ok(Frozen {
+            number,
+            stamps,
+            print: None,
+            lent: AtomicBool::new(false),
+        }),
         Err(e) => {
             remove(root, number);
             Err(e)
@@ -102,7 +138,8 @@ pub fn fingerprint(root: &OwnedFd) -> io::Result<u64> {
     let _fs = FsUser::of(root)?;
     let mut print = 0u64;
     for part in PARTS {
-        if let Ok(dir) = rustix::fs::openat(root, part, DIR, Mode::empty()) {
+        let source = source_of(root, part);
+        if let Ok(dir) = rustix::fs::openat(root, source, DIR, Mode::empty()) {
             print = print.rotate_left(1) ^ super::fingerprint(&dir, 100_000);
         }
     }

@@ -101,7 +101,10 @@ impl Changes {
 /// One side's node at a path, as read (never followed).
 enum Node {
     Absent,
-    Dir(OwnedFd),
+    /// A directory: on the upper side, the stack of directories at its
+    /// path in each upper layer, newest first, down to the first that is
+    /// opaque or above which the others are hidden; one elsewhere.
+    Dir(Vec<OwnedFd>),
     /// A regular file's content, or `None` when too large or past the
     /// read budget (its size).
     File(Option<Vec<u8>>, u64),
@@ -119,17 +122,34 @@ struct Walk {
     out: Changes,
 }
 
-/// The changes of the layer whose upper directory is `upper` over the
-/// project `lower`, both open directories.
-pub fn changes(upper: &OwnedFd, lower: &OwnedFd, bounds: Bounds) -> Changes {
+/// The changes of the layer whose upper directories are `uppers` (newest
+/// first: a session started over checkpoints has its own upper, then
+/// theirs) over the project `lower`, all open directories, the uppers
+/// read as the overlay merges them: an entry of a newer layer hides the older ones'
+/// (a whiteout hides it), an opaque directory hides what is below it.
+pub fn changes_over(uppers: Vec<OwnedFd>, lower: &OwnedFd, bounds: Bounds) -> Changes {
     let mut walk = Walk {
         bounds,
         entries: 0,
         read: 0,
         out: Changes::default(),
     };
-    walk.dir(upper, Some(lower), false, &mut Vec::new());
+    let (uppers, whole) = effective(uppers);
+    walk.dir(&uppers, Some(lower), whole, &mut Vec::new());
     walk.out
+}
+
+/// The directories of a stack that are merged at one path: down to and
+/// with the first opaque one, and whether there is one (then the lower's
+/// entries not in them are gone too).
+fn effective(mut stack: Vec<OwnedFd>) -> (Vec<OwnedFd>, bool) {
+    match stack.iter().position(opaque) {
+        Some(i) => {
+            stack.truncate(i + 1);
+            (stack, true)
+        }
+        None => (stack, false),
+    }
 }
 
 const NOFOLLOW: OFlags = OFlags::NOFOLLOW.union(OFlags::CLOEXEC);
@@ -168,7 +188,7 @@ fn node(dir: &OwnedFd, name: &[u8], upper: bool, walk: &mut Walk) -> Node {
         FileType::Directory => {
             let flags = OFlags::RDONLY | OFlags::DIRECTORY | NOFOLLOW;
             match rustix::fs::openat(dir, name, flags, Mode::empty()) {
-                Ok(fd) => Node::Dir(fd),
+                Ok(fd) => Node::Dir(vec![fd]),
                 Err(_) => Node::Special,
             }
         }
@@ -243,11 +263,22 @@ impl Walk {
         self.out.cut.is_some()
     }
 
-    /// Upper directory `upper` over lower directory `lower` at `path`;
-    /// `whole`: the lower's entries not in the upper are gone too (an
-    /// opaque directory).
-    fn dir(&mut self, upper: &OwnedFd, lower: Option<&OwnedFd>, whole: bool, path: &mut Vec<u8>) {
-        let above = names(upper, self);
+    /// Upper directories `uppers` (newest first, merged) over lower
+    /// directory `lower` at `path`; `whole`: the lower's entries not in
+    /// the uppers are gone too (an opaque directory).
+    fn dir(
+        &mut self,
+        uppers: &[OwnedFd],
+        lower: Option<&OwnedFd>,
+        whole: bool,
+        path: &mut Vec<u8>,
+    ) {
+        let mut above: Vec<Vec<u8>> = Vec::new();
+        for upper in uppers {
+            above.extend(names(upper, self));
+        }
+        above.sort();
+        above.dedup();
         for name in &above {
             if self.stopped() {
                 return;
@@ -257,7 +288,7 @@ impl Walk {
                 path.push(b'/');
             }
             path.extend_from_slice(name);
-            let new = node(upper, name, true, self);
+            let new = self.merged(uppers, name);
             let old = match lower {
                 Some(lower) => node(lower, name, false, self),
                 None => Node::Absent,
@@ -282,27 +313,59 @@ impl Walk {
         }
     }
 
+    /// Entry `name` of the upper directories `uppers` as the overlay
+    /// merges them: the newest layer's that has it; a directory with those
+    /// of the older layers below it that are directories too, down to the
+    /// first opaque one.
+    fn merged(&mut self, uppers: &[OwnedFd], name: &[u8]) -> Node {
+        let mut layers = uppers.iter();
+        let found = layers
+            .by_ref()
+            .find_map(|upper| match node(upper, name, true, self) {
+                Node::Absent => None,
+                found => Some(found),
+            });
+        let Some(Node::Dir(mut stack)) = found else {
+            return found.unwrap_or(Node::Absent);
+        };
+        if !stack.first().is_some_and(opaque) {
+            for upper in layers {
+                match node(upper, name, true, self) {
+                    Node::Absent => {}
+                    Node::Dir(below) => stack.extend(below),
+                    _ => break,
+                }
+                if stack.last().is_some_and(opaque) {
+                    break;
+                }
+            }
+        }
+        Node::Dir(stack)
+    }
+
     /// The merged side `new` over the lower side `old` at `path`.
     fn pair(&mut self, new: Node, old: Node, path: &mut Vec<u8>) {
         match (new, old) {
             (Node::Dir(up), Node::Dir(low)) => {
-                let whole = opaque(&up);
-                self.dir(&up, Some(&low), whole, path);
+                let (up, whole) = effective(up);
+                self.dir(&up, low.first(), whole, path);
             }
             (Node::Dir(up), old) => {
                 self.pair(Node::Absent, old, path);
+                let (up, _) = effective(up);
                 self.dir(&up, None, false, path);
             }
             (Node::Whiteout | Node::Absent, Node::Dir(low)) => {
                 // Everything below is gone: the lower's tree, as deleted files.
-                for name in names(&low, self) {
+                let Some(low) = low.first() else { return };
+                for name in names(low, self) {
                     if self.stopped() {
                         return;
                     }
                     let len = path.len();
                     path.push(b'/');
                     path.extend_from_slice(&name);
-                    let old = node(&low, &name, false, self);
+                    let old = node(low, &name, false, self);
                     self.pair(Node::Absent, old, path);
                     path.truncate(len);
                 }

@@ -42,6 +42,62 @@ fn paths(changes: &Changes) -> Vec<(String, Kind)> {
         .collect()
 }
 
+/// The changes of one upper directory over `lower`.
+pub(crate) fn changes(upper: &OwnedFd, lower: &OwnedFd, bounds: Bounds) -> Changes {
+    changes_over(vec![rustix::io::dup(upper).unwrap()], lower, bounds)
+}
+
+/// A session started over a checkpoint: its own upper over the
+/// checkpoint's, each hiding what is below it as the overlay does.
+#[test]
+fn a_stack_of_uppers_is_read_as_the_overlay_merges_it() {
+    let t = tempfile::tempdir().unwrap();
+    let [new, old, lower] = ["new", "old", "lower"].map(|d| t.path().join(d));
+    for dir in [&new, &old, &lower] {
+        fs::create_dir_all(dir.join("d")).unwrap();
+    }
+    fs::write(lower.join("kept"), "k\n").unwrap();
+    fs::write(lower.join("gone"), "g\n").unwrap();
+    fs::write(lower.join("d/low"), "l\n").unwrap();
+    // The checkpoint deleted `gone`, changed `kept`, added `back` and `f`.
+    whiteout(&old.join("gone"));
+    fs::write(old.join("kept"), "k2\n").unwrap();
+    fs::write(old.join("back"), "b\n").unwrap();
+    fs::write(old.join("d/f"), "f\n").unwrap();
+    // The session deleted `back`, changed `f` again and replaced `d`
+    // whole (an opaque directory).
+    whiteout(&new.join("back"));
+    fs::write(new.join("d/g"), "g\n").unwrap();
+    rustix::fs::setxattr(
+        new.join("d"),
+        "user.overlay.opaque",
+        b"y",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    let stack = [&new, &old].map(|d| open(d)).into_iter().collect();
+    let changes = changes_over(stack, &open(&lower), Bounds::default());
+    assert_eq!(
+        paths(&changes),
+        vec![
+            ("d/g".into(), Kind::Added),
+            ("d/low".into(), Kind::Deleted),
+            ("gone".into(), Kind::Deleted),
+            ("kept".into(), Kind::Modified),
+        ]
+    );
+    // Without the opaque mark, the checkpoint's `d/f` shows through.
+    rustix::fs::removexattr(new.join("d"), "user.overlay.opaque").unwrap();
+    let stack = [&new, &old].map(|d| open(d)).into_iter().collect();
+    let changes = changes_over(stack, &open(&lower), Bounds::default());
+    let found = paths(&changes);
+    assert!(found.contains(&("d/f".into(), Kind::Added)), "{found:?}");
+    assert!(
+        !found.iter().any(|(p, _)| p == "d/low" || p == "back"),
+        "{found:?}"
+    );
+}
+
 #[test]
 fn edits_additions_and_whiteouts_are_read_as_the_merged_tree() {
     let t = tempfile::tempdir().unwrap();

@@ -17,10 +17,14 @@
 //!   layer and is never on the host's disk; the server reads `upper`
 //!   through `/proc/PID/root` of the jail's wrapper. It lives as long as
 //!   the jail: a reset starts a fresh one.
+//! - [`pool::Pool`]: the server-wide bound on all layers' tmpfs sizes;
+//!   each session jail's layer holds a [`pool::Reservation`] of its size.
 
 pub mod apply;
 pub mod checkpoint;
 pub mod diff;
+pub mod pool;
+pub mod share;
 
 use std::ffi::OsString;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
@@ -60,6 +64,8 @@ pub struct Layers {
     dir: PathBuf,
     lower: Option<PathBuf>,
     next: AtomicU64,
+    /// The bound on all layers' sizes (unbounded until [`Layers::bounded`]).
+    pool: Arc<pool::Pool>,
 }
 
 impl Layers {
@@ -77,6 +83,7 @@ impl Layers {
                         dir,
                         lower: project.map(Path::to_owned),
                         next: AtomicU64::new(0),
+                        pool: pool::Pool::new(u64::MAX),
                     });
                 }
                 Err(e) => last = Some(e),
@@ -87,6 +94,23 @@ impl Layers {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// These layers, `bytes` at most in all (`NIX_SANDBOX_LAYERS_MB`).
+    pub fn bounded(mut self, bytes: u64) -> Self {
+        self.pool = pool::Pool::new(bytes);
+        self
+    }
+
+    /// The bound on all layers.
+    pub fn pool(&self) -> &pool::Pool {
+        &self.pool
+    }
+
+    /// Holds `bytes` of the bound for one layer (its tmpfs's size), or
+    /// says what holds it.
+    pub fn reserve(&self, bytes: u64) -> Result<pool::Reservation, pool::Full> {
+        self.pool.reserve(bytes)
     }
 
     /// The project the layers are over, when it is writable.
@@ -107,6 +131,7 @@ impl Layers {
             host_dev,
             lower: self.lower.clone().filter(|_| project),
             seen: Mutex::new(None),
+            reservation: None,
         })
     }
 }
@@ -129,9 +154,26 @@ pub struct Layer {
     lower: Option<PathBuf>,
     /// The upper directory's fingerprint when its changes were last told.
     seen: Mutex<Option<u64>>,
+    /// Its tmpfs's share of the bound on all layers.
+    reservation: Option<Arc<pool::Reservation>>,
 }
 
 impl Layer {
+    /// Its directory on the host, the tmpfs's mount point in its jail's
+    /// mount namespace.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// This layer holding `reservation` (its tmpfs's size) while it lives:
+    /// a session started over one of its checkpoints holds the layer (an
+    /// `Arc`, session/jail.rs), so its reservation lives as long as that
+    /// session keeps its tmpfs alive.
+    pub fn holding(mut self, reservation: pool::Reservation) -> Self {
+        self.reservation = Some(Arc::new(reservation));
+        self
+    }
+
     /// The variables the wrapper reads.
     pub fn vars(&self) -> Vec<(&'static str, OsString)> {
         let mut vars = vec![(LAYER_VAR, self.dir.clone().into_os_string())];
@@ -176,28 +218,41 @@ impl Layer {
         Ok(dir)
     }
 
-    /// The layer's upper directory, on the tmpfs the jail's wrapper mounted
-    /// (see [`Layer::open_root`]).
-    pub fn open_upper(&self, proc: &OwnedFd) -> io::Result<OwnedFd> {
-        Ok(rustix::fs::openat(
-            self.open_root(proc)?,
-            "upper",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?)
+    /// The upper directories of its project overlay, newest first: its
+    /// `upper`, on the tmpfs the jail's wrapper mounted (see
+    /// [`Layer::open_root`]), then, when it was started over
+    /// checkpoints (share.rs), theirs (`base/N/upper`, mounts in the same
+    /// namespace), nothing followed.
+    pub fn open_uppers(&self, proc: &OwnedFd) -> io::Result<Vec<OwnedFd>> {
+        let root = self.open_root(proc)?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut uppers = vec![rustix::fs::openat(&root, "upper", flags, Mode::empty())?];
+        let Ok(base) = rustix::fs::openat(&root, "base", flags, Mode::empty()) else {
+            return Ok(uppers);
+        };
+        for i in 0.. {
+            let Ok(lower) = rustix::fs::openat(&base, i.to_string(), flags, Mode::empty()) else {
+                break;
+            };
+            if let Ok(upper) = rustix::fs::openat(&lower, "upper", flags, Mode::empty()) {
+                uppers.push(upper);
+            }
+        }
+        Ok(uppers)
     }
 
-    /// The changes so far (for the diff resource), `upper` as
-    /// [`Layer::open_upper`] opened it.
-    pub fn changes(&self, upper: &OwnedFd, bounds: diff::Bounds) -> io::Result<diff::Changes> {
+    /// The changes so far (for the diff resource), `uppers` as
+    /// [`Layer::open_uppers`] opened them.
+    pub fn changes(&self, uppers: &[OwnedFd], bounds: diff::Bounds) -> io::Result<diff::Changes> {
         let lower = self.open_lower()?;
-        Ok(diff::changes(upper, &lower, bounds))
+        Ok(diff::changes_over(dup_all(uppers)?, &lower, bounds))
     }
 
-    /// The changes, when the upper directory changed since they were last
-    /// told (by this call, or by the jail's processes between calls).
-    pub fn changed(&self, upper: &OwnedFd, bounds: diff::Bounds) -> Option<diff::Changes> {
-        let print = fingerprint(upper, bounds.entries);
+    /// The changes, when the upper directory (its own, the first of
+    /// `uppers`) changed since they were last told (by this call, or by
+    /// the jail's processes between calls).
+    pub fn changed(&self, uppers: &[OwnedFd], bounds: diff::Bounds) -> Option<diff::Changes> {
+        let print = fingerprint(uppers.first()?, bounds.entries);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if *seen == Some(print) || (seen.is_none() && print == EMPTY) {
             *seen = Some(print);
@@ -206,7 +261,7 @@ impl Layer {
         *seen = Some(print);
         drop(seen);
         let lower = self.open_lower().ok()?;
-        Some(diff::changes(upper, &lower, bounds))
+        Some(diff::changes_over(dup_all(uppers).ok()?, &lower, bounds))
     }
 
     fn open_lower(&self) -> io::Result<OwnedFd> {
@@ -218,6 +273,11 @@ impl Layer {
     }
 }
 
+/// Copies of `fds`.
+fn dup_all(fds: &[OwnedFd]) -> io::Result<Vec<OwnedFd>> {
+    fds.iter().map(|fd| Ok(rustix::io::dup(fd)?)).collect()
+}
+
 /// A jail's layer and the `/proc/PID` directory of its wrapper, through
 /// which it is read.
 pub struct InJail {
@@ -226,22 +286,22 @@ pub struct InJail {
 }
 
 impl InJail {
-    fn upper(&self) -> io::Result<OwnedFd> {
+    fn uppers(&self) -> io::Result<Vec<OwnedFd>> {
         let proc = self
             .proc
             .as_ref()
             .map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
-        self.layer.open_upper(proc)
+        self.layer.open_uppers(proc)
     }
 
     /// [`Layer::changes`], read in the jail's namespace.
     pub fn changes(&self, bounds: diff::Bounds) -> io::Result<diff::Changes> {
-        self.layer.changes(&self.upper()?, bounds)
+        self.layer.changes(&self.uppers()?, bounds)
     }
 
     /// [`Layer::changed`], read in the jail's namespace.
     pub fn changed(&self, bounds: diff::Bounds) -> Option<diff::Changes> {
-        self.layer.changed(&self.upper().ok()?, bounds)
+        self.layer.changed(&self.uppers().ok()?, bounds)
     }
 }
 

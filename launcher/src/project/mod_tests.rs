@@ -15,11 +15,21 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
     std::fs::create_dir_all(dir.join("upper")).unwrap();
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let upper = rustix::fs::open(dir.join("upper"), flags, Mode::empty()).unwrap();
-    assert!(layer.changed(&upper, diff::Bounds::default()).is_none());
+    assert!(
+        layer
+            .changed(std::slice::from_ref(&upper), diff::Bounds::default())
+            .is_none()
+    );
     std::fs::write(dir.join("upper/a"), "b\n").unwrap();
-    let told = layer.changed(&upper, diff::Bounds::default()).unwrap();
+    let told = layer
+        .changed(std::slice::from_ref(&upper), diff::Bounds::default())
+        .unwrap();
     assert_eq!(told.summary(), "1 file changed, +1 -1");
-    assert!(layer.changed(&upper, diff::Bounds::default()).is_none());
+    assert!(
+        layer
+            .changed(std::slice::from_ref(&upper), diff::Bounds::default())
+            .is_none()
+    );
     // Found on the host, where no jail mounted the layer: refused.
     let me = rustix::fs::open(
         "/proc/self",
@@ -27,7 +37,7 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
         Mode::empty(),
     )
     .unwrap();
-    let refused = layer.open_upper(&me).unwrap_err();
+    let refused = layer.open_uppers(&me).unwrap_err();
     assert!(refused.to_string().contains("not mounted"), "{refused}");
     // The overlay's work directory as the kernel leaves it: mode 0.
     std::fs::create_dir_all(dir.join("work/work")).unwrap();
@@ -47,4 +57,24 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
     let path = layers.dir().to_owned();
     drop(layers);
     assert!(!path.exists());
+}
+
+#[test]
+fn a_layer_holds_its_reservation_and_a_holder_can_keep_it() {
+    let t = tempfile::tempdir().unwrap();
+    let layers = Layers::create(t.path(), None).unwrap().bounded(100);
+    let layer = layers
+        .layer(false)
+        .unwrap()
+        .holding(layers.reserve(60).unwrap());
+    assert!(layers.reserve(41).is_err());
+    // A fork keeping its source's tmpfs alive holds its layer, and with
+    // it its reservation (session/jail.rs).
+    let layer = Arc::new(layer);
+    let kept = Arc::clone(&layer);
+    drop(layer);
+    assert_eq!(layers.pool().held(), (60, 1));
+    drop(kept);
+    assert_eq!(layers.pool().held(), (0, 0));
+    assert!(layers.reserve(100).is_ok());
 }

@@ -75,7 +75,7 @@ impl Used {
 pub fn diagnose(env: &Env, outcome: &RunOutcome, used: &Used) -> Option<Hit> {
     let limits = &env.limits;
     // A run the launcher ended died of its signal, not of a limit's.
-    let by_launcher = outcome.timed_out || outcome.cancelled;
+    let by_launcher = outcome.timed_out || outcome.cancelled || outcome.flooded.is_some();
     refused_by_cgroup(limits, outcome.usage.as_ref())
         .or_else(|| match signal(outcome.exit) {
             Some(signal) if !by_launcher => killed_at(limits, signal, used),
@@ -155,6 +155,7 @@ mod tests {
             exit: Some(exit),
             timed_out: false,
             cancelled: false,
+            flooded: None,
             stdout: Cap::new(8),
             stderr: err,
             duration: Duration::from_secs(1),

@@ -42,6 +42,7 @@ pub enum ErrorCode {
     PortNotAllowed,
     UnknownSession,
     UnknownCheckpoint,
+    LayersFull,
 }
 
 impl ErrorCode {
@@ -74,6 +75,7 @@ impl ErrorCode {
             ErrorCode::DevShellFailed => "dev_shell_failed",
             ErrorCode::UnknownSession => "unknown_session",
             ErrorCode::UnknownCheckpoint => "unknown_checkpoint",
+            ErrorCode::LayersFull => "layers_full",
         }
     }
 }
@@ -199,6 +201,18 @@ impl Refusal {
                 "session `{name}` is still running another call (one call at a time per \
                  session); nothing was run.{ends} Wait for that call's result, or use another \
                  session name."
+            ),
+        )
+    }
+
+    /// A session whose layer does not fit in the server's bound on all
+    /// layers (`full` says what holds it).
+    pub fn layers_full(full: &crate::project::pool::Full) -> Self {
+        Self::new(
+            ErrorCode::LayersFull,
+            format!(
+                "{full}; nothing was run. End a session you no longer need, or wait for one to \
+                 end; the server's owner can raise the bound (--layers-mb)."
             ),
         )
     }
@@ -569,9 +583,10 @@ impl From<admission::Full> for Refusal {
 impl From<NotStarted> for Refusal {
     fn from(e: NotStarted) -> Self {
         match e.cause {
-            StartError::Cgroup(_) | StartError::Egress(_) => {
+            StartError::Cgroup(_) | StartError::Egress(_) | StartError::Project(_) => {
                 Self::sandbox_unavailable(&e.env, &e.cause.to_string())
             }
+            StartError::Layers(full) => Self::layers_full(&full),
             StartError::Spawn(_) => Self::wrapper_missing(&e.env, &e.wrapper),
         }
     }

@@ -2,7 +2,9 @@
 //! per abnormal event:
 //!
 //! - `exit code 3`, `killed by signal 9`, `timed out after 30 s; the process
-//!   tree was killed`, `cancelled`;
+//!   tree was killed`, `cancelled`, `stopped: stdout passed 64 MiB (1024
+//!   times output_bytes, of which the head and tail above are kept); the
+//!   process tree was killed`;
 //! - `stdout cut: 123456 bytes dropped from the middle` (the cut itself is
 //!   marked in place by `[... N bytes dropped ...]`);
 //! - when a limit ended or broke the run, which one (`killed: memory limit
@@ -37,6 +39,9 @@ pub struct RunFacts<'a> {
     pub timed_out: bool,
     /// The client cancelled the call, or went away, and it was killed.
     pub cancelled: bool,
+    /// `stdout` or `stderr` when that stream passed 1024 times
+    /// `output_bytes` and the run was killed; null otherwise.
+    pub flooded: Option<&'static str>,
     #[serde(flatten)]
     pub cuts: Cuts,
     /// Wall time, from the wrapper's start to its end.
@@ -71,6 +76,7 @@ pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
         signal,
         timed_out: outcome.timed_out,
         cancelled: outcome.cancelled,
+        flooded: outcome.flooded.map(|f| f.stream),
         cuts: Cuts {
             stdout_dropped_bytes: outcome.stdout.dropped(),
             stderr_dropped_bytes: outcome.stderr.dropped(),
@@ -104,6 +110,14 @@ fn render(
         ));
     } else if o.cancelled {
         notes.push("cancelled".into());
+    } else if let Some(flood) = o.flooded {
+        notes.push(format!(
+            "stopped: {} passed {} ({} times output_bytes, of which the head and tail above \
+             are kept); the process tree was killed",
+            flood.stream,
+            size(flood.after_bytes),
+            crate::run::FLOOD_FACTOR
+        ));
     } else {
         match (o.exit, signal) {
             (_, Some(n)) => notes.push(format!("killed by signal {n}")),
@@ -115,12 +129,21 @@ fn render(
     if let Some(hit) = hit {
         notes.push(hit.sentence.clone());
     }
-    let killed = signal.is_some() && !o.timed_out && !o.cancelled;
+    let killed = signal.is_some() && !o.timed_out && !o.cancelled && o.flooded.is_none();
     if hit.is_some() || killed {
         notes.extend(used.sentence());
     }
     notes.extend(o.refusals.iter().cloned());
     super::with_notes(text, notes)
+}
+
+/// `64 MiB` for whole MiB, else `N bytes`.
+fn size(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 #[cfg(test)]
@@ -143,6 +166,7 @@ mod tests {
             exit: Some(exit),
             timed_out: false,
             cancelled: false,
+            flooded: None,
             stdout,
             stderr,
             duration: Duration::from_millis(12),
@@ -199,6 +223,7 @@ mod tests {
                 "duration_ms",
                 "env",
                 "exit_code",
+                "flooded",
                 "limit",
                 "nixpkgs_rev",
                 "peak_memory_bytes",
@@ -250,5 +275,27 @@ mod tests {
         assert_eq!(s["timed_out"], true);
         assert_eq!(s["stdout_dropped_bytes"], 12);
         assert_eq!(s["exit_code"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn a_stopped_flood_is_said_and_is_no_limit_or_plain_signal() {
+        let mut o = outcome(Exit::Signal(9), b"0123456789abcdefghij", b"");
+        o.flooded = Some(crate::run::Flood {
+            stream: "stdout",
+            after_bytes: 64 << 20,
+        });
+        let r = ran_(&o);
+        assert_eq!(
+            text(&r),
+            "0123\n[... 12 bytes dropped ...]\nghij\n\
+             stdout cut: 12 bytes dropped from the middle\n\
+             stopped: stdout passed 64 MiB (1024 times output_bytes, of which the head and tail \
+             above are kept); the process tree was killed"
+        );
+        assert_eq!(r.is_error, Some(true));
+        let s = facts(&r);
+        assert_eq!(s["flooded"], "stdout");
+        assert_eq!(s["timed_out"], false);
+        assert_eq!(s["limit"], serde_json::Value::Null);
     }
 }

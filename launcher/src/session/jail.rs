@@ -120,7 +120,19 @@ pub struct Jail {
     cpu_watch: Box<CpuWatch>,
     /// Its checkpoints and the session's calls (boxed, as `cpu`).
     pub history: Box<History>,
+    /// The layers of the jails whose checkpoints its layer is mounted over
+    /// (`DIR/base/0`, `DIR/base/1`..., newest first; none for a fresh or
+    /// copied layer): held so that what they account for (their
+    /// reservation of layer memory) lives as long as the mounts of their
+    /// tmpfs that this jail holds.
+    lowers: Vec<Arc<Layer>>,
 }
+
+/// The most checkpoints a session's layer is mounted over: a session
+/// started from a checkpoint of a session itself started from `MAX_LOWERS`
+/// of them is refused (each is an overlay lower layer, and keeps its
+/// source's tmpfs alive).
+pub const MAX_LOWERS: usize = 16;
 
 /// A session jail's checkpoints and what decides the next one.
 #[derive(Default)]
@@ -146,6 +158,16 @@ struct Shared {
     publisher: Option<Publisher>,
 }
 
+/// Removes checkpoint `old` from the layer at `root`, unless a session
+/// started from it is mounted over it (then it stays until the layer goes).
+async fn forget(root: &Arc<std::os::fd::OwnedFd>, old: Frozen) {
+    if old.is_lent() {
+        return;
+    }
+    let root = Arc::clone(root);
+    let _ = tokio::task::spawn_blocking(move || checkpoint::remove(&root, old.number)).await;
+}
+
 /// A fresh layer for a session jail of `env`, when `env`'s session wrapper
 /// keeps one (holding the project's when the project is writable and its
 /// wrappers mount it).
@@ -153,13 +175,15 @@ fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartE
     let Some(layers) = spawner.project.as_ref().filter(|_| env.session_layer) else {
         return Ok(None);
     };
+    let size = env.limits.workspace_mb.get().saturating_mul(1 << 20);
+    let reservation = layers.reserve(size).map_err(StartError::Layers)?;
     let layer = layers.layer(env.project_layer).map_err(|e| {
         StartError::Spawn(std::io::Error::other(format!(
             "cannot make the session's project layer in {}: {e}",
             layers.dir().display()
         )))
     })?;
-    Ok(Some(Arc::new(layer)))
+    Ok(Some(Arc::new(layer.holding(reservation))))
 }
 
 impl Jail {
@@ -252,6 +276,7 @@ impl Jail {
             cpu,
             cpu_watch: Box::default(),
             history: Box::default(),
+            lowers: Vec::new(),
         })
     }
 
@@ -283,6 +308,70 @@ impl Jail {
         from: std::os::fd::OwnedFd,
         number: Option<u64>,
     ) -> io::Result<()> {
+        let root = self.layer_made().await?;
+        tokio::task::spawn_blocking(move || checkpoint::restore(&from, number, &root))
+            .await
+            .map_err(io::Error::other)??;
+        self.send(b"G")
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// Starts this jail, whose wrapper was started with `restore` and
+    /// waits, over checkpoint `number` of `source` at the cost of a mount
+    /// (project/share.rs): read-only mounts of that checkpoint and of
+    /// those `source` was itself mounted over are attached under its
+    /// layer's `base`, which its wrapper overlays at `/workspace` and
+    /// under the project. The checkpoint is marked lent: `source` keeps
+    /// its files while it lives, even once dropped from its list.
+    pub async fn mounted_over(&mut self, source: &Jail, number: u64) -> io::Result<()> {
+        let from = (source.shared.layer.clone())
+            .ok_or_else(|| io::Error::other("its sandbox keeps no session layer"))?;
+        let frozen = (source.history.list.iter())
+            .find(|f| f.number == number)
+            .ok_or_else(|| io::Error::other(format!("it keeps no checkpoint {number}")))?;
+        let path = |sub: String| {
+            std::ffi::CString::new(from.dir().join(sub).into_os_string().into_encoded_bytes())
+                .map_err(io::Error::other)
+        };
+        let mut paths = vec![path(format!("ckpt/{number}"))?];
+        for i in 0..source.lowers.len() {
+            paths.push(path(format!("base/{i}"))?);
+        }
+        frozen.lend();
+        self.layer_made().await?;
+        let layer = (self.shared.layer.clone())
+            .ok_or_else(|| io::Error::other("its sandbox keeps no session layer"))?;
+        let dir = std::ffi::CString::new(layer.dir().as_os_str().as_encoded_bytes())
+            .map_err(io::Error::other)?;
+        // One at a time: each detached mount counts against the source
+        // jail's namespace budget until attached (share.rs).
+        for (i, path) in paths.into_iter().enumerate() {
+            let (source, target) = (source.group.proc_dir()?, self.group.proc_dir()?);
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                let trees = project::share::clone_trees(&source, &[path])?;
+                project::share::attach_trees(&target, &dir, i, &trees)
+            })
+            .await
+            .map_err(io::Error::other)??;
+        }
+        self.lowers = std::iter::once(from)
+            .chain(source.lowers.iter().cloned())
+            .collect();
+        self.send(b"G")
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// How many checkpoints its layer is mounted over ([`MAX_LOWERS`]).
+    pub fn depth(&self) -> usize {
+        self.lowers.len()
+    }
+
+    /// The root of its layer once its wrapper, started with `restore`,
+    /// made it and waits: at most 10 s.
+    async fn layer_made(&self) -> io::Result<std::os::fd::OwnedFd> {
         let mut waited = std::time::Duration::ZERO;
         let step = std::time::Duration::from_millis(2);
         let root = loop {
@@ -305,12 +394,7 @@ impl Jail {
             tokio::time::sleep(step).await;
             waited += step;
         };
-        tokio::task::spawn_blocking(move || checkpoint::restore(&from, number, &root))
-            .await
-            .map_err(io::Error::other)??;
-        self.send(b"G")
-            .await
-            .map_err(|e| io::Error::other(e.to_string()))
+        Ok(root)
     }
 
     /// The layer's fingerprint now, noted before a jail's first call when
@@ -350,10 +434,8 @@ impl Jail {
                 let Some(old) = self.history.list.pop_front() else {
                     break;
                 };
-                let root = Arc::clone(&root);
-                let _ = tokio::task::spawn_blocking(move || checkpoint::remove(&root, old.number))
-                    .await;
                 dropped.push(old.number);
+                forget(&root, old).await;
             }
             let previous = self.history.list.pop_back();
             let task_root = Arc::clone(&root);
@@ -368,7 +450,8 @@ impl Jail {
             };
             self.history.list.extend(previous);
             match made {
-                Ok(frozen) => {
+                Ok(mut frozen) => {
+                    frozen.print = print;
                     self.history.list.push_back(frozen);
                     return (Ok(Some(number)), dropped);
                 }
@@ -377,13 +460,9 @@ impl Jail {
                         && !self.history.list.is_empty() =>
                 {
                     // Room for it by dropping the oldest.
-                    let root = Arc::clone(&root);
                     if let Some(old) = self.history.list.pop_front() {
-                        let _ = tokio::task::spawn_blocking(move || {
-                            checkpoint::remove(&root, old.number)
-                        })
-                        .await;
                         dropped.push(old.number);
+                        forget(&root, old).await;
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => {
@@ -395,6 +474,26 @@ impl Jail {
                 Err(e) => return (Err(e.to_string()), dropped),
             }
         }
+    }
+
+    /// The checkpoint of its files as they are now, for a session started
+    /// from this one at the cost of a mount: its last one when nothing
+    /// changed since, else one kept now (as the end of its last call,
+    /// keeping at most `most`); `None` when none can be (no space left, or
+    /// its files changed after its last call's checkpoint was kept).
+    pub async fn freeze_now(&mut self, most: usize) -> Option<u64> {
+        let root = self.layer_root().ok()?;
+        let print = tokio::task::spawn_blocking(move || checkpoint::fingerprint(&root));
+        let print = print.await.ok()?.ok()?;
+        let last = self.history.list.back();
+        if let Some(last) = last.filter(|l| l.print == Some(print)) {
+            return Some(last.number);
+        }
+        if last.is_some_and(|l| l.number == self.history.calls) {
+            return None;
+        }
+        self.history.print = None;
+        self.checkpoint(most).await.0.ok().flatten()
     }
 
     /// The host address of the jail's port `port`, published now if it

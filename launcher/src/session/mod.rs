@@ -366,11 +366,10 @@ impl Sessions {
             })
         };
         if source == lease.name {
-            let Some(Slot::Jail(jail)) = &lease.slot else {
+            let Some(Slot::Jail(jail)) = &mut lease.slot else {
                 return Err(unknown());
             };
-            let (root, number, calls) = self.source_facts(jail, origin)?;
-            let jail = self.restored_jail(&lease.name, env, root, number).await?;
+            let (jail, calls) = self.started_from(&lease.name, env, jail, origin).await?;
             lease.slot = Some(Slot::Jail(Box::new(jail.counting(calls))));
         } else {
             if matches!(lease.slot, Some(Slot::Jail(_))) {
@@ -387,9 +386,9 @@ impl Sessions {
                 },
                 _ => unknown(),
             })?;
-            let facts = match (&open.slot, bound) {
+            let started = match (&mut open.slot, bound) {
                 (Some(Slot::Jail(jail)), Some(bound)) if bound == env.name => {
-                    self.source_facts(jail, origin)
+                    self.started_from(&lease.name, env, jail, origin).await
                 }
                 (Some(Slot::Jail(_)), Some(bound)) => Err(Error::EnvMismatch {
                     session: source.to_owned(),
@@ -398,12 +397,8 @@ impl Sessions {
                 }),
                 _ => Err(unknown()),
             };
-            let copied = match facts {
-                Ok((root, number, _)) => self.restored_jail(&lease.name, env, root, number).await,
-                Err(e) => Err(e),
-            };
             open.release();
-            lease.slot = Some(Slot::Jail(Box::new(copied?)));
+            lease.slot = Some(Slot::Jail(Box::new(started?.0)));
         }
         let what = match origin.number {
             Some(asked) => format!("{source}@{asked}"),
@@ -472,6 +467,58 @@ impl Sessions {
         Ok((root, number, calls))
     }
 
+    /// A fresh jail of session `name` starting from what `origin` names in
+    /// `source`, and the source's calls so far. Where the server keeps
+    /// checkpoints and does not run as root, at the cost of a mount: over
+    /// checkpoint `N` of `from: NAME@N`, or over one kept now of `from:
+    /// NAME`'s files (jail.rs, `freeze_now`); otherwise, or when none can
+    /// be kept now, by copying them (a session itself mounted over
+    /// checkpoints cannot be copied: refused).
+    async fn started_from(
+        &self,
+        name: &str,
+        env: &Arc<Env>,
+        source: &mut jail::Jail,
+        origin: &Origin,
+    ) -> Result<(jail::Jail, u64), Error> {
+        let (root, number, calls) = self.source_facts(source, origin)?;
+        let most = self.inner.settings.max_checkpoints;
+        if most == 0 || nix::unistd::geteuid().is_root() {
+            return Ok((self.restored_jail(name, env, root, number).await?, calls));
+        }
+        let refused = |why: String| {
+            let session = origin.session.as_str().to_owned();
+            Error::Fork(ForkRefused::NoCheckpoints { session, why })
+        };
+        if source.depth() >= jail::MAX_LOWERS {
+            return Err(refused(format!(
+                "it was itself started from a chain of {} checkpoints, the most a session \
+                 stacks; start from a session earlier in that chain, or copy files by hand",
+                jail::MAX_LOWERS
+            )));
+        }
+        let number = match number {
+            Some(number) => Some(number),
+            None => source.freeze_now(most).await,
+        };
+        let Some(number) = number else {
+            if source.depth() > 0 {
+                return Err(refused(
+                    "its files changed since its last checkpoint and none can be kept now \
+                     (no space left in its workspace_mb); start from its last checkpoint \
+                     (NAME@N)"
+                        .into(),
+                ));
+            }
+            return Ok((self.restored_jail(name, env, root, None).await?, calls));
+        };
+        let mut jail = self.inner.spawn(name, env, true)?;
+        match jail.mounted_over(source, number).await {
+            Ok(()) => Ok((jail, calls)),
+            Err(e) => Err(not_started(name, env, "mounting the checkpoint", e)),
+        }
+    }
+
     /// A fresh jail of session `name` whose layer is filled from the
     /// source's layer at `root` (checkpoint `number`, or its live files).
     async fn restored_jail(
@@ -482,16 +529,10 @@ impl Sessions {
         number: Option<u64>,
     ) -> Result<jail::Jail, Error> {
         let mut jail = self.inner.spawn(name, env, true)?;
-        if let Err(e) = jail.restored(root, number).await {
-            tracing::warn!(session = name, "starting from another session failed: {e}");
-            return Err(Error::NotStarted(crate::wrapper::NotStarted::session(
-                env,
-                crate::wrapper::StartError::Spawn(std::io::Error::other(format!(
-                    "copying the files it starts from failed: {e}"
-                ))),
-            )));
+        match jail.restored(root, number).await {
+            Ok(()) => Ok(jail),
+            Err(e) => Err(not_started(name, env, "copying the files", e)),
         }
-        Ok(jail)
     }
 
     /// The open sessions' names, sorted.
@@ -614,6 +655,21 @@ fn ready<'l>(
         Some(Slot::Jail(jail)) => Ok(jail),
         _ => unreachable!("a jail was just put in the slot"),
     }
+}
+
+/// Session `name` of `env` did not start from another: `doing` (what
+/// failed, `copying the files`) failed with `e`.
+fn not_started(name: &str, env: &Env, doing: &str, e: std::io::Error) -> Error {
+    tracing::warn!(
+        session = name,
+        "starting from another session failed: {doing}: {e}"
+    );
+    Error::NotStarted(crate::wrapper::NotStarted::session(
+        env,
+        crate::wrapper::StartError::Spawn(std::io::Error::other(format!(
+            "{doing} it starts from failed: {e}"
+        ))),
+    ))
 }
 
 /// The line saying which checkpoint the call's end was kept as (and which

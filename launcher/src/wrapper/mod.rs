@@ -22,6 +22,7 @@ pub mod clone;
 pub mod delegation;
 pub mod hop;
 pub mod host;
+pub mod idmap;
 pub mod jailuser;
 pub mod mounts;
 pub mod proctree;
@@ -117,6 +118,11 @@ pub enum StartError {
     /// Its environment's network policy cannot be served: it is not
     /// started without its gate.
     Egress(egress::Error),
+    /// A root launcher's jail could not be given the project's files
+    /// (idmap.rs): its layer would not work.
+    Project(io::Error),
+    /// Its session layer does not fit in the bound on all layers.
+    Layers(crate::project::pool::Full),
 }
 
 impl fmt::Display for StartError {
@@ -125,6 +131,8 @@ impl fmt::Display for StartError {
             StartError::Cgroup(e) => write!(f, "cannot make the run's cgroup: {e}"),
             StartError::Spawn(e) => e.fmt(f),
             StartError::Egress(e) => write!(f, "network policy: {e}"),
+            StartError::Project(e) => e.fmt(f),
+            StartError::Layers(full) => full.fmt(f),
         }
     }
 }
@@ -177,7 +185,9 @@ pub struct Spawned {
 /// policy, as the uid and gid of `user` when the launcher is root (held
 /// by the wrapper's [`Group`] from then on), inheriting descriptor
 /// `inherit` when given (a session's forwarder socket, session/publish.rs;
-/// close-on-exec here, so that no other child gets it).
+/// close-on-exec here, so that no other child gets it), and, from a root
+/// launcher, a jail whose layer holds the project inherits the project's
+/// idmapped mount made for its uid (idmap.rs).
 pub fn spawn(
     argv: &[String],
     limits: &Limits,
@@ -203,6 +213,14 @@ pub fn spawn(
     if let Some(gate) = gate {
         vars.extend(gate.vars());
     }
+    let lower = idmapped_lower(env, user.as_ref())?;
+    if let Some(fd) = &lower {
+        vars.push((idmap::LOWER_FD_VAR, fd.as_raw_fd().to_string().into()));
+    }
+    let inherit = inherit
+        .into_iter()
+        .chain(lower.as_ref().map(AsRawFd::as_raw_fd))
+        .collect();
     let started = Placement {
         program,
         args,
@@ -236,6 +254,28 @@ pub fn spawn(
         stdout: pipe::Receiver::from_owned_fd(child.stdout).map_err(pipe_error)?,
         stderr: pipe::Receiver::from_owned_fd(child.stderr).map_err(pipe_error)?,
         cgroup,
+    })
+}
+
+/// A root launcher's idmapped mount of the project for the jail of `user`
+/// when its layer holds the project (idmap.rs); none otherwise. Open until
+/// the wrapper has started (its copy is not close-on-exec).
+fn idmapped_lower(env: &WrapperEnv, user: Option<&Lease>) -> Result<Option<OwnedFd>, StartError> {
+    let project_var = settings::PROJECT_DIR.var_name();
+    let (Some(user), Some(_), Some(project)) = (
+        user,
+        env.get(crate::project::PROJECT_VAR),
+        env.get(project_var),
+    ) else {
+        return Ok(None);
+    };
+    let project = Path::new(project);
+    let made =
+        idmap::owner(project).and_then(|owner| idmap::project_mount(project, owner, user.ids()));
+    made.map(Some).map_err(|e| {
+        StartError::Project(io::Error::other(format!(
+            "cannot give the jail's uid the project's files through an idmapped mount: {e}"
+        )))
     })
 }
 
@@ -310,7 +350,7 @@ struct Placement<'a> {
     cgroup: Option<&'a RunCgroup>,
     limits: cgroup::RunLimits,
     ids: Option<jailuser::Ids>,
-    inherit: Option<RawFd>,
+    inherit: Vec<RawFd>,
 }
 
 impl Placement<'_> {
@@ -352,7 +392,7 @@ impl Placement<'_> {
     fn clone3(&self, dir: &Path) -> Result<Option<Done>, StartError> {
         let fd = clone::open_cgroup(dir).map_err(StartError::Cgroup)?;
         let prepared = self.prepared()?;
-        let setup = child_setup(Vec::new(), self.ids, self.inherit);
+        let setup = child_setup(Vec::new(), self.ids, self.inherit.clone());
         let cloned = crate::lifetime::on_spawner(move || {
             clone::spawn_into(&prepared, std::os::fd::AsFd::as_fd(&fd), &setup)
         })
@@ -368,7 +408,7 @@ impl Placement<'_> {
         let hopped = match hop {
             Ok(hop) => {
                 let prepared = self.prepared()?;
-                let setup = child_setup(Vec::new(), self.ids, self.inherit);
+                let setup = child_setup(Vec::new(), self.ids, self.inherit.clone());
                 crate::lifetime::on_spawner(move || hop.spawn(&prepared, &setup))
                     .map_err(StartError::Spawn)?
             }
@@ -389,7 +429,7 @@ impl Placement<'_> {
             None => Vec::new(),
         };
         let fds = procs.iter().map(AsRawFd::as_raw_fd).collect();
-        let setup = child_setup(fds, self.ids, self.inherit);
+        let setup = child_setup(fds, self.ids, self.inherit.clone());
         let mut cmd = std::process::Command::new(self.program);
         cmd.args(self.args)
             .env_clear()
@@ -482,7 +522,7 @@ fn wrapper_vars(
 /// launcher opened: they are the launcher's, so the jails' user could not
 /// move there itself; none when it was created there), the jails' user
 /// when the launcher is root, then SIGKILL when the launcher dies;
-/// `inherit` loses its close-on-exec flag, so the wrapper holds it.
+/// each of `inherit` loses its close-on-exec flag, so the wrapper holds it.
 ///
 /// The wrapper gets SIGKILL when the thread that spawned it dies: the
 /// jails' spawner thread (lifetime.rs), else the current-thread runtime's;
@@ -494,11 +534,11 @@ fn wrapper_vars(
 fn child_setup(
     procs: Vec<RawFd>,
     ids: Option<jailuser::Ids>,
-    inherit: Option<RawFd>,
+    inherit: Vec<RawFd>,
 ) -> impl Fn() -> io::Result<()> + Send + Sync + 'static {
     let launcher = crate::lifetime::launcher_as_seen_by_children();
     move || {
-        if let Some(fd) = inherit {
+        for &fd in &inherit {
             // SAFETY: the fd stays open in the parent until the spawn returns.
             let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
             nix::fcntl::fcntl(

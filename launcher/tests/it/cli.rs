@@ -62,13 +62,14 @@ fn env_lines(o: &std::process::Output) -> String {
         "cgroups: ",
         "limits: ",
         "http listener: ",
+        "layers: ",
         "project: ",
     ];
     let (facts, envs): (Vec<&str>, Vec<&str>) = out
         .lines()
         .partition(|l| host.iter().any(|h| l.starts_with(h)));
     // The kernel budgets' line is a user server's only.
-    assert!([6, 7].contains(&facts.len()), "{out}");
+    assert!([7, 8].contains(&facts.len()), "{out}");
     envs.iter().map(|l| format!("{l}\n")).collect()
 }
 
@@ -79,6 +80,14 @@ const FIXTURE_OK: &str = "ok (limits hold; seccomp filter off; kernel budgets he
                           namespace of its own); hostname \"sandbox\"; /etc/passwd the jail's own; \
                           writable mounts bounded, 512 MiB in all (/tmp 256 MiB, /dev/shm 256 MiB), \
                           the rest read-only)";
+
+/// The line of `--check`'s output that starts with `prefix`.
+fn line_of(o: &std::process::Output, prefix: &str) -> Option<String> {
+    stdout(o)
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+}
 
 #[test]
 fn check_passes_on_this_machine() {
@@ -104,16 +113,44 @@ fn check_passes_on_this_machine() {
     );
     // A loopback --http port would be held on both families (or this host
     // has no IPv6 loopback for anyone to take).
-    let listener = stdout(&o)
-        .lines()
-        .find(|l| l.starts_with("http listener: "))
-        .map(str::to_owned);
+    let listener = line_of(&o, "http listener: ");
     assert!(
         listener
             .as_deref()
             .is_some_and(|l| l.starts_with("http listener: ok (")),
         "{listener:?}"
     );
+    // The bound on all session layers, MemTotal by default.
+    let layers = line_of(&o, "layers: ");
+    assert!(
+        layers
+            .as_deref()
+            .is_some_and(|l| l.starts_with("layers: at most ")
+                && l.contains("MiB for all session layers together (NIX_SANDBOX_LAYERS_MB")
+                && l.ends_with("the largest here: `shell`'s 512 MiB")),
+        "{layers:?}"
+    );
+    // A bound below an environment's layer fails the check.
+    let o = launcher(&[
+        "--check",
+        "--allow-wrappers-outside-store",
+        "--layers-mb",
+        "100",
+        "--manifest",
+    ])
+    .arg(&m.path)
+    .output()
+    .unwrap();
+    assert!(
+        stdout(&o).contains(
+            "\nlayers: FAIL: `shell`'s workspace_mb (512 MiB) is over the bound on all session \
+             layers (100 MiB): every session of it would be refused (layers_full); raise \
+             NIX_SANDBOX_LAYERS_MB\n"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(o.status.code(), Some(1));
 }
 
 #[test]
@@ -645,16 +682,21 @@ fn check_says_what_the_project_layer_does() {
         stdout(&o)
     );
     assert!(o.status.success());
-    // A root server refuses the layer: one line, and --check fails.
+    // A root server serves it too: its jail's uid gets the owner's files
+    // (65534's) through an idmapped mount, and the host's tree is left
+    // as it was.
     if root {
         let o = check(&vars("1")).output().unwrap();
+        let out = stdout(&o);
+        let line = out.lines().find(|l| l.starts_with("project: "));
         assert!(
-            stdout(&o).contains(
-                "\nproject: FAIL: NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by a root server"
-            ),
-            "{}",
-            stdout(&o)
+            line.is_some_and(|l| l.starts_with("project: ok (writable at /project")
+                && l.contains("through a read-only idmapped mount under its layer")),
+            "{out}{}",
+            stderr(&o)
         );
-        assert_eq!(o.status.code(), Some(1));
+        assert!(o.status.success(), "{out}");
+        let names: Vec<_> = std::fs::read_dir(&project).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 }

@@ -205,3 +205,115 @@ async fn without_checkpoints_a_fork_copies_the_files_as_they_are() {
         text(&r)
     );
 }
+
+/// Whether `user`'s server starts a session from a checkpoint at the cost
+/// of a mount (docs/fork.md): any but a root server, whose jails' uids
+/// differ, which copies.
+fn mounts(user: User) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    matches!(user, User::Nobody) || unsafe { nix::libc::geteuid() } != 0
+}
+
+#[tokio::test]
+async fn a_fork_is_mounted_over_the_checkpoint_and_outlives_its_source() {
+    for user in User::all() {
+        let s = server(user).await;
+        let out = shell(
+            &s,
+            "a",
+            None,
+            "mkdir d && echo x > d/x && echo base > f && echo kept > keep && echo ok",
+        )
+        .await;
+        assert!(out.contains("checkpoint: a@1"), "{user:?}: {out}");
+        let kind = if mounts(user) { "overlayfs" } else { "tmpfs" };
+        let out = shell(&s, "b", Some("a@1"), "stat -f -c %T /workspace; cat f").await;
+        assert!(
+            out.starts_with(&format!("{kind}\nbase\n")),
+            "{user:?}: {out}"
+        );
+
+        // Hostile code in the fork writes over, deletes, renames and
+        // truncates what it was started from, and looks for the layers
+        // below: its writes are its own, never the checkpoint's.
+        let out = shell(
+            &s,
+            "b",
+            None,
+            "echo evil > f; rm -r d; mv keep kept2; truncate -s 0 kept2; echo n > n; \
+             mount -o remount,rw / 2>/dev/null && echo remounted; \
+             find / -xdev \\( -name base -o -name ckpt -o -name wsup \\) 2>/dev/null | wc -l",
+        )
+        .await;
+        assert!(
+            out.starts_with("0\n") && !out.contains("remounted"),
+            "{out}"
+        );
+        assert!(out.contains("checkpoint: b@2"), "{out}");
+        let out = shell(&s, "a", None, "cat f keep; ls d").await;
+        assert!(out.starts_with("base\nkept\nx\n"), "{out}");
+        let out = shell(&s, "r", Some("a@1"), "cat f keep; ls d").await;
+        assert!(out.starts_with("base\nkept\nx\n"), "{out}");
+
+        // A fork of the fork: its files over a's, neither changed.
+        let out = shell(&s, "c", Some("b"), "cat f n; wc -c < kept2; ls -A").await;
+        assert!(
+            out.starts_with("evil\nn\n0\nf\nkept2\nn\n"),
+            "{user:?}: {out}"
+        );
+        let out = shell(&s, "c", None, "echo c > f; rm n; ls -A").await;
+        assert!(out.starts_with("f\nkept2\n"), "{out}");
+        let out = shell(&s, "b", None, "cat f n").await;
+        assert!(out.starts_with("evil\nn\n"), "{out}");
+
+        // The source ends while its forks live: they still read its files,
+        // and can be forked and rolled back.
+        let r = s
+            .call(json!({"env": "shell", "session": "a", "code": "true", "end": true}))
+            .await;
+        assert!(text(&r).contains("ended, as asked"), "{}", text(&r));
+        let out = shell(&s, "r", None, "cat f keep; ls d").await;
+        assert!(out.starts_with("base\nkept\nx\n"), "{out}");
+        let out = shell(&s, "r", None, "echo more >> keep; cat keep").await;
+        assert!(out.contains("kept\nmore\n") && out.contains("r@3"), "{out}");
+        let out = shell(&s, "r", None, "echo again >> keep; rm -r d").await;
+        assert!(out.contains("checkpoint: r@4"), "{out}");
+        // In place, over its own checkpoint and a's below it.
+        let out = shell(&s, "r", Some("r@3"), "cat keep; ls d").await;
+        assert!(out.starts_with("kept\nmore\nx\n"), "{user:?}: {out}");
+        let out = shell(&s, "e", Some("c@2"), "cat f; ls -A").await;
+        assert!(
+            out.starts_with("c\nf\nkept2\n"),
+            "{user:?}: {out}\n{}",
+            s.stderr()
+        );
+    }
+}
+
+/// Each rollback of a session started over checkpoints stacks one more:
+/// at most 16, past which `from` is refused, saying so, and the session
+/// keeps working.
+#[tokio::test]
+async fn a_chain_of_checkpoints_is_bounded() {
+    let user = User::unprivileged();
+    assert!(mounts(user));
+    let s = server(user).await;
+    let out = shell(&s, "d", None, "echo 0 > f").await;
+    assert!(out.contains("checkpoint: d@1"), "{out}");
+    for k in 1..=16 {
+        let at = format!("d@{k}");
+        let out = shell(&s, "d", Some(&at), &format!("cat f; echo {k} > f")).await;
+        let next = format!("checkpoint: d@{}", k + 1);
+        assert!(
+            out.starts_with(&format!("{}\n", k - 1)) && out.contains(&next),
+            "{k}: {out}"
+        );
+    }
+    let out = shell(&s, "d", Some("d@17"), "true").await;
+    assert!(
+        out.starts_with("error[unknown_checkpoint]") && out.contains("chain of 16"),
+        "{out}"
+    );
+    let out = shell(&s, "d", None, "cat f").await;
+    assert!(out.starts_with("16\n"), "{out}");
+}

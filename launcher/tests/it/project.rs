@@ -132,24 +132,21 @@ async fn a_session_writes_its_own_layer_and_never_the_host() {
             // namespace maps.
             chown_tree(&project, 65534);
         }
+        if root {
+            // A file of another owner than the project's, writable by all
+            // on the host: the layer cannot copy it up (a root server's
+            // jails get only the owner's files through their idmapped
+            // mount, as a user server's get only its user's).
+            std::fs::write(project.join("other.txt"), "other's\n").unwrap();
+            std::fs::set_permissions(
+                project.join("other.txt"),
+                std::fs::Permissions::from_mode(0o666),
+            )
+            .unwrap();
+            std::os::unix::fs::chown(project.join("other.txt"), Some(4343), Some(4343)).unwrap();
+        }
         let (before, outside_before) = (snapshot(&project), snapshot(&outside));
         let s = writable(user, &template(), &project).await;
-        if root && user == User::Own {
-            // A root server's jails run as uids of their own: it refuses
-            // the layer at start, and the project stays read-only.
-            let r = s
-                .call(json!({"env": "shell", "session": "w", "code": "touch /project/x 2>&1"}))
-                .await;
-            assert!(text(&r).contains("Read-only file system"), "{}", text(&r));
-            assert!(
-                s.stderr()
-                    .contains("NIX_SANDBOX_PROJECT_WRITABLE=1 is not served by a root server"),
-                "{}",
-                s.stderr()
-            );
-            assert_eq!(snapshot(&project), before);
-            continue;
-        }
         // A build and an edit in place.
         let r = s
             .call(json!({"env": "shell", "session": "w", "code":
@@ -208,9 +205,18 @@ async fn a_session_writes_its_own_layer_and_never_the_host() {
                 echo z > hard2; mv -f hard2 src/main.sh; \
                 mount -t tmpfs none /project 2>&1; \
                 chmod 000 src 2>&1; \
+                echo x >> other.txt 2>&1 || echo other-refused; \
+                echo idmapped=$(grep -c idmapped /proc/self/mountinfo); \
                 true"}))
             .await;
-        let _ = text(&r);
+        let out = text(&r);
+        if root {
+            // Root's jails: the other owner's file stays unmodifiable, and
+            // the idmapped mount the overlay's lower layer came from is
+            // nowhere in the jail's mounts (nothing to write it through).
+            assert!(out.contains("other-refused"), "{user:?}: {out}");
+        }
+        assert!(out.contains("idmapped=0"), "{user:?}: {out}");
         assert_eq!(
             snapshot(&project),
             before,
@@ -301,9 +307,6 @@ async fn a_session_cannot_write_past_its_layer_bound() {
     for user in User::all() {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { nix::libc::geteuid() } == 0;
-        if root && user == User::Own {
-            continue; // a root server refuses the layer (the test above)
-        }
         let tmp = tempfile::tempdir().unwrap();
         let (project, _) = project(tmp.path());
         if root {
@@ -448,4 +451,75 @@ async fn a_fork_carries_the_project_layer_as_it_was() {
         "{diff}"
     );
     assert_eq!(snapshot(&project), before);
+}
+
+#[tokio::test]
+async fn sessions_past_the_bound_on_all_layers_are_refused() {
+    // Layers of 16 MiB under a server-wide bound of 40: two sessions fit,
+    // a third is refused in one line naming the setting and what holds it,
+    // and fits once one of the two ended; the server stays up throughout.
+    for user in User::all() {
+        let mut manifest = template();
+        let shell = &mut manifest["environments"]["shell"];
+        shell["limits"]["workspace_mb"] = json!(16);
+        let session = shell["session"].as_array_mut().unwrap();
+        session.extend([json!("session"), json!("60"), json!("16")]);
+        let s = Server::start_command(
+            user.command(),
+            vec![Manifest::new(&manifest)],
+            &["--allow-wrappers-outside-store", "--layers-mb", "40"],
+            &[],
+        )
+        .await;
+        for name in ["a", "b"] {
+            let r = s
+                .call(json!({"env": "shell", "session": name, "code": "echo up"}))
+                .await;
+            assert!(text(&r).contains("up"), "{user:?}: {}", text(&r));
+        }
+        let r = s
+            .call(json!({"env": "shell", "session": "c", "code": "echo up"}))
+            .await;
+        let refused = assert_refused(&r, "layers_full");
+        assert!(
+            refused.contains(
+                "the session's layer (16 MiB, its environment's workspace_mb) does not fit in \
+                 the server's bound on all layers, NIX_SANDBOX_LAYERS_MB (40 MiB): 2 open \
+                 session layers hold 32 MiB of it; nothing was run."
+            ),
+            "{user:?}: {refused}"
+        );
+        // A call with files and no session takes a layer too.
+        let r = s
+            .call(json!({"env": "shell", "code": "cat /workspace/f",
+                         "files": [{"path": "f", "content": "x"}]}))
+            .await;
+        assert_refused(&r, "layers_full");
+        let r = s
+            .call(json!({"env": "shell", "session": "a", "code": "true", "end": true}))
+            .await;
+        assert!(
+            text(&r).contains("ended, as asked"),
+            "{user:?}: {}",
+            text(&r)
+        );
+        // Its reservation goes with its jail's last process, reaped a moment
+        // after the end.
+        let mut tries = 0;
+        let r = loop {
+            let r = s
+                .call(json!({"env": "shell", "session": "c", "code": "echo up"}))
+                .await;
+            tries += 1;
+            if error_code(&r).as_deref() != Some("layers_full") || tries == 50 {
+                break r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        assert!(text(&r).contains("up"), "{user:?}: {}", text(&r));
+        let r = s
+            .call(json!({"env": "shell", "session": "b", "code": "echo still"}))
+            .await;
+        assert!(text(&r).contains("still"), "{user:?}: {}", text(&r));
+    }
 }

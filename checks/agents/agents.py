@@ -321,7 +321,8 @@ def terminal_tests(suite, agent, project):
 
         def writable():
             say("echo written > from-jail.txt; exit 7")
-            _, status = os.waitpid(pid, 0)
+            status = wait_for(pid, 20)
+            check(status is not None, "the command did not end after the agent's exit")
             check(os.waitstatus_to_exitcode(status) == 7, f"exit status {status}")
             check((project / "from-jail.txt").read_text() == "written\n", "not in the project")
         suite.test("--writable: the change lands in the project; the agent's status is the command's", writable)
@@ -332,6 +333,83 @@ def terminal_tests(suite, agent, project):
         except (ProcessLookupError, ChildProcessError):
             pass
         os.close(fd)
+
+
+def wait_for(pid, timeout):
+    """The wait status of child `pid` once it ends, or None after
+    `timeout` seconds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.1)
+    return None
+
+
+def alive(pids):
+    """Those of `pids` still running (a zombie has ended)."""
+    left = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            left.append(pid)
+    return left
+
+
+def lifetime_tests(suite, agent, project):
+    """The jail never outlives its command: the person's terminal closing,
+    SIGTERM, or the command killed outright each leave no process of the
+    jail (its bubblewrap, the egress bridge, the agent) behind, even when
+    the agent ignores SIGHUP, SIGINT and SIGTERM."""
+    def started():
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.chdir(project)
+            os.execvpe(agent.argv[0], [*agent.argv, "--writable", "--norc", "--noprofile", "-i"], agent.env)
+        # An agent that ignores hangups and termination: only the
+        # launcher's ending of the jail can stop it.
+        os.write(fd, b"PS1='$ '; trap '' HUP INT TERM; echo up=$((6*7)); exec sleep 1000\r")
+        read_until(fd, r"up=42")
+        time.sleep(0.5)
+        tree = egress.descendants(pid)
+        check(egress.jailed(pid), f"no jail under the command: {tree}")
+        return pid, fd, tree
+
+    def ends(how, act):
+        def test():
+            pid, fd, tree = started()
+            try:
+                act(pid, fd)
+                status = wait_for(pid, 15)
+                check(status is not None, f"the command still runs after {how}")
+                deadline, left = time.time() + 10, alive(tree)
+                while left and time.time() < deadline:
+                    time.sleep(0.2)
+                    left = alive(tree)
+                names = {p: Path(f"/proc/{p}/comm").read_text().strip() for p in left if os.path.exists(f"/proc/{p}")}
+                check(not left, f"left after {how}: {names}")
+            finally:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        return test
+
+    suite.test("the person's terminal closing ends the jail, nothing left",
+               ends("the terminal closed", lambda pid, fd: os.close(fd)))
+    suite.test("SIGTERM to the command ends the jail, nothing left",
+               ends("SIGTERM", lambda pid, fd: os.kill(pid, signal.SIGTERM)))
+    suite.test("the command killed (SIGKILL) takes its jail with it, nothing left",
+               ends("SIGKILL", lambda pid, fd: os.kill(pid, signal.SIGKILL)))
 
 
 def main():
@@ -371,6 +449,7 @@ def main():
             print(f"FAIL - agents {args.label}: codex: {e}")
             suite.failed += 1
         terminal_tests(suite, Agent(args.shell, "shell", env, args.user), shell_project)
+        lifetime_tests(suite, Agent(args.shell, "shell", env, args.user), shell_project)
         sys.stderr.write((scratch / "codex.out").read_text() if (scratch / "codex.out").exists() else "")
     sys.exit(1 if suite.failed else 0)
 

@@ -272,11 +272,33 @@ def read_until(fd, pattern, timeout=30):
     raise Failed(f"no {pattern!r} on the terminal; got {text[-400:]!r}")
 
 
-def terminal_tests(suite, agent, project):
+def on_terminal(agent, project):
+    """`agent --writable` running interactive bash in `project` on a
+    pseudo-terminal of this test: (its pid, the terminal's master)."""
     pid, fd = pty.fork()
     if pid == 0:
         os.chdir(project)
         os.execvpe(agent.argv[0], [*agent.argv, "--writable", "--norc", "--noprofile", "-i"], agent.env)
+    return pid, fd
+
+
+def off_terminal(pid, fd):
+    """Ends what `on_terminal` started, if it still runs (a child of this
+    test, never pid 0 or 1), and closes its terminal."""
+    try:
+        if pid > 1:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def terminal_tests(suite, agent, project):
+    pid, fd = on_terminal(agent, project)
     try:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
 
@@ -327,12 +349,7 @@ def terminal_tests(suite, agent, project):
             check((project / "from-jail.txt").read_text() == "written\n", "not in the project")
         suite.test("--writable: the change lands in the project; the agent's status is the command's", writable)
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        off_terminal(pid, fd)
 
 
 def wait_for(pid, timeout):
@@ -366,10 +383,7 @@ def lifetime_tests(suite, agent, project):
     jail (its bubblewrap, the egress bridge, the agent) behind, even when
     the agent ignores SIGHUP, SIGINT and SIGTERM."""
     def started():
-        pid, fd = pty.fork()
-        if pid == 0:
-            os.chdir(project)
-            os.execvpe(agent.argv[0], [*agent.argv, "--writable", "--norc", "--noprofile", "-i"], agent.env)
+        pid, fd = on_terminal(agent, project)
         # An agent that ignores hangups and termination: only the
         # launcher's ending of the jail can stop it.
         os.write(fd, b"PS1='$ '; trap '' HUP INT TERM; echo up=$((6*7)); exec sleep 1000\r")
@@ -393,15 +407,7 @@ def lifetime_tests(suite, agent, project):
                 names = {p: Path(f"/proc/{p}/comm").read_text().strip() for p in left if os.path.exists(f"/proc/{p}")}
                 check(not left, f"left after {how}: {names}")
             finally:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                except (ProcessLookupError, ChildProcessError):
-                    pass
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+                off_terminal(pid, fd)
         return test
 
     suite.test("the person's terminal closing ends the jail, nothing left",

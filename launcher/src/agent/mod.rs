@@ -136,7 +136,11 @@ fn changes(state: &State) -> Result<diff::Changes, String> {
         Err(_) if !state.upper().exists() => return Ok(diff::Changes::default()),
         Err(e) => return Err(e),
     };
-    Ok(diff::changes_over(vec![upper], &open_dir(&state.project)?, BOUNDS))
+    Ok(diff::changes_over(
+        vec![upper],
+        &open_dir(&state.project)?,
+        BOUNDS,
+    ))
 }
 
 /// Empties the layer's upper and work directories.

@@ -19,6 +19,13 @@
         "aarch64-linux"
       ];
       forAllSystems = f: lib.genAttrs systems (system: f system nixpkgs.legacyPackages.${system});
+      # `nix run .#agent-codex` and the like (docs/agents.md): the bundled
+      # agents this nixpkgs has, but unfree claude-code.
+      agents =
+        pkgs:
+        lib.mapAttrs' (
+          name: agent: lib.nameValuePair "agent-${name}" (self.lib.mkAgentSandbox pkgs (agent // { inherit name; }))
+        ) (removeAttrs (self.lib.agents pkgs) [ "claude-code" ]);
     in
     {
       # mkSandbox pkgs environment, mkServer pkgs { environments; }, and the
@@ -50,6 +57,7 @@
           ) self.lib.optionalPresets;
         in
         optional
+        // agents pkgs
         // {
           inherit launcher;
           sandbox-python = presets.python;
@@ -60,6 +68,14 @@
             inherit launcher;
           };
         }
+      );
+
+      apps = forAllSystems (
+        _system: pkgs:
+        lib.mapAttrs (name: agent: {
+          type = "app";
+          program = "${agent}/bin/${name}";
+        }) (agents pkgs)
       );
 
       # The offline harness's end-to-end tests, against real nixpkgs builds.

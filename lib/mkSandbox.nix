@@ -67,6 +67,7 @@ lib.setFunctionArgs (
           name
           environment
           profile
+          policy
           run
           session
           ;

@@ -230,8 +230,9 @@ def udp_listen():
     threading.Thread(target=loop, daemon=True).start()
 
 
-def make_certs(scratch):
-    """A test CA and a certificate for every test name, signed by it."""
+def make_certs(scratch, names=None):
+    """A test CA and a certificate for every test name (`names`, default
+    NAMES), signed by it."""
     def openssl(*args):
         subprocess.run(["openssl", *args], check=True, capture_output=True)
 
@@ -242,7 +243,7 @@ def make_certs(scratch):
     openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
             "-subj", "/CN=allowed.test")
     ext = scratch / "ext.cnf"
-    ext.write_text("subjectAltName=" + ",".join(f"DNS:{n}" for n in NAMES) + f",IP:{ADDR}\n")
+    ext.write_text("subjectAltName=" + ",".join(f"DNS:{n}" for n in names or NAMES) + f",IP:{ADDR}\n")
     openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
             "-out", str(cert), "-days", "2", "-extfile", str(ext))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

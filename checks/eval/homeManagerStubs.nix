@@ -1,7 +1,8 @@
 # A module: the home-manager options that home-manager's programs/mcp.nix
 # sets besides its own, declared as small as they can be (the real ones live
 # in home-manager's misc/ modules and nixpkgs, which the offline harness does
-# not evaluate): assertions, meta.maintainers and xdg.configFile.
+# not evaluate): assertions, meta.maintainers and xdg.configFile; and
+# home.packages, which programs.nix-sandbox-mcp.agents sets.
 { lib, ... }:
 let
   inherit (lib) mkOption types;
@@ -17,6 +18,11 @@ in
       type = types.listOf types.raw;
       default = [ ];
       description = "Module maintainers (never evaluated here).";
+    };
+    home.packages = mkOption {
+      type = types.listOf types.package;
+      default = [ ];
+      description = "Packages in the user's profile.";
     };
     xdg.configFile = mkOption {
       type = types.attrsOf (

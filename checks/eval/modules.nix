@@ -124,6 +124,30 @@ in
     };
 
   expectations = {
+    "home-manager: agents puts each agent's agent-NAME command in home.packages, the server off" = {
+      got =
+        let
+          config = home [
+            {
+              # The stand-in package set has no codex: bash stands in.
+              _module.args.pkgs = lib.mkForce (hmPkgs // { codex = pkgs.bash; });
+              programs.nix-sandbox-mcp.agents = [ "codex" ];
+            }
+          ];
+        in
+        map (package: {
+          inherit (package) name;
+          program = package.meta.mainProgram;
+          servers = builtins.attrNames config.programs.mcp.servers;
+        }) config.home.packages;
+      want = [
+        {
+          name = "agent-codex";
+          program = "agent-codex";
+          servers = [ ];
+        }
+      ];
+    };
     "home-manager: the optional presets are served only when named, and a named one's fields can be set" =
       {
         got =
@@ -475,6 +499,11 @@ in
   };
 
   failures = {
+    hm-agents-missing = {
+      title = "home-manager: an agent whose package this nixpkgs lacks fails naming it";
+      value = (home [ { programs.nix-sandbox-mcp.agents = [ "opencode" ]; } ]).home.packages;
+      error = "programs.nix-sandbox-mcp.agents: opencode has no package in this nixpkgs";
+    };
     hm-packages-allow = {
       title = "home-manager: a packagesOnDemand.allow entry that is not an attribute name fails";
       value =

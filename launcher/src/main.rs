@@ -18,6 +18,7 @@
 //!
 //! ```text
 //! main.rs                    wiring: reads the configuration, builds the parts
+//! agent/                     a person's coding agent in a jail: the `agent` subcommand
 //! mcp/                       the MCP surface: the `run` tool over stdio and HTTP
 //! report/                    what the model reads: results, limits hit, refusals
 //! project_check.rs           a writable project decided at start; its --check line
@@ -33,6 +34,7 @@
 //! ```
 
 mod admission;
+mod agent;
 mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
@@ -74,6 +76,10 @@ use crate::wrapper::{Spawner, WrapperEnv};
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "agent") {
+        return agent::main(args.skip(1), |var| std::env::var_os(var), init_logging);
+    }
     let opts = match config::parse(std::env::args_os().skip(1), |var| std::env::var_os(var)) {
         Ok(opts) => opts,
         Err(e) => {

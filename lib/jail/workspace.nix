@@ -11,6 +11,9 @@
 # the server keeps the session's checkpoints too, out of the jail's sight.
 # NIX_SANDBOX_RESTORE=1: the server fills the layer from a checkpoint
 # before the jail starts (jail-budget's --restore).
+# NIX_SANDBOX_LAYER_ON_DISK=1 (a person's agent jail, docs/agents.md): the
+# layer directory is kept on disk as it is, no tmpfs over it
+# (jail-budget's --layer-on-disk), so its changes outlive the jail.
 { environment, ... }:
 c:
 let
@@ -21,7 +24,11 @@ c.compose [
   (c.add-runtime ''
     sandbox_layer=()
     if [ -n "''${NIX_SANDBOX_LAYER:-}" ]; then
-      sandbox_layer=(--layer "$NIX_SANDBOX_LAYER" --layer-size ${bytes})
+      if [ "''${NIX_SANDBOX_LAYER_ON_DISK:-}" = 1 ]; then
+        sandbox_layer=(--layer "$NIX_SANDBOX_LAYER" --layer-on-disk)
+      else
+        sandbox_layer=(--layer "$NIX_SANDBOX_LAYER" --layer-size ${bytes})
+      fi
       if [ "''${NIX_SANDBOX_RESTORE:-}" = 1 ]; then
         sandbox_layer+=(--restore)
       fi

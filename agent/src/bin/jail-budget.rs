@@ -20,8 +20,8 @@
 //! rlimit, and the segments outlive the processes that made them.
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
-//!               [--layer DIR --layer-size BYTES [--project-lower PATH [--project-lower-fd FD]]
-//!               [--restore]]
+//!               [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
+//!               [--project-lower-fd FD]] [--restore]]
 //!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
@@ -64,6 +64,13 @@
 //! process, which holds every capability in the namespace until it execs;
 //! bubblewrap below holds none here.
 //!
+//! With `--layer-on-disk` instead of `--layer-size` (a person's agent
+//! jail, docs/agents.md) no tmpfs is mounted: DIR is a directory of the
+//! person's on disk (mode 0700, kept between runs) and its `ws`, `upper`,
+//! `work` and `merged` are used as they are, made when missing, so the
+//! project's changes outlive the jail until the person applies or
+//! discards them.
+//!
 //! With `--net` (an environment that publishes ports, docs/sessions.md) it
 //! also makes the jail's network namespace, owned by the budget namespace,
 //! and brings its loopback up, as bubblewrap does for one of its own
@@ -90,7 +97,7 @@ mod forward;
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
                      [--ipc NAME=VALUE]... \
-                     [--layer DIR --layer-size BYTES [--project-lower PATH \
+                     [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH \
                      [--project-lower-fd FD]] [--restore]] \
                      [--net [--publish-fd FD]] -- PROGRAM [ARGS...]";
 
@@ -120,12 +127,13 @@ struct Args {
 }
 
 /// A session jail's layer: the server's directory for it, the bytes it may
-/// hold, the project under its copy-on-write layer when the project is
-/// writable, and whether the server fills it before the jail starts.
+/// hold (`None`: on disk as it is, no tmpfs), the project under its
+/// copy-on-write layer when the project is writable, and whether the
+/// server fills it before the jail starts.
 #[derive(Debug, PartialEq, Eq)]
 struct Layer {
     dir: OsString,
-    size: u64,
+    size: Option<u64>,
     lower: Option<OsString>,
     /// The server's idmapped, read-only mount of `lower`, to use instead
     /// of it (a root server's jail).
@@ -178,7 +186,8 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     let mut sem = [None; 4];
     let mut parser = lexopt::Parser::from_args(flags.iter().cloned());
     let text = |v: OsString| v.into_string().map_err(|v| format!("not UTF-8: {v:?}"));
-    let (mut layer, mut lower, mut size, mut restore) = (None, None, None, false);
+    let (mut layer, mut lower, mut size, mut restore, mut on_disk) =
+        (None, None, None, false, false);
     let mut idmapped = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
@@ -199,6 +208,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             Long("project-lower") => lower = Some(parser.value().map_err(|e| e.to_string())?),
             Long("project-lower-fd") => idmapped = Some(descriptor(parser.value())?),
             Long("restore") => restore = true,
+            Long("layer-on-disk") => on_disk = true,
             Long("layer-size") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
                 let bytes = value.parse().ok().filter(|&n: &u64| n > 0);
@@ -226,7 +236,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             ));
         }
     }
-    parsed.layer = layer_of(layer, size, lower, restore)?;
+    parsed.layer = layer_of(layer, size, on_disk, lower, restore)?;
     parsed.layer = with_idmapped(parsed.layer, idmapped)?;
     match parsed.publish_fd.is_some() && !parsed.net {
         true => Err("--publish-fd needs --net".into()),
@@ -234,25 +244,35 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     }
 }
 
-/// The layer `--layer`, `--layer-size`, `--project-lower` and `--restore`
-/// name: the first two together, the others only with them.
+/// The layer `--layer`, `--layer-size` (or `--layer-on-disk`),
+/// `--project-lower` and `--restore` name: the first with one of the
+/// second, the others only with them.
 fn layer_of(
     dir: Option<OsString>,
     size: Option<u64>,
+    on_disk: bool,
     lower: Option<OsString>,
     restore: bool,
 ) -> Result<Option<Layer>, String> {
-    match (dir, size) {
-        (Some(dir), Some(size)) => Ok(Some(Layer {
+    match (dir, size, on_disk) {
+        (Some(dir), Some(size), false) => Ok(Some(Layer {
             dir,
-            size,
+            size: Some(size),
             lower,
             idmapped: None,
             restore,
         })),
-        (None, None) if lower.is_none() && !restore => Ok(None),
+        (Some(dir), None, true) => Ok(Some(Layer {
+            dir,
+            size: None,
+            lower,
+            idmapped: None,
+            restore,
+        })),
+        (None, None, false) if lower.is_none() && !restore => Ok(None),
         _ => Err(
-            "--layer and --layer-size go together, and --project-lower and --restore need them"
+            "--layer goes with one of --layer-size and --layer-on-disk, and \
+                  --project-lower and --restore need them"
                 .into(),
         ),
     }
@@ -355,7 +375,7 @@ fn enter_namespace(root: bool, outside: (u32, u32)) -> Result<(), String> {
 fn mount_layer(layer: &Layer) -> Result<(), String> {
     use nix::fcntl::{OFlag, open};
     use nix::mount::{MsFlags, mount};
-    use nix::sys::stat::{Mode, mkdirat};
+    use nix::sys::stat::Mode;
     nix::sched::unshare(CloneFlags::CLONE_NEWNS)
         .map_err(|e| format!("cannot make the session layer's mount namespace: {e}"))?;
     mount(
@@ -378,14 +398,16 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     let name = layer.dir.to_string_lossy();
     // The directory is the server's, in a directory of the server's, and
     // no jail runs yet: its path is what the server made.
-    mount(
-        Some("tmpfs"),
-        layer.dir.as_os_str(),
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(format!("size={},mode=0700", layer.size).as_str()),
-    )
-    .map_err(|e| format!("cannot mount the session layer's tmpfs on {name}: {e}"))?;
+    if let Some(size) = layer.size {
+        mount(
+            Some("tmpfs"),
+            layer.dir.as_os_str(),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(format!("size={size},mode=0700").as_str()),
+        )
+        .map_err(|e| format!("cannot mount the session layer's tmpfs on {name}: {e}"))?;
+    }
     // O_PATH: the directory is mode 0700, the namespace's own.
     let layer_fd = open(
         layer.dir.as_os_str(),
@@ -393,18 +415,7 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
         Mode::empty(),
     )
     .map_err(|e| format!("cannot open the session layer {name}: {e}"))?;
-    let project: &[&str] = match (&lower_fd, layer.idmapped) {
-        (Some(_), Some(_)) => &["upper", "work", "merged", "lower"],
-        (Some(_), None) => &["upper", "work", "merged"],
-        (None, _) => &[],
-    };
-    for (sub, mode) in [("ws", 0o755), ("ckpt", 0o700)]
-        .into_iter()
-        .chain(project.iter().map(|sub| (*sub, 0o755)))
-    {
-        mkdirat(&layer_fd, sub, Mode::from_bits_truncate(mode))
-            .map_err(|e| format!("cannot make {name}/{sub}: {e}"))?;
-    }
+    make_dirs(&layer_fd, layer, lower_fd.is_some())?;
     let lowers = match layer.restore {
         true => filled_by_server(&layer_fd, &name)?,
         false => Vec::new(),
@@ -458,6 +469,30 @@ fn mount_project(
         detach_idmapped(lower_fd)?;
     }
     nix::unistd::chdir("/").map_err(|e| format!("cannot leave the project layer: {e}"))?;
+    Ok(())
+}
+
+/// Makes the layer's directories in `layer_fd` (`layer`'s directory):
+/// `ws`, `ckpt` and, for a `project` layer, `upper`, `work` and `merged`
+/// (and `lower` for the server's idmapped mount of it);
+/// those kept on disk from the jail before are used as they are.
+fn make_dirs(layer_fd: &std::os::fd::OwnedFd, layer: &Layer, project: bool) -> Result<(), String> {
+    use nix::sys::stat::{Mode, mkdirat};
+    let name = layer.dir.to_string_lossy();
+    let project: &[&str] = match (project, layer.idmapped) {
+        (true, Some(_)) => &["upper", "work", "merged", "lower"],
+        (true, None) => &["upper", "work", "merged"],
+        (false, _) => &[],
+    };
+    for (sub, mode) in [("ws", 0o755), ("ckpt", 0o700)]
+        .into_iter()
+        .chain(project.iter().map(|sub| (*sub, 0o755)))
+    {
+        match mkdirat(layer_fd, sub, Mode::from_bits_truncate(mode)) {
+            Err(nix::errno::Errno::EEXIST) if layer.size.is_none() => {}
+            made => made.map_err(|e| format!("cannot make {name}/{sub}: {e}"))?,
+        }
+    }
     Ok(())
 }
 
@@ -819,7 +854,7 @@ mod tests {
             parsed.layer,
             Some(Layer {
                 dir: "/l".into(),
-                size: 1024,
+                size: Some(1024),
                 lower: Some("/p".into()),
                 idmapped: Some(7),
                 restore: false,

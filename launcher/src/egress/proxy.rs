@@ -566,7 +566,7 @@ where
     let (mut sender, connection) =
         match hyper::client::conn::http1::handshake(TokioIo::new(io)).await {
             Ok(pair) => pair,
-            Err(e) => return text(StatusCode::BAD_GATEWAY, format!("upstream: {e}")),
+            Err(e) => return text(StatusCode::BAD_GATEWAY, format!("upstream: {}", chain(&e))),
         };
     tokio::spawn(async move {
         if let Err(e) = connection.await {
@@ -581,8 +581,20 @@ where
             }
             Response::from_parts(parts, body.map_err(BoxError::from).boxed())
         }
-        Err(e) => text(StatusCode::BAD_GATEWAY, format!("upstream: {e}")),
+        Err(e) => text(StatusCode::BAD_GATEWAY, format!("upstream: {}", chain(&e))),
     }
+}
+
+/// An error and its causes, `: `-separated (hyper's own says only its
+/// kind, "connection error", its cause the reason).
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(e) = cause {
+        line.push_str(&format!(": {e}"));
+        cause = e.source();
+    }
+    line
 }
 
 /// A stream that gives back bytes already read (a ClientHello) before

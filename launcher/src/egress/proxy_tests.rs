@@ -615,3 +615,30 @@ async fn a_tunnel_holds_its_place_in_the_gate() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.contains("upstream saw /second"), "{answer}");
 }
+
+/// A 502 says why the upstream failed, not only hyper's kind of error
+/// ("connection error"): the causes follow, as rustls' missing
+/// `close_notify` of an upstream that closed before answering.
+#[test]
+fn an_upstream_error_is_said_with_its_causes() {
+    #[derive(Debug)]
+    struct Kind(std::io::Error);
+    impl std::fmt::Display for Kind {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("connection error")
+        }
+    }
+    impl std::error::Error for Kind {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    let cause = std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "peer closed connection without sending TLS close_notify",
+    );
+    assert_eq!(
+        proxy::chain(&Kind(cause)),
+        "connection error: peer closed connection without sending TLS close_notify"
+    );
+}

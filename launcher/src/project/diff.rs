@@ -202,6 +202,13 @@ fn node(dir: &OwnedFd, name: &[u8], upper: bool, walk: &mut Walk) -> Node {
     }
 }
 
+/// Whether the empty regular file open at `fd` (upper) is a whiteout
+/// marked with the overlay's attribute.
+pub(super) fn marked_whiteout(fd: &OwnedFd) -> bool {
+    let mut buf = [0u8; 8];
+    rustix::fs::fgetxattr(fd, "user.overlay.whiteout", &mut buf).is_ok()
+}
+
 /// A regular file, opened without following and without blocking (a fifo
 /// put in its place is refused once open).
 fn file(dir: &OwnedFd, name: &OsStr, upper: bool, walk: &mut Walk) -> Node {
@@ -216,11 +223,8 @@ fn file(dir: &OwnedFd, name: &OsStr, upper: bool, walk: &mut Walk) -> Node {
         return Node::Special;
     }
     let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
-    if upper && size == 0 {
-        let mut buf = [0u8; 8];
-        if rustix::fs::fgetxattr(&fd, "user.overlay.whiteout", &mut buf).is_ok() {
-            return Node::Whiteout;
-        }
+    if upper && size == 0 && marked_whiteout(&fd) {
+        return Node::Whiteout;
     }
     // A file too large to diff is listed, never read: it costs no budget.
     if size > walk.bounds.file_bytes {
@@ -245,7 +249,7 @@ fn file(dir: &OwnedFd, name: &OsStr, upper: bool, walk: &mut Walk) -> Node {
 }
 
 /// Whether directory `fd` (upper) is opaque: the lower's below it hidden.
-fn opaque(fd: &OwnedFd) -> bool {
+pub(super) fn opaque(fd: &OwnedFd) -> bool {
     let mut buf = [0u8; 4];
     matches!(rustix::fs::fgetxattr(fd, "user.overlay.opaque", &mut buf), Ok(1) if buf[0] == b'y')
 }
@@ -461,4 +465,4 @@ impl Walk {
 
 #[cfg(test)]
 #[path = "diff_tests.rs"]
-mod tests;
+pub(super) mod tests;

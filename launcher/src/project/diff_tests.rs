@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::*;
 
-fn open(dir: &Path) -> OwnedFd {
+pub(in crate::project) fn open(dir: &Path) -> OwnedFd {
     rustix::fs::open(
         dir,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -15,7 +15,7 @@ fn open(dir: &Path) -> OwnedFd {
 
 /// A whiteout as the overlay makes it (a character device 0:0, which the
 /// kernel lets any user make).
-fn whiteout(path: &Path) {
+pub(in crate::project) fn whiteout(path: &Path) {
     nix::sys::stat::mknod(
         path,
         nix::sys::stat::SFlag::S_IFCHR,
@@ -43,7 +43,7 @@ fn paths(changes: &Changes) -> Vec<(String, Kind)> {
 }
 
 /// The changes of one upper directory over `lower`.
-fn changes(upper: &OwnedFd, lower: &OwnedFd, bounds: Bounds) -> Changes {
+pub(crate) fn changes(upper: &OwnedFd, lower: &OwnedFd, bounds: Bounds) -> Changes {
     changes_over(vec![rustix::io::dup(upper).unwrap()], lower, bounds)
 }
 

@@ -20,6 +20,7 @@
 //! - [`pool::Pool`]: the server-wide bound on all layers' tmpfs sizes;
 //!   each session jail's layer holds a [`pool::Reservation`] of its size.
 
+pub mod apply;
 pub mod checkpoint;
 pub mod diff;
 pub mod pool;

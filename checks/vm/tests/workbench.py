@@ -9,7 +9,7 @@ or copied, which its `forks:` line says and the fork's /workspace shows."""
 import os
 from pathlib import Path
 
-from vmlib import McpClient, check, info, reprobed
+from vmlib import McpClient, Skipped, check, info, reprobed
 
 ROOT = Path("/srv/nsm-workbench")
 PROJECT = ROOT / "project"
@@ -17,8 +17,20 @@ OWNER = 1500  # the project's owner: no jail's uid, not the server's
 NOTES = "from the host\n"
 
 
+def overlay():
+    """The guest's kernel has overlayfs (Debian's is a module: loaded
+    here if the image has it); without it neither a writable project nor
+    a mounted fork can work, which the servers' sessions say (ENODEV)."""
+    if "overlay" not in Path("/proc/filesystems").read_text():
+        raise Skipped("the guest's kernel has no overlay file system (modprobe overlay failed), which "
+                      "the writable project and mounted forks need")
+
+
 def setup(vm):
-    """a project owned by another uid than the server's, with a mode-0600 file"""
+    """a project owned by another uid than the server's, with a mode-0600 file; overlayfs loaded"""
+    vm.sh(["modprobe", "overlay"], check_ok=False)
+    info("workbench: overlay in /proc/filesystems: "
+         + str("overlay" in Path("/proc/filesystems").read_text()))
     PROJECT.mkdir(parents=True)
     (PROJECT / "notes.txt").write_text(NOTES)
     os.chmod(PROJECT / "notes.txt", 0o600)
@@ -59,6 +71,7 @@ def host_unchanged():
 
 def test_root_project_and_fork(vm):
     """a root server: the owner's mode-0600 file edited through the idmapped project, the host unchanged; a fork of it"""
+    overlay()
     env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "RUST_LOG": "info", "PROJECT_DIR": str(PROJECT),
            "NIX_SANDBOX_PROJECT_WRITABLE": "1", "NIX_SANDBOX_MAX_CHECKPOINTS": "2"}
     client = McpClient(server_argv(vm), env)
@@ -87,6 +100,7 @@ def test_root_project_and_fork(vm):
 
 def test_user_fork_mounted(vm):
     """a server run as an unprivileged user: a fork mounted over the checkpoint, diverging from its source"""
+    overlay()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT / "nobody"), "RUST_LOG": "info",
            "NIX_SANDBOX_MAX_CHECKPOINTS": "2"}
     client = McpClient(vm.as_user(65534, server_argv(vm), env), None)

@@ -27,7 +27,7 @@ def overlay():
 
 
 def setup(vm):
-    """a project owned by another uid than the server's, with a mode-0600 file; overlayfs loaded"""
+    """a project owned by another uid than the server's, with a mode-0600 file; overlayfs loaded if the image has it"""
     vm.sh(["modprobe", "overlay"], check_ok=False)
     info("workbench: overlay in /proc/filesystems: "
          + str("overlay" in Path("/proc/filesystems").read_text()))

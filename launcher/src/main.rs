@@ -296,6 +296,10 @@ fn check(runtime: &tokio::runtime::Runtime, facts: &Facts<'_>, mount: Option<&st
                 None => Ok(ok),
             },
         )
+        .and_then(|ok| match &facts.project.forks {
+            Some(line) => writeln!(out, "{line}").map(|()| ok),
+            None => Ok(ok),
+        })
         .and_then(|ok| {
             let check = project_check::check(mount, facts.project, facts.catalog, facts.spawner);
             match runtime.block_on(check) {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::catalog::{Catalog, Env, Interpreter};
 use crate::probe;
-use crate::project::{Layers, pool};
+use crate::project::{Layers, pool, share};
 use crate::wrapper::{Spawner, idmap};
 
 /// Where the layers' directory (their mount points only) is made.
@@ -65,6 +65,59 @@ fn layers(writable: bool, project: Option<&OsStr>, root: bool) -> Option<Result<
     )
 }
 
+/// Whether this root server can start a session from a checkpoint at the
+/// cost of a mount: its jails each run as a uid of their own, so each fork
+/// takes its checkpoint layers through idmapped mounts, a layer already
+/// idmapped for its source idmapped anew (share.rs). Tried on a scratch
+/// tmpfs in a directory of `layers`.
+fn idmapped_forks(layers: &Layers) -> Result<(), String> {
+    use std::os::fd::AsFd;
+    let first = idmap::map_namespace((0, 0), (65534, 65534)).map_err(|e| e.to_string())?;
+    let second = idmap::map_namespace((0, 0), (65533, 65533)).map_err(|e| e.to_string())?;
+    let scratch = layers.dir().join("forks");
+    std::fs::create_dir(&scratch).map_err(|e| e.to_string())?;
+    let path = std::ffi::CString::new(scratch.clone().into_os_string().into_encoded_bytes())
+        .map_err(|e| e.to_string());
+    let tried = path.and_then(|path| {
+        share::idmapped_clones_work(&path, first.as_fd(), second.as_fd(), 65533).map_err(|e| {
+            format!("an idmapped mount of a tmpfs, idmapped anew by open_tree_attr: {e}")
+        })
+    });
+    let _ = std::fs::remove_dir(&scratch);
+    tried
+}
+
+/// `layers` deciding how a session started from a checkpoint gets its
+/// files, and the line saying so (`forks: ...`).
+fn forks(layers: Layers, root: bool) -> (Layers, String) {
+    const MOUNTED: &str = "forks: a session started from a checkpoint (NIX_SANDBOX_MAX_CHECKPOINTS \
+                           1 or more) is mounted over it, whatever its size";
+    if !root {
+        return (
+            layers,
+            format!("{MOUNTED} (the jails share the server's uid)"),
+        );
+    }
+    match idmapped_forks(&layers) {
+        Ok(()) => (
+            layers,
+            format!(
+                "{MOUNTED}: each of its layers idmapped from its owner's uid to the new jail's \
+                 (a root server's jails each have a uid of their own)"
+            ),
+        ),
+        Err(why) => (
+            layers.copying_forks(),
+            format!(
+                "forks: copied: a session started from a checkpoint gets a copy of its files \
+                 (time and memory grow with their size), since this root server's jails each \
+                 have a uid of their own and this host cannot give a fork its layers through \
+                 idmapped mounts ({why}; Linux 6.15 or later does)"
+            ),
+        ),
+    }
+}
+
 /// The project's layers, or why it stays read-only, decided at start.
 pub struct Project {
     /// The sessions' layers, holding the project's when it is writable
@@ -72,6 +125,9 @@ pub struct Project {
     pub layers: Option<Arc<Layers>>,
     /// Why a project asked writable stays read-only.
     pub refused: Option<String>,
+    /// How a session started from a checkpoint gets its files: the
+    /// `forks:` line ([`forks`]), when there are layers.
+    pub forks: Option<String>,
 }
 
 /// [`layers`], said in the log: the layers' directory, or why not; the
@@ -79,7 +135,7 @@ pub struct Project {
 /// of MemTotal).
 pub fn start(writable: bool, project: Option<&OsStr>, root: bool, bytes: Option<u64>) -> Project {
     let bytes = bytes.or_else(pool::default_bytes);
-    let mut project = match layers(writable, project, root) {
+    let (layers, refused) = match layers(writable, project, root) {
         Some(Ok(layers)) => {
             let layers = bound(layers, bytes);
             tracing::info!(
@@ -88,38 +144,40 @@ pub fn start(writable: bool, project: Option<&OsStr>, root: bool, bytes: Option<
                 layers.dir().display(),
                 if root { OWNER } else { "" }
             );
-            Project {
-                layers: Some(Arc::new(layers)),
-                refused: None,
-            }
+            (Some(layers), None)
         }
         Some(Err(why)) => {
             tracing::error!("project: {why}");
-            Project {
-                layers: None,
-                refused: Some(why),
-            }
+            (None, Some(why))
         }
-        None => Project {
-            layers: None,
-            refused: None,
-        },
+        None => (None, None),
     };
     // Sessions keep /workspace and their checkpoints on a layer of their
     // own even when the project is read-only.
-    if project.layers.is_none() {
-        match Layers::create(Path::new(BASE), None) {
-            Ok(layers) => project.layers = Some(Arc::new(bound(layers, bytes))),
-            Err(e) => tracing::warn!(
+    let layers = layers.or_else(|| match Layers::create(Path::new(BASE), None) {
+        Ok(layers) => Some(bound(layers, bytes)),
+        Err(e) => {
+            tracing::warn!(
                 "no directory for the sessions' layers could be made in {BASE} ({e}): sessions \
                  keep no checkpoints and cannot be forked"
-            ),
+            );
+            None
         }
+    });
+    let (layers, forks) = match layers {
+        Some(layers) => {
+            let (layers, line) = forks(layers, root);
+            tracing::info!("self-test: {}", layers_line(&layers, None));
+            tracing::info!("self-test: {line}");
+            (Some(Arc::new(layers)), Some(line))
+        }
+        None => (None, None),
+    };
+    Project {
+        layers,
+        refused,
+        forks,
     }
-    if let Some(layers) = &project.layers {
-        tracing::info!("self-test: {}", layers_line(layers, None));
-    }
-    project
 }
 
 /// `layers` bounded by `bytes` when known (else said: unbounded).

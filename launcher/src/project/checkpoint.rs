@@ -191,7 +191,7 @@ pub fn restore(from: &OwnedFd, number: Option<u64>, to: &OwnedFd) -> io::Result<
 }
 
 /// The uid and gid owning the layer at `root` (the jail's).
-fn owner(root: &OwnedFd) -> io::Result<(u32, u32)> {
+pub fn owner(root: &OwnedFd) -> io::Result<(u32, u32)> {
     let stat = rustix::fs::fstat(root)?;
     Ok((stat.st_uid, stat.st_gid))
 }

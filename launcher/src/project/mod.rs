@@ -66,6 +66,9 @@ pub struct Layers {
     next: AtomicU64,
     /// The bound on all layers' sizes (unbounded until [`Layers::bounded`]).
     pool: Arc<pool::Pool>,
+    /// Whether a session started from a checkpoint is mounted over it
+    /// (share.rs), or copied ([`Layers::copying_forks`]).
+    mounted_forks: bool,
 }
 
 impl Layers {
@@ -84,6 +87,7 @@ impl Layers {
                         lower: project.map(Path::to_owned),
                         next: AtomicU64::new(0),
                         pool: pool::Pool::new(u64::MAX),
+                        mounted_forks: true,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -100,6 +104,19 @@ impl Layers {
     pub fn bounded(mut self, bytes: u64) -> Self {
         self.pool = pool::Pool::new(bytes);
         self
+    }
+
+    /// These layers, a session started from a checkpoint copying it
+    /// instead of mounting it (a root server on a host that cannot idmap
+    /// the checkpoints' mounts: project_check.rs).
+    pub fn copying_forks(mut self) -> Self {
+        self.mounted_forks = false;
+        self
+    }
+
+    /// Whether a session started from a checkpoint is mounted over it.
+    pub fn mounted_forks(&self) -> bool {
+        self.mounted_forks
     }
 
     /// The bound on all layers.

@@ -17,7 +17,7 @@
 use std::borrow::Cow;
 use std::hash::{BuildHasher, RandomState};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,8 +124,9 @@ pub struct Jail {
     /// (`DIR/base/0`, `DIR/base/1`..., newest first; none for a fresh or
     /// copied layer): held so that what they account for (their
     /// reservation of layer memory) lives as long as the mounts of their
-    /// tmpfs that this jail holds.
-    lowers: Vec<Arc<Layer>>,
+    /// tmpfs that this jail holds; each with its owner's uid and gid (a
+    /// root server's jails each have their own).
+    lowers: Vec<(Arc<Layer>, (u32, u32))>,
 }
 
 /// The most checkpoints a session's layer is mounted over: a session
@@ -322,9 +323,16 @@ impl Jail {
     /// (project/share.rs): read-only mounts of that checkpoint and of
     /// those `source` was itself mounted over are attached under its
     /// layer's `base`, which its wrapper overlays at `/workspace` and
-    /// under the project. The checkpoint is marked lent: `source` keeps
-    /// its files while it lives, even once dropped from its list.
-    pub async fn mounted_over(&mut self, source: &Jail, number: u64) -> io::Result<()> {
+    /// under the project; with `idmapped` (a root server, whose jails each
+    /// have a uid of their own), each idmapped from its layer's owner to
+    /// this jail's uid and gid. The checkpoint is marked lent: `source`
+    /// keeps its files while it lives, even once dropped from its list.
+    pub async fn mounted_over(
+        &mut self,
+        source: &Jail,
+        number: u64,
+        idmapped: bool,
+    ) -> io::Result<()> {
         let from = (source.shared.layer.clone())
             .ok_or_else(|| io::Error::other("its sandbox keeps no session layer"))?;
         let frozen = (source.history.list.iter())
@@ -338,25 +346,35 @@ impl Jail {
         for i in 0..source.lowers.len() {
             paths.push(path(format!("base/{i}"))?);
         }
+        let owners: Vec<(u32, u32)> = std::iter::once(checkpoint::owner(&source.layer_root()?)?)
+            .chain(source.lowers.iter().map(|(_, owner)| *owner))
+            .collect();
         frozen.lend();
-        self.layer_made().await?;
+        let ours = checkpoint::owner(&self.layer_made().await?)?;
         let layer = (self.shared.layer.clone())
             .ok_or_else(|| io::Error::other("its sandbox keeps no session layer"))?;
         let dir = std::ffi::CString::new(layer.dir().as_os_str().as_encoded_bytes())
             .map_err(io::Error::other)?;
         // One at a time: each detached mount counts against the source
         // jail's namespace budget until attached (share.rs).
-        for (i, path) in paths.into_iter().enumerate() {
+        for (i, (path, theirs)) in paths.into_iter().zip(owners.iter().copied()).enumerate() {
             let (source, target) = (source.group.proc_dir()?, self.group.proc_dir()?);
             let dir = dir.clone();
             tokio::task::spawn_blocking(move || {
-                let trees = project::share::clone_trees(&source, &[path])?;
+                let trees = match idmapped {
+                    true => {
+                        let userns = wrapper::idmap::map_namespace(theirs, ours)?;
+                        let tree = project::share::clone_idmapped(&source, &path, userns.as_fd())?;
+                        vec![tree]
+                    }
+                    false => project::share::clone_trees(&source, &[path])?,
+                };
                 project::share::attach_trees(&target, &dir, i, &trees)
             })
             .await
             .map_err(io::Error::other)??;
         }
-        self.lowers = std::iter::once(from)
+        self.lowers = std::iter::once((from, owners[0]))
             .chain(source.lowers.iter().cloned())
             .collect();
         self.send(b"G")

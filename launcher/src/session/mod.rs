@@ -476,7 +476,8 @@ impl Sessions {
 
     /// A fresh jail of session `name` starting from what `origin` names in
     /// `source`, and the source's calls so far. Where the server keeps
-    /// checkpoints and does not run as root, at the cost of a mount: over
+    /// checkpoints and the host lets it mount them (a root server: idmapped,
+    /// project_check.rs), at the cost of a mount: over
     /// checkpoint `N` of `from: NAME@N`, or over one kept now of `from:
     /// NAME`'s files (jail.rs, `freeze_now`); otherwise, or when none can
     /// be kept now, by copying them (a session itself mounted over
@@ -490,7 +491,9 @@ impl Sessions {
     ) -> Result<(jail::Jail, u64), Error> {
         let (root, number, calls) = self.source_facts(source, origin)?;
         let most = self.inner.settings.max_checkpoints;
-        if most == 0 || nix::unistd::geteuid().is_root() {
+        let spawner = &self.inner.spawner;
+        let mounts = spawner.project.as_ref().is_some_and(|l| l.mounted_forks());
+        if most == 0 || !mounts {
             return Ok((self.restored_jail(name, env, root, number).await?, calls));
         }
         let refused = |why: String| {
@@ -520,7 +523,8 @@ impl Sessions {
             return Ok((self.restored_jail(name, env, root, None).await?, calls));
         };
         let mut jail = self.inner.spawn(name, env, true)?;
-        match jail.mounted_over(source, number).await {
+        let idmapped = spawner.host.jail_users.is_some();
+        match jail.mounted_over(source, number, idmapped).await {
             Ok(()) => Ok((jail, calls)),
             Err(e) => Err(not_started(name, env, "mounting the checkpoint", e)),
         }

@@ -70,10 +70,11 @@ pub fn project_mount(project: &Path, owner: (u32, u32), jail: Ids) -> io::Result
 }
 
 /// A user namespace (its descriptor) that maps `from` (uid, gid) to `to`
-/// and nothing else: a child made in it by `clone(CLONE_NEWUSER)` waits on
+/// and nothing else (also a fork's idmap of each checkpoint layer it is
+/// started over, project/share.rs): a child made in it by `clone(CLONE_NEWUSER)` waits on
 /// a pipe while this process, root outside, writes its maps and opens its
 /// namespace, then ends when the pipe closes (or this process dies).
-fn map_namespace(from: (u32, u32), to: (u32, u32)) -> io::Result<OwnedFd> {
+pub fn map_namespace(from: (u32, u32), to: (u32, u32)) -> io::Result<OwnedFd> {
     let (wait, release) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (wait_fd, release_fd) = (wait.as_raw_fd(), release.as_raw_fd());
     // SAFETY: a fork-like clone (no stack given: the child runs on a copy

@@ -63,13 +63,14 @@ fn env_lines(o: &std::process::Output) -> String {
         "limits: ",
         "http listener: ",
         "layers: ",
+        "forks: ",
         "project: ",
     ];
     let (facts, envs): (Vec<&str>, Vec<&str>) = out
         .lines()
         .partition(|l| host.iter().any(|h| l.starts_with(h)));
     // The kernel budgets' line is a user server's only.
-    assert!([7, 8].contains(&facts.len()), "{out}");
+    assert!([8, 9].contains(&facts.len()), "{out}");
     envs.iter().map(|l| format!("{l}\n")).collect()
 }
 
@@ -129,6 +130,17 @@ fn check_passes_on_this_machine() {
                 && l.contains("MiB for all session layers together (NIX_SANDBOX_LAYERS_MB")
                 && l.ends_with("the largest here: `shell`'s 512 MiB")),
         "{layers:?}"
+    );
+    // How a session started from a checkpoint gets its files: mounted
+    // (a root server: idmapped, which this host's kernel does).
+    let forks = line_of(&o, "forks: ").unwrap_or_default();
+    let how = match nix::unistd::geteuid().is_root() {
+        true => ": each of its layers idmapped from its owner's uid to the new jail's",
+        false => " (the jails share the server's uid)",
+    };
+    assert!(
+        forks.starts_with("forks: a session started from a checkpoint") && forks.contains(how),
+        "{forks}"
     );
     // A bound below an environment's layer fails the check.
     let o = launcher(&[

@@ -68,8 +68,9 @@ PACKAGES = [
 
 # The kernel modules the initramfs loads (with what they depend on): the
 # root disk, the 9p shares (the host's /nix/store, the test driver), the
-# virtconsole the results go out on. Debian builds all of them as modules.
-MODULES = ["virtio_pci", "virtio_blk", "crc32c_generic", "ext4", "9pnet_virtio", "9p", "virtio_console"]
+# virtconsole the results go out on, overlayfs (a writable project, a
+# mounted fork). Debian builds all of them as modules.
+MODULES = ["virtio_pci", "virtio_blk", "crc32c_generic", "ext4", "9pnet_virtio", "9p", "virtio_console", "overlay"]
 
 # Units a test boot does not need (masked): timers, gettys, apt, what mounts
 # or loads what the tests never use, what would write state a snapshot

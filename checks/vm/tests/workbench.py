@@ -9,7 +9,7 @@ or copied, which its `forks:` line says and the fork's /workspace shows."""
 import os
 from pathlib import Path
 
-from vmlib import McpClient, Skipped, check, info, reprobed
+from vmlib import McpClient, check, info, reprobed
 
 ROOT = Path("/srv/nsm-workbench")
 PROJECT = ROOT / "project"
@@ -18,19 +18,14 @@ NOTES = "from the host\n"
 
 
 def overlay():
-    """The guest's kernel has overlayfs (Debian's is a module: loaded
-    here if the image has it); without it neither a writable project nor
-    a mounted fork can work, which the servers' sessions say (ENODEV)."""
-    if "overlay" not in Path("/proc/filesystems").read_text():
-        raise Skipped("the guest's kernel has no overlay file system (modprobe overlay failed), which "
-                      "the writable project and mounted forks need")
+    """The guest's kernel has overlayfs (Debian's is a module, which the
+    image's initramfs loads): the writable project and mounted forks need it."""
+    check("overlay" in Path("/proc/filesystems").read_text(),
+          "the guest's kernel has no overlay file system: checks/vm/image.py's MODULES loads it")
 
 
 def setup(vm):
-    """a project owned by another uid than the server's, with a mode-0600 file; overlayfs loaded if the image has it"""
-    vm.sh(["modprobe", "overlay"], check_ok=False)
-    info("workbench: overlay in /proc/filesystems: "
-         + str("overlay" in Path("/proc/filesystems").read_text()))
+    """a project owned by another uid than the server's, with a mode-0600 file"""
     PROJECT.mkdir(parents=True)
     (PROJECT / "notes.txt").write_text(NOTES)
     os.chmod(PROJECT / "notes.txt", 0o600)

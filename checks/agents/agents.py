@@ -274,9 +274,14 @@ def read_until(fd, pattern, timeout=30):
 
 def on_terminal(agent, project):
     """`agent --writable` running interactive bash in `project` on a
-    pseudo-terminal of this test: (its pid, the terminal's master)."""
+    pseudo-terminal of this test: (its pid, the terminal's master). The
+    command starts with SIGINT and SIGQUIT ignored, as a script's
+    background job does (an ignored signal stays so across exec): Ctrl-C
+    must still reach the agent's commands."""
     pid, fd = pty.fork()
     if pid == 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
         os.chdir(project)
         os.execvpe(agent.argv[0], [*agent.argv, "--writable", "--norc", "--noprofile", "-i"], agent.env)
     return pid, fd

@@ -105,6 +105,19 @@ pub fn block_signals() -> nix::Result<SigSet> {
     Ok(set)
 }
 
+/// The signals a terminal's person sends or causes, which the agent gets
+/// with their default action whatever the launcher inherited.
+const TERMINAL_SIGNALS: [Signal; 8] = [
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGTSTP,
+    Signal::SIGTTIN,
+    Signal::SIGTTOU,
+    Signal::SIGHUP,
+    Signal::SIGTERM,
+    Signal::SIGWINCH,
+];
+
 /// How long the agent's jail has to end after a hangup or `SIGTERM`
 /// before the launcher kills it.
 const GRACE: Duration = Duration::from_secs(3);
@@ -123,14 +136,21 @@ pub fn run(mut command: Command, pty: Option<Pty>, signals: SigSet) -> io::Resul
     }
     command.process_group(0);
     let launcher = nix::unistd::getpid();
-    // SAFETY: sigprocmask, prctl and getppid are async-signal-safe and
-    // touch only the values copied into the closure.
+    // SAFETY: sigprocmask, signal (SIG_DFL, no handler), prctl and getppid
+    // are async-signal-safe and touch only the values copied into the
+    // closure.
     unsafe {
         command.pre_exec(move || {
             // The launcher blocks the signals it forwards, and a blocked
             // signal stays blocked across exec: the agent gets them as
             // any program does.
             nix::sys::signal::sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&signals), None)?;
+            // An ignored signal stays ignored across exec too: a launcher
+            // started in the background of a script (SIGINT and SIGQUIT
+            // ignored) would give the agent a Ctrl-C that stops nothing.
+            for signal in TERMINAL_SIGNALS {
+                nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)?;
+            }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // The launcher ended before the flag was set.
             if nix::unistd::getppid() != launcher {

@@ -315,6 +315,15 @@ class Bench:
             self.lines(self.stat_rows(stats, baseline="pool off (today)"))
             served = sum(warm_hits) / max(len(warm_hits), 1)
             self.lines([f"{served:.0%} of the warm pool's timed runs were served by a warm jail"])
+            # Idle memory: the warm jails' processes once the pool is full, before
+            # any session is open (a session's jail is not a warm one).
+            time.sleep(2.0)
+            jails = procs.jails(hot.pid)
+            agents = [p for p in jails if procs.comm(p) == "agent"]
+            rss = sum(procs.status_kib(p, "VmRSS") or 0 for p in jails)
+            per_jail = rss / len(agents) if agents else None
+            self.lines([f"idle: {len(agents)} warm jails, {len(jails)} processes, RSS {mib(rss)} in all "
+                        f"(shared pages counted in each: an upper bound)"])
             # Session creation: a new session's first call, `x = 0`.
             names = iter(range(1 << 30))
             creations = {
@@ -323,14 +332,6 @@ class Bench:
             }
             created = self.interleaved(creations, min(self.args.runs, 20), warmup=1)
             self.lines(self.stat_rows(created, baseline="new session, pool off"))
-            # Idle memory: the warm jails' processes once the pool is full.
-            time.sleep(2.0)
-            jails = procs.jails(hot.pid)
-            agents = [p for p in jails if procs.comm(p) == "agent"]
-            rss = sum(procs.status_kib(p, "VmRSS") or 0 for p in jails)
-            per_jail = rss / len(agents) if agents else None
-            self.lines([f"idle: {len(agents)} warm jails, {len(jails)} processes, RSS {mib(rss)} in all "
-                        f"(shared pages counted in each: an upper bound)"])
             # CPU per run, machine-wide (the pool's refills included), 20 runs each.
             cpu = {}
             for name, server in (("warm pool", hot), ("pool off (today)", cold)):

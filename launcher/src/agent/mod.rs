@@ -86,6 +86,7 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
     };
     let state = State::open(&args.name, &project, lookup)?;
     match args.verb {
+        // This subcommand never serves MCP: its stdout is the person's.
         Verb::State => println!("{}", state.dir.display()),
         Verb::Diff => {
             let changes = changes(&state)?;

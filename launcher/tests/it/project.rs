@@ -14,8 +14,9 @@ use serde_json::json;
 use crate::common::*;
 
 /// Every path under `dir` with its kind and content (symlinks as their
-/// targets, never followed), to compare the host's tree before and after.
-fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+/// targets, never followed; devices, fifos and sockets as their kind),
+/// to compare the host's tree before and after.
+pub(crate) fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut all = BTreeMap::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(path) = stack.pop() {
@@ -33,6 +34,11 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
             for entry in std::fs::read_dir(&path).unwrap() {
                 stack.push(entry.unwrap().path());
             }
+        } else if !meta.is_file() {
+            // A device, fifo or socket: its kind and number, never opened.
+            use std::os::unix::fs::MetadataExt;
+            let kind = format!("{:?} {:x}", meta.file_type(), meta.rdev());
+            all.insert(rel, format!("special {mode:o} {kind}").into_bytes());
         } else {
             let mut bytes = format!("file {mode:o} ").into_bytes();
             bytes.extend(std::fs::read(&path).unwrap());
@@ -45,7 +51,7 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 /// A project every jail uid may write (a root server's jails run as uids
 /// of their own, and the overlay keeps the host's permissions), with a
 /// symlink pointing out of it, and a host file outside it.
-fn project(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn project(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let project = root.join("proj");
     let outside = root.join("outside");
     std::fs::create_dir_all(project.join("src")).unwrap();
@@ -68,7 +74,7 @@ fn project(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
 }
 
 /// Gives `dir` and everything in it to `uid` (symlinks themselves).
-fn chown_tree(dir: &Path, uid: u32) {
+pub(crate) fn chown_tree(dir: &Path, uid: u32) {
     let mut stack = vec![dir.to_owned()];
     while let Some(path) = stack.pop() {
         std::os::unix::fs::lchown(&path, Some(uid), Some(uid)).unwrap();
@@ -92,7 +98,7 @@ fn unprivileged_project(root: &Path) -> std::path::PathBuf {
 }
 
 /// A server as `user` serving `manifest` over `project` made writable.
-async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> Server {
+pub(crate) async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> Server {
     Server::start_command(
         user.command(),
         vec![Manifest::new(manifest)],
@@ -105,7 +111,25 @@ async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> S
     .await
 }
 
-async fn diff(s: &Server, session: &str) -> String {
+/// Applies `diff` in `dir` with GNU `patch -p1`, as docs/workbench.md
+/// tells the person to.
+pub(crate) fn patch(dir: &Path, diff: &str) {
+    use std::io::Write;
+    let mut patch = std::process::Command::new("patch")
+        .args(["-s", "-p1", "-d", dir.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    patch
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(diff.as_bytes())
+        .unwrap();
+    assert!(patch.wait().unwrap().success(), "patch refused:\n{diff}");
+}
+
+pub(crate) async fn diff(s: &Server, session: &str) -> String {
     let read = s
         .client
         .read_resource(ReadResourceRequestParams::new(format!(
@@ -171,14 +195,7 @@ async fn a_session_writes_its_own_layer_and_never_the_host() {
             .status()
             .unwrap();
         assert!(copied.success());
-        let mut patch = std::process::Command::new("patch")
-            .args(["-s", "-p1", "-d", copy.to_str().unwrap()])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        patch.stdin.take().unwrap().write_all(d.as_bytes()).unwrap();
-        assert!(patch.wait().unwrap().success(), "patch refused:\n{d}");
+        patch(&copy, &d);
         let patched = std::fs::read_to_string(copy.join("src/main.sh")).unwrap();
         assert_eq!(patched, "echo one\necho TWO\n");
         assert!(!copy.join("gone.txt").exists());

@@ -20,8 +20,10 @@ checks/run overrides it).
 What it shows: `project` is offered; in it, a C program in the project is
 built (in /workspace: the project is read-only here) and run, and the dev
 shell's variable is seen, its secret-named and host-path variables are
-not; the shellHook ran in the jail and got neither a host file nor a host
-listener; a session sees the same; the environment is built once, found
+not; the shellHook ran in the jail and got neither a host file, a key in
+the server's home, the host's /tmp (its write lands in the jail's), a host
+listener (curl's own error, `curl: (7)`, is its note) nor a name
+(`curl: (6)`); a session sees the same; the environment is built once, found
 in the cache by a second server, and built again at the next call after
 flake.nix changes (a session made before keeps its own); a flake whose dev
 shell reads a host file (refused by the pure evaluation) gets one line
@@ -52,7 +54,7 @@ FLAKE = """{
     in
     {
       devShells.x86_64-linux.default = pkgs.mkShell {
-        packages = [ pkgs.gcc ];
+        packages = [ pkgs.gcc pkgs.curl ];
         PROJECT_GREETING = "@GREETING@";
         API_TOKEN = "not-for-the-jail";
         HOST_FILE = "@SECRET@";
@@ -61,6 +63,10 @@ FLAKE = """{
           export HOOK_RAN=yes
           export HOOK_FILE=$(cat @SECRET@ 2>/dev/null || echo unreadable)
           export HOOK_NET=$( (exec 3<>/dev/tcp/127.0.0.1/@PORT@) 2>/dev/null && echo reached || echo refused)
+          export HOOK_HOME=$(cat @HOMESECRET@ 2>/dev/null || echo unreadable)
+          echo written-by-the-hook > @HOSTTMP@ 2>/dev/null
+          export HOOK_CURL=$(curl -sS -m 5 http://127.0.0.1:@PORT@/ >/dev/null 2>/tmp/curl.err && echo reached || head -c 9 /tmp/curl.err)
+          export HOOK_DNS=$(curl -sS -m 5 https://example.com/ >/dev/null 2>/tmp/curl.err && echo reached || head -c 9 /tmp/curl.err)
         '';
       };
     };
@@ -68,12 +74,14 @@ FLAKE = """{
 """
 REPORT = ('cc -o /workspace/hello /project/main.c && /workspace/hello; '
           'echo "greeting=$PROJECT_GREETING token=${API_TOKEN-unset} host=${HOST_FILE-unset}"; '
-          'echo "hook=${HOOK_RAN-unset} file=$HOOK_FILE net=$HOOK_NET"')
+          'echo "hook=${HOOK_RAN-unset} file=$HOOK_FILE net=$HOOK_NET"; '
+          'echo "home=$HOOK_HOME curl=$HOOK_CURL dns=$HOOK_DNS"')
 
 
 def want(greeting):
     return (f"built with the dev shell\ngreeting={greeting} token=unset host=unset\n"
-            "hook=yes file=unreadable net=refused")
+            "hook=yes file=unreadable net=refused\n"
+            "home=unreadable curl=curl: (7) dns=curl: (6)")
 
 
 class Listener:
@@ -100,7 +108,9 @@ class Listener:
 def write_project(project, args, listener, secret, greeting, extra=""):
     project.mkdir(parents=True, exist_ok=True)
     text = (FLAKE.replace("@HOSTPKGS@", args.hostpkgs).replace("@GREETING@", greeting)
-            .replace("@SECRET@", str(secret)).replace("@PORT@", str(listener.port)).replace("@EXTRA@", extra))
+            .replace("@SECRET@", str(secret)).replace("@PORT@", str(listener.port)).replace("@EXTRA@", extra)
+            .replace("@HOMESECRET@", str(scratch_of(project) / "home" / ".ssh" / "id_ed25519"))
+            .replace("@HOSTTMP@", str(host_tmp(project))))
     (project / "flake.nix").write_text(text)
     (project / "main.c").write_text(MAIN_C)
     lock = project / "flake.lock"
@@ -112,6 +122,16 @@ def write_project(project, args, listener, secret, greeting, extra=""):
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
 
 
+def scratch_of(project):
+    """The test's scratch directory, which holds `project`."""
+    return project.parent
+
+
+def host_tmp(project):
+    """A path in the host's /tmp the shellHook tries to write."""
+    return Path("/tmp") / f"nsm-devshell-hook-{scratch_of(project).name}"
+
+
 def env_for(project):
     return {"PROJECT_DIR": str(project), "NIX_SANDBOX_PROJECT_DEVSHELL": "1"}
 
@@ -120,7 +140,12 @@ def t_built(args, scratch, listener, secret):
     project = scratch / "project"
     write_project(project, args, listener, secret, "first")
     home = scratch / "home"
-    home.mkdir(mode=0o755)
+    # The server's own home holds a key the hook tries to read (by its
+    # host path: in the jail, ~ is the jail's).
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("the server's private key\n")
+    for path, mode in [(home, 0o755), (home / ".ssh", 0o755), (home / ".ssh" / "id_ed25519", 0o644)]:
+        os.chmod(path, mode)
     with served(args.server, home=home, env=env_for(project)) as client:
         tools = client.request("tools/list", {})["tools"]
         envs = tools[0]["inputSchema"]["properties"]["env"]
@@ -134,6 +159,7 @@ def t_built(args, scratch, listener, secret):
         ok(result, text, "again=yes")
         check(count(client, BUILDING) == 1, f"built {count(client, BUILDING)} times, wanted once")
         check(listener.accepted == 0, f"the shellHook reached the host's listener {listener.accepted} times")
+        check(not host_tmp(project).exists(), f"the shellHook wrote the host's {host_tmp(project)}")
         # The dev shell changes: the next call without a session builds it
         # again; the session keeps the environment it started with.
         write_project(project, args, listener, secret, "second")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The project's dev shell as the environment `project` (docs/workbench.md,
-"The project's own toolchain"): the Nix-built server with
-NIX_SANDBOX_PROJECT_DEVSHELL=1 over a test project whose flake's dev shell
-(the stand-in's mkShell) brings gcc, a variable and a shellHook.
+"""The project's dev shell as the environment `project` (docs/devshell.md):
+the Nix-built server with NIX_SANDBOX_PROJECT_DEVSHELL=1 over a test
+project whose flake's dev shell (the stand-in's mkShell) brings gcc, a
+variable and a shellHook.
 
 Run by checks/run as root, with e2e.py's test runner and packages.py's
 client, twice: the server as root, and as user 65534 through a nix-daemon
@@ -25,7 +25,10 @@ the server's home, the host's /tmp (its write lands in the jail's), a host
 listener (curl's own error, `curl: (7)`, is its note) nor a name
 (`curl: (6)`); a session sees the same; the environment is built once, found
 in the cache by a second server, and built again at the next call after
-flake.nix changes (a session made before keeps its own); a flake whose dev
+flake.nix changes (a session made before keeps its own); with the
+project writable too, the dev shell's gcc builds the project in /project
+and a test of it passes, the binary is listed in the diff, the host's tree
+is unchanged and the host's edit of the source is seen; a flake whose dev
 shell reads a host file (refused by the pure evaluation) gets one line
 naming the flake and the error, and the other environments work.
 """
@@ -41,6 +44,7 @@ from pathlib import Path
 
 from e2e import DEADLINE, Suite, check, env_names
 from packages import AS, call, count, ok, refused, served, start_daemon, stop_daemon
+from workbench import snapshot
 
 BUILDING = "building the environment from the project's dev shell"
 FROM_CACHE = "composed environment found in the cache"
@@ -176,6 +180,39 @@ def t_built(args, scratch, listener, secret):
               f"a second server built again: {''.join(client.stderr)[-800:]}")
 
 
+def t_workbench(args, scratch, listener, secret):
+    """With the project writable too: the dev shell's compiler builds and
+    tests the project in place, the diff comes back, the host's tree is
+    byte for byte unchanged, and an edit on the host is seen."""
+    project = scratch / "bench"
+    write_project(project, args, listener, secret, "bench")
+    (project / "test.sh").write_text('set -e\n[ "$(./build/hello)" = "built with the dev shell" ]\n'
+                                     'echo "1 test passed"\n')
+    os.chmod(project / "test.sh", 0o644)
+    if AS.get("uid") is not None:
+        # The project is the server's user's, as a real one is.
+        subprocess.run(["chown", "-R", f"{AS['uid']}:{AS['uid']}", str(project)], check=True)
+    before = snapshot(project)
+    env = {**env_for(project), "NIX_SANDBOX_PROJECT_WRITABLE": "1"}
+    with served(args.server, env=env) as client:
+        result, text, _ = call(client, {"env": "project", "session": "b", "code":
+                                        "cd /project && mkdir -p build && cc -o build/hello main.c && sh test.sh"})
+        check(not result.get("isError") and text.startswith("1 test passed\n"), f"not built and tested: {text!r}")
+        check("project: 1 file changed, +0 -0 (diff: sandbox://b/project.diff)" in text, f"no project line: {text!r}")
+        read = client.request("resources/read", {"uri": "sandbox://b/project.diff"})
+        d = read["contents"][0]["text"]
+        check(d.startswith("# project: 1 file changed") and "Binary or special files" in d
+              and "b/build/hello" in d, f"the binary is not listed: {d[:600]!r}")
+        check(snapshot(project) == before, "the host's project changed")
+        # The person edits the source on the host: the next call builds it.
+        (project / "main.c").write_text(MAIN_C.replace("built with", "rebuilt with"))
+        before = snapshot(project)
+        result, text, _ = call(client, {"env": "project", "session": "b", "code":
+                                        "cd /project && cc -o build/hello main.c && ./build/hello"})
+        check(text.startswith("rebuilt with the dev shell\n"), f"the host's edit is not seen: {text!r}")
+        check(snapshot(project) == before, "the host's project changed")
+
+
 def t_broken(args, scratch, listener, secret):
     project = scratch / "broken"
     write_project(project, args, listener, secret, "broken",
@@ -227,6 +264,9 @@ def main():
                    "host path), its shellHook ran in the jail without the host's files or network; built once, "
                    "cached across servers, built again when flake.nix changes; a session keeps its own",
                    t_built, args, scratch, listener, secret)
+        suite.test("with the project writable too, the dev shell's compiler builds and tests it in /project: "
+                   "the binary in the diff, the host's tree unchanged, the host's edit seen by the next call",
+                   t_workbench, args, scratch, listener, secret)
         suite.test("a dev shell that reads a host file fails the pure evaluation: one line naming the flake, "
                    "remembered, the other environments work", t_broken, args, scratch, listener, secret)
         suite.test("with the setting off there is no `project`", t_off, args, scratch, listener, secret)

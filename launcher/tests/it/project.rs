@@ -111,6 +111,22 @@ pub(crate) async fn writable(user: User, manifest: &serde_json::Value, project: 
     .await
 }
 
+/// A server as `user` over `project` made writable, keeping 4
+/// checkpoints (its sessions can be forked and rolled back).
+pub(crate) async fn checkpointed(user: User, project: &Path) -> Server {
+    Server::start_command(
+        user.command(),
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store"],
+        &[
+            ("PROJECT_DIR", project.to_str().unwrap()),
+            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
+            ("NIX_SANDBOX_MAX_CHECKPOINTS", "4"),
+        ],
+    )
+    .await
+}
+
 /// Applies `diff` in `dir` with GNU `patch -p1`, as docs/workbench.md
 /// tells the person to.
 pub(crate) fn patch(dir: &Path, diff: &str) {
@@ -422,17 +438,7 @@ async fn a_fork_carries_the_project_layer_as_it_was() {
     let tmp = tempfile::tempdir().unwrap();
     let project = unprivileged_project(tmp.path());
     let before = snapshot(&project);
-    let s = Server::start_command(
-        user.command(),
-        vec![Manifest::new(&template())],
-        &["--allow-wrappers-outside-store"],
-        &[
-            ("PROJECT_DIR", project.to_str().unwrap()),
-            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
-            ("NIX_SANDBOX_MAX_CHECKPOINTS", "8"),
-        ],
-    )
-    .await;
+    let s = checkpointed(user, &project).await;
     let r = s
         .call(json!({"env": "shell", "session": "w", "code":
             "rm /project/gone.txt && mkdir /project/new && echo n > /project/new/x \
@@ -539,4 +545,68 @@ async fn sessions_past_the_bound_on_all_layers_are_refused() {
             .await;
         assert!(text(&r).contains("still"), "{user:?}: {}", text(&r));
     }
+}
+
+/// The project README's session ("A session on your project") runs: each
+/// `run {...}` line of its transcripts is sent as it stands, over a
+/// project of the three scripts it names, and the server answers each
+/// with the very lines the README shows under it.
+#[tokio::test]
+async fn the_readmes_session_is_what_the_server_answers() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let section = readme
+        .split("### A session on your project")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README's session section");
+    let mut steps: Vec<(serde_json::Value, String)> = Vec::new();
+    for block in section.split("```text\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        for line in block.lines() {
+            if let Some(call) = line.strip_prefix("run ") {
+                steps.push((serde_json::from_str(call).unwrap(), String::new()));
+            } else {
+                let answer = &mut steps.last_mut().expect("a line after a run").1;
+                answer.push_str(line);
+                answer.push('\n');
+            }
+        }
+    }
+    assert!(steps.len() >= 4, "{steps:?}");
+    for user in User::all() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("proj");
+        std::fs::create_dir(&project).unwrap();
+        for (name, text) in [
+            ("add.sh", "echo $(($1 - $2))\n"),
+            (
+                "build.sh",
+                "mkdir -p bin && { echo '#!/bin/sh'; cat add.sh; } > bin/add\n",
+            ),
+            (
+                "test.sh",
+                "r=$(sh bin/add 2 3); [ \"$r\" = 5 ] && echo test ok || { echo \"test failed: 2 + 3 = $r\"; exit 1; }\n",
+            ),
+        ] {
+            std::fs::write(project.join(name), text).unwrap();
+        }
+        if root() && user == User::Nobody {
+            chown_tree(&project, 65534);
+        }
+        let before = snapshot(&project);
+        let s = checkpointed(user, &project).await;
+        for (call, want) in &steps {
+            let got = text(&s.call(call.clone()).await);
+            assert_eq!(got.trim_end(), want.trim_end(), "{user:?}: {call}");
+        }
+        assert_eq!(snapshot(&project), before);
+    }
+}
+
+/// Whether the test runs as root.
+pub(crate) fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { nix::libc::geteuid() == 0 }
 }

@@ -17,12 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::*;
 use crate::fork::shell;
-use crate::project::{chown_tree, diff, patch, project, snapshot};
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { nix::libc::geteuid() == 0 }
-}
+use crate::project::{checkpointed, chown_tree, diff, patch, project, root, snapshot};
 
 /// Gives `project` to the server's user when the test is root and the
 /// server 65534 (a real project is its user's: the overlay copies up only
@@ -31,22 +26,6 @@ fn own(project: &Path, user: User) {
     if root() && user == User::Nobody {
         chown_tree(project, 65534);
     }
-}
-
-/// A writable-project server as `user` over `project`, keeping 4
-/// checkpoints (so sessions can be forked and rolled back).
-async fn server(user: User, project: &Path) -> Server {
-    Server::start_command(
-        user.command(),
-        vec![Manifest::new(&template())],
-        &["--allow-wrappers-outside-store"],
-        &[
-            ("PROJECT_DIR", project.to_str().unwrap()),
-            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
-            ("NIX_SANDBOX_MAX_CHECKPOINTS", "4"),
-        ],
-    )
-    .await
 }
 
 #[tokio::test]
@@ -64,7 +43,7 @@ async fn symlinks_out_of_the_project_reach_nothing_and_show_as_links() {
         std::os::unix::fs::symlink("../../../../../../../..", project.join("up")).unwrap();
         own(&project, user);
         let outside_before = snapshot(&outside);
-        let s = server(user, &project).await;
+        let s = checkpointed(user, &project).await;
         let out = shell(
             &s,
             "w",
@@ -174,7 +153,7 @@ async fn devices_fifos_and_sockets_open_nothing_of_the_host() {
             .open(project.join("pipe"))
             .unwrap();
         let before = snapshot(&project);
-        let s = server(user, &project).await;
+        let s = checkpointed(user, &project).await;
         let out = shell(
             &s,
             "d",
@@ -262,7 +241,7 @@ async fn a_tree_of_100000_files_is_served_and_the_diff_says_where_it_was_cut() {
         std::fs::set_permissions(project.join("tree"), std::fs::Permissions::from_mode(0o777))
             .unwrap();
         own(&project, user);
-        let s = server(user, &project).await;
+        let s = checkpointed(user, &project).await;
         // A session starts over it, and a build writes 25,000 files in it:
         // past the 20,000 entries the diff walks.
         let out = shell(
@@ -364,7 +343,7 @@ async fn names_with_newlines_dashes_and_bad_bytes_are_unambiguous() {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
         }
         own(&project, user);
-        let s = server(user, &project).await;
+        let s = checkpointed(user, &project).await;
         // Each name written by printf from its bytes (octal escapes).
         let mut code = String::from("cd /project; ");
         for (i, name) in NAMES.iter().enumerate() {

@@ -434,46 +434,84 @@ async fn a_reset_says_the_project_changes_are_lost() {
 /// made again (opaque), none of the later changes, the host untouched.
 #[tokio::test]
 async fn a_fork_carries_the_project_layer_as_it_was() {
-    let user = User::unprivileged();
-    let tmp = tempfile::tempdir().unwrap();
-    let project = unprivileged_project(tmp.path());
-    let before = snapshot(&project);
-    let s = checkpointed(user, &project).await;
-    let r = s
-        .call(json!({"env": "shell", "session": "w", "code":
-            "rm /project/gone.txt && mkdir /project/new && echo n > /project/new/x \
-             && rm -r /project/src && mkdir /project/src && echo fresh > /project/src/other"}))
-        .await;
-    assert!(text(&r).contains("checkpoint: w@1"), "{}", text(&r));
-    let r = s
-        .call(json!({"env": "shell", "session": "w", "code":
-            "echo later > /project/later; echo back > /project/gone.txt"}))
-        .await;
-    assert!(text(&r).contains("checkpoint: w@2"), "{}", text(&r));
-    let r = s
-        .call(
-            json!({"env": "shell", "session": "v", "from": "w@1", "code":
-            "ls /project/src; cat /project/new/x; [ -e /project/gone.txt ] || echo no-gone; \
-             [ -e /project/later ] || echo no-later; [ -e /project/src/main.sh ] || echo opaque"}),
-        )
-        .await;
-    let out = text(&r);
-    for want in [
-        "other",
-        "\nn\n",
-        "no-gone",
-        "no-later",
-        "opaque",
-        "started from w@1",
-    ] {
-        assert!(out.contains(want), "{want}: {out}");
+    for user in User::all() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (project, _) = project(tmp.path());
+        if root() && user == User::Nobody {
+            chown_tree(&project, 65534);
+        }
+        let before = snapshot(&project);
+        let s = checkpointed(user, &project).await;
+        let r = s
+            .call(json!({"env": "shell", "session": "w", "code":
+                "rm /project/gone.txt && mkdir /project/new && echo n > /project/new/x \
+                 && rm -r /project/src && mkdir /project/src && echo fresh > /project/src/other"}))
+            .await;
+        assert!(
+            text(&r).contains("checkpoint: w@1"),
+            "{user:?}: {}",
+            text(&r)
+        );
+        let r = s
+            .call(json!({"env": "shell", "session": "w", "code":
+                "echo later > /project/later; echo back > /project/gone.txt"}))
+            .await;
+        assert!(
+            text(&r).contains("checkpoint: w@2"),
+            "{user:?}: {}",
+            text(&r)
+        );
+        let r = s
+            .call(json!({"env": "shell", "session": "v", "from": "w@1", "code":
+                "ls /project/src; cat /project/new/x; [ -e /project/gone.txt ] || echo no-gone; \
+                 [ -e /project/later ] || echo no-later; [ -e /project/src/main.sh ] || echo opaque"}))
+            .await;
+        let out = text(&r);
+        for want in [
+            "other",
+            "\nn\n",
+            "no-gone",
+            "no-later",
+            "opaque",
+            "started from w@1",
+        ] {
+            assert!(out.contains(want), "{user:?}: {want}: {out}");
+        }
+        let diff = diff(&s, "v").await;
+        assert!(
+            diff.contains("gone.txt") && diff.contains("new/x"),
+            "{diff}"
+        );
+        // Two forks of w as it is now diverge in the project too: neither
+        // sees the other's writes, nor does w.
+        for (fork, other) in [("a", "b"), ("b", "a")] {
+            let code = format!(
+                "cat /project/later; echo {fork} > /project/only-{fork}; \
+                 echo {fork} >> /project/new/x; ls /project"
+            );
+            let r = s
+                .call(json!({"env": "shell", "session": fork, "from": "w", "code": code}))
+                .await;
+            let out = text(&r);
+            assert!(
+                out.starts_with("later\n") && !out.contains(&format!("only-{other}")),
+                "{user:?}: {out}"
+            );
+        }
+        for (session, want) in [("a", "n\na\n"), ("b", "n\nb\n"), ("w", "n\n")] {
+            let r = s
+                .call(json!({"env": "shell", "session": session, "code":
+                    "cat /project/new/x; ls /project"}))
+                .await;
+            let out = text(&r);
+            assert!(out.starts_with(want), "{user:?} {session}: {out}");
+            let others = ["a", "b"].iter().filter(|f| **f != session);
+            for other in others {
+                assert!(!out.contains(&format!("only-{other}")), "{user:?}: {out}");
+            }
+        }
+        assert_eq!(snapshot(&project), before, "{user:?}");
     }
-    let diff = diff(&s, "v").await;
-    assert!(
-        diff.contains("gone.txt") && diff.contains("new/x"),
-        "{diff}"
-    );
-    assert_eq!(snapshot(&project), before);
 }
 
 #[tokio::test]

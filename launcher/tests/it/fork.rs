@@ -324,9 +324,11 @@ async fn a_fork_is_mounted_over_the_checkpoint_and_outlives_its_source() {
 async fn a_chain_of_checkpoints_is_bounded() {
     for user in User::all() {
         let s = server(user).await;
-        let mounted = mounts(&s);
         let out = shell(&s, "d", None, "echo 0 > f").await;
         assert!(out.contains("checkpoint: d@1"), "{user:?}: {out}");
+        // The start-up lines reach the test's reader of stderr in time.
+        assert!(eventually(|| s.stderr().contains("self-test: forks: ")).await);
+        let mounted = mounts(&s);
         for k in 1..=16 {
             let at = format!("d@{k}");
             let code = format!("cat f; echo {k} > f; stat -f -c %T /workspace");

@@ -34,8 +34,12 @@ let
       package = pkgs.opencode or null;
       command = "opencode";
       hosts = [ "api.openai.com" ];
-      # Its catalogue of models, fetched at start; no key goes there.
-      extraHosts = [ "models.dev" ];
+      # Its catalogue of models, fetched at start (from models.dev, and
+      # from models.opencode.ai since 1.x); no key goes there.
+      extraHosts = [
+        "models.dev"
+        "models.opencode.ai"
+      ];
       apiKey.variable = "OPENAI_API_KEY";
     };
     claude-code = {

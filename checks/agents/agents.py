@@ -28,6 +28,7 @@ the test CA (NIX_SANDBOX_EGRESS_CA_ROOTS). The agents run as root, or with
 """
 
 import argparse
+import base64
 import fcntl
 import json
 import os
@@ -49,11 +50,11 @@ sys.path.insert(0, str(HERE.parent / "e2e"))
 sys.path.insert(0, str(HERE.parent / "clients" / "cli"))
 import egress  # noqa: E402
 from e2e import Failed, Suite, check  # noqa: E402
-from fakeapi import FakeAPI, Script, responses_tool_results  # noqa: E402
+from fakeapi import (FakeAPI, Script, anthropic_tool_results, chat_tool_results,  # noqa: E402
+                     gemini_tool_results, responses_tool_results)
 
 SECRET = "sk-agents-real-9d2f61c07e3b4a58"
-PLACEHOLDER = "nix-sandbox-placeholder-OPENAI_API_KEY"
-NAMES = ["api.openai.com", "other.test"]
+NAMES = ["api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com", "other.test"]
 ORIGINAL = 'print("hello")\n'
 FIXED = 'print("hello, jail")\n'
 # What the model runs through Codex's shell tool, in the project. The key
@@ -66,25 +67,41 @@ readable=0
 for p in /proc/[0-9]*; do
   e=$(tr '\0' '\n' <"$p/environ" 2>/dev/null) || continue
   readable=$((readable + 1))
-  v=$(printf '%s\n' "$e" | grep '^OPENAI_API_KEY=' | head -n 1)
-  [ -z "$v" ] || echo "key-var ${p#/proc/}: ${v#OPENAI_API_KEY=}"
+  v=$(printf '%s\n' "$e" | grep '^@VAR@=' | head -n 1)
+  [ -z "$v" ] || echo "key-var ${p#/proc/}: ${v#@VAR@=}"
   case $e in *"$n"*) echo "environ ${p#/proc/}: holds the key" ;; esac
 done
 echo "environs read: $readable"
 echo "files: $(grep -r -l -a -F -- "$n" ~ /tmp /workspace . 2>/dev/null | wc -l)"
 for p in /proc/[0-9]*; do
-  [ "$(cat "$p/comm" 2>/dev/null)" = codex ] || continue
+  [ "$(cat "$p/comm" 2>/dev/null)" = @COMM@ ] || continue
   if ! (: <"$p/mem") 2>/dev/null; then echo "memory ${p#/proc/}: unreadable"; continue; fi
-  regions=0 found=0
-  while read -r range perms _; do
-    case $perms in rw*) ;; *) continue ;; esac
-    start=$((16#${range%-*})) end=$((16#${range#*-}))
-    regions=$((regions + 1))
-    if dd if="$p/mem" iflag=skip_bytes,count_bytes skip=$start count=$((end - start)) 2>/dev/null | grep -q -a -F -- "$n"; then
-      found=$((found + 1))
-    fi
-  done <"$p/maps"
-  echo "memory ${p#/proc/}: $found of $regions regions"
+  regions=0 found=0 large=0 unread=0 range= perms= held=0
+  # smaps, read whole first (read byte by byte, each read walks the
+  # page tables again): a region's line, then its counts, VmFlags last. A region whose
+  # pages were never touched (none resident or swapped) holds nothing; a
+  # larger one than 256 MiB (a runtime's reserved heap, read from here at
+  # tens of MB a second) is left to the scan from outside, which reads
+  # every page a process holds.
+  while read -r first second _; do
+    case $first in
+      Rss: | Swap:) held=$((held + second)) ;;
+      VmFlags:)
+        case $perms in rw*) ;; *) continue ;; esac
+        [ "$held" -gt 0 ] || continue
+        start=$((16#${range%-*})) end=$((16#${range#*-}))
+        if [ $((end - start)) -gt $((256 << 20)) ]; then large=$((large + 1)); continue; fi
+        # A Bun agent has thousands of regions: 20 s of reading here, all
+        # of them from outside.
+        if [ "$SECONDS" -ge 20 ]; then unread=$((unread + 1)); continue; fi
+        regions=$((regions + 1))
+        if dd if="$p/mem" bs=1M iflag=skip_bytes,count_bytes skip=$start count=$((end - start)) 2>/dev/null | grep -q -a -F -- "$n"; then
+          found=$((found + 1))
+        fi ;;
+      *-*) range=$first perms=$second held=0 ;;
+    esac
+  done <<<"$(cat "$p/smaps")"
+  echo "memory ${p#/proc/}: $found of $regions regions ($large over 256 MiB and $unread past 20 s left out)"
 done
 exec 3<>/dev/tcp/127.0.0.1/3128
 printf 'CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\n\r\n' >&3
@@ -93,36 +110,132 @@ echo "other: $line"
 """
 
 
+class Spec:
+    """How one agent CLI is driven in its jail: its key's variable and the
+    header the proxy puts the key in (and how the real key reads there),
+    its wire format's tool results, its shell tool's names, its process's
+    `comm`, its files in the agent's home, and its headless command."""
+
+    def __init__(self, var, header, value, results, tools, comm, home, argv):
+        self.var, self.header, self.value = var, header, value
+        self.results, self.tools, self.comm = results, tools, comm
+        self.home, self.argv = home, argv
+
+
+def codex_home(home):
+    # A provider of the person's own naming the model API's real host.
+    return {".codex/config.toml": "\n".join([
+        'model = "nsm-fake-model"', 'model_provider = "jail"', 'approval_policy = "never"',
+        "check_for_update_on_startup = false", "", "[analytics]", "enabled = false", "",
+        "[model_providers.jail]", 'name = "jail"', 'base_url = "https://api.openai.com/v1"',
+        'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', "request_max_retries = 0",
+        "stream_max_retries = 0", "",
+        # The tool's shell gets the jail's whole environment, key variable included.
+        "[shell_environment_policy]", 'inherit = "all"', "ignore_default_excludes = true", ""])}
+
+
+def claude_home(home):
+    # Onboarding done, so that -p goes straight to the model.
+    return {".claude.json": json.dumps({"hasCompletedOnboarding": True, "autoUpdates": False})}
+
+
+def gemini_home(home):
+    # The API-key login; no telemetry, updates or folder-trust question.
+    return {".gemini/settings.json": json.dumps({
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "security": {"folderTrust": {"enabled": False}, "auth": {"selectedType": "gemini-api-key"}},
+    })}
+
+
+def opencode_home(home):
+    # The bundled OpenAI provider with a model of the test's naming; its
+    # shell and edits allowed, as `opencode run` cannot ask.
+    return {".config/opencode/opencode.json": json.dumps({
+        "$schema": "https://opencode.ai/config.json",
+        "model": "openai/nsm-fake-model",
+        "small_model": "openai/nsm-fake-model",
+        "provider": {"openai": {"models": {"nsm-fake-model": {"name": "Fake model", "tool_call": True}}}},
+        "permission": {"bash": "allow", "edit": "allow"},
+        "autoupdate": False,
+        "share": "disabled",
+    })}
+
+
+def responses_or_chat(body):
+    return responses_tool_results(body) or chat_tool_results(body)
+
+
+TASK = "Make hello.py greet the jail."
+AGENTS = {
+    "codex": Spec("OPENAI_API_KEY", "Authorization", f"Bearer {SECRET}", responses_tool_results,
+                  ("shell", "exec_command", "shell_command", "container.exec"), "codex", codex_home,
+                  ["exec", "--skip-git-repo-check", TASK]),
+    # As the jail's uid its Bash tool is allowed by name, as the client
+    # suite does as root (no skipping of every permission).
+    "claude-code": Spec("ANTHROPIC_API_KEY", "x-api-key", SECRET, anthropic_tool_results, ("Bash",), "claude",
+                        claude_home, ["-p", TASK, "--allowedTools", "Bash", "--output-format", "json"]),
+    # Headless, a shell command needs the approval mode that runs tools.
+    "gemini-cli": Spec("GEMINI_API_KEY", "x-goog-api-key", SECRET, gemini_tool_results, ("run_shell_command",),
+                       "node", gemini_home, ["-p", TASK, "--approval-mode", "yolo", "--output-format", "json"]),
+    "opencode": Spec("OPENAI_API_KEY", "Authorization", f"Bearer {SECRET}", responses_or_chat, ("bash",),
+                     "opencode", opencode_home, ["run", "--format", "json", "-m", "openai/nsm-fake-model", TASK]),
+}
+
+
+class TLSServer(egress.Server):
+    """The fake model's HTTPS server, which ends each connection as a TLS
+    server does: a close_notify first. The fake API ends an event stream
+    by closing the connection; without close_notify that end cannot be
+    told from a cut, and the proxy (rightly) passes it on as a cut."""
+
+    def shutdown_request(self, request):
+        try:
+            request.settimeout(2)
+            request.unwrap()
+        except (OSError, ValueError):
+            pass
+        super().shutdown_request(request)
+
+
 class AgentAPI(FakeAPI):
     """The fake model, over HTTPS on the test's address, calling the
     agent's shell tool; every request's key header kept; `on_result`
     runs when a request carries the tool's result (the agent waits)."""
 
-    def __init__(self, script, context, on_result):
+    def __init__(self, spec, script, context, on_result):
         super().__init__(Script(script))
         handler = self.httpd.RequestHandlerClass
         self.httpd.server_close()
-        self.httpd = egress.Server((egress.ADDR, 443), handler)
+        self.httpd = TLSServer((egress.ADDR, 443), handler)
         self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         # A fault of this test's model is said, never seen only as the
         # proxy's 502 for a connection closed without an answer.
         self.httpd.handle_error = lambda request, address: traceback.print_exc()
         self.thread = __import__("threading").Thread(target=self.httpd.serve_forever, daemon=True)
+        self.spec = spec
         self.on_result = on_result
         self.keys = []
         self.scans = []
 
     def _record(self, h, method, body, kind, answer=None):
-        self.keys.append(h.headers.get("Authorization"))
-        if isinstance(body, dict) and responses_tool_results(body) and not self.scans:
+        self.keys.append(h.headers.get(self.spec.header))
+        if isinstance(body, dict) and self.spec.results(body) and not self.scans:
             self.scans.append(self.on_result())
         super()._record(h, method, body, kind, answer)
 
     def _decide(self, tools, n_results):
-        for tool in tools or []:
-            props = ((tool.get("parameters") or {}).get("properties") or {}) if isinstance(tool, dict) else {}
-            name = tool.get("name") if isinstance(tool, dict) else None
-            if name not in ("shell", "exec_command", "shell_command", "container.exec"):
+        # Gemini's tools are lists of declarations.
+        tools = [d for t in tools or [] if isinstance(t, dict)
+                 for d in (t["functionDeclarations"] if "functionDeclarations" in t else [t])]
+        for tool in tools:
+            if not isinstance(tool, dict):
+                continue
+            schema = tool.get("parameters") or tool.get("input_schema") or tool.get("parametersJsonSchema") or {}
+            props = schema.get("properties") or {}
+            name = tool.get("name")
+            if name not in self.spec.tools:
                 continue
             self.tool_names.add(name)
             if n_results >= len(self.script.steps):
@@ -135,11 +248,23 @@ class AgentAPI(FakeAPI):
             else:
                 args = {"command": script}
             for key, value in (("yield_time_ms", 120000), ("timeout_ms", 120000), ("max_output_tokens", 4000),
-                               ("shell", "bash"), ("login", False)):
+                               ("shell", "bash"), ("login", False), ("timeout", 120000),
+                               ("description", "Greet the jail")):
                 if key in props:
                     args[key] = value
             return ("call", name, args, n_results, None)
         return ("text", "Sandbox check")
+
+
+def strings(value):
+    """Every string in a JSON value, in order, a line each."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
 
 
 def tool_output(api):
@@ -147,11 +272,8 @@ def tool_output(api):
     for record in api.records:
         body = record.get("body")
         if isinstance(body, dict):
-            for item in responses_tool_results(body):
-                out = item.get("output")
-                if isinstance(out, list):
-                    out = "".join(part.get("text", "") for part in out if isinstance(part, dict))
-                return out if isinstance(out, str) else json.dumps(out)
+            for item in api.spec.results(body):
+                return "\n".join(strings(item))
     return ""
 
 
@@ -169,21 +291,16 @@ class Agent:
                               stdin=subprocess.DEVNULL, timeout=timeout, **kw)
 
 
-def codex_tests(suite, agent, project, scratch, context):
+def agent_tests(suite, name, agent, project, scratch, context):
+    """`name`'s command (AGENTS) told to fix hello.py in `project`."""
+    spec = AGENTS[name]
     state = agent.run("--project", str(project), "--state")
     check(state.returncode == 0, f"--state exited {state.returncode}: {state.stderr}")
     home = Path(state.stdout.strip()) / "home"
-    config = home / ".codex" / "config.toml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    # A provider of the person's own naming the model API's real host.
-    config.write_text("\n".join([
-        'model = "nsm-fake-model"', 'model_provider = "jail"', 'approval_policy = "never"',
-        "check_for_update_on_startup = false", "", "[analytics]", "enabled = false", "",
-        "[model_providers.jail]", 'name = "jail"', 'base_url = "https://api.openai.com/v1"',
-        'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', "request_max_retries = 0",
-        "stream_max_retries = 0", "",
-        # The tool's shell gets the jail's whole environment, key variable included.
-        "[shell_environment_policy]", 'inherit = "all"', "ignore_default_excludes = true", ""]))
+    home.mkdir(parents=True, exist_ok=True)
+    for path, text in spec.home(home).items():
+        (home / path).parent.mkdir(parents=True, exist_ok=True)
+        (home / path).write_text(text)
     owner = project.stat()
     for path in [home.parent, *home.rglob("*"), home]:
         os.chown(path, owner.st_uid, owner.st_gid)
@@ -192,53 +309,60 @@ def codex_tests(suite, agent, project, scratch, context):
     def scan_from_outside():
         return egress.scan(launcher["pid"], SECRET.encode()) if "pid" in launcher else (["no launcher pid"], {})
 
-    api = AgentAPI([SCAN.replace("@REVERSED@", SECRET[::-1])], context, scan_from_outside).start()
+    scan = SCAN.replace("@REVERSED@", SECRET[::-1]).replace("@VAR@", spec.var).replace("@COMM@", spec.comm)
+    # One plain command (Gemini CLI's shell tool refuses `$(...)` in what
+    # it is given; the script itself may use it).
+    scan = f"echo {base64.b64encode(scan.encode()).decode()} | base64 -d | bash"
+    api = AgentAPI(spec, [scan], context, scan_from_outside).start()
     try:
-        proc = subprocess.Popen([*agent.argv, "--project", str(project), "exec", "--skip-git-repo-check",
-                                 "Make hello.py greet the jail."], env=agent.env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([*agent.argv, "--project", str(project), *spec.argv], env=agent.env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         launcher["pid"] = proc.pid  # setpriv execs the launcher: the same pid
         out, err = proc.communicate(timeout=300)
     finally:
         api.stop()
     shown = tool_output(api)
-    (scratch / "codex.out").write_text(f"{out}\n--- stderr\n{err}\n--- tool\n{shown}\n")
+    (scratch / f"{name}.out").write_text(f"{out}\n--- stderr\n{err}\n--- tool\n{shown}\n--- requests\n"
+                                         + "\n".join(f"{r.get('method')} {r.get('path')} {r.get('kind')}"
+                                                     for r in api.records) + "\n")
 
     def ran():
         check(proc.returncode == 0, f"exited {proc.returncode}: {err[-1500:]}")
         check(api.tool_names, f"no shell tool offered; records: {[r['kind'] for r in api.records]}")
         check(shown, f"no tool result came back; stdout {out[-800:]}")
-    suite.test("codex exec completes a task through its shell tool", ran)
+    suite.test(f"{name} completes a task through its shell tool", ran)
 
     def real_key():
         check(api.keys, "the API got no request")
-        check(all(k == f"Bearer {SECRET}" for k in api.keys),
-              f"keys the API got: {sorted(set(str(k)[:24] for k in api.keys))}")
-    suite.test("the model API got the real key on every request", real_key)
+        check(all(k == spec.value for k in api.keys),
+              f"{spec.header} values the API got: {sorted(set(str(k)[:24] for k in api.keys))}")
+    suite.test(f"{name}: the model API got the real key on every request", real_key)
 
     def placeholder_only():
         values = set(re.findall(r"key-var \d+: (\S*)", shown))
-        check(values == {PLACEHOLDER}, f"the jail's OPENAI_API_KEY values: {values}: {shown[:300]}")
+        placeholder = f"nix-sandbox-placeholder-{spec.var}"
+        check(values == {placeholder}, f"the jail's {spec.var} values: {values}: {shown[:300]}")
         check("holds the key" not in shown and "files: 0" in shown, shown[:600])
         check(int((re.findall(r"environs read: (\d+)", shown) or ["0"])[0]) > 1, shown[:600])
         memory = re.findall(r"memory (\d+): (.*)", shown)
-        check(memory, f"no codex process found in the jail: {shown[:600]}")
+        check(memory, f"no {spec.comm} process found in the jail: {shown[:600]}")
         for pid, said in memory:
-            check(said == "unreadable" or said.startswith("0 of "), f"codex {pid}'s memory: {said}")
+            check(said == "unreadable" or said.startswith("0 of "), f"{spec.comm} {pid}'s memory: {said}")
         check(SECRET not in shown and SECRET not in out and SECRET not in err, "the key was printed")
-    suite.test("inside the jail: environ, home, project and codex's memory hold no key", placeholder_only)
+    suite.test(f"{name}: inside the jail, environ, home, project and the agent's memory hold no key",
+               placeholder_only)
 
     def outside():
-        check(api.scans, "no scan ran while codex waited")
+        check(api.scans, f"no scan ran while {name} waited")
         found, scanned = api.scans[0]
         check(scanned.get("processes", 0) > 0 and scanned.get("regions", 0) > 0, f"nothing scanned: {scanned}")
         check(not found, f"the key is in {found[:5]}")
-    suite.test("from outside: every jail process's environ, memory and files hold no key", outside)
+    suite.test(f"{name}: from outside, every jail process's environ, memory and files hold no key", outside)
 
     def refused():
         check(re.search(r"other: HTTP/1\.[01] 403", shown), f"other.test: {shown[-300:]}")
         check("network: refused other.test:443" in err, f"no refusal line: {err[-600:]}")
-    suite.test("a host other than the model API is refused", refused)
+    suite.test(f"{name}: a host other than the model API is refused", refused)
 
     def diff_and_apply():
         check((project / "hello.py").read_text() == ORIGINAL, "the host's project changed before --apply")
@@ -251,7 +375,7 @@ def codex_tests(suite, agent, project, scratch, context):
         check((project / "hello.py").read_text() == FIXED, (project / "hello.py").read_text())
         again = agent.run("--project", str(project), "--diff")
         check(again.stdout.startswith("# project: no changes"), again.stdout[:300])
-    suite.test("the project is unchanged until --apply, then changed as the diff said", diff_and_apply)
+    suite.test(f"{name}: the project is unchanged until --apply, then changed as the diff said", diff_and_apply)
 
 
 def read_until(fd, pattern, timeout=30):
@@ -426,7 +550,8 @@ def lifetime_tests(suite, agent, project):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", required=True)
-    parser.add_argument("--codex", required=True)
+    parser.add_argument("--agent", action="append", default=[], metavar="NAME=OUT",
+                        help="an agent of AGENTS and its built package (agent-NAME)")
     parser.add_argument("--shell", required=True)
     parser.add_argument("--user", type=int)
     parser.add_argument("--in-namespace", action="store_true", help=argparse.SUPPRESS)
@@ -445,23 +570,28 @@ def main():
         hosts.chmod(0o644)
         uid = os.getuid() if args.user is None else args.user
         home = scratch / "home"
-        project, shell_project = scratch / "project", scratch / "shell-project"
-        for d in (home, project, shell_project):
+        shell_project = scratch / "shell-project"
+        for d in (home, shell_project):
             d.mkdir()
             os.chown(d, uid, uid)
-        (project / "hello.py").write_text(ORIGINAL)
-        os.chown(project / "hello.py", uid, uid)
         env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "TERM": "xterm-256color",
-               "OPENAI_API_KEY": SECRET, "NIX_SANDBOX_EGRESS_HOSTS": str(hosts),
-               "NIX_SANDBOX_EGRESS_CA_ROOTS": str(ca)}
-        try:
-            codex_tests(suite, Agent(args.codex, "codex", env, args.user), project, scratch, context)
-        except (Failed, subprocess.TimeoutExpired) as e:
-            print(f"FAIL - agents {args.label}: codex: {e}")
-            suite.failed += 1
+               "NIX_SANDBOX_EGRESS_HOSTS": str(hosts), "NIX_SANDBOX_EGRESS_CA_ROOTS": str(ca)}
+        env.update({spec.var: SECRET for spec in AGENTS.values()})
+        for name, out in (a.split("=", 1) for a in args.agent):
+            project = scratch / f"project-{name}"
+            project.mkdir()
+            (project / "hello.py").write_text(ORIGINAL)
+            for path in (project, project / "hello.py"):
+                os.chown(path, uid, uid)
+            try:
+                agent_tests(suite, name, Agent(out, name, env, args.user), project, scratch, context)
+            except (Failed, subprocess.TimeoutExpired) as e:
+                print(f"FAIL - agents {args.label}: {name}: {e}")
+                suite.failed += 1
+            out_file = scratch / f"{name}.out"
+            sys.stderr.write(f"=== {name}\n{out_file.read_text()}" if out_file.exists() else "")
         terminal_tests(suite, Agent(args.shell, "shell", env, args.user), shell_project)
         lifetime_tests(suite, Agent(args.shell, "shell", env, args.user), shell_project)
-        sys.stderr.write((scratch / "codex.out").read_text() if (scratch / "codex.out").exists() else "")
     sys.exit(1 if suite.failed else 0)
 
 

@@ -705,6 +705,44 @@ def jailed(server_pid):
     return [pid for pid in under if pid_ns(pid) not in outer]
 
 
+PAGE = os.sysconf("SC_PAGE_SIZE")
+# A chunk of /proc/PID/pagemap read at once: 64 Ki pages of 8 bytes each.
+PAGEMAP_CHUNK = 1 << 16
+
+
+def held(mem, pagemap, start, end):
+    """The data of the pages of [start, end) that the process holds (in
+    memory or swapped out, bits 63 and 62 of /proc/PID/pagemap), one run
+    of consecutive pages at a time. A region never touched (a runtime's
+    reserved heap of tens of GiB) is passed over at the cost of reading
+    its page map, not read as gigabytes of zeros."""
+    first, last = start // PAGE, end // PAGE
+    run = None
+    for chunk_start in range(first, last, PAGEMAP_CHUNK):
+        count = min(PAGEMAP_CHUNK, last - chunk_start)
+        pagemap.seek(chunk_start * 8)
+        entries = pagemap.read(count * 8)
+        if not entries.strip(b"\0"):
+            pages = []
+        else:
+            flags = memoryview(entries).cast("Q")
+            pages = [chunk_start + i for i in range(len(flags)) if flags[i] >> 62]
+        for page in pages:
+            if run and page == run[1]:
+                run[1] = page + 1
+                continue
+            if run:
+                yield read_run(mem, run)
+            run = [page, page + 1]
+    if run:
+        yield read_run(mem, run)
+
+
+def read_run(mem, run):
+    mem.seek(run[0] * PAGE)
+    return mem.read((run[1] - run[0]) * PAGE)
+
+
 def scan(server_pid, secret):
     """Where `secret` is among the processes of the server's jails: their
     environ, their readable memory, and the files of their root (the jail's
@@ -716,15 +754,15 @@ def scan(server_pid, secret):
         try:
             if secret in Path(f"/proc/{pid}/environ").read_bytes():
                 found.append(f"environ of {pid}")
-            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem, \
+                    open(f"/proc/{pid}/pagemap", "rb", 0) as pagemap:
                 for line in maps:
                     fields = line.split()
                     if "r" not in fields[1]:
                         continue
                     start, end = (int(x, 16) for x in fields[0].split("-"))
                     try:
-                        mem.seek(start)
-                        if secret in mem.read(end - start):
+                        if any(secret in data for data in held(mem, pagemap, start, end)):
                             found.append(f"memory of {pid} ({line.strip()})")
                         scanned["regions"] += 1
                     except (OSError, OverflowError, ValueError):

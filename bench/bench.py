@@ -632,7 +632,7 @@ class Bench:
         self.lines(lines)
 
     def devshell(self):
-        """The environment `project` (the project's dev shell, docs/workbench.md)
+        """The environment `project` (the project's dev shell, docs/devshell.md)
         over a test flake of the stand-in package set whose dev shell brings gcc:
         its first call after the dev shell changed (cold: the server runs
         `nix print-dev-env` and builds the jail's closure) beside `nix

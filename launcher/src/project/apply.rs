@@ -111,8 +111,7 @@ fn entry(
             })?;
         }
         _ => {
-            let shown = String::from_utf8_lossy(path).escape_debug().to_string();
-            out.skipped.push(shown);
+            out.skipped.push(diff::quoted(b"", path));
             return Ok(());
         }
     }

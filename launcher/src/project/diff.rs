@@ -394,14 +394,13 @@ impl Walk {
                 Some(Node::File(Some(bytes), _)) if !bytes.contains(&0) => {
                     String::from_utf8(bytes.clone()).map(Some).map_err(|_| ())
                 }
-                Some(Node::Symlink(target)) => String::from_utf8(target.clone())
-                    .map(|t| Some(format!("symlink -> {t}\n")))
-                    .map_err(|_| ()),
+                Some(Node::Symlink(target)) => {
+                    Ok(Some(format!("symlink -> {}\n", quoted(b"", target))))
+                }
                 _ => Err(()),
             }
         };
-        let shown = String::from_utf8_lossy(path).escape_debug().to_string();
-        let (a, b) = (format!("a/{shown}"), format!("b/{shown}"));
+        let (a, b) = (quoted(b"a/", path), quoted(b"b/", path));
         let mut section = String::new();
         let lines = match (text(&old), text(&new)) {
             (Ok(before), Ok(after)) => {
@@ -461,6 +460,36 @@ impl Walk {
             lines,
         });
     }
+}
+
+/// `prefix` and `path` as a diff names them, one token whatever the
+/// bytes: as they are when all are printable ASCII other than space, `"`
+/// and `\\`; otherwise in double quotes with C escapes (`\\n`, `\\t`,
+/// `\\"`, `\\\\`, and octal for every other control byte and every byte
+/// past ASCII: `\\303\\251`), the form git writes and GNU `patch` reads.
+pub(super) fn quoted(prefix: &[u8], path: &[u8]) -> String {
+    let whole = [prefix, path].concat();
+    let plain = |b: &u8| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\');
+    if whole.iter().all(plain) {
+        return String::from_utf8_lossy(&whole).into_owned();
+    }
+    let mut out = String::from("\"");
+    for &b in &whole {
+        match b {
+            b'\n' => out.push_str("\\n"),
+            b'\t' => out.push_str("\\t"),
+            b'\r' => out.push_str("\\r"),
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b' ' => out.push(' '),
+            b if plain(&b) => out.push(char::from(b)),
+            b => {
+                let _ = write!(out, "\\{b:03o}");
+            }
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]

@@ -205,7 +205,11 @@ fn binary_large_and_special_files_are_listed_not_diffed() {
     let changes = read(&upper, &lower);
     assert_eq!(changes.files.len(), 4);
     assert!(changes.files.iter().filter(|c| c.lines.is_none()).count() == 3);
-    assert!(changes.diff.contains("b/weird\\nname"), "{}", changes.diff);
+    assert!(
+        changes.diff.contains("\"b/weird\\nname\""),
+        "{}",
+        changes.diff
+    );
     assert!(!changes.diff.contains("weird\nname"));
 }
 
@@ -269,4 +273,90 @@ fn an_unchanged_copy_up_is_no_change() {
     fs::write(upper.join("same"), "same\n").unwrap();
     let changes = read(&upper, &lower);
     assert_eq!(changes.summary(), "no changes");
+}
+
+/// Names of every kind a build or an agent can make (a newline, a tab, a
+/// leading dash, a space, quotes, a backslash, bytes that are no UTF-8):
+/// each section names its file in one token, no two names alike, and GNU
+/// `patch -p1` makes exactly those files from the diff.
+#[test]
+fn hostile_names_are_quoted_one_token_each_and_patch_reads_them() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = tempfile::tempdir().unwrap();
+    let (upper, lower, copy) = (
+        t.path().join("upper"),
+        t.path().join("lower"),
+        t.path().join("copy"),
+    );
+    for dir in [&upper, &lower, &copy] {
+        fs::create_dir_all(dir).unwrap();
+    }
+    let names: [&[u8]; 10] = [
+        b"new\nline",
+        b"tab\there",
+        b"-rf",
+        b"--- a",
+        b"it's \"q\"",
+        b"back\\slash",
+        b"bad\xff",
+        b"bad\xfe",
+        b"caf\xc3\xa9",
+        b"+++ b\n@@ -1 +1 @@",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let path = upper.join(std::ffi::OsStr::from_bytes(name));
+        fs::write(path, format!("{i}\n")).unwrap();
+    }
+    let changes = read(&upper, &lower);
+    assert_eq!(changes.summary(), "10 files changed, +10 -0");
+    for line in changes.diff.lines().filter(|l| l.starts_with("+++ ")) {
+        let name = &line[4..];
+        assert!(
+            !name.contains(' ') || (name.starts_with('"') && name.ends_with('"')),
+            "{line}"
+        );
+    }
+    assert!(
+        changes.diff.contains("+++ \"b/bad\\377\"\n"),
+        "{}",
+        changes.diff
+    );
+    assert!(changes.diff.contains("+++ \"b/bad\\376\"\n"));
+    assert!(changes.diff.contains("+++ b/-rf\n"));
+    assert!(
+        changes.diff.contains("+++ \"b/it's \\\"q\\\"\"\n"),
+        "{}",
+        changes.diff
+    );
+    assert_eq!(
+        changes
+            .diff
+            .lines()
+            .filter(|l| l.starts_with("+++ "))
+            .count(),
+        10
+    );
+    let mut patch = std::process::Command::new("patch")
+        .args(["-s", "-p1", "-d"])
+        .arg(&copy)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    patch
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(changes.diff.as_bytes())
+        .unwrap();
+    assert!(patch.wait().unwrap().success(), "{}", changes.diff);
+    for (i, name) in names.iter().enumerate() {
+        let path = copy.join(std::ffi::OsStr::from_bytes(name));
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            format!("{i}\n"),
+            "{path:?}"
+        );
+    }
+    assert_eq!(fs::read_dir(&copy).unwrap().count(), names.len());
 }

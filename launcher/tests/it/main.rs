@@ -28,6 +28,7 @@ mod outputs;
 mod packages;
 mod progress;
 mod project;
+mod project_hostile;
 mod protocol;
 mod publish;
 mod run;

@@ -14,8 +14,9 @@ use serde_json::json;
 use crate::common::*;
 
 /// Every path under `dir` with its kind and content (symlinks as their
-/// targets, never followed), to compare the host's tree before and after.
-fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+/// targets, never followed; devices, fifos and sockets as their kind),
+/// to compare the host's tree before and after.
+pub(crate) fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut all = BTreeMap::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(path) = stack.pop() {
@@ -33,6 +34,11 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
             for entry in std::fs::read_dir(&path).unwrap() {
                 stack.push(entry.unwrap().path());
             }
+        } else if !meta.is_file() {
+            // A device, fifo or socket: its kind and number, never opened.
+            use std::os::unix::fs::MetadataExt;
+            let kind = format!("{:?} {:x}", meta.file_type(), meta.rdev());
+            all.insert(rel, format!("special {mode:o} {kind}").into_bytes());
         } else {
             let mut bytes = format!("file {mode:o} ").into_bytes();
             bytes.extend(std::fs::read(&path).unwrap());
@@ -45,7 +51,7 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 /// A project every jail uid may write (a root server's jails run as uids
 /// of their own, and the overlay keeps the host's permissions), with a
 /// symlink pointing out of it, and a host file outside it.
-fn project(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn project(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let project = root.join("proj");
     let outside = root.join("outside");
     std::fs::create_dir_all(project.join("src")).unwrap();
@@ -68,7 +74,7 @@ fn project(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
 }
 
 /// Gives `dir` and everything in it to `uid` (symlinks themselves).
-fn chown_tree(dir: &Path, uid: u32) {
+pub(crate) fn chown_tree(dir: &Path, uid: u32) {
     let mut stack = vec![dir.to_owned()];
     while let Some(path) = stack.pop() {
         std::os::unix::fs::lchown(&path, Some(uid), Some(uid)).unwrap();
@@ -92,7 +98,7 @@ fn unprivileged_project(root: &Path) -> std::path::PathBuf {
 }
 
 /// A server as `user` serving `manifest` over `project` made writable.
-async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> Server {
+pub(crate) async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> Server {
     Server::start_command(
         user.command(),
         vec![Manifest::new(manifest)],
@@ -105,7 +111,41 @@ async fn writable(user: User, manifest: &serde_json::Value, project: &Path) -> S
     .await
 }
 
-async fn diff(s: &Server, session: &str) -> String {
+/// A server as `user` over `project` made writable, keeping 4
+/// checkpoints (its sessions can be forked and rolled back).
+pub(crate) async fn checkpointed(user: User, project: &Path) -> Server {
+    Server::start_command(
+        user.command(),
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store"],
+        &[
+            ("PROJECT_DIR", project.to_str().unwrap()),
+            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
+            ("NIX_SANDBOX_MAX_CHECKPOINTS", "4"),
+        ],
+    )
+    .await
+}
+
+/// Applies `diff` in `dir` with GNU `patch -p1`, as docs/workbench.md
+/// tells the person to.
+pub(crate) fn patch(dir: &Path, diff: &str) {
+    use std::io::Write;
+    let mut patch = std::process::Command::new("patch")
+        .args(["-s", "-p1", "-d", dir.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    patch
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(diff.as_bytes())
+        .unwrap();
+    assert!(patch.wait().unwrap().success(), "patch refused:\n{diff}");
+}
+
+pub(crate) async fn diff(s: &Server, session: &str) -> String {
     let read = s
         .client
         .read_resource(ReadResourceRequestParams::new(format!(
@@ -171,14 +211,7 @@ async fn a_session_writes_its_own_layer_and_never_the_host() {
             .status()
             .unwrap();
         assert!(copied.success());
-        let mut patch = std::process::Command::new("patch")
-            .args(["-s", "-p1", "-d", copy.to_str().unwrap()])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        patch.stdin.take().unwrap().write_all(d.as_bytes()).unwrap();
-        assert!(patch.wait().unwrap().success(), "patch refused:\n{d}");
+        patch(&copy, &d);
         let patched = std::fs::read_to_string(copy.join("src/main.sh")).unwrap();
         assert_eq!(patched, "echo one\necho TWO\n");
         assert!(!copy.join("gone.txt").exists());
@@ -401,56 +434,84 @@ async fn a_reset_says_the_project_changes_are_lost() {
 /// made again (opaque), none of the later changes, the host untouched.
 #[tokio::test]
 async fn a_fork_carries_the_project_layer_as_it_was() {
-    let user = User::unprivileged();
-    let tmp = tempfile::tempdir().unwrap();
-    let project = unprivileged_project(tmp.path());
-    let before = snapshot(&project);
-    let s = Server::start_command(
-        user.command(),
-        vec![Manifest::new(&template())],
-        &["--allow-wrappers-outside-store"],
-        &[
-            ("PROJECT_DIR", project.to_str().unwrap()),
-            ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
-            ("NIX_SANDBOX_MAX_CHECKPOINTS", "8"),
-        ],
-    )
-    .await;
-    let r = s
-        .call(json!({"env": "shell", "session": "w", "code":
-            "rm /project/gone.txt && mkdir /project/new && echo n > /project/new/x \
-             && rm -r /project/src && mkdir /project/src && echo fresh > /project/src/other"}))
-        .await;
-    assert!(text(&r).contains("checkpoint: w@1"), "{}", text(&r));
-    let r = s
-        .call(json!({"env": "shell", "session": "w", "code":
-            "echo later > /project/later; echo back > /project/gone.txt"}))
-        .await;
-    assert!(text(&r).contains("checkpoint: w@2"), "{}", text(&r));
-    let r = s
-        .call(
-            json!({"env": "shell", "session": "v", "from": "w@1", "code":
-            "ls /project/src; cat /project/new/x; [ -e /project/gone.txt ] || echo no-gone; \
-             [ -e /project/later ] || echo no-later; [ -e /project/src/main.sh ] || echo opaque"}),
-        )
-        .await;
-    let out = text(&r);
-    for want in [
-        "other",
-        "\nn\n",
-        "no-gone",
-        "no-later",
-        "opaque",
-        "started from w@1",
-    ] {
-        assert!(out.contains(want), "{want}: {out}");
+    for user in User::all() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (project, _) = project(tmp.path());
+        if root() && user == User::Nobody {
+            chown_tree(&project, 65534);
+        }
+        let before = snapshot(&project);
+        let s = checkpointed(user, &project).await;
+        let r = s
+            .call(json!({"env": "shell", "session": "w", "code":
+                "rm /project/gone.txt && mkdir /project/new && echo n > /project/new/x \
+                 && rm -r /project/src && mkdir /project/src && echo fresh > /project/src/other"}))
+            .await;
+        assert!(
+            text(&r).contains("checkpoint: w@1"),
+            "{user:?}: {}",
+            text(&r)
+        );
+        let r = s
+            .call(json!({"env": "shell", "session": "w", "code":
+                "echo later > /project/later; echo back > /project/gone.txt"}))
+            .await;
+        assert!(
+            text(&r).contains("checkpoint: w@2"),
+            "{user:?}: {}",
+            text(&r)
+        );
+        let r = s
+            .call(json!({"env": "shell", "session": "v", "from": "w@1", "code":
+                "ls /project/src; cat /project/new/x; [ -e /project/gone.txt ] || echo no-gone; \
+                 [ -e /project/later ] || echo no-later; [ -e /project/src/main.sh ] || echo opaque"}))
+            .await;
+        let out = text(&r);
+        for want in [
+            "other",
+            "\nn\n",
+            "no-gone",
+            "no-later",
+            "opaque",
+            "started from w@1",
+        ] {
+            assert!(out.contains(want), "{user:?}: {want}: {out}");
+        }
+        let diff = diff(&s, "v").await;
+        assert!(
+            diff.contains("gone.txt") && diff.contains("new/x"),
+            "{diff}"
+        );
+        // Two forks of w as it is now diverge in the project too: neither
+        // sees the other's writes, nor does w.
+        for (fork, other) in [("a", "b"), ("b", "a")] {
+            let code = format!(
+                "cat /project/later; echo {fork} > /project/only-{fork}; \
+                 echo {fork} >> /project/new/x; ls /project"
+            );
+            let r = s
+                .call(json!({"env": "shell", "session": fork, "from": "w", "code": code}))
+                .await;
+            let out = text(&r);
+            assert!(
+                out.starts_with("later\n") && !out.contains(&format!("only-{other}")),
+                "{user:?}: {out}"
+            );
+        }
+        for (session, want) in [("a", "n\na\n"), ("b", "n\nb\n"), ("w", "n\n")] {
+            let r = s
+                .call(json!({"env": "shell", "session": session, "code":
+                    "cat /project/new/x; ls /project"}))
+                .await;
+            let out = text(&r);
+            assert!(out.starts_with(want), "{user:?} {session}: {out}");
+            let others = ["a", "b"].iter().filter(|f| **f != session);
+            for other in others {
+                assert!(!out.contains(&format!("only-{other}")), "{user:?}: {out}");
+            }
+        }
+        assert_eq!(snapshot(&project), before, "{user:?}");
     }
-    let diff = diff(&s, "v").await;
-    assert!(
-        diff.contains("gone.txt") && diff.contains("new/x"),
-        "{diff}"
-    );
-    assert_eq!(snapshot(&project), before);
 }
 
 #[tokio::test]
@@ -522,4 +583,68 @@ async fn sessions_past_the_bound_on_all_layers_are_refused() {
             .await;
         assert!(text(&r).contains("still"), "{user:?}: {}", text(&r));
     }
+}
+
+/// The project README's session ("A session on your project") runs: each
+/// `run {...}` line of its transcripts is sent as it stands, over a
+/// project of the three scripts it names, and the server answers each
+/// with the very lines the README shows under it.
+#[tokio::test]
+async fn the_readmes_session_is_what_the_server_answers() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let section = readme
+        .split("### A session on your project")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README's session section");
+    let mut steps: Vec<(serde_json::Value, String)> = Vec::new();
+    for block in section.split("```text\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        for line in block.lines() {
+            if let Some(call) = line.strip_prefix("run ") {
+                steps.push((serde_json::from_str(call).unwrap(), String::new()));
+            } else {
+                let answer = &mut steps.last_mut().expect("a line after a run").1;
+                answer.push_str(line);
+                answer.push('\n');
+            }
+        }
+    }
+    assert!(steps.len() >= 4, "{steps:?}");
+    for user in User::all() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("proj");
+        std::fs::create_dir(&project).unwrap();
+        for (name, text) in [
+            ("add.sh", "echo $(($1 - $2))\n"),
+            (
+                "build.sh",
+                "mkdir -p bin && { echo '#!/bin/sh'; cat add.sh; } > bin/add\n",
+            ),
+            (
+                "test.sh",
+                "r=$(sh bin/add 2 3); [ \"$r\" = 5 ] && echo test ok || { echo \"test failed: 2 + 3 = $r\"; exit 1; }\n",
+            ),
+        ] {
+            std::fs::write(project.join(name), text).unwrap();
+        }
+        if root() && user == User::Nobody {
+            chown_tree(&project, 65534);
+        }
+        let before = snapshot(&project);
+        let s = checkpointed(user, &project).await;
+        for (call, want) in &steps {
+            let got = text(&s.call(call.clone()).await);
+            assert_eq!(got.trim_end(), want.trim_end(), "{user:?}: {call}");
+        }
+        assert_eq!(snapshot(&project), before);
+    }
+}
+
+/// Whether the test runs as root.
+pub(crate) fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { nix::libc::geteuid() == 0 }
 }

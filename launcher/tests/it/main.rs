@@ -31,6 +31,7 @@ mod project;
 mod protocol;
 mod publish;
 mod run;
+mod sandbox_cli;
 mod session;
 mod session_table;
 mod stdio;

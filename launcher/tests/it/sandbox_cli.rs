@@ -132,7 +132,12 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
         assert!(out.status.success(), "{out:?}");
         let ended = tokio::time::timeout(GUARD, call.await_response()).await;
         assert!(ended.is_ok(), "the cancelled call ended");
-        assert!(json_lines(&cli(user, rt, &["list", "--json"]).await).is_empty());
+        let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+        let ids: Vec<&Value> = rows.iter().map(|r| &r["id"]).collect();
+        // `work` again: the model's call after the destroy made it anew.
+        assert_eq!(ids, ["work"], "{rows:?}");
+        // Destroyed, a session's jail is gone: none of its processes is left.
+        assert!(cli(user, rt, &["destroy", "work"]).await.status.success());
         assert_no_process_left(&mark).await;
         let log = s.stderr();
         assert!(log.contains("control socket listening"), "{log}");

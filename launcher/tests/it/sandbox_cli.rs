@@ -71,10 +71,16 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
         .await;
         let r = s.session("shell", "work", "echo made > /workspace/f; echo ok").await;
         assert_eq!(text(&r), "ok\n", "{user:?}: {r:?}");
+        // The jail, of the server's uid, does not see the control socket.
+        let sock = rt.join("nix-sandbox-mcp").join(format!("{}.sock", s.pid));
+        assert!(sock.exists(), "{}", sock.display());
+        let code = format!("test -e {} && echo seen || echo unseen", sock.display());
+        assert_eq!(text(&s.session("shell", "probe", &code).await), "unseen\n");
 
         let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
-        assert_eq!(rows.len(), 1, "{rows:?}");
-        let row = &rows[0];
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let row = &rows[1];
+        assert_eq!(rows[0]["id"], "probe");
         assert_eq!(row["id"], "work");
         assert_eq!(row["env"], "shell");
         assert_eq!(row["server"], s.pid);
@@ -85,7 +91,7 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
         let out = cli(user, rt, &["list"]).await;
         let table = String::from_utf8_lossy(&out.stdout);
         assert!(table.starts_with("ID") && table.contains("work"), "{table}");
-        assert!(table.lines().nth(1).unwrap().contains(&s.pid.to_string()), "{table}");
+        assert!(table.lines().nth(2).unwrap().contains(&s.pid.to_string()), "{table}");
 
         let status = json_lines(&cli(user, rt, &["status", "work", "--json"]).await);
         assert_eq!(status[0]["id"], "work");
@@ -109,7 +115,8 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
             String::from_utf8_lossy(&out.stdout),
             format!("destroyed work (server {})\n", s.pid)
         );
-        assert!(json_lines(&cli(user, rt, &["list", "--json"]).await).is_empty());
+        let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+        assert_eq!(rows.len(), 1, "only probe is left: {rows:?}");
         let r = s.session("shell", "work", "cat /workspace/f 2>&1 || echo gone").await;
         let said = text(&r);
         assert!(said.contains("gone") && said.contains("a person ended it"), "{said}");
@@ -135,9 +142,10 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
         let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
         let ids: Vec<&Value> = rows.iter().map(|r| &r["id"]).collect();
         // `work` again: the model's call after the destroy made it anew.
-        assert_eq!(ids, ["work"], "{rows:?}");
+        assert_eq!(ids, ["probe", "work"], "{rows:?}");
         // Destroyed, a session's jail is gone: none of its processes is left.
         assert!(cli(user, rt, &["destroy", "work"]).await.status.success());
+        assert!(cli(user, rt, &["destroy", "probe"]).await.status.success());
         assert_no_process_left(&mark).await;
         let log = s.stderr();
         assert!(log.contains("control socket listening"), "{log}");

@@ -178,3 +178,40 @@ async fn a_planted_socket_directory_is_refused_by_server_and_cli() {
     let out = cli(user, runtime.path(), &["list"]).await;
     assert_one_line_failure(&out, "not trusting the sockets in it");
 }
+
+/// Over HTTP, each MCP session's sessions show with it as their client,
+/// and two clients' sessions of one name are listed apart; `status` of
+/// that name is refused in one line saying why.
+#[tokio::test]
+async fn an_http_servers_clients_sessions_are_listed_apart() {
+    use crate::http::{HttpServer, result_text};
+    let user = User::Own;
+    let runtime = runtime_dir(user);
+    let rt = runtime.path();
+    let server = HttpServer::start_command(
+        user.command(),
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store"],
+        &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+    )
+    .await;
+    for _ in 0..2 {
+        let mut client = server.client();
+        client.initialize().await;
+        let arguments = json!({"env": "shell", "session": "same", "code": "echo hi"});
+        let (id, body) = client.request("tools/call", json!({"name": "run", "arguments": arguments}));
+        let reply = client.post(&body).await;
+        assert_eq!(result_text(&reply.message(id).await), "hi\n");
+        // The client stays: its MCP session keeps its sessions.
+        std::mem::forget(client);
+    }
+    let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row["id"], "same");
+        assert!(row["client"].as_str().unwrap().starts_with("mcp:"), "{row}");
+    }
+    assert_ne!(rows[0]["client"], rows[1]["client"]);
+    let out = cli(user, rt, &["status", "same"]).await;
+    assert_one_line_failure(&out, "each have a session `same`");
+}

@@ -6,7 +6,8 @@
 # the caller's arguments. Stdout stays the MCP channel: nothing else writes
 # to it, and no build reads stdin.
 #
-# --help and --version go straight to the launcher: no build. Every
+# --help and --version go straight to the launcher: no build; so does the
+# `sandbox` subcommand (docs/cli.md), which talks to running servers. Every
 # problem (a ref that does not build, a NIX_SANDBOX_DIR that is not a
 # directory or holds something that is not a sandbox) is one line on
 # stderr naming it and the fix, and the others are served; --check prints
@@ -16,6 +17,9 @@
   manifests=(--manifest ${manifest})
   sandbox_manifest=share/nix-sandbox-mcp/manifest.json
   check=
+  if [ "''${1:-}" = sandbox ]; then
+    exec ${launcher}/bin/nix-sandbox-mcp "$@"
+  fi
   for arg in "$@"; do
     case $arg in
       -h | --help | -V | --version) exec ${launcher}/bin/nix-sandbox-mcp "$@" ;;

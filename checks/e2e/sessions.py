@@ -510,6 +510,32 @@ def t_publish(args, scratch):
         check(not result.get("isError") and text.startswith("42\n"), f"after: {result}")
 
 
+def sandbox_cli(args, runtime, *verb):
+    """`nix-sandbox-mcp sandbox VERB...` of the built server, as this user."""
+    return subprocess.run([args.server + "/bin/nix-sandbox-mcp", "sandbox", *verb],
+                          env={"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime},
+                          capture_output=True, text=True, timeout=DEADLINE)
+
+
+def t_sandbox_cli(args, scratch):
+    runtime = tempfile.mkdtemp(dir=scratch, prefix="runtime-")
+    with Server(args, scratch, env={"XDG_RUNTIME_DIR": runtime}) as s:
+        prints(s, "python", "made", "open('/workspace/f', 'w').write('x')\nprint('ok')", "ok\n")
+        out = sandbox_cli(args, runtime, "list", "--json")
+        rows = [json.loads(line) for line in out.stdout.splitlines()]
+        check(out.returncode == 0 and [(r["id"], r["env"], r["calls"]) for r in rows] == [("made", "python", 1)],
+              f"list --json: {out}")
+        out = sandbox_cli(args, runtime, "status", "nope")
+        check(out.returncode == 1 and out.stdout == "" and len(out.stderr.splitlines()) == 1
+              and "no open session `nope`" in out.stderr, f"status nope: {out}")
+        out = sandbox_cli(args, runtime, "destroy", "made")
+        check(out.returncode == 0 and out.stdout.startswith("destroyed made"), f"destroy: {out}")
+        out = sandbox_cli(args, runtime, "list", "--json")
+        check(out.returncode == 0 and out.stdout == "", f"list after destroy: {out}")
+        _, text, _ = s.call("python", "made", "import os\nprint(os.path.exists('/workspace/f'))")
+        check("False" in text and "a person ended it" in text, f"the next call: {text}")
+
+
 def tuple_of(addr):
     host, port = addr.rsplit(":", 1)
     return host, int(port)
@@ -636,6 +662,8 @@ def main():
                    "with one line; the addresses close with the session", t_publish, args, scratch)
         suite.test("user code cannot signal the agent (the jail's pid 1); an agent killed from outside "
                    "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)
+        suite.test("`nix-sandbox-mcp sandbox` lists the session, refuses an unknown one in one line, "
+                   "destroys it; the model's next call is told why", t_sandbox_cli, args, scratch)
         suite.test("no session process survives the client going away (stdin closed)",
                    t_server_exit, args, scratch, "eof")
         suite.test("no session process survives a killed server", t_server_exit, args, scratch, "kill")

@@ -59,6 +59,11 @@ impl ClientKey {
     pub fn mcp_session(id: &str) -> Self {
         Self(format!("mcp:{id}").into())
     }
+
+    /// How the control socket names it: `stdio`, `stateless`, `mcp:ID`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// What one client may hold while other clients want slots; `None` for a
@@ -377,6 +382,34 @@ pub trait IdleSessions: Send + Sync {
     /// Ends session `name` if it is still idle, telling its next call
     /// `why`; true when it ended (its slot is given back).
     fn end_idle(&self, name: &str, why: String) -> bool;
+    /// Every open session, idle or in a call, as a person sees it
+    /// (the control socket's `list`).
+    fn describe(&self) -> Vec<OpenSession>;
+    /// Cancels the call running in session `name`, if one does; true when
+    /// the session is open.
+    fn cancel_call(&self, name: &str) -> bool;
+}
+
+/// An open session as the control socket shows it (control/wire.rs).
+#[derive(Debug, Clone)]
+pub struct OpenSession {
+    pub name: String,
+    pub env: String,
+    /// Whose it is: `stdio`, `stateless` or `mcp:ID` (ClientKey).
+    pub client: String,
+    pub created: Instant,
+    pub last_used: Instant,
+    /// A call holds it now.
+    pub busy: bool,
+    /// Its calls so far; unknown while a call holds its jail.
+    pub calls: Option<u64>,
+    /// Checkpoints its layer keeps; unknown while a call holds its jail.
+    pub checkpoints: Option<usize>,
+    /// Bytes its layer (`/workspace`, project changes, checkpoints) holds,
+    /// when it keeps one and no call holds its jail.
+    pub layer_bytes: Option<u64>,
+    /// Its layer's size, the environment's `workspace_mb`.
+    pub layer_max_bytes: u64,
 }
 
 /// The open sessions, all clients' tables together.
@@ -413,14 +446,16 @@ impl SessionSlots {
         tables.push(table);
     }
 
+    /// Every live table.
+    pub fn tables(&self) -> Vec<Arc<dyn IdleSessions>> {
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        tables.retain(|t| t.strong_count() > 0);
+        tables.iter().filter_map(Weak::upgrade).collect()
+    }
+
     /// Every live table's idle sessions.
     fn idle(&self) -> Vec<(Arc<dyn IdleSessions>, IdleSession)> {
-        let tables: Vec<Arc<dyn IdleSessions>> = {
-            let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-            tables.retain(|t| t.strong_count() > 0);
-            tables.iter().filter_map(Weak::upgrade).collect()
-        };
-        let per_table = tables.into_iter().map(|t| {
+        let per_table = self.tables().into_iter().map(|t| {
             let idle = t.idle();
             idle.into_iter().map(move |s| (Arc::clone(&t), s))
         });

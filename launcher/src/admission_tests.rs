@@ -107,6 +107,14 @@ impl IdleSessions for FakeTable {
         self.ended.lock().unwrap().push((name.to_owned(), why));
         true
     }
+
+    fn describe(&self) -> Vec<OpenSession> {
+        Vec::new()
+    }
+
+    fn cancel_call(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// Sessions: beyond its share a client opens sessions but leaves one slot;

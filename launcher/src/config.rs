@@ -413,7 +413,8 @@ pub fn help() -> String {
     let mut text = String::from(
         "nix-sandbox-mcp: sandboxed code execution for LLM agents over MCP\n\n\
          Usage: nix-sandbox-mcp [--stdio | --http ADDR] [--manifest PATH]... [OPTIONS]\n       \
-         nix-sandbox-mcp agent ...  (a coding agent in a jail: docs/agents.md)\n\n\
+         nix-sandbox-mcp agent ...  (a coding agent in a jail: docs/agents.md)\n       \
+         nix-sandbox-mcp sandbox ...  (your servers' sessions: docs/cli.md)\n\n\
          Options (a flag overrides its variable; an empty variable is unset):\n",
     );
     for setting in SETTINGS.iter().filter(|s| s.flag.is_some()) {

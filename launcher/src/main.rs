@@ -18,14 +18,14 @@
 //!
 //! ```text
 //! main.rs                    wiring: reads the configuration, builds the parts
-//! agent/                     a person's coding agent in a jail: the `agent` subcommand
+//! agent/ sandbox/            a person's coding agent in a jail; the `sandbox` command line
 //! mcp/                       the MCP surface: the `run` tool over stdio and HTTP
 //! report/                    what the model reads: results, limits hit, refusals
 //! project_check.rs           a writable project decided at start; its --check line
 //! probe.rs                   --check and the start-up sandbox probes
 //! preflight.rs               the configuration checked against the host
 //! config.rs                  flags and variables read into typed settings
-//! session/ run.rs packages/  a session call; one run; packages on demand
+//! session/ run.rs packages/ control/  a session call; one run; packages; the control socket
 //! wrapper/                   starting a wrapper: its uid, cgroups, group, end
 //! catalog/ admission.rs      the environments served; slots and fair shares
 //! egress/ lifetime.rs        the network proxy; the jails' pid namespace
@@ -39,6 +39,7 @@ mod catalog;
 #[cfg(test)]
 mod catalog_fuzz;
 mod config;
+mod control;
 mod egress;
 mod fdlimit;
 mod lifetime;
@@ -51,6 +52,7 @@ mod project;
 mod project_check;
 mod report;
 mod run;
+mod sandbox;
 mod session;
 mod settings;
 #[cfg(test)]
@@ -76,9 +78,8 @@ use crate::wrapper::{Spawner, WrapperEnv};
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
-    let mut args = std::env::args_os().skip(1).peekable();
-    if args.peek().is_some_and(|a| a == "agent") {
-        return agent::main(args.skip(1), |var| std::env::var_os(var), init_logging);
+    if let Some(code) = subcommand() {
+        return code;
     }
     let opts = match config::parse(std::env::args_os().skip(1), |var| std::env::var_os(var)) {
         Ok(opts) => opts,
@@ -165,6 +166,19 @@ fn main() -> ExitCode {
     };
     finish(&mut jails, runtime);
     code
+}
+
+/// A subcommand's run (`agent`, `sandbox`), if the first argument names one.
+fn subcommand() -> Option<ExitCode> {
+    let mut args = std::env::args_os().skip(1).peekable();
+    let lookup = |var: &str| std::env::var_os(var);
+    if args.peek().is_some_and(|a| a == "agent") {
+        return Some(agent::main(args.skip(1), lookup, init_logging));
+    }
+    if args.peek().is_some_and(|a| a == "sandbox") {
+        return Some(sandbox::main(args.skip(1), lookup));
+    }
+    None
 }
 
 /// The manifests' environments, and the project's dev shell as `project`
@@ -394,6 +408,9 @@ fn serve(
             bound: opts.bounds.warm_jails,
             idle: session::warm::IDLE,
         },
+        control_dir: control::wire::socket_dir(nix::unistd::geteuid().as_raw(), |var| {
+            std::env::var_os(var)
+        }),
         composer: packages::Composer::new(packages::Settings {
             cache: packages_cache,
             max_compositions: opts.bounds.max_compositions,

@@ -115,6 +115,7 @@ pub struct Options {
 /// handler of its own. Every call still running is killed on the way out.
 pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
     let shutdown = config.spawner.shutdown.clone();
+    let control_dir = config.control_dir.clone();
     let max_body_bytes = super::max_message_bytes(config.max_code_bytes, config.max_files_bytes);
     // An MCP session idle this long has nothing left: its sandbox sessions
     // ended, and no call of it can still be running (the longest a call
@@ -136,6 +137,7 @@ pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
     let options = &options;
     let server = Server::new(config);
     server.start_probes();
+    crate::control::start(server.admission().1, &shutdown, control_dir.as_deref());
     let served = serve_until_stopped(options, max_body_bytes, server, shutdown.clone()).await;
     shutdown.cancel();
     served

@@ -104,6 +104,8 @@ pub struct Config {
     pub shares: Option<Shares>,
     /// The warm jails' bound (`--warm-jails`; 0: none) and idle expiry.
     pub warm: warm::Settings,
+    /// The control socket's directory (control/wire.rs), if it has one.
+    pub control_dir: Option<std::path::PathBuf>,
 }
 
 /// What every handler of the server shares, made once.
@@ -174,6 +176,7 @@ impl Server {
             max_runs,
             shares,
             warm,
+            control_dir: _,
         } = config;
         let probes = Probes::new(&catalog, spawner.clone());
         let session_slots = SessionSlots::new(settings.max_total, shares.map(|s| s.sessions));

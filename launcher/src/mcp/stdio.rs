@@ -25,6 +25,7 @@ use super::{Config, Server};
 /// started no jail: the sandbox probes start with the first handshake.
 pub async fn serve(config: Config, max_unread_bytes: usize) -> Result<(), String> {
     let shutdown = config.spawner.shutdown.clone();
+    let control_dir = config.control_dir.clone();
     let (stdin, stdout) = streams();
     let stdin = EofCancels::new(stdin, shutdown.clone());
     let stdout = SilentAfter::new(stdout, shutdown.clone());
@@ -34,8 +35,10 @@ pub async fn serve(config: Config, max_unread_bytes: usize) -> Result<(), String
     // still writes the answers of the calls that ended.
     let stop = stop_signal(CancellationToken::new());
     tokio::pin!(stop);
+    let server = Server::new(config);
+    crate::control::start(server.admission().1, &shutdown, control_dir.as_deref());
     let served = tokio::select! {
-        served = Server::new(config).serve(transport) => served,
+        served = server.serve(transport) => served,
         () = &mut stop => {
             tracing::info!("stopped before initialize; server stopping");
             return Ok(());

@@ -11,7 +11,7 @@ use super::Error;
 use super::jail::{CpuSource, Jail};
 use super::lease::Running;
 use super::warm::{Pool, Took};
-use crate::admission::{IdleSession, IdleSessions, SessionSlots, Slot as Place};
+use crate::admission::{IdleSession, IdleSessions, OpenSession, SessionSlots, Slot as Place};
 use crate::catalog::Env;
 use crate::settings;
 use crate::wrapper::{NotStarted, Spawner};
@@ -347,6 +347,50 @@ impl IdleSessions for Inner {
         drop(ended);
         true
     }
+
+    fn describe(&self) -> Vec<OpenSession> {
+        let table = self.lock();
+        (table.open.iter())
+            .map(|(name, e)| {
+                let jail = match &e.slot {
+                    Some(Slot::Jail(jail)) => Some(jail),
+                    _ => None,
+                };
+                OpenSession {
+                    name: name.clone(),
+                    env: e.env.name.clone(),
+                    client: e.place.client().as_str().to_owned(),
+                    created: e.created,
+                    last_used: e.last_used,
+                    busy: e.slot.is_none(),
+                    calls: jail.map(|j| j.history.calls),
+                    checkpoints: jail.map(|j| j.history.list.len()),
+                    layer_bytes: jail.and_then(|j| layer_used(j)),
+                    layer_max_bytes: e.env.limits.workspace_mb.get().saturating_mul(1 << 20),
+                }
+            })
+            .collect()
+    }
+
+    fn cancel_call(&self, name: &str) -> bool {
+        let table = self.lock();
+        let Some(entry) = table.open.get(name) else {
+            return false;
+        };
+        if let Some(running) = &entry.running
+            && entry.slot.is_none()
+        {
+            running.cancel.cancel();
+        }
+        true
+    }
+}
+
+/// The bytes used on an idle jail's layer (its tmpfs), when it keeps one.
+fn layer_used(jail: &Jail) -> Option<u64> {
+    let root = jail.layer_root().ok()?;
+    let stat = rustix::fs::fstatvfs(&root).ok()?;
+    Some(stat.f_blocks.saturating_sub(stat.f_bfree).saturating_mul(stat.f_frsize))
 }
 
 /// Remembers why session `name` ended.

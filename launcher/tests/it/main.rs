@@ -32,6 +32,7 @@ mod project_hostile;
 mod protocol;
 mod publish;
 mod run;
+mod sandbox_cli;
 mod session;
 mod session_table;
 mod stdio;

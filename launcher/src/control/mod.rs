@@ -1,0 +1,310 @@
+//! The control socket (docs/cli.md): a serving server listens on a Unix
+//! socket, `PID.sock` in its user's directory (wire.rs: `socket_dir`), for
+//! `nix-sandbox-mcp sandbox` (sandbox/) to list, inspect and end its
+//! sessions. Only the server's own uid gets in, twice over:
+//!
+//! - the directory is made mode 0700, and one that is already there is
+//!   used only when it is a directory (not a symbolic link) of the
+//!   server's uid with no permission for group or others; else no socket,
+//!   one line logged. The socket is mode 0600.
+//! - every connection's peer uid (SO_PEERCRED) must be the server's own,
+//!   whatever the modes became; another is closed unanswered, one line
+//!   logged.
+//!
+//! The socket is removed when the server stops.
+
+pub mod wire;
+
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{Mode, OFlags};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::{OpenSession, SessionSlots};
+use wire::{Op, Request, Response, Session, VERSION};
+
+/// How long `destroy` waits for a cancelled call to give its session back.
+const DESTROY_WAIT: Duration = Duration::from_secs(15);
+const DESTROY_POLL: Duration = Duration::from_millis(50);
+
+/// Why a session ended by `destroy`, told to its next call.
+const DESTROYED: &str = "a person ended it (nix-sandbox-mcp sandbox destroy)";
+
+/// A listening control socket; dropping it removes the socket file.
+#[derive(Debug)]
+pub struct Control {
+    listener: UnixListener,
+    path: PathBuf,
+    /// The uid every peer must have.
+    owner: u32,
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Makes `dir` (mode 0700) if missing, and checks that it is a directory
+/// of `owner`'s that nobody else may enter: a symbolic link or a directory
+/// planted by another user in its place is refused, naming what is wrong.
+pub fn prepare_dir(dir: &Path, owner: u32) -> io::Result<()> {
+    if let Some(parent) = dir.parent()
+        && !parent.exists()
+    {
+        std::fs::create_dir_all(parent)?;
+    }
+    match rustix::fs::mkdir(dir, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    check_dir(dir, owner)
+}
+
+/// Checks that `dir` is a directory of `owner`'s, not a symbolic link,
+/// that nobody else may enter (what the CLI checks before it trusts a
+/// socket there).
+pub fn check_dir(dir: &Path, owner: u32) -> io::Result<()> {
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => io::Error::other(format!(
+            "{} is not a directory (a symbolic link or a file in its place)",
+            dir.display()
+        )),
+        e => e.into(),
+    })?;
+    let stat = rustix::fs::fstat(fd.as_fd())?;
+    if stat.st_uid != owner {
+        return Err(io::Error::other(format!(
+            "{} belongs to uid {}, not to this server's uid {owner}",
+            dir.display(),
+            stat.st_uid
+        )));
+    }
+    if stat.st_mode & 0o077 != 0 {
+        return Err(io::Error::other(format!(
+            "{} has mode {:o}: group or others may enter it (it must be 0700)",
+            dir.display(),
+            stat.st_mode & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+impl Control {
+    /// Listens on `PID.sock` in `dir` (made and checked: [`prepare_dir`]),
+    /// for peers of uid `owner`.
+    pub fn bind(dir: &Path, owner: u32) -> io::Result<Self> {
+        prepare_dir(dir, owner)?;
+        let path = dir.join(wire::socket_name(std::process::id()));
+        // A socket left by a dead server of the same pid.
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let listener = UnixListener::bind(&path)?;
+        let control = Self {
+            listener,
+            path,
+            owner,
+        };
+        rustix::fs::chmod(&control.path, Mode::from_raw_mode(0o600))?;
+        Ok(control)
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Answers connections until `shutdown`, each on a task of its own.
+    pub async fn serve(self, slots: SessionSlots, shutdown: CancellationToken) {
+        loop {
+            let accepted = tokio::select! {
+                () = shutdown.cancelled() => return,
+                accepted = self.listener.accept() => accepted,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "control socket: accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            match stream.peer_cred().map(|c| c.uid()) {
+                Ok(uid) if uid == self.owner => {
+                    tokio::spawn(answer(stream, slots.clone()));
+                }
+                Ok(uid) => tracing::warn!(
+                    "control socket: refused a connection from uid {uid}: only this server's uid {} may use it",
+                    self.owner
+                ),
+                Err(e) => tracing::warn!(error = %e, "control socket: refused a connection whose peer is unknown"),
+            }
+        }
+    }
+}
+
+/// Starts the control socket of a serving server whose sessions `slots`
+/// holds, in `dir` (wire.rs: `socket_dir`); none (one line said) when it
+/// has no directory or the socket cannot be made there.
+pub fn start(slots: SessionSlots, shutdown: &CancellationToken, dir: Option<&Path>) {
+    let owner = nix::unistd::geteuid().as_raw();
+    let Some(dir) = dir else {
+        tracing::info!("control socket: none (XDG_RUNTIME_DIR is unset): `nix-sandbox-mcp sandbox` cannot see this server");
+        return;
+    };
+    match Control::bind(dir, owner) {
+        Ok(control) => {
+            tracing::info!(socket = %control.path().display(), "control socket listening (nix-sandbox-mcp sandbox)");
+            tokio::spawn(control.serve(slots, shutdown.clone()));
+        }
+        Err(e) => tracing::error!(
+            "control socket: none, {e}; `nix-sandbox-mcp sandbox` cannot see this server (remove it or fix its owner and mode, then restart the server)"
+        ),
+    }
+}
+
+/// Answers each request line of one connection.
+async fn answer(stream: UnixStream, slots: SessionSlots) {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read);
+    let pid = std::process::id();
+    loop {
+        let mut line = Vec::new();
+        let read = (&mut lines)
+            .take(wire::MAX_REQUEST_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await;
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let response = if line.len() > wire::MAX_REQUEST_BYTES {
+            Response::error(pid, "the request is longer than 64 KiB".into())
+        } else {
+            respond(&line, &slots).await
+        };
+        let mut out = serde_json::to_vec(&response).unwrap_or_default();
+        out.push(b'\n');
+        if write.write_all(&out).await.is_err() || line.len() > wire::MAX_REQUEST_BYTES {
+            return;
+        }
+    }
+}
+
+/// The answer to one request line.
+async fn respond(line: &[u8], slots: &SessionSlots) -> Response {
+    let pid = std::process::id();
+    let version = serde_json::from_slice::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
+    if version.is_some_and(|v| v != u64::from(VERSION)) {
+        return Response::error(
+            pid,
+            format!(
+                "protocol version {} is not this server's ({VERSION}): use the nix-sandbox-mcp that runs this server",
+                version.unwrap_or_default()
+            ),
+        );
+    }
+    let request: Request = match serde_json::from_slice(line) {
+        Ok(request) => request,
+        Err(e) => return Response::error(pid, format!("not a request: {e}")),
+    };
+    match request.op {
+        Op::List => Response::ok(pid, every(slots)),
+        Op::Status { id } => match one(slots, &id) {
+            Ok(session) => Response::ok(pid, vec![session]),
+            Err(e) => Response::error(pid, e),
+        },
+        Op::Destroy { id } => match destroy(slots, &id).await {
+            Ok(session) => Response::ok(pid, vec![session]),
+            Err(e) => Response::error(pid, e),
+        },
+    }
+}
+
+/// Every open session of every table, sorted by name.
+fn every(slots: &SessionSlots) -> Vec<Session> {
+    let now = Instant::now();
+    let mut all: Vec<Session> = (slots.tables().iter())
+        .flat_map(|t| t.describe())
+        .map(|s| shown(&s, now))
+        .collect();
+    all.sort_by(|a, b| (&a.id, &a.client).cmp(&(&b.id, &b.client)));
+    all
+}
+
+/// Session `id`: exactly one open session of that name.
+fn one(slots: &SessionSlots, id: &str) -> Result<Session, String> {
+    let mut found: Vec<Session> = every(slots).into_iter().filter(|s| s.id == id).collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(format!(
+            "no open session `{id}` on server {}; `nix-sandbox-mcp sandbox list` shows the open ones",
+            std::process::id()
+        )),
+        n => Err(format!(
+            "{n} clients of server {} each have a session `{id}`: this server serves MCP over HTTP, whose clients' sessions only they can name apart",
+            std::process::id()
+        )),
+    }
+}
+
+/// Ends session `id`: its running call cancelled, then the session ended
+/// once the call gave it back.
+async fn destroy(slots: &SessionSlots, id: &str) -> Result<Session, String> {
+    let session = one(slots, id)?;
+    let Some(table) = (slots.tables().into_iter())
+        .find(|t| t.describe().iter().any(|s| s.name == id))
+    else {
+        return Err(format!("session `{id}` ended meanwhile"));
+    };
+    let deadline = Instant::now() + DESTROY_WAIT;
+    loop {
+        if table.end_idle(id, DESTROYED.into()) {
+            tracing::info!(session = id, "session ended through the control socket");
+            return Ok(session);
+        }
+        if !table.cancel_call(id) {
+            return Ok(session);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "session `{id}` runs a call that did not end within {} s of being cancelled; try again once it has",
+                DESTROY_WAIT.as_secs()
+            ));
+        }
+        tokio::time::sleep(DESTROY_POLL).await;
+    }
+}
+
+fn shown(s: &OpenSession, now: Instant) -> Session {
+    Session {
+        id: s.name.clone(),
+        env: s.env.clone(),
+        client: s.client.clone(),
+        age_s: now.saturating_duration_since(s.created).as_secs(),
+        idle_s: now.saturating_duration_since(s.last_used).as_secs(),
+        busy: s.busy,
+        calls: s.calls,
+        checkpoints: s.checkpoints,
+        workspace_bytes: s.layer_bytes,
+        workspace_max_bytes: s.layer_max_bytes,
+    }
+}
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;

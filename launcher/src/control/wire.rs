@@ -1,0 +1,143 @@
+//! The control socket's protocol (docs/cli.md): one JSON object a line
+//! each way, a [`Request`] answered by one [`Response`], any number on one
+//! connection. Both carry `v`, [`VERSION`]; a server answers a request of
+//! another version with an error naming both. Where the sockets are:
+//! [`socket_dir`].
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol's version.
+pub const VERSION: u32 = 1;
+
+/// The longest request line a server reads.
+pub const MAX_REQUEST_BYTES: usize = 64 << 10;
+
+/// What the CLI asks of a server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub v: u32,
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Every open session of the server.
+    List,
+    /// Session `id`'s details.
+    Status { id: String },
+    /// End session `id` (a call running in it is cancelled first).
+    Destroy { id: String },
+}
+
+/// A server's answer: `ok` with `sessions` (all for `list`, the one for
+/// `status` and `destroy`), or `error`, one line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub v: u32,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The server's process id.
+    pub pid: u32,
+    #[serde(default)]
+    pub sessions: Vec<Session>,
+}
+
+/// One open session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// Its name, as the model gave it (or the server made it).
+    pub id: String,
+    pub env: String,
+    /// Whose: `stdio`, `stateless` or `mcp:ID` (an MCP session over HTTP).
+    pub client: String,
+    /// Seconds since it began, and since its last call.
+    pub age_s: u64,
+    pub idle_s: u64,
+    /// A call runs in it now.
+    pub busy: bool,
+    /// Calls so far, checkpoints kept and bytes its layer holds: `null`
+    /// while a call holds it (or, for the bytes, when it keeps no layer).
+    pub calls: Option<u64>,
+    pub checkpoints: Option<usize>,
+    pub workspace_bytes: Option<u64>,
+    /// Its layer's size, the environment's `workspace_mb`.
+    pub workspace_max_bytes: u64,
+}
+
+impl Response {
+    pub fn ok(pid: u32, sessions: Vec<Session>) -> Self {
+        Self {
+            v: VERSION,
+            ok: true,
+            error: None,
+            pid,
+            sessions,
+        }
+    }
+
+    pub fn error(pid: u32, error: String) -> Self {
+        Self {
+            v: VERSION,
+            ok: false,
+            error: Some(error),
+            pid,
+            sessions: Vec::new(),
+        }
+    }
+}
+
+/// The directory of a server's control socket: `nix-sandbox-mcp` in
+/// `XDG_RUNTIME_DIR`, else, for root, `/run/nix-sandbox-mcp/control`; none
+/// for another user without `XDG_RUNTIME_DIR`.
+pub fn socket_dir(euid: u32, lookup: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    match lookup("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(runtime) => Some(PathBuf::from(runtime).join("nix-sandbox-mcp")),
+        None if euid == 0 => Some(PathBuf::from("/run/nix-sandbox-mcp/control")),
+        None => None,
+    }
+}
+
+/// A server's socket in `dir`, named by its pid.
+pub fn socket_name(pid: u32) -> String {
+    format!("{pid}.sock")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_one_small_versioned_object() {
+        let r = Request {
+            v: VERSION,
+            op: Op::Status { id: "a".into() },
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert_eq!(line, r#"{"v":1,"op":"status","id":"a"}"#);
+        assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), r);
+        let list: Request = serde_json::from_str(r#"{"v":1,"op":"list"}"#).unwrap();
+        assert_eq!(list.op, Op::List);
+        assert!(serde_json::from_str::<Request>(r#"{"v":1,"op":"reboot"}"#).is_err());
+    }
+
+    #[test]
+    fn the_directory_is_the_runtime_one_or_roots() {
+        let none = |_: &str| None;
+        let runtime = |_: &str| Some(OsString::from("/run/user/1000"));
+        assert_eq!(
+            socket_dir(1000, runtime),
+            Some(PathBuf::from("/run/user/1000/nix-sandbox-mcp"))
+        );
+        assert_eq!(
+            socket_dir(0, none),
+            Some(PathBuf::from("/run/nix-sandbox-mcp/control"))
+        );
+        assert_eq!(socket_dir(1000, none), None);
+    }
+}

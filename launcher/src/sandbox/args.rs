@@ -1,0 +1,203 @@
+//! The `sandbox` subcommand's command line (docs/cli.md):
+//!
+//!   nix-sandbox-mcp sandbox list [--json]
+//!   nix-sandbox-mcp sandbox status [--json] ID
+//!   nix-sandbox-mcp sandbox destroy ID
+//!
+//! Its verbs and flags are declared once, in [`VERBS`] and [`FLAGS`], which
+//! the parser and `--help` both read.
+
+use std::ffi::OsString;
+
+/// What the person asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verb {
+    List,
+    Status(String),
+    Destroy(String),
+    Help,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub verb: Verb,
+    /// NDJSON on stdout instead of text.
+    pub json: bool,
+}
+
+/// A verb: its name, its operand (if it takes one) and what it does.
+struct VerbSpec {
+    name: &'static str,
+    operand: Option<&'static str>,
+    help: &'static str,
+}
+
+const VERBS: &[VerbSpec] = &[
+    VerbSpec {
+        name: "list",
+        operand: None,
+        help: "the open sessions of every server of yours",
+    },
+    VerbSpec {
+        name: "status",
+        operand: Some("ID"),
+        help: "one session in detail",
+    },
+    VerbSpec {
+        name: "destroy",
+        operand: Some("ID"),
+        help: "end a session (a call running in it is cancelled first)",
+    },
+];
+
+/// A flag: its name (without `--`), the verbs it goes with, what it does.
+struct FlagSpec {
+    name: &'static str,
+    verbs: &'static [&'static str],
+    help: &'static str,
+}
+
+const FLAGS: &[FlagSpec] = &[
+    FlagSpec {
+        name: "json",
+        verbs: &["list", "status"],
+        help: "one JSON object a line (NDJSON) instead of text",
+    },
+    FlagSpec {
+        name: "help",
+        verbs: &[],
+        help: "this text",
+    },
+];
+
+/// `--help`'s text, from [`VERBS`] and [`FLAGS`].
+pub fn help() -> String {
+    let mut text = String::from(
+        "usage: nix-sandbox-mcp sandbox VERB [FLAG]... [ID]\n\
+         Sees and ends the sessions of your running nix-sandbox-mcp servers\n\
+         (through their control sockets; docs/cli.md). ID is a session's name,\n\
+         or SERVER-PID/NAME when two servers have one of that name.\n",
+    );
+    for v in VERBS {
+        let head = format!("{} {}", v.name, v.operand.unwrap_or(""));
+        text.push_str(&format!("  {:<14}{}\n", head.trim_end(), v.help));
+    }
+    for f in FLAGS {
+        let with = match f.verbs {
+            [] => String::new(),
+            verbs => format!(" ({})", verbs.join(", ")),
+        };
+        text.push_str(&format!("  --{:<12}{}{with}\n", f.name, f.help));
+    }
+    text
+}
+
+/// Reads the command line after `sandbox`.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let fail = |e: lexopt::Error| e.to_string();
+    let mut verb: Option<&VerbSpec> = None;
+    let mut operand: Option<String> = None;
+    let mut flags: Vec<&FlagSpec> = Vec::new();
+    while let Some(arg) = parser.next().map_err(fail)? {
+        match arg {
+            Long(name) => {
+                let flag = FLAGS
+                    .iter()
+                    .find(|f| f.name == name)
+                    .ok_or_else(|| format!("unknown flag --{name}"))?;
+                flags.push(flag);
+            }
+            Short(c) => return Err(format!("unknown flag -{c}")),
+            Value(value) => {
+                let value = value
+                    .into_string()
+                    .map_err(|v| format!("{}: not UTF-8", v.to_string_lossy()))?;
+                match verb {
+                    None => {
+                        verb = Some(VERBS.iter().find(|v| v.name == value).ok_or_else(|| {
+                            format!(
+                                "unknown verb `{value}`: one of {}",
+                                VERBS.iter().map(|v| v.name).collect::<Vec<_>>().join(", ")
+                            )
+                        })?);
+                    }
+                    Some(v) if v.operand.is_some() && operand.is_none() => operand = Some(value),
+                    Some(v) => return Err(format!("{} takes no more arguments (got `{value}`)", v.name)),
+                }
+            }
+        }
+    }
+    if flags.iter().any(|f| f.name == "help") {
+        return Ok(Args {
+            verb: Verb::Help,
+            json: false,
+        });
+    }
+    let verb = verb.ok_or("no verb: one of list, status ID, destroy ID")?;
+    for flag in &flags {
+        if !flag.verbs.contains(&verb.name) {
+            return Err(format!("--{} does not go with {}", flag.name, verb.name));
+        }
+    }
+    let id = || {
+        operand
+            .clone()
+            .ok_or_else(|| format!("{} needs a session ID (`nix-sandbox-mcp sandbox list` shows them)", verb.name))
+    };
+    let parsed = match verb.name {
+        "list" => Verb::List,
+        "status" => Verb::Status(id()?),
+        _ => Verb::Destroy(id()?),
+    };
+    Ok(Args {
+        verb: parsed,
+        json: flags.iter().any(|f| f.name == "json"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Args, String> {
+        parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn verbs_take_their_operand_and_flags() {
+        assert_eq!(p(&["list"]).unwrap().verb, Verb::List);
+        assert!(p(&["list", "--json"]).unwrap().json);
+        assert_eq!(p(&["status", "a", "--json"]).unwrap().verb, Verb::Status("a".into()));
+        assert_eq!(p(&["destroy", "42/a"]).unwrap().verb, Verb::Destroy("42/a".into()));
+        assert_eq!(p(&["--help"]).unwrap().verb, Verb::Help);
+        assert_eq!(p(&["list", "--help"]).unwrap().verb, Verb::Help);
+    }
+
+    #[test]
+    fn bad_input_is_one_line_naming_it() {
+        for (args, says) in [
+            (&["frob"][..], "unknown verb `frob`"),
+            (&[][..], "no verb"),
+            (&["status"][..], "status needs a session ID"),
+            (&["list", "x"][..], "list takes no more arguments"),
+            (&["destroy", "a", "--json"][..], "--json does not go with destroy"),
+            (&["list", "--all"][..], "unknown flag --all"),
+        ] {
+            let e = p(args).unwrap_err();
+            assert!(e.contains(says) && !e.contains('\n'), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn help_names_every_verb_and_flag() {
+        let h = help();
+        for v in VERBS {
+            assert!(h.contains(v.name), "{h}");
+        }
+        for f in FLAGS {
+            assert!(h.contains(&format!("--{}", f.name)), "{h}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! `nix-sandbox-mcp sandbox` against a real server's sessions (real
+//! bubblewrap, the fixture session wrappers), through its control socket,
+//! as the test's user and as uid 65534: list, status, destroy (of an idle
+//! session and of one running a call), and each bad input one line and a
+//! non-zero exit.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// A runtime directory of `user`'s (mode 0700), as `XDG_RUNTIME_DIR`.
+fn runtime_dir(user: User) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    if user == User::Nobody {
+        let uid = Some(rustix::fs::Uid::from_raw(65534));
+        let gid = Some(rustix::fs::Gid::from_raw(65534));
+        rustix::fs::chown(dir.path(), uid, gid).unwrap();
+    }
+    dir
+}
+
+/// `nix-sandbox-mcp sandbox ARGS...` run as `user` with `runtime`.
+async fn cli(user: User, runtime: &Path, args: &[&str]) -> Output {
+    let mut cmd = user.command();
+    cmd.arg("sandbox").args(args).env("XDG_RUNTIME_DIR", runtime);
+    cmd.env_remove("RUST_LOG");
+    tokio::time::timeout(GUARD, cmd.output())
+        .await
+        .expect("the CLI ends")
+        .unwrap()
+}
+
+/// The CLI failed with one line on stderr holding `says`, nothing on stdout.
+#[track_caller]
+fn assert_one_line_failure(out: &Output, says: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(says), "{err}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
+
+/// The NDJSON lines of `out`, each parsed.
+fn json_lines(out: &Output) -> Vec<Value> {
+    assert!(out.status.success(), "{out:?}");
+    (String::from_utf8_lossy(&out.stdout).lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_person_lists_inspects_and_ends_the_models_sessions() {
+    for user in User::all() {
+        let runtime = runtime_dir(user);
+        let rt = runtime.path();
+        // No server yet.
+        let out = cli(user, rt, &["list"]).await;
+        assert_one_line_failure(&out, "no nix-sandbox-mcp server of yours is running");
+
+        let mark = marker("cli");
+        let rt_text = rt.to_str().unwrap();
+        let s = Server::start_command(
+            user.command(),
+            vec![sessions_marked(&mark, 30)],
+            &["--allow-wrappers-outside-store"],
+            &[("XDG_RUNTIME_DIR", rt_text)],
+        )
+        .await;
+        let r = s.session("shell", "work", "echo made > /workspace/f; echo ok").await;
+        assert_eq!(text(&r), "ok\n", "{user:?}: {r:?}");
+        // The jail, of the server's uid, does not see the control socket.
+        let sock = rt.join("nix-sandbox-mcp").join(format!("{}.sock", s.pid));
+        assert!(sock.exists(), "{}", sock.display());
+        let code = format!("test -e {} && echo seen || echo unseen", sock.display());
+        assert_eq!(text(&s.session("shell", "probe", &code).await), "unseen\n");
+
+        let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let row = &rows[1];
+        assert_eq!(rows[0]["id"], "probe");
+        assert_eq!(row["id"], "work");
+        assert_eq!(row["env"], "shell");
+        assert_eq!(row["server"], s.pid);
+        assert_eq!(row["client"], "stdio");
+        assert_eq!(row["busy"], false);
+        assert_eq!(row["calls"], 1, "{row}");
+
+        let out = cli(user, rt, &["list"]).await;
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.starts_with("ID") && table.contains("work"), "{table}");
+        assert!(table.lines().nth(2).unwrap().contains(&s.pid.to_string()), "{table}");
+
+        let status = json_lines(&cli(user, rt, &["status", "work", "--json"]).await);
+        assert_eq!(status[0]["id"], "work");
+        let out = cli(user, rt, &["status", &format!("{}/work", s.pid)]).await;
+        let detail = String::from_utf8_lossy(&out.stdout);
+        assert!(detail.contains("environment: shell") && detail.contains("state: idle"), "{detail}");
+
+        // Bad input: one line naming it and the fix, a non-zero exit.
+        let out = cli(user, rt, &["status", "nope"]).await;
+        assert_one_line_failure(&out, "no open session `nope`");
+        let out = cli(user, rt, &["destroy", "1/work"]).await;
+        assert_one_line_failure(&out, "no server of yours has pid 1");
+        let out = cli(user, rt, &["frob"]).await;
+        assert_one_line_failure(&out, "unknown verb `frob`");
+        assert_eq!(out.status.code(), Some(2));
+
+        // Destroy: gone from the list; the model's next call is told why.
+        let out = cli(user, rt, &["destroy", "work"]).await;
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("destroyed work (server {})\n", s.pid)
+        );
+        let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+        assert_eq!(rows.len(), 1, "only probe is left: {rows:?}");
+        let r = s.session("shell", "work", "cat /workspace/f 2>&1 || echo gone").await;
+        let said = text(&r);
+        assert!(said.contains("gone") && said.contains("a person ended it"), "{said}");
+
+        // A session running a call: its call is cancelled, then it ends.
+        let call = s
+            .call_cancellable(json!({"env": "shell", "session": "long", "code": "sleep 100"}))
+            .await;
+        let mut busy = false;
+        for _ in 0..300 {
+            let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+            if rows.iter().any(|r| r["id"] == "long" && r["busy"] == true) {
+                busy = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(busy, "the long call shows as running");
+        let out = cli(user, rt, &["destroy", "long"]).await;
+        assert!(out.status.success(), "{out:?}");
+        let ended = tokio::time::timeout(GUARD, call.await_response()).await;
+        assert!(ended.is_ok(), "the cancelled call ended");
+        let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+        let ids: Vec<&Value> = rows.iter().map(|r| &r["id"]).collect();
+        // `work` again: the model's call after the destroy made it anew.
+        assert_eq!(ids, ["probe", "work"], "{rows:?}");
+        // Destroyed, a session's jail is gone: none of its processes is left.
+        assert!(cli(user, rt, &["destroy", "work"]).await.status.success());
+        assert!(cli(user, rt, &["destroy", "probe"]).await.status.success());
+        assert_no_process_left(&mark).await;
+        let log = s.stderr();
+        assert!(log.contains("control socket listening"), "{log}");
+        drop(s);
+    }
+}
+
+/// Another user's directory in the socket directory's place: the server
+/// makes no socket there and says so; the CLI refuses to trust it.
+#[tokio::test]
+async fn a_planted_socket_directory_is_refused_by_server_and_cli() {
+    let user = User::unprivileged();
+    let runtime = runtime_dir(user);
+    let planted = runtime.path().join("nix-sandbox-mcp");
+    std::fs::create_dir(&planted).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let s = Server::start_command(
+        user.command(),
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store"],
+        &[("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap())],
+    )
+    .await;
+    let log = s.stderr();
+    assert!(log.contains("control socket: none"), "{log}");
+    assert!(std::fs::read_dir(&planted).unwrap().next().is_none());
+    let out = cli(user, runtime.path(), &["list"]).await;
+    assert_one_line_failure(&out, "not trusting the sockets in it");
+}
+
+/// Over HTTP, each MCP session's sessions show with it as their client,
+/// and two clients' sessions of one name are listed apart; `status` of
+/// that name is refused in one line saying why.
+#[tokio::test]
+async fn an_http_servers_clients_sessions_are_listed_apart() {
+    use crate::http::{HttpServer, result_text};
+    let user = User::Own;
+    let runtime = runtime_dir(user);
+    let rt = runtime.path();
+    let server = HttpServer::start_command(
+        user.command(),
+        vec![Manifest::new(&template())],
+        &["--allow-wrappers-outside-store"],
+        &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+    )
+    .await;
+    for _ in 0..2 {
+        let mut client = server.client();
+        client.initialize().await;
+        let arguments = json!({"env": "shell", "session": "same", "code": "echo hi"});
+        let (id, body) = client.request("tools/call", json!({"name": "run", "arguments": arguments}));
+        let reply = client.post(&body).await;
+        assert_eq!(result_text(&reply.message(id).await), "hi\n");
+        // The client stays: its MCP session keeps its sessions.
+        std::mem::forget(client);
+    }
+    let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row["id"], "same");
+        assert!(row["client"].as_str().unwrap().starts_with("mcp:"), "{row}");
+    }
+    assert_ne!(rows[0]["client"], rows[1]["client"]);
+    let out = cli(user, rt, &["status", "same"]).await;
+    assert_one_line_failure(&out, "each have a session `same`");
+}

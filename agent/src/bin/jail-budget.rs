@@ -466,7 +466,9 @@ fn mount_read_only_project(path: &std::ffi::OsStr) -> Result<(), String> {
     use nix::sys::stat::Mode;
     use std::os::fd::AsRawFd;
     let name = path.to_string_lossy();
-    let dir = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+    // O_PATH: a project this uid may not read is shown as it is, its
+    // reads refused in the jail, as the bind mount did.
+    let dir = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
     let project = open(path, dir, Mode::empty())
         .map_err(|e| format!("cannot open the project {name}: {e}"))?;
     let sealed = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_RDONLY;

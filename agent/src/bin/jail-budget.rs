@@ -257,12 +257,21 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     }
     parsed.layer = layer_of(layer, size, on_disk, lower, restore)?;
     parsed.layer = with_idmapped(parsed.layer, idmapped)?;
-    if parsed.read_only.is_some() && parsed.layer.as_ref().is_some_and(|l| l.lower.is_some()) {
-        return Err("--project-read-only goes without --project-lower".into());
+    consistent(parsed)
+}
+
+/// `parsed`, unless it holds flags that do not go together: a forwarder's
+/// descriptor without a network namespace, or a read-only project beside
+/// a copy-on-write one.
+fn consistent(parsed: Args) -> Result<Args, String> {
+    if parsed.publish_fd.is_some() && !parsed.net {
+        return Err("--publish-fd needs --net".into());
     }
-    match parsed.publish_fd.is_some() && !parsed.net {
-        true => Err("--publish-fd needs --net".into()),
-        false => Ok(parsed),
+    match (&parsed.read_only, &parsed.layer) {
+        (Some(_), Some(Layer { lower: Some(_), .. })) => {
+            Err("--project-read-only goes without --project-lower".into())
+        }
+        _ => Ok(parsed),
     }
 }
 
@@ -921,9 +930,40 @@ mod tests {
             &["--publish-fd", "5", "--", "x"],
             &["--net", "--publish-fd", "1", "--", "x"],
             &["--net", "--publish-fd", "x", "--", "x"],
+            &[
+                "--layer",
+                "/l",
+                "--layer-size",
+                "1",
+                "--project-lower",
+                "/p",
+                "--project-read-only",
+                "/p",
+                "--",
+                "x",
+            ],
         ] {
             assert!(parse(args(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_read_only_project_goes_alone_or_with_a_layer() {
+        let plain = parse(args(&["--project-read-only", "/p", "--", "x"])).unwrap();
+        assert_eq!(plain.read_only, Some("/p".into()));
+        assert_eq!(plain.layer, None);
+        let session = parse(args(&[
+            "--layer",
+            "/l",
+            "--layer-size",
+            "1",
+            "--project-read-only=/p",
+            "--",
+            "x",
+        ]))
+        .unwrap();
+        assert_eq!(session.read_only, Some("/p".into()));
+        assert!(session.layer.is_some_and(|l| l.lower.is_none()));
     }
 
     #[test]

@@ -705,11 +705,59 @@ def t_project(sandboxes, scratch):
         check(got[0] == "hello project", f"at {mount}: read {got[0]!r}")
         check(got[1] is not True, f"at {mount}: writing to the project worked")
     check(not (project / "new.txt").exists(), "a file appeared in the host's project")
+    t_project_socket_and_fifo(python, project)
     missing = run(python + ["-c", "print(1)"], extra_env={"PROJECT_DIR": str(scratch / "nope")})
     check(
         missing.returncode == 2 and b"PROJECT_DIR" in missing.stderr and missing.stdout == b"",
         f"a missing PROJECT_DIR: {show(missing)}",
     )
+
+
+def t_project_socket_and_fifo(python, project):
+    """A host program's Unix socket and fifo in the read-only project: the
+    Nix-built wrapper's jail connects to neither and writes into neither
+    (the project is a read-only overlay of it, whose inodes are its own)."""
+    sock_path, fifo_path = project / "host.sock", project / "host.fifo"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(sock_path))
+    listener.listen(4)
+    listener.setblocking(False)
+    os.chmod(sock_path, 0o777)
+    os.mkfifo(fifo_path, 0o666)
+    os.chmod(fifo_path, 0o666)
+    reader = os.open(fifo_path, os.O_RDONLY | os.O_NONBLOCK)
+    code = (
+        "import errno, os, socket\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        "    s.connect('/project/host.sock'); print('connected')\n"
+        "except OSError as e:\n"
+        "    print(errno.errorcode[e.errno])\n"
+        "try:\n"
+        "    os.write(os.open('/project/host.fifo', os.O_WRONLY | os.O_NONBLOCK), b'leak'); print('wrote')\n"
+        "except OSError as e:\n"
+        "    print(errno.errorcode[e.errno])\n"
+    )
+    try:
+        proc = run(python + ["-c", code], extra_env={"PROJECT_DIR": str(project)})
+        check(proc.returncode == 0, f"the socket and fifo attack: {show(proc)}")
+        out = proc.stdout.decode()
+        check("connected" not in out and "wrote" not in out, f"the jail reached the host's socket or fifo: {out}")
+        try:
+            got = os.read(reader, 64)
+        except BlockingIOError:
+            got = b""
+        check(got == b"", f"the host's fifo got {got!r}")
+        try:
+            listener.accept()
+            check(False, "the host's socket got a connection")
+        except BlockingIOError:
+            pass
+    finally:
+        os.close(reader)
+        listener.close()
+        sock_path.unlink()
+        fifo_path.unlink()
 
 
 # --- the server over MCP ------------------------------------------------------
@@ -967,7 +1015,8 @@ def main():
         suite.test("the python preset's modules come from its closure: no numpy, no pandas", t_python_closure, sandboxes)
         suite.test("/tmp is a size-limited tmpfs", t_tmpfs_limit, args.custom, "/tmp")
         suite.test("/workspace is a size-limited tmpfs", t_tmpfs_limit, args.custom, "/workspace")
-        suite.test("PROJECT_DIR is readable at PROJECT_MOUNT and not writable; a missing one exits 2",
+        suite.test("PROJECT_DIR is readable at PROJECT_MOUNT and not writable, a host program's socket and fifo "
+                   "there are reached by no jail; a missing one exits 2",
                    t_project, sandboxes, scratch)
         suite.test("server manifest merges the three presets' own", t_server_manifest, args.server, sandboxes)
         t_server(args.server, args.custom, scratch, args.nix_envs_ref, suite)

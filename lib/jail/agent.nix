@@ -8,7 +8,8 @@
 # mkAgentSandbox.nix reads and unsets, since bubblewrap takes one --chdir,
 # workspace.nix's); with NIX_SANDBOX_AGENT_PROJECT_RW=1 (the person's
 # `--writable`) the project is bound read-write over the copy-on-write
-# layer or read-only bind projectMount.nix made. Without
+# layer or read-only view projectMount.nix made (its read-only overlay,
+# which would hide the host's tree, is then not mounted). Without
 # NIX_SANDBOX_AGENT_HOME the wrapper stops with status 2: it runs through
 # `nix-sandbox-mcp agent` only.
 { environment, ... }:
@@ -21,6 +22,9 @@ c.add-runtime ''
   RUNTIME_ARGS+=(--bind "$NIX_SANDBOX_AGENT_HOME" /home/sandbox)
   if [ -n "''${PROJECT_DIR:-}" ]; then
     if [ "''${NIX_SANDBOX_AGENT_PROJECT_RW:-}" = 1 ]; then
+      if [ "''${sandbox_project_layer[0]:-}" = --project-read-only ]; then
+        sandbox_project_layer=()
+      fi
       RUNTIME_ARGS+=(--bind "$PROJECT_DIR" "''${PROJECT_MOUNT:-/project}")
     fi
     RUNTIME_ARGS+=(--setenv NIX_SANDBOX_AGENT_CWD "''${PROJECT_MOUNT:-/project}")

@@ -1,7 +1,11 @@
 # Takes { environment, ... } and jail.nix's combinators; returns the
 # permission whose run-time code (add-runtime, before bubblewrap starts)
 # shows $PROJECT_DIR read-only at $PROJECT_MOUNT (default /project) when
-# PROJECT_DIR is set and not empty. A PROJECT_DIR that is not an existing
+# PROJECT_DIR is set and not empty: kernelBudgets.nix's jail-budget mounts
+# a read-only overlay of it over $PROJECT_DIR in the jail's mount namespace
+# (--project-read-only, in sandbox_project_layer), which the wrapper binds,
+# so a host program's Unix socket or fifo in the project is the overlay's
+# inode there, and a connect or an open for writing reaches no one. A PROJECT_DIR that is not an existing
 # directory the wrapper's user may enter (a root server's jails run as uids
 # of their own), or a PROJECT_MOUNT that is not an absolute path, stops the
 # wrapper with status 2 and says why on stderr.
@@ -38,6 +42,7 @@ c.add-runtime ''
       fi
       RUNTIME_ARGS+=(--bind "$NIX_SANDBOX_LAYER/merged" "$sandbox_project_mount")
     else
+      sandbox_project_layer=(--project-read-only "$PROJECT_DIR")
       RUNTIME_ARGS+=(--ro-bind "$PROJECT_DIR" "$sandbox_project_mount")
     fi
   fi

@@ -21,7 +21,7 @@
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
 //!               [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
-//!               [--project-lower-fd FD]] [--restore]]
+//!               [--project-lower-fd FD]] [--restore]] [--project-read-only PATH]
 //!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
@@ -64,6 +64,19 @@
 //! process, which holds every capability in the namespace until it execs;
 //! bubblewrap below holds none here.
 //!
+//! With `--project-read-only PATH` (a project shown read-only: the
+//! default, and a writable project's calls without a session) it makes a
+//! mount namespace of its own (or uses the layer's) and shows PATH there
+//! through a read-only overlay mounted over PATH itself: PATH as the upper
+//! of two lower layers, an empty tmpfs below it (an overlay without an
+//! upper layer needs two). The wrapper binds PATH at the project mount as
+//! before, and the jail sees the overlay. Its inodes are the overlay's, not
+//! the host's: a Unix socket a host program listens on in the project
+//! refuses a connect (`ECONNREFUSED`), and a fifo there is a pipe of the
+//! overlay's inode, never the host program's, which a read-only bind mount
+//! does not stop. Each jail mounts its own, so an edit on the host is seen
+//! by the next run.
+//!
 //! With `--layer-on-disk` instead of `--layer-size` (a person's agent
 //! jail, docs/agents.md) no tmpfs is mounted: DIR is a directory of the
 //! person's on disk (mode 0700, kept between runs) and its `ws`, `upper`,
@@ -98,7 +111,7 @@ mod forward;
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
                      [--ipc NAME=VALUE]... \
                      [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH \
-                     [--project-lower-fd FD]] [--restore]] \
+                     [--project-lower-fd FD]] [--restore]] [--project-read-only PATH] \
                      [--net [--publish-fd FD]] -- PROGRAM [ARGS...]";
 
 /// The System V limits of an IPC namespace that `--ipc` may set, each a
@@ -118,6 +131,8 @@ struct Args {
     ipc: Vec<(String, String)>,
     /// The session jail's layer, when it is one.
     layer: Option<Layer>,
+    /// The project to show through a read-only overlay over itself.
+    read_only: Option<OsString>,
     /// Whether to make the jail's network namespace.
     net: bool,
     /// The server's end of the forwarder's socket pair, with `net`.
@@ -178,6 +193,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
         rlimits: Vec::new(),
         ipc: Vec::new(),
         layer: None,
+        read_only: None,
         net: false,
         publish_fd: None,
         program,
@@ -208,6 +224,9 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             Long("project-lower") => lower = Some(parser.value().map_err(|e| e.to_string())?),
             Long("project-lower-fd") => idmapped = Some(descriptor(parser.value())?),
             Long("restore") => restore = true,
+            Long("project-read-only") => {
+                parsed.read_only = Some(parser.value().map_err(|e| e.to_string())?);
+            }
             Long("layer-on-disk") => on_disk = true,
             Long("layer-size") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
@@ -238,9 +257,21 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     }
     parsed.layer = layer_of(layer, size, on_disk, lower, restore)?;
     parsed.layer = with_idmapped(parsed.layer, idmapped)?;
-    match parsed.publish_fd.is_some() && !parsed.net {
-        true => Err("--publish-fd needs --net".into()),
-        false => Ok(parsed),
+    consistent(parsed)
+}
+
+/// `parsed`, unless it holds flags that do not go together: a forwarder's
+/// descriptor without a network namespace, or a read-only project beside
+/// a copy-on-write one.
+fn consistent(parsed: Args) -> Result<Args, String> {
+    if parsed.publish_fd.is_some() && !parsed.net {
+        return Err("--publish-fd needs --net".into());
+    }
+    match (&parsed.read_only, &parsed.layer) {
+        (Some(_), Some(Layer { lower: Some(_), .. })) => {
+            Err("--project-read-only goes without --project-lower".into())
+        }
+        _ => Ok(parsed),
     }
 }
 
@@ -376,16 +407,7 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
     use nix::fcntl::{OFlag, open};
     use nix::mount::{MsFlags, mount};
     use nix::sys::stat::Mode;
-    nix::sched::unshare(CloneFlags::CLONE_NEWNS)
-        .map_err(|e| format!("cannot make the session layer's mount namespace: {e}"))?;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(|e| format!("cannot make the mounts private: {e}"))?;
+    private_mount_namespace()?;
     let dir = OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let lower_fd = match (&layer.lower, layer.idmapped) {
         (Some(_), Some(fd)) => Some(take_descriptor(fd)?),
@@ -424,6 +446,69 @@ fn mount_layer(layer: &Layer) -> Result<(), String> {
         Some(lower_fd) => mount_project(layer, &layer_fd, lower_fd, &lowers),
         None => Ok(()),
     }
+}
+
+/// A mount namespace of this user namespace's own, its mounts private:
+/// nothing mounted here propagates back to the host.
+fn private_mount_namespace() -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    nix::sched::unshare(CloneFlags::CLONE_NEWNS)
+        .map_err(|e| format!("cannot make the jail's mount namespace: {e}"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot make the mounts private: {e}"))
+}
+
+/// Shows the project `path` through a read-only overlay mounted over it
+/// in this process' mount namespace: `path` (opened first) above an empty
+/// read-only tmpfs mounted over `path` meanwhile, both named by descriptor
+/// (the path may hold commas or colons). Its sockets and fifos are the
+/// overlay's inodes, which no host program listens on or reads.
+fn mount_read_only_project(path: &std::ffi::OsStr) -> Result<(), String> {
+    use nix::fcntl::{OFlag, open};
+    use nix::mount::{MsFlags, mount};
+    use nix::sys::stat::Mode;
+    use std::os::fd::AsRawFd;
+    let name = path.to_string_lossy();
+    // O_PATH: a project this uid may not read is shown as it is, its
+    // reads refused in the jail, as the bind mount did.
+    let dir = OFlag::O_DIRECTORY | OFlag::O_PATH | OFlag::O_CLOEXEC;
+    let project = open(path, dir, Mode::empty())
+        .map_err(|e| format!("cannot open the project {name}: {e}"))?;
+    let sealed = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_RDONLY;
+    mount(
+        Some("tmpfs"),
+        path,
+        Some("tmpfs"),
+        sealed | MsFlags::MS_NOEXEC,
+        Some("size=4k,nr_inodes=1,mode=0755"),
+    )
+    .map_err(|e| format!("cannot mount the project's empty lower layer on {name}: {e}"))?;
+    let empty = open(path, dir, Mode::empty())
+        .map_err(|e| format!("cannot open the project's empty lower layer: {e}"))?;
+    let options = format!(
+        "lowerdir=/proc/self/fd/{}:/proc/self/fd/{}",
+        project.as_raw_fd(),
+        empty.as_raw_fd()
+    );
+    mount(
+        Some("overlay"),
+        path,
+        Some("overlay"),
+        sealed,
+        Some(options.as_str()),
+    )
+    .map_err(|e| {
+        format!(
+            "cannot show the project {name} through a read-only overlay (overlay in a user \
+             namespace needs Linux 5.11 or later): {e}"
+        )
+    })
 }
 
 /// The project's overlay at `merged` in the layer (`layer_fd`): `lower_fd`
@@ -733,6 +818,16 @@ fn main() -> ExitCode {
         eprintln!("jail-budget: {e}; the jail does not start");
         return ExitCode::from(2);
     }
+    if let (Ok(()), Some(project)) = (&set, &args.read_only) {
+        let namespace = match args.layer {
+            Some(_) => Ok(()),
+            None => private_mount_namespace(),
+        };
+        if let Err(e) = namespace.and_then(|()| mount_read_only_project(project)) {
+            eprintln!("jail-budget: {e}; the jail does not start");
+            return ExitCode::from(2);
+        }
+    }
     if let Err(e) = set {
         eprintln!(
             "jail-budget: {e}; the jail's kernel budgets cannot be set, so it does not start"
@@ -783,6 +878,7 @@ mod tests {
                 rlimits: vec![(Resource::RLIMIT_SIGPENDING, 1024)],
                 ipc: vec![],
                 layer: None,
+                read_only: None,
                 net: false,
                 publish_fd: None,
                 program: "/bin/bwrap".into(),
@@ -834,9 +930,40 @@ mod tests {
             &["--publish-fd", "5", "--", "x"],
             &["--net", "--publish-fd", "1", "--", "x"],
             &["--net", "--publish-fd", "x", "--", "x"],
+            &[
+                "--layer",
+                "/l",
+                "--layer-size",
+                "1",
+                "--project-lower",
+                "/p",
+                "--project-read-only",
+                "/p",
+                "--",
+                "x",
+            ],
         ] {
             assert!(parse(args(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_read_only_project_goes_alone_or_with_a_layer() {
+        let plain = parse(args(&["--project-read-only", "/p", "--", "x"])).unwrap();
+        assert_eq!(plain.read_only, Some("/p".into()));
+        assert_eq!(plain.layer, None);
+        let session = parse(args(&[
+            "--layer",
+            "/l",
+            "--layer-size",
+            "1",
+            "--project-read-only=/p",
+            "--",
+            "x",
+        ]))
+        .unwrap();
+        assert_eq!(session.read_only, Some("/p".into()));
+        assert!(session.layer.is_some_and(|l| l.lower.is_none()));
     }
 
     #[test]

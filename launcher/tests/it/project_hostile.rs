@@ -405,3 +405,70 @@ async fn names_with_newlines_dashes_and_bad_bytes_are_unambiguous() {
         );
     }
 }
+
+/// The shell code that tries the host's socket and fifo in the project,
+/// then a write, printing what got through.
+const REACH_HOST: &str = "cd /project; \
+     timeout 3 sh -c 'echo leak > pipe' 2>/dev/null && echo wrote-pipe; \
+     python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); \
+s.connect('/project/sock'); print('connected-sock')\" 2>&1 | tail -n 1; \
+     touch /project/x 2>&1 | grep -q 'Read-only file system' && echo refused-write; \
+     cat edited; echo reach-done";
+
+/// A read-only `/project` (the default, and a writable project's calls
+/// without a session) shows the host's socket and fifo as files no one
+/// listens on: a jail reaches neither a host program's socket nor its
+/// fifo there, in a plain run or a session, and the host's edits are seen
+/// by the next run.
+#[tokio::test]
+async fn a_read_only_project_reaches_no_host_socket_or_fifo() {
+    for user in User::all() {
+        for writable in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (project, _) = project(tmp.path());
+            let any = nix::sys::stat::Mode::from_bits_truncate(0o666);
+            nix::unistd::mkfifo(&project.join("pipe"), any).unwrap();
+            let perms = std::fs::Permissions::from_mode(0o666);
+            std::fs::set_permissions(project.join("pipe"), perms).unwrap();
+            std::fs::write(project.join("edited"), "first\n").unwrap();
+            own(&project, user);
+            let connections = listen(&project.join("sock"));
+            let reader = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_NONBLOCK)
+                .open(project.join("pipe"))
+                .unwrap();
+            let mut vars = vec![("PROJECT_DIR", project.to_str().unwrap())];
+            if writable {
+                vars.push(("NIX_SANDBOX_PROJECT_WRITABLE", "1"));
+            }
+            let s = Server::start_command(
+                user.command(),
+                vec![Manifest::new(&template())],
+                &["--allow-wrappers-outside-store"],
+                &vars,
+            )
+            .await;
+            let mut calls = vec![serde_json::json!({"env": "shell", "code": REACH_HOST})];
+            if !writable {
+                calls
+                    .push(serde_json::json!({"env": "shell", "session": "ro", "code": REACH_HOST}));
+            }
+            for (i, call) in calls.into_iter().enumerate() {
+                let edit = format!("edit {i}\n");
+                std::fs::write(project.join("edited"), &edit).unwrap();
+                let out = text(&s.call(call.clone()).await);
+                let what = format!("{user:?} writable={writable} {call}");
+                assert!(out.contains("reach-done"), "{what}: {out}\n{}", s.stderr());
+                assert!(!out.contains("wrote-pipe"), "{what}: {out}");
+                assert!(!out.contains("connected-sock"), "{what}: {out}");
+                assert!(out.contains("refused-write"), "{what}: {out}");
+                assert!(out.contains(edit.trim()), "{what}: the host's edit: {out}");
+                assert_eq!(connections.load(Ordering::SeqCst), 0, "{what}: connected");
+                let mut got = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut &reader, &mut got);
+                assert!(got.is_empty(), "{what}: the host's fifo got {got:?}");
+            }
+        }
+    }
+}

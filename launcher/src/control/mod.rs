@@ -149,7 +149,9 @@ impl Control {
                     "control socket: refused a connection from uid {uid}: only this server's uid {} may use it",
                     self.owner
                 ),
-                Err(e) => tracing::warn!(error = %e, "control socket: refused a connection whose peer is unknown"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "control socket: refused a connection whose peer is unknown")
+                }
             }
         }
     }
@@ -161,7 +163,9 @@ impl Control {
 pub fn start(slots: SessionSlots, shutdown: &CancellationToken, dir: Option<&Path>) {
     let owner = nix::unistd::geteuid().as_raw();
     let Some(dir) = dir else {
-        tracing::info!("control socket: none (XDG_RUNTIME_DIR is unset): `nix-sandbox-mcp sandbox` cannot see this server");
+        tracing::info!(
+            "control socket: none (XDG_RUNTIME_DIR is unset): `nix-sandbox-mcp sandbox` cannot see this server"
+        );
         return;
     };
     match Control::bind(dir, owner) {
@@ -266,8 +270,8 @@ fn one(slots: &SessionSlots, id: &str) -> Result<Session, String> {
 /// once the call gave it back.
 async fn destroy(slots: &SessionSlots, id: &str) -> Result<Session, String> {
     let session = one(slots, id)?;
-    let Some(table) = (slots.tables().into_iter())
-        .find(|t| t.describe().iter().any(|s| s.name == id))
+    let Some(table) =
+        (slots.tables().into_iter()).find(|t| t.describe().iter().any(|s| s.name == id))
     else {
         return Err(format!("session `{id}` ended meanwhile"));
     };

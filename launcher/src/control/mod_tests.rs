@@ -40,7 +40,11 @@ async fn the_own_uid_is_answered_and_another_is_refused() {
     let control = Control::bind(&dir, own_uid()).unwrap();
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700);
-    let mode = std::fs::metadata(control.path()).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(control.path())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600);
     let path = control.path().to_owned();
     let shutdown = CancellationToken::new();
@@ -90,14 +94,25 @@ async fn a_real_other_uid_is_refused_when_root() {
                   try:\n  s.sendall(b'{\"v\":1,\"op\":\"list\"}\\n')\n  s.settimeout(5)\n  \
                   print(repr(s.recv(4096)))\nexcept (ConnectionResetError, BrokenPipeError):\n  print(repr(b''))";
     let out = tokio::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
         .arg(&path)
         .output()
         .await
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     // Connected (the modes let it), and closed unanswered.
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "b''", "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "b''",
+        "{out:?}"
+    );
     shutdown.cancel();
 }
 
@@ -125,7 +140,9 @@ fn a_symbolic_link_or_a_planted_directory_is_refused() {
     let theirs = tmp.path().join("theirs");
     std::fs::create_dir(&theirs).unwrap();
     std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let e = prepare_dir(&theirs, own.wrapping_add(1)).unwrap_err().to_string();
+    let e = prepare_dir(&theirs, own.wrapping_add(1))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("belongs to uid"), "{e}");
     if own == 0 {
         rustix::fs::chown(&theirs, Some(rustix::fs::Uid::from_raw(65534)), None).unwrap();

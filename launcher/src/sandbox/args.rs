@@ -124,7 +124,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
                         })?);
                     }
                     Some(v) if v.operand.is_some() && operand.is_none() => operand = Some(value),
-                    Some(v) => return Err(format!("{} takes no more arguments (got `{value}`)", v.name)),
+                    Some(v) => {
+                        return Err(format!(
+                            "{} takes no more arguments (got `{value}`)",
+                            v.name
+                        ));
+                    }
                 }
             }
         }
@@ -142,9 +147,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         }
     }
     let id = || {
-        operand
-            .clone()
-            .ok_or_else(|| format!("{} needs a session ID (`nix-sandbox-mcp sandbox list` shows them)", verb.name))
+        operand.clone().ok_or_else(|| {
+            format!(
+                "{} needs a session ID (`nix-sandbox-mcp sandbox list` shows them)",
+                verb.name
+            )
+        })
     };
     let parsed = match verb.name {
         "list" => Verb::List,
@@ -169,8 +177,14 @@ mod tests {
     fn verbs_take_their_operand_and_flags() {
         assert_eq!(p(&["list"]).unwrap().verb, Verb::List);
         assert!(p(&["list", "--json"]).unwrap().json);
-        assert_eq!(p(&["status", "a", "--json"]).unwrap().verb, Verb::Status("a".into()));
-        assert_eq!(p(&["destroy", "42/a"]).unwrap().verb, Verb::Destroy("42/a".into()));
+        assert_eq!(
+            p(&["status", "a", "--json"]).unwrap().verb,
+            Verb::Status("a".into())
+        );
+        assert_eq!(
+            p(&["destroy", "42/a"]).unwrap().verb,
+            Verb::Destroy("42/a".into())
+        );
         assert_eq!(p(&["--help"]).unwrap().verb, Verb::Help);
         assert_eq!(p(&["list", "--help"]).unwrap().verb, Verb::Help);
     }
@@ -182,7 +196,10 @@ mod tests {
             (&[][..], "no verb"),
             (&["status"][..], "status needs a session ID"),
             (&["list", "x"][..], "list takes no more arguments"),
-            (&["destroy", "a", "--json"][..], "--json does not go with destroy"),
+            (
+                &["destroy", "a", "--json"][..],
+                "--json does not go with destroy",
+            ),
             (&["list", "--all"][..], "unknown flag --all"),
         ] {
             let e = p(args).unwrap_err();

@@ -55,14 +55,19 @@ fn verb(args: &Args, lookup: Lookup) -> Result<(), String> {
                 rows.extend(answer.sessions.into_iter().map(|s| (server.pid, s)));
             }
             match args.json {
-                true => rows.iter().try_for_each(|(pid, s)| json_line(&mut out, *pid, s)),
+                true => rows
+                    .iter()
+                    .try_for_each(|(pid, s)| json_line(&mut out, *pid, s)),
                 false => table(&mut out, &rows),
             }
         }
         Verb::Status(id) => {
             let (server, name) = find(&servers, id)?;
             let answer = server.ask(&wire::Op::Status { id: name })?;
-            let session = answer.sessions.first().ok_or("the server answered no session")?;
+            let session = answer
+                .sessions
+                .first()
+                .ok_or("the server answered no session")?;
             match args.json {
                 true => json_line(&mut out, server.pid, session),
                 false => detail(&mut out, server.pid, session),
@@ -89,7 +94,9 @@ impl Server {
     fn ask(&self, op: &wire::Op) -> Result<wire::Response, String> {
         let failed = |e: std::io::Error| format!("server {} did not answer: {e}", self.pid);
         let mut stream = UnixStream::connect(&self.path).map_err(failed)?;
-        stream.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(failed)?;
+        stream
+            .set_read_timeout(Some(ANSWER_TIMEOUT))
+            .map_err(failed)?;
         let request = wire::Request {
             v: wire::VERSION,
             op: op.clone(),
@@ -137,7 +144,11 @@ fn servers(lookup: Lookup) -> Result<Vec<Server>, String> {
     match control::check_dir(&dir, euid) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(none()),
-        Err(e) => return Err(format!("{e}; not trusting the sockets in it (remove it; your servers make it again)")),
+        Err(e) => {
+            return Err(format!(
+                "{e}; not trusting the sockets in it (remove it; your servers make it again)"
+            ));
+        }
     }
     let mut servers = sockets(&dir);
     servers.retain(|s| UnixStream::connect(&s.path).is_ok());
@@ -201,7 +212,10 @@ fn find<'a>(servers: &'a [Server], id: &str) -> Result<(&'a Server, String), Str
 }
 
 fn pids<'a>(servers: impl IntoIterator<Item = &'a Server>) -> String {
-    let pids: Vec<String> = servers.into_iter().map(|s| format!("pid {}", s.pid)).collect();
+    let pids: Vec<String> = servers
+        .into_iter()
+        .map(|s| format!("pid {}", s.pid))
+        .collect();
     pids.join(", ")
 }
 
@@ -214,7 +228,18 @@ fn json_line(out: &mut impl Write, pid: u32, s: &wire::Session) -> std::io::Resu
 
 /// The sessions as a table, one a line under a header.
 fn table(out: &mut impl Write, rows: &[(u32, wire::Session)]) -> std::io::Result<()> {
-    let head = ["ID", "ENV", "SERVER", "CLIENT", "AGE", "IDLE", "CALLS", "CHECKPOINTS", "WORKSPACE", "STATE"];
+    let head = [
+        "ID",
+        "ENV",
+        "SERVER",
+        "CLIENT",
+        "AGE",
+        "IDLE",
+        "CALLS",
+        "CHECKPOINTS",
+        "WORKSPACE",
+        "STATE",
+    ];
     let mut lines: Vec<Vec<String>> = vec![head.iter().map(|h| (*h).to_owned()).collect()];
     for (pid, s) in rows {
         lines.push(vec![
@@ -231,7 +256,13 @@ fn table(out: &mut impl Write, rows: &[(u32, wire::Session)]) -> std::io::Result
         ]);
     }
     let widths: Vec<usize> = (0..head.len())
-        .map(|i| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0))
+        .map(|i| {
+            lines
+                .iter()
+                .map(|l| l[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     for line in &lines {
         let cells: Vec<String> = line
@@ -312,8 +343,14 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
         assert!(lines[0].starts_with("ID    ENV     SERVER"), "{text}");
-        assert!(lines[1].contains("data") && lines[1].contains("2m5s"), "{text}");
-        assert!(lines[1].contains("1.5 MiB/64.0 MiB") && lines[1].ends_with("idle"), "{text}");
+        assert!(
+            lines[1].contains("data") && lines[1].contains("2m5s"),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains("1.5 MiB/64.0 MiB") && lines[1].ends_with("idle"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -321,7 +358,10 @@ mod tests {
         let mut out = Vec::new();
         json_line(&mut out, 42, &session("data")).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!((v["id"].as_str(), v["server"].as_u64()), (Some("data"), Some(42)));
+        assert_eq!(
+            (v["id"].as_str(), v["server"].as_u64()),
+            (Some("data"), Some(42))
+        );
         assert!(v["checkpoints"].is_null());
     }
 }

@@ -390,7 +390,11 @@ impl IdleSessions for Inner {
 fn layer_used(jail: &Jail) -> Option<u64> {
     let root = jail.layer_root().ok()?;
     let stat = rustix::fs::fstatvfs(&root).ok()?;
-    Some(stat.f_blocks.saturating_sub(stat.f_bfree).saturating_mul(stat.f_frsize))
+    Some(
+        stat.f_blocks
+            .saturating_sub(stat.f_bfree)
+            .saturating_mul(stat.f_frsize),
+    )
 }
 
 /// Remembers why session `name` ended.

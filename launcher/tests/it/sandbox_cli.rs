@@ -25,7 +25,9 @@ fn runtime_dir(user: User) -> tempfile::TempDir {
 /// `nix-sandbox-mcp sandbox ARGS...` run as `user` with `runtime`.
 async fn cli(user: User, runtime: &Path, args: &[&str]) -> Output {
     let mut cmd = user.command();
-    cmd.arg("sandbox").args(args).env("XDG_RUNTIME_DIR", runtime);
+    cmd.arg("sandbox")
+        .args(args)
+        .env("XDG_RUNTIME_DIR", runtime);
     cmd.env_remove("RUST_LOG");
     tokio::time::timeout(GUARD, cmd.output())
         .await
@@ -69,7 +71,9 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
             &[("XDG_RUNTIME_DIR", rt_text)],
         )
         .await;
-        let r = s.session("shell", "work", "echo made > /workspace/f; echo ok").await;
+        let r = s
+            .session("shell", "work", "echo made > /workspace/f; echo ok")
+            .await;
         assert_eq!(text(&r), "ok\n", "{user:?}: {r:?}");
         // The jail, of the server's uid, does not see the control socket.
         let sock = rt.join("nix-sandbox-mcp").join(format!("{}.sock", s.pid));
@@ -91,13 +95,19 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
         let out = cli(user, rt, &["list"]).await;
         let table = String::from_utf8_lossy(&out.stdout);
         assert!(table.starts_with("ID") && table.contains("work"), "{table}");
-        assert!(table.lines().nth(2).unwrap().contains(&s.pid.to_string()), "{table}");
+        assert!(
+            table.lines().nth(2).unwrap().contains(&s.pid.to_string()),
+            "{table}"
+        );
 
         let status = json_lines(&cli(user, rt, &["status", "work", "--json"]).await);
         assert_eq!(status[0]["id"], "work");
         let out = cli(user, rt, &["status", &format!("{}/work", s.pid)]).await;
         let detail = String::from_utf8_lossy(&out.stdout);
-        assert!(detail.contains("environment: shell") && detail.contains("state: idle"), "{detail}");
+        assert!(
+            detail.contains("environment: shell") && detail.contains("state: idle"),
+            "{detail}"
+        );
 
         // Bad input: one line naming it and the fix, a non-zero exit.
         let out = cli(user, rt, &["status", "nope"]).await;
@@ -117,9 +127,14 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
         );
         let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
         assert_eq!(rows.len(), 1, "only probe is left: {rows:?}");
-        let r = s.session("shell", "work", "cat /workspace/f 2>&1 || echo gone").await;
+        let r = s
+            .session("shell", "work", "cat /workspace/f 2>&1 || echo gone")
+            .await;
         let said = text(&r);
-        assert!(said.contains("gone") && said.contains("a person ended it"), "{said}");
+        assert!(
+            said.contains("gone") && said.contains("a person ended it"),
+            "{said}"
+        );
 
         // A session running a call: its call is cancelled, then it ends.
         let call = s
@@ -199,7 +214,8 @@ async fn an_http_servers_clients_sessions_are_listed_apart() {
         let mut client = server.client();
         client.initialize().await;
         let arguments = json!({"env": "shell", "session": "same", "code": "echo hi"});
-        let (id, body) = client.request("tools/call", json!({"name": "run", "arguments": arguments}));
+        let (id, body) =
+            client.request("tools/call", json!({"name": "run", "arguments": arguments}));
         let reply = client.post(&body).await;
         assert_eq!(result_text(&reply.message(id).await), "hi\n");
         // The client stays: its MCP session keeps its sessions.

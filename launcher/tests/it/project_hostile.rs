@@ -125,6 +125,19 @@ fn listen(path: &Path) -> Arc<AtomicUsize> {
     count
 }
 
+/// A fifo at `path` (mode 0666) and a host process's end holding it open
+/// for reading: a write that reached it would be read there.
+fn fifo(path: &Path) -> std::fs::File {
+    let any = nix::sys::stat::Mode::from_bits_truncate(0o666);
+    nix::unistd::mkfifo(path, any).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .unwrap()
+}
+
 #[tokio::test]
 async fn devices_fifos_and_sockets_open_nothing_of_the_host() {
     use nix::sys::stat::{Mode, SFlag, makedev, mknod};
@@ -140,18 +153,9 @@ async fn devices_fifos_and_sockets_open_nothing_of_the_host() {
             let disk = std::fs::metadata("/").unwrap().dev();
             mknod(&project.join("disk"), SFlag::S_IFBLK, any, disk).unwrap();
         }
-        nix::unistd::mkfifo(&project.join("pipe"), any).unwrap();
-        std::fs::set_permissions(project.join("pipe"), std::fs::Permissions::from_mode(0o666))
-            .unwrap();
+        let reader = fifo(&project.join("pipe"));
         own(&project, user);
         let connections = listen(&project.join("sock"));
-        // A host process holding the fifo open for reading: a write that
-        // reached it would be read here.
-        let reader = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_NONBLOCK)
-            .open(project.join("pipe"))
-            .unwrap();
         let before = snapshot(&project);
         let s = checkpointed(user, &project).await;
         let out = shell(
@@ -426,18 +430,10 @@ async fn a_read_only_project_reaches_no_host_socket_or_fifo() {
         for writable in [false, true] {
             let tmp = tempfile::tempdir().unwrap();
             let (project, _) = project(tmp.path());
-            let any = nix::sys::stat::Mode::from_bits_truncate(0o666);
-            nix::unistd::mkfifo(&project.join("pipe"), any).unwrap();
-            let perms = std::fs::Permissions::from_mode(0o666);
-            std::fs::set_permissions(project.join("pipe"), perms).unwrap();
+            let reader = fifo(&project.join("pipe"));
             std::fs::write(project.join("edited"), "first\n").unwrap();
             own(&project, user);
             let connections = listen(&project.join("sock"));
-            let reader = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::libc::O_NONBLOCK)
-                .open(project.join("pipe"))
-                .unwrap();
             let mut vars = vec![("PROJECT_DIR", project.to_str().unwrap())];
             if writable {
                 vars.push(("NIX_SANDBOX_PROJECT_WRITABLE", "1"));

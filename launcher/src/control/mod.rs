@@ -210,20 +210,24 @@ async fn answer(stream: UnixStream, slots: SessionSlots) {
 /// The answer to one request line.
 async fn respond(line: &[u8], slots: &SessionSlots) -> Response {
     let pid = std::process::id();
-    let version = serde_json::from_slice::<serde_json::Value>(line)
-        .ok()
-        .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
-    if version.is_some_and(|v| v != u64::from(VERSION)) {
-        return Response::error(
-            pid,
-            format!(
-                "protocol version {} is not this server's ({VERSION}): use the nix-sandbox-mcp that runs this server",
-                version.unwrap_or_default()
-            ),
-        );
-    }
-    let request: Request = match serde_json::from_slice(line) {
-        Ok(request) => request,
+    // Read once: the version is checked before the request's shape, so a
+    // request of another version is named as such.
+    let request = serde_json::from_slice::<serde_json::Value>(line).and_then(|value| {
+        match value.get("v").and_then(serde_json::Value::as_u64) {
+            Some(v) if v != u64::from(VERSION) => Ok(Err(v)),
+            _ => serde_json::from_value::<Request>(value).map(Ok),
+        }
+    });
+    let request = match request {
+        Ok(Ok(request)) => request,
+        Ok(Err(version)) => {
+            return Response::error(
+                pid,
+                format!(
+                    "protocol version {version} is not this server's ({VERSION}): use the nix-sandbox-mcp that runs this server"
+                ),
+            );
+        }
         Err(e) => return Response::error(pid, format!("not a request: {e}")),
     };
     match request.op {

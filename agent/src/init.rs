@@ -48,14 +48,15 @@ pub fn become_init() -> io::Result<()> {
     Ok(())
 }
 
-/// Collects every exited child but `keep` (the interpreter); how many.
+/// Collects every exited child but those in `keep` (the interpreter, a
+/// spawn: their statuses are read by pid); how many.
 ///
 /// `waitid(P_ALL, WNOWAIT)` names an exited child without collecting it;
 /// the one it names is collected only when it is not `keep`. When it is
 /// `keep`, the interpreter has exited and the loop stops: the session
 /// handles that death (and collects it) on the same wake-up or the next,
 /// and the orphans behind it are collected then.
-pub fn reap_orphans(keep: Option<Pid>) -> usize {
+pub fn reap_orphans(keep: &[Option<Pid>]) -> usize {
     let mut reaped = 0;
     loop {
         let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
@@ -71,7 +72,7 @@ pub fn reap_orphans(keep: Option<Pid>) -> usize {
                 return reaped;
             }
         };
-        if Some(pid) == keep {
+        if keep.contains(&Some(pid)) {
             return reaped;
         }
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {

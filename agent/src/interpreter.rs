@@ -40,7 +40,7 @@ pub struct Interpreter {
 /// without job control (or by `nohup`) has SIGINT and SIGQUIT (or SIGHUP)
 /// ignored, and exec keeps an ignored signal: bash can then not trap SIGINT
 /// and no interrupt would ever end a bash call.
-fn default_signals() -> io::Result<()> {
+pub fn default_signals() -> io::Result<()> {
     use nix::sys::signal::{SigHandler, signal};
     for sig in [
         Signal::SIGINT,
@@ -153,7 +153,7 @@ pub fn hide_inherited_fds() -> io::Result<()> {
     Ok(())
 }
 
-fn exit_of(status: WaitStatus) -> Option<Exit> {
+pub fn exit_of(status: WaitStatus) -> Option<Exit> {
     match status {
         WaitStatus::Exited(_, code) => Some(Exit::Code(code)),
         WaitStatus::Signaled(_, signal, _) => Some(Exit::Signal(signal as i32)),
@@ -184,7 +184,7 @@ fn give_control_fds(read_end: RawFd, write_end: RawFd) -> io::Result<()> {
 
 /// In the child: die when the agent dies, even outside a jail (in the jail,
 /// the pid namespace ends everything anyway).
-fn die_with_parent(agent: Pid) -> io::Result<()> {
+pub fn die_with_parent(agent: Pid) -> io::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     if nix::unistd::getppid() != agent {
         return Err(io::Error::other(

@@ -11,6 +11,7 @@ mod init;
 mod interpreter;
 mod pipe;
 mod session;
+mod spawn;
 mod watch;
 
 use std::io::Write;

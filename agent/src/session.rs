@@ -21,7 +21,8 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use proto::cap::Cap;
 use proto::frame::{
-    self, ErrorCode, ExecReply, Exit, FileIn, MAX_OUTPUT_BYTES, Reply, Request, Split, Splitter,
+    self, ErrorCode, ExecReply, Exit, FileIn, MAX_CHUNK_BYTES, MAX_OUTPUT_BYTES, Reply, Request,
+    Split, Splitter, Stream,
 };
 
 use crate::cli::Config;
@@ -31,6 +32,7 @@ use crate::inbox::{Inbox, Refused};
 use crate::init;
 use crate::interpreter::{self, Interpreter};
 use crate::pipe::{self, Read, pump};
+use crate::spawn::{self, Spawned};
 
 /// The cap for output that arrives before the first call.
 const FIRST_CAP: usize = 64 << 10;
@@ -56,6 +58,9 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 pub fn run(config: Config) -> io::Result<()> {
     let mut session = Session::new(config)?;
     let result = session.serve();
+    if let Some(spawned) = &session.spawned {
+        spawned.kill_group();
+    }
     session.kill_interpreter();
     result
 }
@@ -109,6 +114,8 @@ struct Session {
     outputs_before: Option<Snapshot>,
     /// The files `put` for the next exec.
     inbox: Inbox,
+    /// The running spawn, if any (spawn.rs).
+    spawned: Option<Spawned>,
 }
 
 /// What one poll reported.
@@ -120,6 +127,8 @@ struct Ready {
     to_driver: bool,
     stdout: bool,
     stderr: bool,
+    spawned_stdout: bool,
+    spawned_stderr: bool,
 }
 
 impl Session {
@@ -156,6 +165,7 @@ impl Session {
             workspace,
             outputs_before: None,
             inbox: Inbox::default(),
+            spawned: None,
         };
         // Start the interpreter now so that the first call does not wait for
         // it; a failure is reported to the first exec.
@@ -204,11 +214,19 @@ impl Session {
             if ready.sigchld {
                 self.check_child()?;
             }
+            if ready.spawned_stdout || ready.spawned_stderr {
+                self.pass_spawned_output()?;
+            }
             if ready.stdin && !self.read_requests()? {
                 return Ok(());
             }
             self.deliver_interrupt();
-            init::reap_orphans(self.interpreter.as_ref().map(Interpreter::pid));
+            self.finish_spawned()?;
+            let keep = [
+                self.interpreter.as_ref().map(Interpreter::pid),
+                self.spawned.as_ref().map(Spawned::pid),
+            ];
+            init::reap_orphans(&keep);
         }
     }
 
@@ -242,6 +260,15 @@ impl Session {
                 }
             }
         }
+        let mut spawned_slots = [None; 2];
+        if let Some(spawned) = &self.spawned {
+            for (slot, fd) in [&spawned.stdout, &spawned.stderr].into_iter().enumerate() {
+                if let Some(fd) = fd {
+                    spawned_slots[slot] = Some(fds.len());
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                }
+            }
+        }
         loop {
             match poll(&mut fds, self.timeout()) {
                 Ok(_) => break,
@@ -258,6 +285,8 @@ impl Session {
             to_driver: slot_ready(1),
             stdout: slot_ready(2),
             stderr: slot_ready(3),
+            spawned_stdout: spawned_slots[0].is_some_and(is_ready),
+            spawned_stderr: spawned_slots[1].is_some_and(is_ready),
         })
     }
 
@@ -561,8 +590,108 @@ impl Session {
                 send(&Reply::Ack { id, busy })?;
                 return Ok(false);
             }
+            Request::Spawn { id, argv } => self.spawn(id, &argv)?,
+            Request::Stop { id, spawn } => {
+                let running = self.spawned.as_ref().filter(|s| s.id == spawn);
+                if let Some(spawned) = running {
+                    spawned.kill_group();
+                }
+                send(&Reply::Ack {
+                    id,
+                    busy: running.is_some(),
+                })?;
+            }
         }
         Ok(true)
+    }
+
+    /// Starts `argv` beside the interpreter (spawn.rs), or says why not.
+    fn spawn(&mut self, id: u64, argv: &[String]) -> io::Result<()> {
+        let refuse = |code, message: String| {
+            send(&Reply::Error {
+                id: Some(id),
+                code,
+                message,
+            })
+        };
+        if let Some(running) = &self.spawned {
+            return refuse(
+                ErrorCode::Busy,
+                format!("spawn {} is still running", running.id),
+            );
+        }
+        match Spawned::start(id, argv, &self.config.workspace) {
+            Ok(spawned) => {
+                tracing::info!(id, pid = spawned.pid().as_raw(), "spawned an argv");
+                self.spawned = Some(spawned);
+                Ok(())
+            }
+            Err(spawn::Refused::Bad(why)) => refuse(ErrorCode::BadRequest, why),
+            Err(spawn::Refused::Failed(why)) => refuse(ErrorCode::SpawnFailed, why),
+        }
+    }
+
+    /// Passes on what the spawn wrote, a chunk an `output` reply, at most a
+    /// few chunks a stream before the loop looks at the rest.
+    fn pass_spawned_output(&mut self) -> io::Result<()> {
+        let Some(spawned) = &mut self.spawned else {
+            return Ok(());
+        };
+        let id = spawned.id;
+        for (stream, pipe) in [
+            (Stream::Stdout, &mut spawned.stdout),
+            (Stream::Stderr, &mut spawned.stderr),
+        ] {
+            for _ in 0..4 {
+                let Some(fd) = pipe else { break };
+                let most = MAX_CHUNK_BYTES.min(self.buf.len());
+                let chunk = &mut self.buf[..most];
+                match pipe::read(fd.as_fd(), chunk) {
+                    Ok(Read::Data(n)) => {
+                        send(&Reply::Output {
+                            id,
+                            stream,
+                            data: frame::encode_data(&chunk[..n]),
+                        })?;
+                        if pipe::emptied(n, chunk) {
+                            break;
+                        }
+                    }
+                    Ok(Read::Again) => break,
+                    Ok(Read::Eof) => *pipe = None,
+                    Err(e) => {
+                        tracing::warn!("reading a spawn's output: {e}");
+                        *pipe = None;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers the spawn once it exited and its output was read to the end
+    /// (or [`DRAIN_AFTER_DEATH`] after it exited, when a process that left
+    /// its group holds its pipes).
+    fn finish_spawned(&mut self) -> io::Result<()> {
+        let Some(spawned) = &mut self.spawned else {
+            return Ok(());
+        };
+        spawned.check_exit();
+        let Some((exit, at)) = spawned.exit else {
+            return Ok(());
+        };
+        let drained = spawned.stdout.is_none() && spawned.stderr.is_none();
+        if !drained && at.elapsed() < DRAIN_AFTER_DEATH {
+            return Ok(());
+        }
+        let id = spawned.id;
+        self.spawned = None;
+        tracing::info!(id, ?exit, "the spawned argv ended");
+        send(&Reply::Spawned {
+            id,
+            status: exit.status(),
+            exit,
+        })
     }
 
     /// The answer to `read`.
@@ -686,6 +815,13 @@ impl Session {
 
     /// How long the loop may sleep: until a repeated SIGINT is due.
     fn timeout(&self) -> PollTimeout {
+        // A spawn that exited while something holds its pipes is answered
+        // when its drain time is up.
+        if let Some((_, at)) = self.spawned.as_ref().and_then(|s| s.exit) {
+            let left = (at + DRAIN_AFTER_DEATH).saturating_duration_since(Instant::now());
+            return PollTimeout::try_from(left + Duration::from_millis(1))
+                .unwrap_or(PollTimeout::MAX);
+        }
         match &self.call {
             Some(call) if call.phase == Phase::Running => {
                 call.interrupt_due.map_or(PollTimeout::NONE, |due| {

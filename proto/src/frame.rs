@@ -64,6 +64,20 @@
 //!   size, MIME type), at most [`MAX_OUTPUTS_LISTED`] of them, sorted by
 //!   path; `outputs_more` counts the rest. Symbolic links and what they
 //!   point to are never listed.
+//! - `spawn`: runs `argv` (the program, found on `PATH`, and its
+//!   arguments; no shell) beside the interpreter, whose state it does not
+//!   touch, in a process group of its own, cwd the workspace, the agent's
+//!   environment, stdin `/dev/null`, stdout and stderr on fresh pipes. Its
+//!   output comes as it is written, in `output` replies carrying the
+//!   spawn's id (`stream`, `data` base64, at most [`MAX_CHUNK_BYTES`]
+//!   bytes each); once it has exited and both pipes reached end of file
+//!   (or 1 s after it exited, when something else holds them), the rest
+//!   of its process group is killed and one `spawned` reply says how it
+//!   ended (`exit`, `status` as for exec). One spawn at a time (another
+//!   gets `error` `busy`); a program that cannot be started gets `error`
+//!   `spawn_failed`; an empty argv, a NUL byte or more than
+//!   [`MAX_ARGV_BYTES`] gets `bad_request`. Requests are answered at once
+//!   while it runs. `stop` sends SIGKILL to its process group (an `ack`).
 //! - `read`: up to `max_bytes` (at most [`MAX_READ_BYTES`]) of the output
 //!   file at `path` (relative to `outputs`), from `offset`, as a `file` reply
 //!   (`data` base64, `size` the file's size now, `eof`). Opened without
@@ -118,6 +132,12 @@ pub enum Request {
     Ping { id: u64 },
     /// Kill the interpreter and exit.
     Shutdown { id: u64 },
+    /// Run `argv` (no shell) beside the interpreter: its output comes as
+    /// `output` replies carrying this id, then one `spawned` (or an
+    /// `error`).
+    Spawn { id: u64, argv: Vec<String> },
+    /// SIGKILL to the process group of the running spawn `spawn`; an `ack`.
+    Stop { id: u64, spawn: u64 },
 }
 
 impl Request {
@@ -129,7 +149,9 @@ impl Request {
             | Request::Read { id, .. }
             | Request::Interrupt { id }
             | Request::Ping { id }
-            | Request::Shutdown { id } => *id,
+            | Request::Shutdown { id }
+            | Request::Spawn { id, .. }
+            | Request::Stop { id, .. } => *id,
         }
     }
 }
@@ -145,6 +167,16 @@ pub enum Reply {
     /// The answer to `ping`, `interrupt` and `shutdown`: `busy` is true when an
     /// exec was running.
     Ack { id: u64, busy: bool },
+    /// Bytes a spawned argv wrote (`data`: base64, at most
+    /// [`MAX_CHUNK_BYTES`] of them), with the spawn's id.
+    Output {
+        id: u64,
+        stream: Stream,
+        data: String,
+    },
+    /// A spawned argv ended: `exit` how, `status` its shell status (the
+    /// code, or 128 + the signal).
+    Spawned { id: u64, status: i32, exit: Exit },
     /// A request that could not be carried out.
     Error {
         id: Option<u64>,
@@ -159,7 +191,9 @@ impl Reply {
         match self {
             Reply::Exec(r) => Some(r.id),
             Reply::File(r) => Some(r.id),
-            Reply::Ack { id, .. } => Some(*id),
+            Reply::Ack { id, .. } | Reply::Output { id, .. } | Reply::Spawned { id, .. } => {
+                Some(*id)
+            }
             Reply::Error { id, .. } => *id,
         }
     }
@@ -250,6 +284,20 @@ pub fn decode_data(data: &str) -> Result<Vec<u8>, FrameError> {
         .decode(data)
         .map_err(|e| FrameError::Base64(e.to_string()))
 }
+
+/// Which of a spawned argv's streams an `output` is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// The most bytes one `output` reply carries.
+pub const MAX_CHUNK_BYTES: usize = 64 << 10;
+
+/// The longest argv a `spawn` may carry, all its bytes together.
+pub const MAX_ARGV_BYTES: usize = 256 << 10;
 
 /// How an interpreter ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -241,8 +241,11 @@ impl Expect {
             Ok(Request::Read { id, .. }) => Expect::Read(id),
             Ok(Request::Put { .. }) => Expect::Silent,
             Ok(Request::Interrupt { id } | Request::Ping { id }) => Expect::Ack(id),
-            // Only a mutation makes one: such a line is not sent.
-            Ok(Request::Shutdown { .. }) => return None,
+            // Only a mutation makes one: such a line is not sent (a spawn
+            // is tested in spawn.rs).
+            Ok(Request::Shutdown { .. } | Request::Spawn { .. } | Request::Stop { .. }) => {
+                return None;
+            }
         })
     }
 
@@ -469,6 +472,7 @@ fn random_and_mutated_frames_get_answers_and_leave_nothing() {
                 Reply::Exec(_) => "exec",
                 Reply::File(_) => "file",
                 Reply::Ack { .. } => "ack",
+                Reply::Output { .. } | Reply::Spawned { .. } => "spawn",
                 Reply::Error {
                     code: ErrorCode::BadRequest,
                     ..

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use proto::files::Upload;
-use proto::frame::{self, ErrorCode, ExecReply, FileIn, FileReply, Reply, Request};
+use proto::frame::{self, ErrorCode, ExecReply, Exit, FileIn, FileReply, Reply, Request, Stream};
 
 /// A guard against hangs, not a measure: every wait in these tests ends by then.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -243,7 +243,7 @@ impl Agent {
         self.log.lock().unwrap().clone()
     }
 
-    fn fresh_id(&mut self) -> u64 {
+    pub fn fresh_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
     }
@@ -338,6 +338,57 @@ impl Agent {
             Ok(Err(e)) => panic!("{e}\nagent log:\n{}", self.log()),
             Err(e) => panic!("no reply ({e})\nagent log:\n{}", self.log()),
         }
+    }
+
+    /// Spawns `argv`; its stdout and stderr bytes and its `spawned` reply
+    /// (or the error answering it).
+    pub fn spawn(
+        &mut self,
+        argv: &[&str],
+    ) -> Result<(Vec<u8>, Vec<u8>, i32, Exit), (ErrorCode, String)> {
+        let id = self.send_spawn(argv);
+        self.spawn_end(id)
+    }
+
+    /// Sends a spawn; returns its id.
+    pub fn send_spawn(&mut self, argv: &[&str]) -> u64 {
+        let id = self.fresh_id();
+        let argv = argv.iter().map(|a| (*a).to_owned()).collect();
+        self.send(&Request::Spawn { id, argv });
+        id
+    }
+
+    /// The output of spawn `id` up to its end.
+    pub fn spawn_end(
+        &mut self,
+        id: u64,
+    ) -> Result<(Vec<u8>, Vec<u8>, i32, Exit), (ErrorCode, String)> {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        loop {
+            match self.reply(id) {
+                Reply::Output { stream, data, .. } => {
+                    let bytes = frame::decode_data(&data).expect("base64");
+                    assert!(bytes.len() <= frame::MAX_CHUNK_BYTES);
+                    match stream {
+                        Stream::Stdout => out.extend(bytes),
+                        Stream::Stderr => err.extend(bytes),
+                    }
+                }
+                Reply::Spawned { status, exit, .. } => return Ok((out, err, status, exit)),
+                Reply::Error { code, message, .. } => return Err((code, message)),
+                other => panic!(
+                    "expected a spawn's reply, got {other:?}\nagent log:\n{}",
+                    self.log()
+                ),
+            }
+        }
+    }
+
+    /// Stops spawn `spawn`; whether it was running.
+    pub fn stop(&mut self, spawn: u64) -> bool {
+        let id = self.fresh_id();
+        self.send(&Request::Stop { id, spawn });
+        self.ack(id)
     }
 
     /// The reply to request `id`; others are kept for later.

@@ -22,3 +22,4 @@ mod node;
 mod program;
 mod protocol;
 mod python;
+mod spawn;

@@ -214,6 +214,8 @@ pub fn describe(reply: &Reply) -> String {
         Reply::Exec(_) => "an exec reply to no request of this call".into(),
         Reply::File(_) => "a file reply to no request of this call".into(),
         Reply::Ack { .. } => "an ack to no request of this call".into(),
+        Reply::Output { .. } => "a spawn's output to no request of this call".into(),
+        Reply::Spawned { .. } => "a spawn's end to no request of this call".into(),
         Reply::Error { code, .. } => format!("an error ({code:?}) to no request of this call"),
     }
 }

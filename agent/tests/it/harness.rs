@@ -342,10 +342,7 @@ impl Agent {
 
     /// Spawns `argv`; its stdout and stderr bytes and its `spawned` reply
     /// (or the error answering it).
-    pub fn spawn(
-        &mut self,
-        argv: &[&str],
-    ) -> Result<(Vec<u8>, Vec<u8>, i32, Exit), (ErrorCode, String)> {
+    pub fn spawn(&mut self, argv: &[&str]) -> SpawnEnd {
         let id = self.send_spawn(argv);
         self.spawn_end(id)
     }
@@ -359,10 +356,7 @@ impl Agent {
     }
 
     /// The output of spawn `id` up to its end.
-    pub fn spawn_end(
-        &mut self,
-        id: u64,
-    ) -> Result<(Vec<u8>, Vec<u8>, i32, Exit), (ErrorCode, String)> {
+    pub fn spawn_end(&mut self, id: u64) -> SpawnEnd {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         loop {
             match self.reply(id) {
@@ -600,6 +594,9 @@ pub fn assert_prints(agent: &mut Agent, code: &str, stdout: &str) {
     assert_ok(&reply);
     assert_eq!(reply.stdout, stdout, "{reply:#?}");
 }
+
+/// A spawn's stdout, stderr, status and exit, or the error answering it.
+pub type SpawnEnd = Result<(Vec<u8>, Vec<u8>, i32, Exit), (ErrorCode, String)>;
 
 /// Generates a `host` and a `jail` test for each scenario `fn name(Mode)`.
 #[macro_export]

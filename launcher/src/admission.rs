@@ -33,7 +33,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
 
 use crate::settings;
 
@@ -388,6 +392,40 @@ pub trait IdleSessions: Send + Sync {
     /// Cancels the call running in session `name`, if one does; true when
     /// the session is open.
     fn cancel_call(&self, name: &str) -> bool;
+    /// Runs a person's `argv` in idle session `name`'s jail (the control
+    /// socket's `exec`), its output to `chunks`; `stop` kills it.
+    fn exec(
+        &self,
+        name: String,
+        argv: Vec<String>,
+        chunks: mpsc::Sender<Chunk>,
+        stop: CancellationToken,
+    ) -> Pin<Box<dyn Future<Output = Result<ExecEnd, ExecRefused>> + Send + '_>>;
+}
+
+/// A part of a person's command's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+}
+
+/// How a person's command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecEnd {
+    /// Its exit code, or the signal that killed it.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// It ran past the session's timeout and was killed.
+    pub timed_out: bool,
+}
+
+/// Why a person's command did not run (or was not told to end): one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRefused {
+    pub message: String,
+    /// The program could not be started (the shell's 127).
+    pub not_found: bool,
 }
 
 /// An open session as the control socket shows it (control/wire.rs).

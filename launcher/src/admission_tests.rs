@@ -115,6 +115,21 @@ impl IdleSessions for FakeTable {
     fn cancel_call(&self, _name: &str) -> bool {
         false
     }
+
+    fn exec(
+        &self,
+        name: String,
+        _argv: Vec<String>,
+        _chunks: tokio::sync::mpsc::Sender<Chunk>,
+        _stop: tokio_util::sync::CancellationToken,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<ExecEnd, ExecRefused>> + Send + '_>> {
+        Box::pin(async move {
+            Err(ExecRefused {
+                message: format!("no open session `{name}`"),
+                not_found: false,
+            })
+        })
+    }
 }
 
 /// Sessions: beyond its share a client opens sessions but leaves one slot;

@@ -25,8 +25,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{OpenSession, SessionSlots};
-use wire::{Op, Request, Response, Session, VERSION};
+use crate::admission::{Chunk, OpenSession, SessionSlots};
+use wire::{Event, Op, Request, Response, Session, VERSION};
 
 /// How long `destroy` waits for a cancelled call to give its session back.
 const DESTROY_WAIT: Duration = Duration::from_secs(15);
@@ -197,7 +197,13 @@ async fn answer(stream: UnixStream, slots: SessionSlots) {
         let response = if line.len() > wire::MAX_REQUEST_BYTES {
             Response::error(pid, "the request is longer than 64 KiB".into())
         } else {
-            respond(&line, &slots).await
+            match respond(&line, &slots).await {
+                Answer::One(response) => response,
+                Answer::Exec { id, argv } => {
+                    exec(&mut lines, &mut write, &slots, id, argv).await;
+                    return;
+                }
+            }
         };
         let mut out = serde_json::to_vec(&response).unwrap_or_default();
         out.push(b'\n');
@@ -207,8 +213,26 @@ async fn answer(stream: UnixStream, slots: SessionSlots) {
     }
 }
 
+/// What a request line is answered with.
+enum Answer {
+    One(Response),
+    /// A stream of events (`exec`).
+    Exec {
+        id: String,
+        argv: Vec<String>,
+    },
+}
+
 /// The answer to one request line.
-async fn respond(line: &[u8], slots: &SessionSlots) -> Response {
+async fn respond(line: &[u8], slots: &SessionSlots) -> Answer {
+    match respond_one(line, slots).await {
+        Ok(response) => Answer::One(response),
+        Err((id, argv)) => Answer::Exec { id, argv },
+    }
+}
+
+/// The answer to one request line; an `exec`'s session and argv.
+async fn respond_one(line: &[u8], slots: &SessionSlots) -> Result<Response, (String, Vec<String>)> {
     let pid = std::process::id();
     // Read once: the version is checked before the request's shape, so a
     // request of another version is named as such.
@@ -221,16 +245,16 @@ async fn respond(line: &[u8], slots: &SessionSlots) -> Response {
     let request = match request {
         Ok(Ok(request)) => request,
         Ok(Err(version)) => {
-            return Response::error(
+            return Ok(Response::error(
                 pid,
                 format!(
                     "protocol version {version} is not this server's ({VERSION}): use the nix-sandbox-mcp that runs this server"
                 ),
-            );
+            ));
         }
-        Err(e) => return Response::error(pid, format!("not a request: {e}")),
+        Err(e) => return Ok(Response::error(pid, format!("not a request: {e}"))),
     };
-    match request.op {
+    Ok(match request.op {
         Op::List => Response::ok(pid, every(slots)),
         Op::Status { id } => match one(slots, &id) {
             Ok(session) => Response::ok(pid, vec![session]),
@@ -240,6 +264,95 @@ async fn respond(line: &[u8], slots: &SessionSlots) -> Response {
             Ok(session) => Response::ok(pid, vec![session]),
             Err(e) => Response::error(pid, e),
         },
+        Op::Exec { id, argv } => return Err((id, argv)),
+    })
+}
+
+/// How many chunks of a command's output wait for the connection.
+const EXEC_BACKLOG: usize = 16;
+
+/// Runs `argv` in session `id` and answers with its events as they come;
+/// the person closing the connection stops the command.
+async fn exec(
+    lines: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    slots: &SessionSlots,
+    id: String,
+    argv: Vec<String>,
+) {
+    let pid = std::process::id();
+    let send = |response: Response| {
+        let mut out = serde_json::to_vec(&response).unwrap_or_default();
+        out.push(b'\n');
+        out
+    };
+    let table = one(slots, &id).and_then(|_| {
+        (slots.tables().into_iter())
+            .find(|t| t.describe().iter().any(|s| s.name == id))
+            .ok_or_else(|| format!("session `{id}` ended meanwhile"))
+    });
+    let table = match table {
+        Ok(table) => table,
+        Err(e) => {
+            let _ = write.write_all(&send(Response::error(pid, e))).await;
+            return;
+        }
+    };
+    tracing::info!(session = %id, program = argv.first().map(String::as_str).unwrap_or(""), "a person's command runs in the session");
+    let (chunks, mut output) = tokio::sync::mpsc::channel(EXEC_BACKLOG);
+    let stop = CancellationToken::new();
+    let run = table.exec(id, argv, chunks, stop.clone());
+    tokio::pin!(run);
+    let mut gone = false;
+    let mut scratch = Vec::new();
+    let ended = loop {
+        tokio::select! {
+            ended = &mut run => break ended,
+            chunk = output.recv() => {
+                let Some(chunk) = chunk else { continue };
+                if !gone && write.write_all(&send(Response::event(pid, event_of(chunk)))).await.is_err() {
+                    gone = true;
+                    stop.cancel();
+                }
+            }
+            // Anything more from the person, or the end of the connection
+            // (Ctrl-C), stops the command.
+            read = lines.read_until(b'\n', &mut scratch), if !gone => {
+                scratch.clear();
+                if matches!(read, Ok(0) | Err(_)) {
+                    gone = true;
+                    stop.cancel();
+                }
+            }
+        }
+    };
+    // Output still queued when it ended.
+    while let Ok(chunk) = output.try_recv() {
+        if gone
+            || write
+                .write_all(&send(Response::event(pid, event_of(chunk))))
+                .await
+                .is_err()
+        {
+            return;
+        }
+    }
+    let last = match ended {
+        Ok(end) => Response::event(
+            pid,
+            Event::Exit {
+                code: end.code.unwrap_or_else(|| 128 + end.signal.unwrap_or(0)),
+                signal: end.signal,
+                timed_out: end.timed_out,
+            },
+        ),
+        Err(refused) => Response {
+            not_found: refused.not_found,
+            ..Response::error(pid, refused.message)
+        },
+    };
+    if !gone {
+        let _ = write.write_all(&send(last)).await;
     }
 }
 
@@ -295,6 +408,18 @@ async fn destroy(slots: &SessionSlots, id: &str) -> Result<Session, String> {
             ));
         }
         tokio::time::sleep(DESTROY_POLL).await;
+    }
+}
+
+/// A chunk of a command's output as its event (base64).
+fn event_of(chunk: Chunk) -> Event {
+    match chunk {
+        Chunk::Stdout(bytes) => Event::Stdout {
+            data: proto::frame::encode_data(&bytes),
+        },
+        Chunk::Stderr(bytes) => Event::Stderr {
+            data: proto::frame::encode_data(&bytes),
+        },
     }
 }
 

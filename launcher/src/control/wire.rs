@@ -32,6 +32,33 @@ pub enum Op {
     Status { id: String },
     /// End session `id` (a call running in it is cancelled first).
     Destroy { id: String },
+    /// Run `argv` in session `id`'s jail: answered by `event` lines, the
+    /// last an `exit`, or by one error. The connection's last request:
+    /// closing it stops the command.
+    Exec { id: String, argv: Vec<String> },
+}
+
+/// A part of an `exec`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// Bytes the command wrote, base64.
+    Stdout {
+        data: String,
+    },
+    Stderr {
+        data: String,
+    },
+    /// The command ended: `code` its status (the exit code, or 128 + the
+    /// signal that killed it), `signal` that signal, `timed_out` when the
+    /// server killed it at the session's timeout.
+    Exit {
+        code: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        timed_out: bool,
+    },
 }
 
 /// A server's answer: `ok` with `sessions` (all for `list`, the one for
@@ -46,6 +73,12 @@ pub struct Response {
     pub pid: u32,
     #[serde(default)]
     pub sessions: Vec<Session>,
+    /// Part of an `exec`'s answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<Event>,
+    /// An `exec` whose program could not be started (the shell's 127).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_found: bool,
 }
 
 /// One open session.
@@ -78,6 +111,15 @@ impl Response {
             error: None,
             pid,
             sessions,
+            event: None,
+            not_found: false,
+        }
+    }
+
+    pub fn event(pid: u32, event: Event) -> Self {
+        Self {
+            event: Some(event),
+            ..Self::ok(pid, Vec::new())
         }
     }
 
@@ -88,6 +130,8 @@ impl Response {
             error: Some(error),
             pid,
             sessions: Vec::new(),
+            event: None,
+            not_found: false,
         }
     }
 }

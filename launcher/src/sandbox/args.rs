@@ -3,6 +3,7 @@
 //!   nix-sandbox-mcp sandbox list [--json]
 //!   nix-sandbox-mcp sandbox status [--json] ID
 //!   nix-sandbox-mcp sandbox destroy ID
+//!   nix-sandbox-mcp sandbox exec [--json] ID -- CMD [ARG]...
 //!
 //! Its verbs and flags are declared once, in [`VERBS`] and [`FLAGS`], which
 //! the parser and `--help` both read.
@@ -15,6 +16,11 @@ pub enum Verb {
     List,
     Status(String),
     Destroy(String),
+    /// Run `argv` (after `--`) in session `id`.
+    Exec {
+        id: String,
+        argv: Vec<String>,
+    },
     Help,
 }
 
@@ -48,6 +54,11 @@ const VERBS: &[VerbSpec] = &[
         operand: Some("ID"),
         help: "end a session (a call running in it is cancelled first)",
     },
+    VerbSpec {
+        name: "exec",
+        operand: Some("ID -- CMD [ARG]..."),
+        help: "run a command in a session's sandbox, its output streamed",
+    },
 ];
 
 /// A flag: its name (without `--`), the verbs it goes with, what it does.
@@ -60,7 +71,7 @@ struct FlagSpec {
 const FLAGS: &[FlagSpec] = &[
     FlagSpec {
         name: "json",
-        verbs: &["list", "status"],
+        verbs: &["list", "status", "exec"],
         help: "one JSON object a line (NDJSON) instead of text",
     },
     FlagSpec {
@@ -80,21 +91,38 @@ pub fn help() -> String {
     );
     for v in VERBS {
         let head = format!("{} {}", v.name, v.operand.unwrap_or(""));
-        text.push_str(&format!("  {:<14}{}\n", head.trim_end(), v.help));
+        text.push_str(&format!("  {:<28}{}\n", head.trim_end(), v.help));
     }
     for f in FLAGS {
         let with = match f.verbs {
             [] => String::new(),
             verbs => format!(" ({})", verbs.join(", ")),
         };
-        text.push_str(&format!("  --{:<12}{}{with}\n", f.name, f.help));
+        text.push_str(&format!("  --{:<26}{}{with}\n", f.name, f.help));
     }
     text
 }
 
-/// Reads the command line after `sandbox`.
+/// Reads the command line after `sandbox`: what comes after the first `--`
+/// is `exec`'s command, taken as it is.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     use lexopt::prelude::*;
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let command = match args.iter().position(|a| a == "--") {
+        Some(at) => {
+            let rest = args.split_off(at + 1);
+            args.pop();
+            let rest: Result<Vec<String>, _> =
+                rest.into_iter().map(OsString::into_string).collect();
+            Some(rest.map_err(|a| {
+                format!(
+                    "{}: not UTF-8 (a command's arguments travel as JSON text)",
+                    a.to_string_lossy()
+                )
+            })?)
+        }
+        None => None,
+    };
     let mut parser = lexopt::Parser::from_args(args);
     let fail = |e: lexopt::Error| e.to_string();
     let mut verb: Option<&VerbSpec> = None;
@@ -140,7 +168,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             json: false,
         });
     }
-    let verb = verb.ok_or("no verb: one of list, status ID, destroy ID")?;
+    let verb = verb.ok_or("no verb: one of list, status ID, destroy ID, exec ID -- CMD")?;
     for flag in &flags {
         if !flag.verbs.contains(&verb.name) {
             return Err(format!("--{} does not go with {}", flag.name, verb.name));
@@ -154,10 +182,24 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             )
         })
     };
+    if command.is_some() && verb.name != "exec" {
+        return Err(format!("`--` goes with exec, not {}", verb.name));
+    }
     let parsed = match verb.name {
         "list" => Verb::List,
         "status" => Verb::Status(id()?),
-        _ => Verb::Destroy(id()?),
+        "destroy" => Verb::Destroy(id()?),
+        _ => {
+            let id = id()?;
+            match command {
+                Some(argv) if !argv.is_empty() => Verb::Exec { id, argv },
+                _ => {
+                    return Err(format!(
+                        "exec needs a command after `--`: exec {id} -- CMD [ARG]..."
+                    ));
+                }
+            }
+        }
     };
     Ok(Args {
         verb: parsed,
@@ -186,6 +228,16 @@ mod tests {
             Verb::Destroy("42/a".into())
         );
         assert_eq!(p(&["--help"]).unwrap().verb, Verb::Help);
+        // After `--`, everything is the command's, flags included.
+        let exec = p(&["exec", "--json", "a", "--", "ls", "--json", "--", "-l"]).unwrap();
+        assert!(exec.json);
+        assert_eq!(
+            exec.verb,
+            Verb::Exec {
+                id: "a".into(),
+                argv: vec!["ls".into(), "--json".into(), "--".into(), "-l".into()]
+            }
+        );
         assert_eq!(p(&["list", "--help"]).unwrap().verb, Verb::Help);
     }
 
@@ -201,6 +253,13 @@ mod tests {
                 "--json does not go with destroy",
             ),
             (&["list", "--all"][..], "unknown flag --all"),
+            (&["exec", "a"][..], "exec needs a command after `--`"),
+            (&["exec", "a", "--"][..], "exec needs a command after `--`"),
+            (&["exec", "--", "ls"][..], "exec needs a session ID"),
+            (
+                &["status", "a", "--", "ls"][..],
+                "`--` goes with exec, not status",
+            ),
         ] {
             let e = p(args).unwrap_err();
             assert!(e.contains(says) && !e.contains('\n'), "{args:?}: {e}");

@@ -5,6 +5,7 @@
 //! stdout; each failure is one line on stderr and a non-zero exit.
 
 mod args;
+mod exec;
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -36,7 +37,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>, lookup: Lookup) -> ExitCod
         return ExitCode::SUCCESS;
     }
     match verb(&args, lookup) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("nix-sandbox-mcp sandbox: {e}");
             ExitCode::FAILURE
@@ -44,8 +45,12 @@ pub fn main(args: impl IntoIterator<Item = OsString>, lookup: Lookup) -> ExitCod
     }
 }
 
-fn verb(args: &Args, lookup: Lookup) -> Result<(), String> {
+fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
     let servers = servers(lookup)?;
+    if let Verb::Exec { id, argv } = &args.verb {
+        let (server, name) = find(&servers, id)?;
+        return exec::run(server, name, argv.clone(), args.json);
+    }
     let mut out = std::io::stdout().lock();
     let written = match &args.verb {
         Verb::List => {
@@ -78,9 +83,10 @@ fn verb(args: &Args, lookup: Lookup) -> Result<(), String> {
             server.ask(&wire::Op::Destroy { id: name.clone() })?;
             writeln!(out, "destroyed {name} (server {})", server.pid)
         }
-        Verb::Help => Ok(()),
+        Verb::Help | Verb::Exec { .. } => Ok(()),
     };
-    written.map_err(|e| format!("cannot write the answer: {e}"))
+    written.map_err(|e| format!("cannot write the answer: {e}"))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A running server's control socket.
@@ -90,13 +96,11 @@ struct Server {
 }
 
 impl Server {
-    /// One request, its answer; a refusal is the server's one line.
-    fn ask(&self, op: &wire::Op) -> Result<wire::Response, String> {
+    /// A connection that sent `op`; reads time out after `timeout`.
+    fn send(&self, op: &wire::Op, timeout: Option<Duration>) -> Result<UnixStream, String> {
         let failed = |e: std::io::Error| format!("server {} did not answer: {e}", self.pid);
         let mut stream = UnixStream::connect(&self.path).map_err(failed)?;
-        stream
-            .set_read_timeout(Some(ANSWER_TIMEOUT))
-            .map_err(failed)?;
+        stream.set_read_timeout(timeout).map_err(failed)?;
         let request = wire::Request {
             v: wire::VERSION,
             op: op.clone(),
@@ -104,6 +108,13 @@ impl Server {
         let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
         line.push(b'\n');
         stream.write_all(&line).map_err(failed)?;
+        Ok(stream)
+    }
+
+    /// One request, its answer; a refusal is the server's one line.
+    fn ask(&self, op: &wire::Op) -> Result<wire::Response, String> {
+        let failed = |e: std::io::Error| format!("server {} did not answer: {e}", self.pid);
+        let stream = self.send(op, Some(ANSWER_TIMEOUT))?;
         let mut answer = String::new();
         match BufReader::new(stream).read_line(&mut answer) {
             // Closed with the request unread: as unanswered.

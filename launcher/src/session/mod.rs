@@ -45,6 +45,7 @@ pub mod lease;
 mod names;
 pub mod outputs;
 pub mod publish;
+pub mod spawn;
 mod table;
 pub mod throwaway;
 pub mod verify;

@@ -372,6 +372,22 @@ impl IdleSessions for Inner {
             .collect()
     }
 
+    fn exec(
+        &self,
+        name: String,
+        argv: Vec<String>,
+        chunks: tokio::sync::mpsc::Sender<crate::admission::Chunk>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> std::pin::Pin<
+        Box<
+            dyn Future<Output = Result<crate::admission::ExecEnd, crate::admission::ExecRefused>>
+                + Send
+                + '_,
+        >,
+    > {
+        Box::pin(async move { self.exec_for_person(&name, argv, chunks, stop).await })
+    }
+
     fn cancel_call(&self, name: &str) -> bool {
         let table = self.lock();
         let Some(entry) = table.open.get(name) else {

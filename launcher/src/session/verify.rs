@@ -25,7 +25,7 @@
 use std::fmt;
 
 use proto::cap::{Cap, rendered_max_chars};
-use proto::frame::{ExecReply, Exit, FileReply, MAX_OUTPUTS_LISTED, Reply};
+use proto::frame::{ExecReply, Exit, FileReply, MAX_CHUNK_BYTES, MAX_OUTPUTS_LISTED, Reply};
 
 /// The longest error message an agent may send (a path and why).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 10;
@@ -60,6 +60,9 @@ pub enum Violation {
         max: u64,
     },
     ReadData(String),
+    /// A spawn's output chunk that is not base64 or is over
+    /// `MAX_CHUNK_BYTES`.
+    Chunk(String),
 }
 
 impl fmt::Display for Violation {
@@ -98,6 +101,7 @@ impl fmt::Display for Violation {
                 write!(f, "{got} bytes for a read of at most {max}")
             }
             Violation::ReadData(why) => write!(f, "a read's data: {why}"),
+            Violation::Chunk(why) => write!(f, "a spawn's output: {why}"),
         }
     }
 }
@@ -126,22 +130,39 @@ pub fn exec(reply: &ExecReply, output_bytes: usize) -> Result<(), Violation> {
         return Err(Violation::Status(reply.status));
     }
     if let Some(exit) = reply.exit {
-        let in_range = match exit {
-            Exit::Code(code) => (0..=255).contains(&code),
-            Exit::Signal(signal) => (1..=64).contains(&signal),
-        };
-        if !in_range {
-            return Err(Violation::Exit(exit));
-        }
-        if exit.status() != reply.status {
-            return Err(Violation::ExitStatus {
-                status: reply.status,
-                exit,
-            });
-        }
+        spawned(reply.status, exit)?;
     }
     if reply.outputs.len() > MAX_OUTPUTS_LISTED {
         return Err(Violation::Outputs(reply.outputs.len()));
+    }
+    Ok(())
+}
+
+/// The bytes of a spawn's `output` reply.
+pub fn chunk(data: &str) -> Result<Vec<u8>, Violation> {
+    // Base64 of MAX_CHUNK_BYTES, rounded up: a longer text is refused unread.
+    if data.len() > MAX_CHUNK_BYTES.div_ceil(3) * 4 {
+        return Err(Violation::Chunk(format!("{} bytes of base64", data.len())));
+    }
+    let bytes = proto::frame::decode_data(data).map_err(|e| Violation::Chunk(e.to_string()))?;
+    if bytes.len() > MAX_CHUNK_BYTES {
+        return Err(Violation::Chunk(format!("{} bytes", bytes.len())));
+    }
+    Ok(bytes)
+}
+
+/// Checks an exit (an interpreter's, a spawn's): in range, and `status`
+/// is its status.
+pub fn spawned(status: i32, exit: Exit) -> Result<(), Violation> {
+    let in_range = match exit {
+        Exit::Code(code) => (0..=255).contains(&code),
+        Exit::Signal(signal) => (1..=64).contains(&signal),
+    };
+    if !in_range {
+        return Err(Violation::Exit(exit));
+    }
+    if exit.status() != status {
+        return Err(Violation::ExitStatus { status, exit });
     }
     Ok(())
 }

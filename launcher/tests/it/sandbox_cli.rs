@@ -231,3 +231,140 @@ async fn an_http_servers_clients_sessions_are_listed_apart() {
     let out = cli(user, rt, &["status", "same"]).await;
     assert_one_line_failure(&out, "each have a session `same`");
 }
+
+/// `exec`: a person's command in the model's session, as the test's user
+/// and as uid 65534: output streamed to the CLI's stdout and stderr, the
+/// command's status as the CLI's, `--json` events parsed (text, base64 for
+/// bytes that are not UTF-8, the exit), the model's interpreter state
+/// untouched, the session's timeout enforced, Ctrl-C ending the command;
+/// bad input one line and a non-zero exit.
+#[tokio::test]
+async fn a_person_runs_commands_in_a_models_session() {
+    for user in User::all() {
+        let runtime = runtime_dir(user);
+        let rt = runtime.path();
+        let mark = marker("cliexec");
+        let mut manifest = template();
+        for env in manifest["environments"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+        {
+            env["session"].as_array_mut().unwrap().push(json!(mark));
+            env["limits"]["timeout_s"] = json!(4);
+            env["limits"]["max_timeout_s"] = json!(4);
+        }
+        let s = Server::start_command(
+            user.command(),
+            vec![Manifest::new(&manifest)],
+            &["--allow-wrappers-outside-store"],
+            &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+        )
+        .await;
+        let r = s
+            .session("shell", "work", "x=5; echo hi > /workspace/f; echo ok")
+            .await;
+        assert_eq!(text(&r), "ok\n", "{user:?}: {r:?}");
+
+        // No shell: the argv as it is, cwd /workspace.
+        let out = cli(user, rt, &["exec", "work", "--", "cat", "f"]).await;
+        assert_eq!(
+            (out.status.code(), &out.stdout[..], &out.stderr[..]),
+            (Some(0), &b"hi\n"[..], &b""[..]),
+            "{user:?}: {out:?}"
+        );
+        let script = "echo out; echo err >&2; exit 3";
+        let out = cli(user, rt, &["exec", "work", "--", "sh", "-c", script]).await;
+        assert_eq!(
+            (out.status.code(), &out.stdout[..], &out.stderr[..]),
+            (Some(3), &b"out\n"[..], &b"err\n"[..]),
+            "{out:?}"
+        );
+
+        // --json: one event a line; bytes that are not UTF-8 as base64.
+        let script = "printf 'a\\377b'; kill -9 $$";
+        let out = cli(
+            user,
+            rt,
+            &["exec", "--json", "work", "--", "sh", "-c", script],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(137), "{out:?}");
+        let events: Vec<Value> = (String::from_utf8_lossy(&out.stdout).lines())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            events,
+            [
+                json!({"type": "stdout", "text": "a"}),
+                json!({"type": "stdout", "base64": "/w=="}),
+                json!({"type": "stdout", "text": "b"}),
+                json!({"type": "exit", "code": 137, "signal": 9}),
+            ],
+            "{out:?}"
+        );
+
+        // The model's interpreter kept its state.
+        assert_eq!(text(&s.session("shell", "work", "echo x=$x").await), "x=5\n");
+
+        // The session's timeout holds.
+        let out = cli(user, rt, &["exec", "--json", "work", "--", "sleep", "100"]).await;
+        let last = String::from_utf8_lossy(&out.stdout);
+        let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+        assert_eq!(
+            last,
+            json!({"type": "exit", "code": 137, "signal": 9, "timed_out": true})
+        );
+
+        // Ctrl-C on the CLI ends the command: the session is idle again.
+        let mut cmd = user.command();
+        cmd.args(["sandbox", "exec", "work", "--", "sh", "-c"])
+            .arg("echo started; exec sleep 100")
+            .env("XDG_RUNTIME_DIR", rt)
+            .stdout(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut first)
+            .await
+            .unwrap();
+        assert_eq!(first, "started\n");
+        let pid = child.id().unwrap();
+        assert!(pid > 1);
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        let status = tokio::time::timeout(GUARD, child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!status.success(), "{status:?}");
+        let mut idle = false;
+        for _ in 0..100 {
+            let rows = json_lines(&cli(user, rt, &["status", "--json", "work"]).await);
+            if rows[0]["busy"] == false {
+                idle = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(idle, "the command ended with the CLI");
+        assert_eq!(text(&s.session("shell", "work", "echo x=$x").await), "x=5\n");
+
+        // Bad input: one line, a non-zero exit.
+        let out = cli(user, rt, &["exec", "work", "--", "/no/such/program"]).await;
+        assert_one_line_failure(&out, "cannot run `/no/such/program`");
+        assert_eq!(out.status.code(), Some(127));
+        let out = cli(user, rt, &["exec", "nope", "--", "true"]).await;
+        assert_one_line_failure(&out, "no open session `nope`");
+        let out = cli(user, rt, &["exec", "work"]).await;
+        assert_one_line_failure(&out, "exec needs a command after `--`");
+        assert_eq!(out.status.code(), Some(2));
+
+        assert!(cli(user, rt, &["destroy", "work"]).await.status.success());
+        assert_no_process_left(&mark).await;
+        drop(s);
+    }
+}

@@ -5,7 +5,8 @@
 //!   is one line of at most [`MAX_FRAME_BYTES`] bytes, newline included.
 //! - Ids: every request carries an `id` chosen by the launcher (any u64; use a
 //!   fresh one per request). Every request gets exactly one reply carrying the
-//!   same id; the launcher checks it. A line that cannot be parsed gets an
+//!   same id (a `spawn` first gets its `output`s, with its id too; a `put`
+//!   none); the launcher checks it. A line that cannot be parsed gets an
 //!   `error` reply with the id when one could be read, else `id: null`.
 //! - Ordering: the agent reads requests in order and runs one `exec` at a time.
 //!   While an `exec` runs, the agent still answers `ping`, `interrupt` and

@@ -103,26 +103,32 @@ pub fn help() -> String {
     text
 }
 
+/// The arguments before the first `--`, and those after it (`exec`'s
+/// command), which must be UTF-8: they travel as JSON text.
+type Split = (Vec<OsString>, Option<Vec<String>>);
+
+fn split_command(args: impl IntoIterator<Item = OsString>) -> Result<Split, String> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let Some(at) = args.iter().position(|a| a == "--") else {
+        return Ok((args, None));
+    };
+    let rest = args.split_off(at + 1);
+    args.pop();
+    let rest: Result<Vec<String>, _> = rest.into_iter().map(OsString::into_string).collect();
+    let rest = rest.map_err(|a| {
+        format!(
+            "{}: not UTF-8 (a command's arguments travel as JSON text)",
+            a.to_string_lossy()
+        )
+    })?;
+    Ok((args, Some(rest)))
+}
+
 /// Reads the command line after `sandbox`: what comes after the first `--`
 /// is `exec`'s command, taken as it is.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     use lexopt::prelude::*;
-    let mut args: Vec<OsString> = args.into_iter().collect();
-    let command = match args.iter().position(|a| a == "--") {
-        Some(at) => {
-            let rest = args.split_off(at + 1);
-            args.pop();
-            let rest: Result<Vec<String>, _> =
-                rest.into_iter().map(OsString::into_string).collect();
-            Some(rest.map_err(|a| {
-                format!(
-                    "{}: not UTF-8 (a command's arguments travel as JSON text)",
-                    a.to_string_lossy()
-                )
-            })?)
-        }
-        None => None,
-    };
+    let (args, command) = split_command(args)?;
     let mut parser = lexopt::Parser::from_args(args);
     let fail = |e: lexopt::Error| e.to_string();
     let mut verb: Option<&VerbSpec> = None;
@@ -174,23 +180,31 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             return Err(format!("--{} does not go with {}", flag.name, verb.name));
         }
     }
-    let id = || {
-        operand.clone().ok_or_else(|| {
-            format!(
-                "{} needs a session ID (`nix-sandbox-mcp sandbox list` shows them)",
-                verb.name
-            )
-        })
-    };
-    if command.is_some() && verb.name != "exec" {
-        return Err(format!("`--` goes with exec, not {}", verb.name));
+    let parsed = verb_of(verb.name, operand, command)?;
+    Ok(Args {
+        verb: parsed,
+        json: flags.iter().any(|f| f.name == "json"),
+    })
+}
+
+/// Verb `name` with its operand and `exec`'s command.
+fn verb_of(
+    name: &str,
+    operand: Option<String>,
+    command: Option<Vec<String>>,
+) -> Result<Verb, String> {
+    if command.is_some() && name != "exec" {
+        return Err(format!("`--` goes with exec, not {name}"));
     }
-    let parsed = match verb.name {
+    let id = operand.ok_or_else(|| {
+        format!("{name} needs a session ID (`nix-sandbox-mcp sandbox list` shows them)")
+    });
+    Ok(match name {
         "list" => Verb::List,
-        "status" => Verb::Status(id()?),
-        "destroy" => Verb::Destroy(id()?),
+        "status" => Verb::Status(id?),
+        "destroy" => Verb::Destroy(id?),
         _ => {
-            let id = id()?;
+            let id = id?;
             match command {
                 Some(argv) if !argv.is_empty() => Verb::Exec { id, argv },
                 _ => {
@@ -200,10 +214,6 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
                 }
             }
         }
-    };
-    Ok(Args {
-        verb: parsed,
-        json: flags.iter().any(|f| f.name == "json"),
     })
 }
 

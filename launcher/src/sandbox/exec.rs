@@ -77,38 +77,49 @@ pub fn run(
                 signal,
                 timed_out,
             }) => {
-                let status = u8::try_from(code).unwrap_or(1);
-                if json {
-                    for (stream, rest) in ["stdout", "stderr"].into_iter().zip(&carry) {
-                        if !rest.is_empty() {
-                            line_of(
-                                &mut out,
-                                &json!({"type": stream, "base64": proto::frame::encode_data(rest)}),
-                            )
-                            .map_err(|e| format!("cannot write the output: {e}"))?;
-                        }
-                    }
-                    let mut exit = json!({"type": "exit", "code": code});
-                    if let Some(signal) = signal {
-                        exit["signal"] = signal.into();
-                    }
+                let end = if json {
+                    json_exit(&mut out, &carry, code, signal, timed_out)
+                } else {
                     if timed_out {
-                        exit["timed_out"] = true.into();
+                        eprintln!(
+                            "nix-sandbox-mcp sandbox: the command ran past the session's timeout and was killed"
+                        );
                     }
-                    line_of(&mut out, &exit)
-                        .map_err(|e| format!("cannot write the output: {e}"))?;
-                } else if timed_out {
-                    eprintln!(
-                        "nix-sandbox-mcp sandbox: the command ran past the session's timeout and was killed"
-                    );
-                }
-                return Ok(ExitCode::from(status));
+                    Ok(())
+                };
+                end.map_err(|e| format!("cannot write the output: {e}"))?;
+                return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
             }
             None => Ok(()),
         };
         // A closed stdout (`| head`) ends this process, and so the command.
         written.map_err(|e| format!("cannot write the output: {e}"))?;
     }
+}
+
+/// The `--json` end: each stream's incomplete character left (as
+/// base64), then the `exit` event.
+fn json_exit(
+    out: &mut impl Write,
+    carry: &[Vec<u8>; 2],
+    code: i32,
+    signal: Option<i32>,
+    timed_out: bool,
+) -> std::io::Result<()> {
+    for (stream, rest) in ["stdout", "stderr"].into_iter().zip(carry) {
+        if !rest.is_empty() {
+            let data = proto::frame::encode_data(rest);
+            line_of(out, &json!({"type": stream, "base64": data}))?;
+        }
+    }
+    let mut exit = json!({"type": "exit", "code": code});
+    if let Some(signal) = signal {
+        exit["signal"] = signal.into();
+    }
+    if timed_out {
+        exit["timed_out"] = true.into();
+    }
+    line_of(out, &exit)
 }
 
 fn bytes(data: &str, pid: u32) -> Result<Vec<u8>, String> {

@@ -96,20 +96,8 @@ pub async fn run(
             Ok(reply) => reply,
             Err(b) => return Err(broken(jail, b)),
         };
-        match reply {
-            Reply::Output {
-                id: of,
-                stream,
-                data,
-            } if of == id => {
-                let bytes = match verify::chunk(&data) {
-                    Ok(bytes) => bytes,
-                    Err(v) => return Err(broken(jail, Broken::Invalid(v))),
-                };
-                let chunk = match stream {
-                    Stream::Stdout => Chunk::Stdout(bytes),
-                    Stream::Stderr => Chunk::Stderr(bytes),
-                };
+        match take(reply, id, stopped) {
+            Ok(Taken::Chunk(chunk)) => {
                 // A person who stops reading holds the command up to its
                 // deadline; one who went away stops it.
                 let sent = tokio::time::timeout_at(deadline, chunks.send(chunk)).await;
@@ -117,35 +105,56 @@ pub async fn run(
                     stop.cancel();
                 }
             }
-            Reply::Spawned {
-                id: of,
-                status,
-                exit,
-            } if of == id => {
-                if let Err(v) = verify::spawned(status, exit) {
-                    return Err(broken(jail, Broken::Invalid(v)));
-                }
-                return Ok(End { exit, timed_out });
-            }
-            Reply::Ack { id: of, .. } if Some(of) == stopped => {}
-            Reply::Error {
-                id: Some(of),
-                code,
-                message,
-            } if of == id => {
-                if let Err(v) = verify::message(&message) {
-                    return Err(broken(jail, Broken::Invalid(v)));
-                }
-                return Err(Failed::Refused {
-                    not_found: code == ErrorCode::SpawnFailed,
-                    message,
-                });
-            }
-            other => {
-                let what = verify::describe(&other);
-                return Err(broken(jail, Broken::Unexpected(what)));
-            }
+            Ok(Taken::Ack) => {}
+            Ok(Taken::End(exit)) => return Ok(End { exit, timed_out }),
+            Ok(Taken::Refused(failed)) => return Err(failed),
+            Err(b) => return Err(broken(jail, b)),
         }
+    }
+}
+
+/// A reply to spawn `id` (or to its stop), checked.
+enum Taken {
+    Chunk(Chunk),
+    Ack,
+    End(Exit),
+    Refused(Failed),
+}
+
+fn take(reply: Reply, id: u64, stopped: Option<u64>) -> Result<Taken, Broken> {
+    match reply {
+        Reply::Output {
+            id: of,
+            stream,
+            data,
+        } if of == id => {
+            let bytes = verify::chunk(&data).map_err(Broken::Invalid)?;
+            Ok(Taken::Chunk(match stream {
+                Stream::Stdout => Chunk::Stdout(bytes),
+                Stream::Stderr => Chunk::Stderr(bytes),
+            }))
+        }
+        Reply::Spawned {
+            id: of,
+            status,
+            exit,
+        } if of == id => {
+            verify::spawned(status, exit).map_err(Broken::Invalid)?;
+            Ok(Taken::End(exit))
+        }
+        Reply::Ack { id: of, .. } if Some(of) == stopped => Ok(Taken::Ack),
+        Reply::Error {
+            id: Some(of),
+            code,
+            message,
+        } if of == id => {
+            verify::message(&message).map_err(Broken::Invalid)?;
+            Ok(Taken::Refused(Failed::Refused {
+                not_found: code == ErrorCode::SpawnFailed,
+                message,
+            }))
+        }
+        other => Err(Broken::Unexpected(verify::describe(&other))),
     }
 }
 

@@ -165,3 +165,71 @@ async fn honest_replies_pass_and_the_server_stays_up() {
     assert_eq!(facts(&r)["interpreter_exit"]["code"], 3);
     assert_eq!(facts(&r)["session_reset"], false);
 }
+
+/// `sandbox exec` against the hostile agent: a chunk too large or not
+/// base64, an end whose status is not its exit's, output for another
+/// request, and an agent that never tells the end (past the timeout and a
+/// stop's grace) each give one line and a non-zero exit, never a hang;
+/// the server stays up and an honest spawn passes.
+#[tokio::test]
+async fn a_lying_agent_cannot_hang_or_fool_sandbox_exec() {
+    let runtime = tempfile::tempdir().unwrap();
+    let rt = runtime.path().to_str().unwrap();
+    let mut m = template();
+    let env = &mut m["environments"]["python"];
+    env["session"] = serde_json::json!([wrappers().join("hostile-agent").to_str().unwrap()]);
+    env["limits"]["timeout_s"] = serde_json::json!(2);
+    env["limits"]["max_timeout_s"] = serde_json::json!(2);
+    let s = Server::start_command(
+        User::Own.command(),
+        vec![Manifest::new(&m)],
+        &["--allow-wrappers-outside-store"],
+        &[("XDG_RUNTIME_DIR", rt)],
+    )
+    .await;
+    let exec = |program: &'static str| {
+        let mut cmd = User::Own.command();
+        cmd.args(["sandbox", "exec", program, "--", program])
+            .env("XDG_RUNTIME_DIR", rt)
+            .env_remove("RUST_LOG");
+        async move {
+            tokio::time::timeout(GUARD, cmd.output())
+                .await
+                .expect("the CLI ends")
+                .unwrap()
+        }
+    };
+    for program in [
+        "honest",
+        "huge-chunk",
+        "not-base64",
+        "bad-exit",
+        "wrong-id",
+        "silent",
+    ] {
+        assert_eq!(
+            text(&s.session("python", program, "honest").await),
+            "honest\n"
+        );
+        let out = exec(program).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if program == "honest" {
+            assert_eq!(
+                (out.status.code(), &out.stdout[..]),
+                (Some(0), &b"hi\n"[..]),
+                "{err}"
+            );
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(1), "{program}: {out:?}");
+        assert_eq!(err.lines().count(), 1, "{program}: {err}");
+        assert!(
+            err.contains(&format!("session `{program}`'s sandbox broke")),
+            "{program}: {err}"
+        );
+    }
+    assert_eq!(
+        text(&s.session("python", "after", "honest").await),
+        "honest\n"
+    );
+}

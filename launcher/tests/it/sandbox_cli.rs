@@ -305,7 +305,10 @@ async fn a_person_runs_commands_in_a_models_session() {
         );
 
         // The model's interpreter kept its state.
-        assert_eq!(text(&s.session("shell", "work", "echo x=$x").await), "x=5\n");
+        assert_eq!(
+            text(&s.session("shell", "work", "echo x=$x").await),
+            "x=5\n"
+        );
 
         // The session's timeout holds.
         let out = cli(user, rt, &["exec", "--json", "work", "--", "sleep", "100"]).await;
@@ -351,7 +354,10 @@ async fn a_person_runs_commands_in_a_models_session() {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         assert!(idle, "the command ended with the CLI");
-        assert_eq!(text(&s.session("shell", "work", "echo x=$x").await), "x=5\n");
+        assert_eq!(
+            text(&s.session("shell", "work", "echo x=$x").await),
+            "x=5\n"
+        );
 
         // Bad input: one line, a non-zero exit.
         let out = cli(user, rt, &["exec", "work", "--", "/no/such/program"]).await;

@@ -59,6 +59,11 @@ impl ClientKey {
         Self("stateless".into())
     }
 
+    /// The sessions a person made with `nix-sandbox-mcp sandbox create`.
+    pub fn person() -> Self {
+        Self("cli".into())
+    }
+
     /// The MCP session `id` over HTTP.
     pub fn mcp_session(id: &str) -> Self {
         Self(format!("mcp:{id}").into())

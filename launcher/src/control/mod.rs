@@ -15,9 +15,12 @@
 
 pub mod wire;
 
+use std::future::Future;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
@@ -34,6 +37,19 @@ const DESTROY_POLL: Duration = Duration::from_millis(50);
 
 /// Why a session ended by `destroy`, told to its next call.
 const DESTROYED: &str = "a person ended it (nix-sandbox-mcp sandbox destroy)";
+
+/// What makes a person's sessions (`create`): the MCP server's own way of
+/// starting one, given to [`start`].
+pub trait Create: Send + Sync {
+    /// Makes session `name` of environment `env` with `packages` added;
+    /// the refusal's one line.
+    fn create(
+        &self,
+        env: String,
+        name: String,
+        packages: Option<Vec<String>>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+}
 
 /// A listening control socket; dropping it removes the socket file.
 #[derive(Debug)]
@@ -127,7 +143,12 @@ impl Control {
     }
 
     /// Answers connections until `shutdown`, each on a task of its own.
-    pub async fn serve(self, slots: SessionSlots, shutdown: CancellationToken) {
+    pub async fn serve(
+        self,
+        slots: SessionSlots,
+        creator: Option<Arc<dyn Create>>,
+        shutdown: CancellationToken,
+    ) {
         loop {
             let accepted = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -143,7 +164,7 @@ impl Control {
             };
             match stream.peer_cred().map(|c| c.uid()) {
                 Ok(uid) if uid == self.owner => {
-                    tokio::spawn(answer(stream, slots.clone()));
+                    tokio::spawn(answer(stream, slots.clone(), creator.clone()));
                 }
                 Ok(uid) => tracing::warn!(
                     "control socket: refused a connection from uid {uid}: only this server's uid {} may use it",
@@ -158,9 +179,15 @@ impl Control {
 }
 
 /// Starts the control socket of a serving server whose sessions `slots`
-/// holds, in `dir` (wire.rs: `socket_dir`); none (one line said) when it
-/// has no directory or the socket cannot be made there.
-pub fn start(slots: SessionSlots, shutdown: &CancellationToken, dir: Option<&Path>) {
+/// holds, in `dir` (wire.rs: `socket_dir`), making a person's sessions
+/// with `creator`; none (one line said) when it has no directory or the
+/// socket cannot be made there.
+pub fn start(
+    slots: SessionSlots,
+    creator: Option<Arc<dyn Create>>,
+    shutdown: &CancellationToken,
+    dir: Option<&Path>,
+) {
     let owner = nix::unistd::geteuid().as_raw();
     let Some(dir) = dir else {
         tracing::info!(
@@ -171,7 +198,7 @@ pub fn start(slots: SessionSlots, shutdown: &CancellationToken, dir: Option<&Pat
     match Control::bind(dir, owner) {
         Ok(control) => {
             tracing::info!(socket = %control.path().display(), "control socket listening (nix-sandbox-mcp sandbox)");
-            tokio::spawn(control.serve(slots, shutdown.clone()));
+            tokio::spawn(control.serve(slots, creator, shutdown.clone()));
         }
         Err(e) => tracing::error!(
             "control socket: none, {e}; `nix-sandbox-mcp sandbox` cannot see this server (remove it or fix its owner and mode, then restart the server)"
@@ -180,7 +207,7 @@ pub fn start(slots: SessionSlots, shutdown: &CancellationToken, dir: Option<&Pat
 }
 
 /// Answers each request line of one connection.
-async fn answer(stream: UnixStream, slots: SessionSlots) {
+async fn answer(stream: UnixStream, slots: SessionSlots, creator: Option<Arc<dyn Create>>) {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read);
     let pid = std::process::id();
@@ -197,7 +224,7 @@ async fn answer(stream: UnixStream, slots: SessionSlots) {
         let response = if line.len() > wire::MAX_REQUEST_BYTES {
             Response::error(pid, "the request is longer than 64 KiB".into())
         } else {
-            match respond(&line, &slots).await {
+            match respond(&line, &slots, creator.as_deref()).await {
                 Answer::One(response) => response,
                 Answer::Exec { id, argv } => {
                     exec(&mut lines, &mut write, &slots, id, argv).await;
@@ -224,15 +251,19 @@ enum Answer {
 }
 
 /// The answer to one request line.
-async fn respond(line: &[u8], slots: &SessionSlots) -> Answer {
-    match respond_one(line, slots).await {
+async fn respond(line: &[u8], slots: &SessionSlots, creator: Option<&dyn Create>) -> Answer {
+    match respond_one(line, slots, creator).await {
         Ok(response) => Answer::One(response),
         Err((id, argv)) => Answer::Exec { id, argv },
     }
 }
 
 /// The answer to one request line; an `exec`'s session and argv.
-async fn respond_one(line: &[u8], slots: &SessionSlots) -> Result<Response, (String, Vec<String>)> {
+async fn respond_one(
+    line: &[u8],
+    slots: &SessionSlots,
+    creator: Option<&dyn Create>,
+) -> Result<Response, (String, Vec<String>)> {
     let pid = std::process::id();
     // Read once: the version is checked before the request's shape, so a
     // request of another version is named as such.
@@ -265,7 +296,37 @@ async fn respond_one(line: &[u8], slots: &SessionSlots) -> Result<Response, (Str
             Err(e) => Response::error(pid, e),
         },
         Op::Exec { id, argv } => return Err((id, argv)),
+        Op::Create { id, env, packages } => match create(slots, creator, id, env, packages).await {
+            Ok(session) => Response::ok(pid, vec![session]),
+            Err(e) => Response::error(pid, e),
+        },
     })
+}
+
+/// Makes session `id` (refused when one of that name is open) and
+/// describes it.
+async fn create(
+    slots: &SessionSlots,
+    creator: Option<&dyn Create>,
+    id: String,
+    env: String,
+    packages: Option<Vec<String>>,
+) -> Result<Session, String> {
+    let Some(creator) = creator else {
+        return Err("this server makes no sessions for a person".into());
+    };
+    if every(slots).iter().any(|s| s.id == id) {
+        return Err(format!(
+            "a session `{id}` is open on server {} already: choose another --name",
+            std::process::id()
+        ));
+    }
+    creator.create(env, id.clone(), packages).await?;
+    tracing::info!(session = %id, "a person made the session");
+    every(slots)
+        .into_iter()
+        .find(|s| s.id == id && s.client == crate::admission::ClientKey::person().as_str())
+        .ok_or_else(|| format!("session `{id}` ended as soon as it was made"))
 }
 
 /// How many chunks of a command's output wait for the connection.

@@ -49,7 +49,7 @@ async fn the_own_uid_is_answered_and_another_is_refused() {
     let path = control.path().to_owned();
     let shutdown = CancellationToken::new();
     let slots = SessionSlots::new(4, None);
-    tokio::spawn(control.serve(slots.clone(), shutdown.clone()));
+    tokio::spawn(control.serve(slots.clone(), None, shutdown.clone()));
     let answer = ask(&path, "{\"v\":1,\"op\":\"list\"}\n").await;
     let answer: Response = serde_json::from_str(&answer).unwrap();
     assert!(answer.ok && answer.sessions.is_empty(), "{answer:?}");
@@ -69,7 +69,7 @@ async fn the_own_uid_is_answered_and_another_is_refused() {
     std::fs::set_permissions(stranger.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
     let path = stranger.path().to_owned();
     let shutdown = CancellationToken::new();
-    tokio::spawn(stranger.serve(slots, shutdown.clone()));
+    tokio::spawn(stranger.serve(slots, None, shutdown.clone()));
     assert_eq!(ask(&path, "{\"v\":1,\"op\":\"list\"}\n").await, "");
     shutdown.cancel();
 }
@@ -89,7 +89,7 @@ async fn a_real_other_uid_is_refused_when_root() {
     std::fs::set_permissions(control.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
     let path = control.path().to_owned();
     let shutdown = CancellationToken::new();
-    tokio::spawn(control.serve(SessionSlots::new(4, None), shutdown.clone()));
+    tokio::spawn(control.serve(SessionSlots::new(4, None), None, shutdown.clone()));
     let script = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n\
                   try:\n  s.sendall(b'{\"v\":1,\"op\":\"list\"}\\n')\n  s.settimeout(5)\n  \
                   print(repr(s.recv(4096)))\nexcept (ConnectionResetError, BrokenPipeError):\n  print(repr(b''))";

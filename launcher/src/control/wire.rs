@@ -36,6 +36,14 @@ pub enum Op {
     /// last an `exit`, or by one error. The connection's last request:
     /// closing it stops the command.
     Exec { id: String, argv: Vec<String> },
+    /// Make session `id` of environment `env` (with `packages` added), as
+    /// a model's first call to it would; answered with that session.
+    Create {
+        id: String,
+        env: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        packages: Option<Vec<String>>,
+    },
 }
 
 /// A part of an `exec`'s answer.

@@ -137,7 +137,13 @@ pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
     let options = &options;
     let server = Server::new(config);
     server.start_probes();
-    crate::control::start(server.admission().1, &shutdown, control_dir.as_deref());
+    let creator = Some(server.person());
+    crate::control::start(
+        server.admission().1,
+        creator,
+        &shutdown,
+        control_dir.as_deref(),
+    );
     let served = serve_until_stopped(options, max_body_bytes, server, shutdown.clone()).await;
     shutdown.cancel();
     served

@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{self, ClientKey, Runs, SessionSlots, Shares, Slot};
 use crate::catalog::names;
-use crate::catalog::{Catalog, Env};
+use crate::catalog::{Catalog, Env, Interpreter};
 use crate::live::Tail;
 use crate::packages::{self, Composer};
 use crate::probe::{self, Probes};
@@ -243,6 +243,12 @@ impl Server {
                 links: Links::default(),
             },
         }
+    }
+
+    /// What makes a person's sessions (`sandbox create`, control/): a
+    /// handler of its own whose table holds them (client `cli`).
+    pub fn person(&self) -> Arc<dyn crate::control::Create> {
+        Arc::new(Person(Self::for_client(None, Arc::clone(&self.shared))))
     }
 
     /// Starts the background sandbox probes (once; calls wait for theirs).
@@ -698,6 +704,64 @@ impl ServerHandler for Server {
             .unwrap_or_else(|refusal| report::refused(&refusal))
             .into())
     }
+}
+
+/// A person's sessions: made as a model's first `run` to a session makes
+/// one (the same environment lookup, packages policy, limits and
+/// admission), with no code.
+struct Person(Server);
+
+impl crate::control::Create for Person {
+    fn create(
+        &self,
+        env: String,
+        name: String,
+        packages: Option<Vec<String>>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            let server = &self.0;
+            let found = (server.resolve_env(Some(&env)))
+                .map_err(|refusal| first_line(&report::refused(&refusal)))?;
+            // The least code that starts the session's interpreter.
+            let code = match found.interpreter {
+                Interpreter::Python => "pass",
+                Interpreter::Bash => ":",
+                Interpreter::Node => "undefined",
+                Interpreter::Program => {
+                    return Err(format!(
+                        "environment `{env}` builds one source file a call, so it has no empty \
+                         session to make: a model's first `run` with `session` makes one"
+                    ));
+                }
+            };
+            let mut arguments = rmcp::model::JsonObject::new();
+            arguments.insert("env".into(), env.into());
+            arguments.insert("session".into(), name.into());
+            arguments.insert("code".into(), code.into());
+            if let Some(packages) = packages {
+                arguments.insert("packages".into(), packages.into());
+            }
+            let args = RunArgs::parse(Some(arguments), server.shared.max_files_bytes)
+                .map_err(|refusal| first_line(&report::refused(&refusal)))?;
+            let client = (&server.client, ClientKey::person());
+            let progress = Progress(None, AtomicU64::new(0));
+            let ct = CancellationToken::new();
+            let result = (server.dispatch(args, client, false, ct, progress).await)
+                .unwrap_or_else(|refusal| report::refused(&refusal));
+            match result.is_error {
+                Some(true) => Err(first_line(&result)),
+                _ => Ok(()),
+            }
+        })
+    }
+}
+
+/// A result's first line of text, for a person's one-line refusal.
+fn first_line(result: &CallToolResult) -> String {
+    let text = (result.content.iter())
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default();
+    text.lines().next().unwrap_or("refused").to_owned()
 }
 
 /// Where a call's progress goes: the client, when it sent a progressToken;

@@ -4,6 +4,7 @@
 //!   nix-sandbox-mcp sandbox status [--json] ID
 //!   nix-sandbox-mcp sandbox destroy ID
 //!   nix-sandbox-mcp sandbox exec [--json] ID -- CMD [ARG]...
+//!   nix-sandbox-mcp sandbox create [--name NAME] [--with PKG]... [--server PID] ENV
 //!
 //! Its verbs and flags are declared once, in [`VERBS`] and [`FLAGS`], which
 //! the parser and `--help` both read.
@@ -21,6 +22,13 @@ pub enum Verb {
         id: String,
         argv: Vec<String>,
     },
+    /// Make a session of environment `env`.
+    Create {
+        env: String,
+        name: Option<String>,
+        with: Vec<String>,
+        server: Option<u32>,
+    },
     Help,
 }
 
@@ -29,6 +37,14 @@ pub struct Args {
     pub verb: Verb,
     /// NDJSON on stdout instead of text.
     pub json: bool,
+}
+
+/// The values of the flags that take one, in order.
+#[derive(Debug, Default)]
+struct Values {
+    name: Option<String>,
+    with: Vec<String>,
+    server: Option<u32>,
 }
 
 /// A verb: its name, its operand (if it takes one) and what it does.
@@ -59,11 +75,18 @@ const VERBS: &[VerbSpec] = &[
         operand: Some("ID -- CMD [ARG]..."),
         help: "run a command in a session's sandbox, its output streamed",
     },
+    VerbSpec {
+        name: "create",
+        operand: Some("ENV"),
+        help: "make a session of environment ENV; prints its ID",
+    },
 ];
 
 /// A flag: its name (without `--`), the verbs it goes with, what it does.
 struct FlagSpec {
     name: &'static str,
+    /// What it takes, if it takes a value.
+    value: Option<&'static str>,
     verbs: &'static [&'static str],
     help: &'static str,
 }
@@ -71,11 +94,31 @@ struct FlagSpec {
 const FLAGS: &[FlagSpec] = &[
     FlagSpec {
         name: "json",
+        value: None,
         verbs: &["list", "status", "exec"],
         help: "one JSON object a line (NDJSON) instead of text",
     },
     FlagSpec {
+        name: "name",
+        value: Some("NAME"),
+        verbs: &["create"],
+        help: "the session's name (else one is made: cli-XXXXXXXX)",
+    },
+    FlagSpec {
+        name: "with",
+        value: Some("PKG"),
+        verbs: &["create"],
+        help: "add nixpkgs package PKG (repeatable), under the server's packages policy",
+    },
+    FlagSpec {
+        name: "server",
+        value: Some("PID"),
+        verbs: &["create"],
+        help: "the server to make it on, when several of yours run",
+    },
+    FlagSpec {
         name: "help",
+        value: None,
         verbs: &[],
         help: "this text",
     },
@@ -98,7 +141,8 @@ pub fn help() -> String {
             [] => String::new(),
             verbs => format!(" ({})", verbs.join(", ")),
         };
-        text.push_str(&format!("  --{:<26}{}{with}\n", f.name, f.help));
+        let head = format!("{} {}", f.name, f.value.unwrap_or(""));
+        text.push_str(&format!("  --{:<26}{}{with}\n", head.trim_end(), f.help));
     }
     text
 }
@@ -134,6 +178,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     let mut verb: Option<&VerbSpec> = None;
     let mut operand: Option<String> = None;
     let mut flags: Vec<&FlagSpec> = Vec::new();
+    let mut values = Values::default();
     while let Some(arg) = parser.next().map_err(fail)? {
         match arg {
             Long(name) => {
@@ -142,6 +187,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
                     .find(|f| f.name == name)
                     .ok_or_else(|| format!("unknown flag --{name}"))?;
                 flags.push(flag);
+                if let Some(what) = flag.value {
+                    let value = parser.value().map_err(fail)?.into_string().map_err(|v| {
+                        format!("--{} {}: not UTF-8", flag.name, v.to_string_lossy())
+                    })?;
+                    values.take(flag.name, what, value)?;
+                }
             }
             Short(c) => return Err(format!("unknown flag -{c}")),
             Value(value) => {
@@ -180,11 +231,42 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             return Err(format!("--{} does not go with {}", flag.name, verb.name));
         }
     }
-    let parsed = verb_of(verb.name, operand, command)?;
+    let parsed = match verb.name {
+        "create" => {
+            let env = operand.ok_or(
+                "create needs an environment (`nix-sandbox-mcp sandbox create ENV`; your MCP client's `run` tool lists them)",
+            )?;
+            Verb::Create {
+                env,
+                name: values.name,
+                with: values.with,
+                server: values.server,
+            }
+        }
+        name => verb_of(name, operand, command)?,
+    };
     Ok(Args {
         verb: parsed,
         json: flags.iter().any(|f| f.name == "json"),
     })
+}
+
+impl Values {
+    /// Keeps flag `name`'s `value` (of kind `what`).
+    fn take(&mut self, name: &str, what: &str, value: String) -> Result<(), String> {
+        match name {
+            "name" if self.name.is_some() => return Err("--name is given twice".into()),
+            "name" => self.name = Some(value),
+            "with" => self.with.push(value),
+            _ => {
+                let pid = value
+                    .parse()
+                    .map_err(|_| format!("--{name} {value}: not a {what} (a number)"))?;
+                self.server = Some(pid);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Verb `name` with its operand and `exec`'s command.
@@ -238,6 +320,19 @@ mod tests {
             Verb::Destroy("42/a".into())
         );
         assert_eq!(p(&["--help"]).unwrap().verb, Verb::Help);
+        assert_eq!(
+            p(&[
+                "create", "shell", "--name", "w", "--with", "jq", "--with", "rg", "--server", "7"
+            ])
+            .unwrap()
+            .verb,
+            Verb::Create {
+                env: "shell".into(),
+                name: Some("w".into()),
+                with: vec!["jq".into(), "rg".into()],
+                server: Some(7),
+            }
+        );
         // After `--`, everything is the command's, flags included.
         let exec = p(&["exec", "--json", "a", "--", "ls", "--json", "--", "-l"]).unwrap();
         assert!(exec.json);
@@ -264,6 +359,19 @@ mod tests {
             ),
             (&["list", "--all"][..], "unknown flag --all"),
             (&["exec", "a"][..], "exec needs a command after `--`"),
+            (&["create"][..], "create needs an environment"),
+            (
+                &["create", "shell", "--name"][..],
+                "missing argument for option '--name'",
+            ),
+            (
+                &["create", "shell", "--server", "x"][..],
+                "--server x: not a PID",
+            ),
+            (
+                &["list", "--with", "jq"][..],
+                "--with does not go with list",
+            ),
             (&["exec", "a", "--"][..], "exec needs a command after `--`"),
             (&["exec", "--", "ls"][..], "exec needs a session ID"),
             (

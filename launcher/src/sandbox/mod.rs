@@ -51,6 +51,31 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
         let (server, name) = find(&servers, id)?;
         return exec::run(server, name, argv.clone(), args.json);
     }
+    if let Verb::Create {
+        env,
+        name,
+        with,
+        server,
+    } = &args.verb
+    {
+        let server = chosen(&servers, *server)?;
+        let id = name
+            .clone()
+            .unwrap_or_else(|| format!("cli-{}", &crate::session::random_suffix()[..8]));
+        let packages = (!with.is_empty()).then(|| with.clone());
+        let op = wire::Op::Create {
+            id,
+            env: env.clone(),
+            packages,
+        };
+        let answer = server.ask(&op)?;
+        let session = answer
+            .sessions
+            .first()
+            .ok_or("the server answered no session")?;
+        println!("{}", session.id);
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = std::io::stdout().lock();
     let written = match &args.verb {
         Verb::List => {
@@ -83,7 +108,7 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
             server.ask(&wire::Op::Destroy { id: name.clone() })?;
             writeln!(out, "destroyed {name} (server {})", server.pid)
         }
-        Verb::Help | Verb::Exec { .. } => Ok(()),
+        Verb::Help | Verb::Exec { .. } | Verb::Create { .. } => Ok(()),
     };
     written.map_err(|e| format!("cannot write the answer: {e}"))?;
     Ok(ExitCode::SUCCESS)
@@ -186,6 +211,23 @@ fn sockets(dir: &Path) -> Vec<Server> {
         .collect();
     found.sort_by_key(|s| s.pid);
     found
+}
+
+/// The server `pid`, or the only one.
+fn chosen(servers: &[Server], pid: Option<u32>) -> Result<&Server, String> {
+    match (pid, servers) {
+        (None, [one]) => Ok(one),
+        (None, _) => Err(format!(
+            "servers {} run: choose one with --server PID",
+            pids(servers)
+        )),
+        (Some(pid), _) => servers.iter().find(|s| s.pid == pid).ok_or_else(|| {
+            format!(
+                "no server of yours has pid {pid} (yours: {})",
+                pids(servers)
+            )
+        }),
+    }
 }
 
 /// The server holding session `id` (`NAME`, or `PID/NAME` to choose the

@@ -374,3 +374,67 @@ async fn a_person_runs_commands_in_a_models_session() {
         drop(s);
     }
 }
+
+/// `create`: a person makes a session on the running server, as the
+/// test's user and as uid 65534, then runs a command in it; a name taken,
+/// an unknown environment, a package the policy refuses and no server are
+/// each one line and a non-zero exit.
+#[tokio::test]
+async fn a_person_makes_a_session_and_uses_it() {
+    for user in User::all() {
+        let runtime = runtime_dir(user);
+        let rt = runtime.path();
+        let out = cli(user, rt, &["create", "shell"]).await;
+        assert_one_line_failure(&out, "no nix-sandbox-mcp server of yours is running");
+
+        let mark = marker("clicreate");
+        let s = Server::start_command(
+            user.command(),
+            vec![sessions_marked(&mark, 30)],
+            &["--allow-wrappers-outside-store"],
+            &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+        )
+        .await;
+        let out = cli(user, rt, &["create", "--name", "made", "shell"]).await;
+        assert!(out.status.success(), "{user:?}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "made\n");
+        let rows = json_lines(&cli(user, rt, &["list", "--json"]).await);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(
+            (&rows[0]["id"], &rows[0]["env"], &rows[0]["client"]),
+            (&json!("made"), &json!("shell"), &json!("cli"))
+        );
+        let out = cli(
+            user,
+            rt,
+            &["exec", "made", "--", "sh", "-c", "echo in-$PWD"],
+        )
+        .await;
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "in-/workspace\n",
+            "{out:?}"
+        );
+
+        // Without --name, the server's ID printed is the one to use.
+        let out = cli(user, rt, &["create", "shell"]).await;
+        assert!(out.status.success(), "{out:?}");
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(id.starts_with("cli-") && id.len() == 12, "{id}");
+        assert!(cli(user, rt, &["status", &id]).await.status.success());
+
+        let out = cli(user, rt, &["create", "--name", "made", "shell"]).await;
+        assert_one_line_failure(&out, "a session `made` is open");
+        let out = cli(user, rt, &["create", "nope"]).await;
+        assert_one_line_failure(&out, "unknown environment `nope`");
+        let out = cli(user, rt, &["create", "--with", "jq", "shell"]).await;
+        assert_one_line_failure(&out, "packages");
+        let out = cli(user, rt, &["create", "--server", "1", "shell"]).await;
+        assert_one_line_failure(&out, "no server of yours has pid 1");
+
+        assert!(cli(user, rt, &["destroy", "made"]).await.status.success());
+        assert!(cli(user, rt, &["destroy", &id]).await.status.success());
+        assert_no_process_left(&mark).await;
+        drop(s);
+    }
+}

@@ -528,6 +528,23 @@ def t_sandbox_cli(args, scratch):
         out = sandbox_cli(args, runtime, "status", "nope")
         check(out.returncode == 1 and out.stdout == "" and len(out.stderr.splitlines()) == 1
               and "no open session `nope`" in out.stderr, f"status nope: {out}")
+        # exec: the built agent spawns the argv in the session's jail.
+        script = "import sys; print(open('f').read(), end=''); print('err', file=sys.stderr); sys.exit(3)"
+        out = sandbox_cli(args, runtime, "exec", "made", "--", "python3", "-c", script)
+        check((out.returncode, out.stdout, out.stderr) == (3, "x", "err\n"), f"exec: {out}")
+        script = "import sys; sys.stdout.buffer.write(bytes([97, 255]))"
+        out = sandbox_cli(args, runtime, "exec", "--json", "made", "--", "python3", "-c", script)
+        events = [json.loads(line) for line in out.stdout.splitlines()]
+        check(out.returncode == 0 and events == [{"type": "stdout", "text": "a"},
+                                                 {"type": "stdout", "base64": "/w=="},
+                                                 {"type": "exit", "code": 0}], f"exec --json: {out}")
+        # create: a person's session of the built environment.
+        out = sandbox_cli(args, runtime, "create", "--name", "mine", "python")
+        check(out.returncode == 0 and out.stdout == "mine\n", f"create: {out}")
+        out = sandbox_cli(args, runtime, "exec", "mine", "--", "python3", "-c", "print(6 * 7)")
+        check(out.returncode == 0 and out.stdout == "42\n", f"exec in a created session: {out}")
+        out = sandbox_cli(args, runtime, "destroy", "mine")
+        check(out.returncode == 0, f"destroy mine: {out}")
         out = sandbox_cli(args, runtime, "destroy", "made")
         check(out.returncode == 0 and out.stdout.startswith("destroyed made"), f"destroy: {out}")
         out = sandbox_cli(args, runtime, "list", "--json")
@@ -663,6 +680,7 @@ def main():
         suite.test("user code cannot signal the agent (the jail's pid 1); an agent killed from outside "
                    "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)
         suite.test("`nix-sandbox-mcp sandbox` lists the session, refuses an unknown one in one line, "
+                   "runs commands in it (streamed, --json), creates one of its own, "
                    "destroys it; the model's next call is told why", t_sandbox_cli, args, scratch)
         suite.test("no session process survives the client going away (stdin closed)",
                    t_server_exit, args, scratch, "eof")

@@ -1226,7 +1226,8 @@ class Bench:
     def fork(self):
         """A session started from another (`from: src`) and from a checkpoint
         (`from: src@1`) against a new session, round robin, with 1 MiB and
-        1 GiB in the source's /workspace: the ratio to creation shows
+        1 GiB in the source's /workspace, then 1 GiB in its project layer
+        on a server with a writable project: the ratio to creation shows
         whether the time grows with the size."""
         runs = max(3, self.args.fork_runs)
         if not self.fixture_server:
@@ -1251,41 +1252,61 @@ class Bench:
         path = self.scratch / "fork.json"
         path.write_text(json.dumps(manifest))
         argv = self.fixture_server[:3] + [str(path)] + self.fixture_server[4:]
-        client = self.start(argv, {"NIX_SANDBOX_MAX_CHECKPOINTS": "2", "NIX_SANDBOX_MAX_SESSIONS": "8"})
+        settings = {"NIX_SANDBOX_MAX_CHECKPOINTS": "2", "NIX_SANDBOX_MAX_SESSIONS": "8"}
+        # The project's layer (docs/workbench.md) is on the same tmpfs as
+        # /workspace and is checkpointed with it: a server with a writable
+        # project, its own new sessions the baseline, measures a fork of 1 GiB
+        # written into /project.
+        project = here / "project"
+        project.mkdir(exist_ok=True)
+        project.chmod(0o755)
+        (project / "README").write_text("the benchmark's project\n")
+        servers = (({}, (("1 MiB", 1, "/workspace"), ("1 GiB", 1024, "/workspace"))),
+                   ({"PROJECT_DIR": str(project), "NIX_SANDBOX_PROJECT_WRITABLE": "1"},
+                    (("1 GiB", 1024, "/project"),)))
         results = {}
-        try:
-            for label, mib in (("1 MiB", 1), ("1 GiB", 1024)):
-                src = f"src{mib}"
-                # In files of at most 128 MiB: the jail's file size limit.
-                parts = max(1, mib // 128)
-                make = f"for i in $(seq {parts}); do head -c {mib // parts}M /dev/zero > big$i; done && echo made"
-                result, text = client.run(make, env="shell", session=src)
-                if result.get("isError") or f"checkpoint: {src}@1" not in text:
-                    raise McpError(f"making the {label} source gave {text[-300:]!r}")
-                self.section(f"fork and rollback with {label} in /workspace ({runs} each)")
-                counter = iter(range(10**6))
-
-                def timed(**more):
-                    name = f"s{next(counter)}"
-                    result, text = client.run("true", env="shell", session=name, **more)
-                    if result.get("isError"):
-                        raise McpError(f"{more or 'a new session'} gave {text[-300:]!r}")
-                    client.run("true", env="shell", session=name, end=True)
-
-                kinds = {"new session": timed, "fork (from: src)": lambda: timed(**{"from": src}),
-                         "rollback (from: src@1)": lambda: timed(**{"from": f"{src}@1"})}
-                stats = self.interleaved(kinds, runs)
-                self.lines(self.stat_rows(stats, "new session"))
-                results[label] = stats
-                base = stats["new session"]["p50"]
-                for name in ("fork (from: src)", "rollback (from: src@1)"):
-                    p50 = stats[name]["p50"]
-                    self.row(f"{name.split(' ')[0]}, {label} in /workspace, p50 vs new session",
-                             f"{ms(p50)} ({p50 / base:.2f}x)", "new session + 10 ms", p50 <= base + 10.0)
-                client.run("true", env="shell", session=src, end=True)
-        finally:
-            client.close()
+        for extra, cases in servers:
+            client = self.start(argv, {**settings, **extra})
+            try:
+                for label, mib, where in cases:
+                    results[f"{label} in {where}"] = self.fork_case(client, label, mib, where, runs)
+            finally:
+                client.close()
         self.results["fork"] = results
+
+    def fork_case(self, client, label, mib, where, runs):
+        """One size in one place: a source session writes it and is
+        checkpointed, then forks of it, rollbacks to that checkpoint and new
+        sessions are timed round robin."""
+        src = f"src{mib}{where.replace('/', '-')}"
+        # In files of at most 128 MiB: the jail's file size limit.
+        parts = max(1, mib // 128)
+        make = (f"cd {where} && for i in $(seq {parts}); do head -c {mib // parts}M /dev/zero > big$i; done "
+                f"&& echo made")
+        result, text = client.run(make, env="shell", session=src)
+        if result.get("isError") or f"checkpoint: {src}@1" not in text:
+            raise McpError(f"making the {label} source in {where} gave {text[-300:]!r}")
+        self.section(f"fork and rollback with {label} in {where} ({runs} each)")
+        counter = iter(range(10**6))
+
+        def timed(**more):
+            name = f"s{next(counter)}"
+            result, text = client.run("true", env="shell", session=name, **more)
+            if result.get("isError"):
+                raise McpError(f"{more or 'a new session'} gave {text[-300:]!r}")
+            client.run("true", env="shell", session=name, end=True)
+
+        kinds = {"new session": timed, "fork (from: src)": lambda: timed(**{"from": src}),
+                 "rollback (from: src@1)": lambda: timed(**{"from": f"{src}@1"})}
+        stats = self.interleaved(kinds, runs)
+        self.lines(self.stat_rows(stats, "new session"))
+        base = stats["new session"]["p50"]
+        for name in ("fork (from: src)", "rollback (from: src@1)"):
+            p50 = stats[name]["p50"]
+            self.row(f"{name.split(' ')[0]}, {label} in {where}, p50 vs new session",
+                     f"{ms(p50)} ({p50 / base:.2f}x)", "new session + 10 ms", p50 <= base + 10.0)
+        client.run("true", env="shell", session=src, end=True)
+        return stats
 
     def startup(self):
         n = self.args.starts

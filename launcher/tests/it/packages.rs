@@ -623,3 +623,46 @@ async fn a_composition_holds_up_no_other_call_and_is_shared() {
     assert_eq!(f.starts(), ["python wait"], "two calls composed twice");
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+/// `nix-sandbox-mcp sandbox create --with`: a person's packages go through
+/// the server's policy as the model's `packages` do: an allowed one is
+/// composed and the session made with it; a refused one is one line and a
+/// non-zero exit, and nothing is composed for it.
+#[tokio::test]
+async fn a_persons_create_with_packages_holds_to_the_policy() {
+    let f = Fixture::new();
+    let runtime = tempfile::tempdir().unwrap();
+    let rt = runtime.path().to_str().unwrap();
+    let run = Run {
+        user: User::Own,
+        env: &[("XDG_RUNTIME_DIR", Some(rt))],
+    };
+    let server = f.server_as(json!(["jq"]), 30, run).await;
+    let create = |args: &[&str]| {
+        let mut cmd = User::Own.command();
+        cmd.args(["sandbox", "create"])
+            .args(args)
+            .env("XDG_RUNTIME_DIR", rt)
+            .env_remove("RUST_LOG");
+        async move {
+            tokio::time::timeout(GUARD, cmd.output())
+                .await
+                .expect("the CLI ends")
+                .unwrap()
+        }
+    };
+    let out = create(&["--with", "jq", "--name", "pk", "python"]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "pk\n");
+    assert_eq!(f.starts(), ["python jq"]);
+    let out = create(&["--with", "ffmpeg", "python"]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("packages_not_allowed") && err.contains("`ffmpeg`"),
+        "{err}"
+    );
+    assert_eq!(f.starts(), ["python jq"], "nothing composed for ffmpeg");
+    drop(server);
+}

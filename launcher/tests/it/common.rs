@@ -3,7 +3,7 @@
 //! processes of a run.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -709,4 +709,17 @@ impl RawServer {
             .expect("the server exits")
             .unwrap()
     }
+}
+
+/// `nix-sandbox-mcp sandbox ARGS...` run as `user` with `runtime`.
+pub async fn cli(user: User, runtime: &Path, args: &[&str]) -> Output {
+    let mut cmd = user.command();
+    cmd.arg("sandbox")
+        .args(args)
+        .env("XDG_RUNTIME_DIR", runtime);
+    cmd.env_remove("RUST_LOG");
+    tokio::time::timeout(GUARD, cmd.output())
+        .await
+        .expect("the CLI ends")
+        .unwrap()
 }

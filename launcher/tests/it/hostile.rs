@@ -187,18 +187,6 @@ async fn a_lying_agent_cannot_hang_or_fool_sandbox_exec() {
         &[("XDG_RUNTIME_DIR", rt)],
     )
     .await;
-    let exec = |program: &'static str| {
-        let mut cmd = User::Own.command();
-        cmd.args(["sandbox", "exec", program, "--", program])
-            .env("XDG_RUNTIME_DIR", rt)
-            .env_remove("RUST_LOG");
-        async move {
-            tokio::time::timeout(GUARD, cmd.output())
-                .await
-                .expect("the CLI ends")
-                .unwrap()
-        }
-    };
     for program in [
         "honest",
         "huge-chunk",
@@ -211,7 +199,7 @@ async fn a_lying_agent_cannot_hang_or_fool_sandbox_exec() {
             text(&s.session("python", program, "honest").await),
             "honest\n"
         );
-        let out = exec(program).await;
+        let out = cli(User::Own, runtime.path(), &["exec", program, "--", program]).await;
         let err = String::from_utf8_lossy(&out.stderr);
         if program == "honest" {
             assert_eq!(

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::common::{
-    GUARD, Manifest, Server, User, assert_refused, eventually, facts, readable_by_all, template,
-    text, wrappers,
+    GUARD, Manifest, Server, User, assert_refused, cli, eventually, facts, readable_by_all,
+    template, text, wrappers,
 };
 
 /// A server of the fixture's python (taking packages by `allow`, composed
@@ -638,24 +638,17 @@ async fn a_persons_create_with_packages_holds_to_the_policy() {
         env: &[("XDG_RUNTIME_DIR", Some(rt))],
     };
     let server = f.server_as(json!(["jq"]), 30, run).await;
-    let create = |args: &[&str]| {
-        let mut cmd = User::Own.command();
-        cmd.args(["sandbox", "create"])
-            .args(args)
-            .env("XDG_RUNTIME_DIR", rt)
-            .env_remove("RUST_LOG");
-        async move {
-            tokio::time::timeout(GUARD, cmd.output())
-                .await
-                .expect("the CLI ends")
-                .unwrap()
-        }
-    };
-    let out = create(&["--with", "jq", "--name", "pk", "python"]).await;
+    let args = ["create", "--with", "jq", "--name", "pk", "python"];
+    let out = cli(User::Own, runtime.path(), &args).await;
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "pk\n");
     assert_eq!(f.starts(), ["python jq"]);
-    let out = create(&["--with", "ffmpeg", "python"]).await;
+    let out = cli(
+        User::Own,
+        runtime.path(),
+        &["create", "--with", "ffmpeg", "python"],
+    )
+    .await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
     assert_eq!(err.lines().count(), 1, "{err}");

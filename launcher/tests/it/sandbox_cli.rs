@@ -4,7 +4,6 @@
 //! session and of one running a call), and each bad input one line and a
 //! non-zero exit.
 
-use std::path::Path;
 use std::process::Output;
 
 use serde_json::{Value, json};
@@ -20,19 +19,6 @@ fn runtime_dir(user: User) -> tempfile::TempDir {
         rustix::fs::chown(dir.path(), uid, gid).unwrap();
     }
     dir
-}
-
-/// `nix-sandbox-mcp sandbox ARGS...` run as `user` with `runtime`.
-async fn cli(user: User, runtime: &Path, args: &[&str]) -> Output {
-    let mut cmd = user.command();
-    cmd.arg("sandbox")
-        .args(args)
-        .env("XDG_RUNTIME_DIR", runtime);
-    cmd.env_remove("RUST_LOG");
-    tokio::time::timeout(GUARD, cmd.output())
-        .await
-        .expect("the CLI ends")
-        .unwrap()
 }
 
 /// The CLI failed with one line on stderr holding `says`, nothing on stdout.

@@ -22,7 +22,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use proto::cap::Cap;
 use proto::frame::{
     self, ErrorCode, ExecReply, Exit, FileIn, MAX_CHUNK_BYTES, MAX_OUTPUT_BYTES, Reply, Request,
-    Split, Splitter, Stream,
+    Split, Splitter, Stream, TtySize,
 };
 
 use crate::cli::Config;
@@ -590,7 +590,30 @@ impl Session {
                 send(&Reply::Ack { id, busy })?;
                 return Ok(false);
             }
-            Request::Spawn { id, argv } => self.spawn(id, &argv)?,
+            Request::Spawn { id, argv, tty } => self.spawn(id, &argv, tty)?,
+            Request::Input { id, spawn, data } => {
+                let Ok(bytes) = frame::decode_data(&data) else {
+                    return send(&Reply::Error {
+                        id: Some(id),
+                        code: ErrorCode::BadRequest,
+                        message: "input: data is not base64".into(),
+                    })
+                    .map(|()| true);
+                };
+                let running = self.spawned.as_ref().filter(|s| s.id == spawn);
+                let busy = running.is_some_and(|s| s.input(&bytes));
+                send(&Reply::Ack { id, busy })?;
+            }
+            Request::Resize {
+                id,
+                spawn,
+                rows,
+                cols,
+            } => {
+                let running = self.spawned.as_ref().filter(|s| s.id == spawn);
+                let busy = running.is_some_and(|s| s.resize(TtySize { rows, cols }));
+                send(&Reply::Ack { id, busy })?;
+            }
             Request::Stop { id, spawn } => {
                 let running = self.spawned.as_ref().filter(|s| s.id == spawn);
                 if let Some(spawned) = running {
@@ -606,7 +629,7 @@ impl Session {
     }
 
     /// Starts `argv` beside the interpreter (spawn.rs), or says why not.
-    fn spawn(&mut self, id: u64, argv: &[String]) -> io::Result<()> {
+    fn spawn(&mut self, id: u64, argv: &[String], tty: Option<TtySize>) -> io::Result<()> {
         let refuse = |code, message: String| {
             send(&Reply::Error {
                 id: Some(id),
@@ -620,7 +643,7 @@ impl Session {
                 format!("spawn {} is still running", running.id),
             );
         }
-        match Spawned::start(id, argv, &self.config.workspace) {
+        match Spawned::start(id, argv, &self.config.workspace, tty) {
             Ok(spawned) => {
                 tracing::info!(id, pid = spawned.pid().as_raw(), "spawned an argv");
                 self.spawned = Some(spawned);
@@ -659,6 +682,8 @@ impl Session {
                     }
                     Ok(Read::Again) => break,
                     Ok(Read::Eof) => *pipe = None,
+                    // A pseudo-terminal's master once every slave closed.
+                    Err(e) if e.raw_os_error() == Some(nix::libc::EIO) => *pipe = None,
                     Err(e) => {
                         tracing::warn!("reading a spawn's output: {e}");
                         *pipe = None;

@@ -398,14 +398,37 @@ pub trait IdleSessions: Send + Sync {
     /// the session is open.
     fn cancel_call(&self, name: &str) -> bool;
     /// Runs a person's `argv` in idle session `name`'s jail (the control
-    /// socket's `exec`), its output to `chunks`; `stop` kills it.
+    /// socket's `exec`, or with `terminal` its `enter`), its output to
+    /// `chunks`; `stop` kills it.
     fn exec(
         &self,
         name: String,
         argv: Vec<String>,
+        terminal: Option<Terminal>,
         chunks: mpsc::Sender<Chunk>,
         stop: CancellationToken,
     ) -> Pin<Box<dyn Future<Output = Result<ExecEnd, ExecRefused>> + Send + '_>>;
+}
+
+/// A person's command's pseudo-terminal (`sandbox enter`): its first size
+/// and what the person types into it. A command on one has no timeout: the
+/// person ends it.
+#[derive(Debug)]
+pub struct Terminal {
+    pub rows: u16,
+    pub cols: u16,
+    pub input: mpsc::Receiver<Keys>,
+}
+
+/// Something a person does to their command's terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keys {
+    /// Bytes typed.
+    Typed(Vec<u8>),
+    Resize {
+        rows: u16,
+        cols: u16,
+    },
 }
 
 /// A part of a person's command's output.

@@ -120,6 +120,7 @@ impl IdleSessions for FakeTable {
         &self,
         name: String,
         _argv: Vec<String>,
+        _terminal: Option<super::Terminal>,
         _chunks: tokio::sync::mpsc::Sender<Chunk>,
         _stop: tokio_util::sync::CancellationToken,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<ExecEnd, ExecRefused>> + Send + '_>> {

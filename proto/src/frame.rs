@@ -79,6 +79,11 @@
 //!   `spawn_failed`; an empty argv, a NUL byte or more than
 //!   [`MAX_ARGV_BYTES`] gets `bad_request`. Requests are answered at once
 //!   while it runs. `stop` sends SIGKILL to its process group (an `ack`).
+//!   With `tty` (`rows`, `cols`) the argv gets a pseudo-terminal the agent
+//!   opens in the jail instead of the pipes: a session of its own whose
+//!   controlling terminal that is, its output as `stdout`; `input` writes
+//!   bytes to it and `resize` sets its size (each an `ack`, `busy` false
+//!   when no such spawn runs).
 //! - `read`: up to `max_bytes` (at most [`MAX_READ_BYTES`]) of the output
 //!   file at `path` (relative to `outputs`), from `offset`, as a `file` reply
 //!   (`data` base64, `size` the file's size now, `eof`). Opened without
@@ -136,9 +141,33 @@ pub enum Request {
     /// Run `argv` (no shell) beside the interpreter: its output comes as
     /// `output` replies carrying this id, then one `spawned` (or an
     /// `error`).
-    Spawn { id: u64, argv: Vec<String> },
+    /// With `tty`, on a pseudo-terminal of that size instead of pipes.
+    Spawn {
+        id: u64,
+        argv: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tty: Option<TtySize>,
+    },
     /// SIGKILL to the process group of the running spawn `spawn`; an `ack`.
     Stop { id: u64, spawn: u64 },
+    /// Bytes (`data`, base64, at most [`MAX_CHUNK_BYTES`]) typed into the
+    /// pseudo-terminal of the running spawn `spawn`; an `ack`.
+    Input { id: u64, spawn: u64, data: String },
+    /// The new size of the running spawn `spawn`'s pseudo-terminal; an
+    /// `ack`.
+    Resize {
+        id: u64,
+        spawn: u64,
+        rows: u16,
+        cols: u16,
+    },
+}
+
+/// A pseudo-terminal's size, in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtySize {
+    pub rows: u16,
+    pub cols: u16,
 }
 
 impl Request {
@@ -152,7 +181,9 @@ impl Request {
             | Request::Ping { id }
             | Request::Shutdown { id }
             | Request::Spawn { id, .. }
-            | Request::Stop { id, .. } => *id,
+            | Request::Stop { id, .. }
+            | Request::Input { id, .. }
+            | Request::Resize { id, .. } => *id,
         }
     }
 }

@@ -243,7 +243,13 @@ impl Expect {
             Ok(Request::Interrupt { id } | Request::Ping { id }) => Expect::Ack(id),
             // Only a mutation makes one: such a line is not sent (a spawn
             // is tested in spawn.rs).
-            Ok(Request::Shutdown { .. } | Request::Spawn { .. } | Request::Stop { .. }) => {
+            Ok(
+                Request::Shutdown { .. }
+                | Request::Spawn { .. }
+                | Request::Stop { .. }
+                | Request::Input { .. }
+                | Request::Resize { .. },
+            ) => {
                 return None;
             }
         })

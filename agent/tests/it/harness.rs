@@ -351,7 +351,11 @@ impl Agent {
     pub fn send_spawn(&mut self, argv: &[&str]) -> u64 {
         let id = self.fresh_id();
         let argv = argv.iter().map(|a| (*a).to_owned()).collect();
-        self.send(&Request::Spawn { id, argv });
+        self.send(&Request::Spawn {
+            id,
+            argv,
+            tty: None,
+        });
         id
     }
 

@@ -34,7 +34,7 @@ pub struct Pty {
 }
 
 /// The person's terminal's window size, read from `fd`.
-fn window(fd: impl AsFd) -> Option<Winsize> {
+pub fn window(fd: impl AsFd) -> Option<Winsize> {
     let mut size = Winsize {
         ws_row: 0,
         ws_col: 0,

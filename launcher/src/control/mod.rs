@@ -28,7 +28,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{Chunk, OpenSession, SessionSlots};
+use crate::admission::{Chunk, ExecEnd, ExecRefused, Keys, OpenSession, SessionSlots, Terminal};
 use wire::{Event, Op, Request, Response, Session, VERSION};
 
 /// How long `destroy` waits for a cancelled call to give its session back.
@@ -226,8 +226,8 @@ async fn answer(stream: UnixStream, slots: SessionSlots, creator: Option<Arc<dyn
         } else {
             match respond(&line, &slots, creator.as_deref()).await {
                 Answer::One(response) => response,
-                Answer::Exec { id, argv } => {
-                    exec(&mut lines, &mut write, &slots, id, argv).await;
+                Answer::Exec { id, argv, terminal } => {
+                    exec(&mut lines, &mut write, &slots, id, argv, terminal).await;
                     return;
                 }
             }
@@ -247,6 +247,8 @@ enum Answer {
     Exec {
         id: String,
         argv: Vec<String>,
+        /// `enter`'s terminal size.
+        terminal: Option<(u16, u16)>,
     },
 }
 
@@ -254,16 +256,19 @@ enum Answer {
 async fn respond(line: &[u8], slots: &SessionSlots, creator: Option<&dyn Create>) -> Answer {
     match respond_one(line, slots, creator).await {
         Ok(response) => Answer::One(response),
-        Err((id, argv)) => Answer::Exec { id, argv },
+        Err((id, argv, terminal)) => Answer::Exec { id, argv, terminal },
     }
 }
+
+/// An `exec`'s (or `enter`'s) session, argv and terminal size.
+type Exec = (String, Vec<String>, Option<(u16, u16)>);
 
 /// The answer to one request line; an `exec`'s session and argv.
 async fn respond_one(
     line: &[u8],
     slots: &SessionSlots,
     creator: Option<&dyn Create>,
-) -> Result<Response, (String, Vec<String>)> {
+) -> Result<Response, Exec> {
     let pid = std::process::id();
     // Read once: the version is checked before the request's shape, so a
     // request of another version is named as such.
@@ -295,7 +300,17 @@ async fn respond_one(
             Ok(session) => Response::ok(pid, vec![session]),
             Err(e) => Response::error(pid, e),
         },
-        Op::Exec { id, argv } => return Err((id, argv)),
+        Op::Exec { id, argv } => return Err((id, argv, None)),
+        Op::Enter {
+            id,
+            rows,
+            cols,
+            term,
+        } => {
+            let argv = ["sh", "-c", wire::ENTER_SHELL, "sh"].map(String::from);
+            let argv = [&argv[..], &[term.unwrap_or_default()]].concat();
+            return Err((id, argv, Some((rows, cols))));
+        }
         Op::Create { id, env, packages } => match create(slots, creator, id, env, packages).await {
             Ok(session) => Response::ok(pid, vec![session]),
             Err(e) => Response::error(pid, e),
@@ -329,17 +344,20 @@ async fn create(
         .ok_or_else(|| format!("session `{id}` ended as soon as it was made"))
 }
 
-/// How many chunks of a command's output wait for the connection.
+/// How many chunks of a command's output wait for the connection, and
+/// how many of a person's key lines wait for the command.
 const EXEC_BACKLOG: usize = 16;
 
-/// Runs `argv` in session `id` and answers with its events as they come;
-/// the person closing the connection stops the command.
+/// Runs `argv` in session `id` (on a pseudo-terminal of `terminal`'s
+/// size: `enter`) and answers with its events as they come; the person
+/// closing the connection stops the command.
 async fn exec(
     lines: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
     write: &mut tokio::net::unix::OwnedWriteHalf,
     slots: &SessionSlots,
     id: String,
     argv: Vec<String>,
+    terminal: Option<(u16, u16)>,
 ) {
     let pid = std::process::id();
     let send = |response: Response| {
@@ -362,13 +380,23 @@ async fn exec(
     tracing::info!(session = %id, program = argv.first().map(String::as_str).unwrap_or(""), "a person's command runs in the session");
     let (chunks, mut output) = tokio::sync::mpsc::channel(EXEC_BACKLOG);
     let stop = CancellationToken::new();
-    let run = table.exec(id, argv, chunks, stop.clone());
+    let (keys, input) = tokio::sync::mpsc::channel(EXEC_BACKLOG);
+    let terminal = terminal.map(|(rows, cols)| Terminal { rows, cols, input });
+    let on_terminal = terminal.is_some();
+    let run = table.exec(id, argv, terminal, chunks, stop.clone());
     tokio::pin!(run);
     let mut gone = false;
     let mut scratch = Vec::new();
+    // The person's key lines read and not yet taken by the command.
+    let mut typed = std::collections::VecDeque::new();
     let ended = loop {
         tokio::select! {
             ended = &mut run => break ended,
+            permit = keys.reserve(), if !typed.is_empty() => {
+                if let (Ok(permit), Some(next)) = (permit, typed.pop_front()) {
+                    permit.send(next);
+                }
+            }
             chunk = output.recv() => {
                 let Some(chunk) = chunk else { continue };
                 if !gone && write.write_all(&send(Response::event(pid, event_of(chunk)))).await.is_err() {
@@ -376,14 +404,25 @@ async fn exec(
                     stop.cancel();
                 }
             }
-            // Anything more from the person, or the end of the connection
-            // (Ctrl-C), stops the command.
-            read = lines.read_until(b'\n', &mut scratch), if !gone => {
-                scratch.clear();
-                if matches!(read, Ok(0) | Err(_)) {
-                    gone = true;
-                    stop.cancel();
+            // For `exec`, anything more from the person, or the end of the
+            // connection (Ctrl-C), stops the command; for `enter`, the end
+            // or a line that is not a key line does.
+            read = bounded_line(lines, &mut scratch), if !gone && typed.len() < EXEC_BACKLOG => {
+                let next = match read {
+                    Ok(n) if n > 0 && on_terminal => keys_of(&scratch),
+                    _ => None,
+                };
+                match next {
+                    Some(next) => typed.push_back(next),
+                    None => {
+                        if on_terminal && matches!(read, Ok(n) if n > 0) {
+                            tracing::warn!("control socket: a line after enter that is neither input nor resize; the shell is stopped");
+                        }
+                        gone = true;
+                        stop.cancel();
+                    }
                 }
+                scratch.clear();
             }
         }
     };
@@ -398,7 +437,16 @@ async fn exec(
             return;
         }
     }
-    let last = match ended {
+    let last = last_of(pid, ended);
+    if !gone {
+        let _ = write.write_all(&send(last)).await;
+    }
+}
+
+/// The last line of an `exec`'s answer: how it ended, or why it did not
+/// run.
+fn last_of(pid: u32, ended: Result<ExecEnd, ExecRefused>) -> Response {
+    match ended {
         Ok(end) => Response::event(
             pid,
             Event::Exit {
@@ -411,9 +459,29 @@ async fn exec(
             not_found: refused.not_found,
             ..Response::error(pid, refused.message)
         },
-    };
-    if !gone {
-        let _ = write.write_all(&send(last)).await;
+    }
+}
+
+/// One line of the person's into `line`, at most a request's length;
+/// empty at the end of the connection.
+async fn bounded_line(
+    lines: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    line: &mut Vec<u8>,
+) -> io::Result<usize> {
+    let limit = (wire::MAX_REQUEST_BYTES + 1).saturating_sub(line.len()) as u64;
+    lines.take(limit).read_until(b'\n', line).await
+}
+
+/// What a person's line after `enter` asks; `None` when it is not one
+/// (or is cut at the length limit).
+fn keys_of(line: &[u8]) -> Option<Keys> {
+    if !line.ends_with(b"\n") {
+        return None;
+    }
+    let line: wire::KeysLine = serde_json::from_slice(line).ok()?;
+    match line.keys {
+        wire::KeysOp::Input { data } => proto::frame::decode_data(&data).ok().map(Keys::Typed),
+        wire::KeysOp::Resize { rows, cols } => Some(Keys::Resize { rows, cols }),
     }
 }
 

@@ -36,6 +36,17 @@ pub enum Op {
     /// last an `exit`, or by one error. The connection's last request:
     /// closing it stops the command.
     Exec { id: String, argv: Vec<String> },
+    /// An interactive shell in session `id`'s jail on a pseudo-terminal of
+    /// `rows` by `cols` (`TERM` set to `term` when given): answered as
+    /// `exec` is, the terminal's output as `stdout` events; the person's
+    /// next lines on the connection are [`KeysLine`]s.
+    Enter {
+        id: String,
+        rows: u16,
+        cols: u16,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        term: Option<String>,
+    },
     /// Make session `id` of environment `env` (with `packages` added), as
     /// a model's first call to it would; answered with that session.
     Create {
@@ -45,6 +56,34 @@ pub enum Op {
         packages: Option<Vec<String>>,
     },
 }
+
+/// What a person sends after `enter`, a line each: what they typed, or
+/// their window's new size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysLine {
+    pub v: u32,
+    #[serde(flatten)]
+    pub keys: KeysOp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum KeysOp {
+    /// Bytes typed, base64.
+    Input {
+        data: String,
+    },
+    Resize {
+        rows: u16,
+        cols: u16,
+    },
+}
+
+/// The shell `enter` runs: the environment's bash, else its sh (said on
+/// the terminal), `TERM` set to its first argument when that is not empty.
+pub const ENTER_SHELL: &str = "[ -n \"$1\" ] && export TERM=\"$1\"; \
+if command -v bash >/dev/null 2>&1; then exec bash -i; fi; \
+echo 'nix-sandbox-mcp: this environment has no bash; sh instead' >&2; exec sh -i";
 
 /// A part of an `exec`'s answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

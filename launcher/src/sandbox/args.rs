@@ -4,6 +4,7 @@
 //!   nix-sandbox-mcp sandbox status [--json] ID
 //!   nix-sandbox-mcp sandbox destroy ID
 //!   nix-sandbox-mcp sandbox exec [--json] ID -- CMD [ARG]...
+//!   nix-sandbox-mcp sandbox enter ID
 //!   nix-sandbox-mcp sandbox create [--name NAME] [--with PKG]... [--server PID] ENV
 //!
 //! Its verbs and flags are declared once, in [`VERBS`] and [`FLAGS`], which
@@ -22,6 +23,8 @@ pub enum Verb {
         id: String,
         argv: Vec<String>,
     },
+    /// An interactive shell in session `id`'s sandbox.
+    Enter(String),
     /// Make a session of environment `env`.
     Create {
         env: String,
@@ -74,6 +77,11 @@ const VERBS: &[VerbSpec] = &[
         name: "exec",
         operand: Some("ID -- CMD [ARG]..."),
         help: "run a command in a session's sandbox, its output streamed",
+    },
+    VerbSpec {
+        name: "enter",
+        operand: Some("ID"),
+        help: "an interactive shell in a session's sandbox (needs a terminal)",
     },
     VerbSpec {
         name: "create",
@@ -285,6 +293,7 @@ fn verb_of(
         "list" => Verb::List,
         "status" => Verb::Status(id?),
         "destroy" => Verb::Destroy(id?),
+        "enter" => Verb::Enter(id?),
         _ => {
             let id = id?;
             match command {
@@ -319,6 +328,7 @@ mod tests {
             p(&["destroy", "42/a"]).unwrap().verb,
             Verb::Destroy("42/a".into())
         );
+        assert_eq!(p(&["enter", "a"]).unwrap().verb, Verb::Enter("a".into()));
         assert_eq!(p(&["--help"]).unwrap().verb, Verb::Help);
         assert_eq!(
             p(&[
@@ -352,6 +362,11 @@ mod tests {
             (&["frob"][..], "unknown verb `frob`"),
             (&[][..], "no verb"),
             (&["status"][..], "status needs a session ID"),
+            (&["enter"][..], "enter needs a session ID"),
+            (
+                &["enter", "a", "--json"][..],
+                "--json does not go with enter",
+            ),
             (&["list", "x"][..], "list takes no more arguments"),
             (
                 &["destroy", "a", "--json"][..],

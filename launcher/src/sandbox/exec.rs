@@ -6,6 +6,7 @@
 //! command.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
@@ -24,6 +25,12 @@ pub fn run(
     // No read timeout: a command may be silent for long; the server ends
     // it at the session's timeout.
     let stream = server.send(&op, None)?;
+    relay(server, stream, json)
+}
+
+/// Writes the events `stream` answers with (an `exec`'s or `enter`'s) as
+/// they come, until the exit event; its status.
+pub fn relay(server: &Server, stream: UnixStream, json: bool) -> Result<ExitCode, String> {
     let mut lines = BufReader::new(stream);
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();

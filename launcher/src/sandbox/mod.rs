@@ -5,6 +5,7 @@
 //! stdout; each failure is one line on stderr and a non-zero exit.
 
 mod args;
+mod enter;
 mod exec;
 
 use std::ffi::OsString;
@@ -46,7 +47,15 @@ pub fn main(args: impl IntoIterator<Item = OsString>, lookup: Lookup) -> ExitCod
 }
 
 fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
+    if matches!(args.verb, Verb::Enter(_)) && !enter::stdin_is_terminal() {
+        eprintln!("nix-sandbox-mcp sandbox: {}", enter::NOT_A_TERMINAL);
+        return Ok(ExitCode::from(2));
+    }
     let servers = servers(lookup)?;
+    if let Verb::Enter(id) = &args.verb {
+        let (server, name) = find(&servers, id)?;
+        return enter::run(server, name);
+    }
     if let Verb::Exec { id, argv } = &args.verb {
         let (server, name) = find(&servers, id)?;
         return exec::run(server, name, argv.clone(), args.json);
@@ -108,7 +117,7 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
             server.ask(&wire::Op::Destroy { id: name.clone() })?;
             writeln!(out, "destroyed {name} (server {})", server.pid)
         }
-        Verb::Help | Verb::Exec { .. } | Verb::Create { .. } => Ok(()),
+        Verb::Help | Verb::Exec { .. } | Verb::Enter(_) | Verb::Create { .. } => Ok(()),
     };
     written.map_err(|e| format!("cannot write the answer: {e}"))?;
     Ok(ExitCode::SUCCESS)

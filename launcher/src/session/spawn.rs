@@ -9,10 +9,18 @@
 //! and an agent that has not told its end [`STOP_GRACE`] after a stop is
 //! taken as broken (the jail is killed). A person who goes away (`stop`)
 //! stops it the same way.
+//!
+//! On a terminal (`sandbox enter`), the agent opens a pseudo-terminal in
+//! the jail for it; what the person types and their window's size go to
+//! the agent as `input` (in chunks of at most `MAX_CHUNK_BYTES`) and
+//! `resize`, each acknowledged, and there is no timeout: the person ends
+//! it.
 
 use std::time::Duration;
 
-use proto::frame::{ErrorCode, Exit, Reply, Request, Stream};
+use std::collections::HashSet;
+
+use proto::frame::{ErrorCode, Exit, MAX_CHUNK_BYTES, Reply, Request, Stream, TtySize};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +30,7 @@ use super::jail::{Broken, Jail};
 use super::lease::Running;
 use super::table::{Inner, Slot};
 use super::verify;
-use crate::admission::{Chunk, ExecEnd, ExecRefused};
+use crate::admission::{Chunk, ExecEnd, ExecRefused, Keys, Terminal};
 
 /// How long an agent has to tell a stopped spawn's end.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -45,11 +53,17 @@ pub enum Failed {
     Broken(Broken),
 }
 
-/// Runs `argv` in `jail`, sending its output to `chunks`, for at most
-/// `timeout`; `stop` (or `chunks` closed) kills it.
+/// How long a command on a terminal may run: as long as the person keeps
+/// it (a deadline far enough never to come).
+const NO_TIMEOUT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Runs `argv` in `jail` (on `terminal`, when given), sending its output
+/// to `chunks`, for at most `timeout`; `stop` (or `chunks` closed) kills
+/// it.
 pub async fn run(
     jail: &mut Jail,
     argv: Vec<String>,
+    terminal: Option<Terminal>,
     chunks: mpsc::Sender<Chunk>,
     stop: CancellationToken,
     timeout: Duration,
@@ -60,9 +74,17 @@ pub async fn run(
         Failed::Broken(b)
     };
     let id = jail.fresh_id();
-    if let Err(b) = jail.request(&Request::Spawn { id, argv }).await {
+    let tty = (terminal.as_ref()).map(|t| TtySize {
+        rows: t.rows,
+        cols: t.cols,
+    });
+    let timeout = if tty.is_some() { NO_TIMEOUT } else { timeout };
+    let mut input = terminal.map(|t| t.input);
+    if let Err(b) = jail.request(&Request::Spawn { id, argv, tty }).await {
         return Err(broken(jail, b));
     }
+    // The ids of the `input` and `resize` requests not acknowledged yet.
+    let mut acks = HashSet::new();
     let mut deadline = Instant::now() + timeout;
     // The stop request's id once one was sent; whether for the timeout.
     let mut stopped: Option<u64> = None;
@@ -70,6 +92,17 @@ pub async fn run(
     loop {
         let reply = tokio::select! {
             reply = jail.next_reply() => reply,
+            keys = next_keys(&mut input), if stopped.is_none() => {
+                match keys {
+                    Some(keys) => {
+                        if let Err(b) = send_keys(jail, id, keys, &mut acks).await {
+                            return Err(broken(jail, b));
+                        }
+                    }
+                    None => input = None,
+                }
+                continue;
+            }
             () = stop.cancelled(), if stopped.is_none() => {
                 match send_stop(jail, id).await {
                     Ok(stop_id) => stopped = Some(stop_id),
@@ -96,7 +129,7 @@ pub async fn run(
             Ok(reply) => reply,
             Err(b) => return Err(broken(jail, b)),
         };
-        match take(reply, id, stopped) {
+        match take(reply, id, stopped, &mut acks) {
             Ok(Taken::Chunk(chunk)) => {
                 // A person who stops reading holds the command up to its
                 // deadline; one who went away stops it.
@@ -121,7 +154,12 @@ enum Taken {
     Refused(Failed),
 }
 
-fn take(reply: Reply, id: u64, stopped: Option<u64>) -> Result<Taken, Broken> {
+fn take(
+    reply: Reply,
+    id: u64,
+    stopped: Option<u64>,
+    acks: &mut HashSet<u64>,
+) -> Result<Taken, Broken> {
     match reply {
         Reply::Output {
             id: of,
@@ -142,7 +180,7 @@ fn take(reply: Reply, id: u64, stopped: Option<u64>) -> Result<Taken, Broken> {
             verify::spawned(status, exit).map_err(Broken::Invalid)?;
             Ok(Taken::End(exit))
         }
-        Reply::Ack { id: of, .. } if Some(of) == stopped => Ok(Taken::Ack),
+        Reply::Ack { id: of, .. } if Some(of) == stopped || acks.remove(&of) => Ok(Taken::Ack),
         Reply::Error {
             id: Some(of),
             code,
@@ -156,6 +194,45 @@ fn take(reply: Reply, id: u64, stopped: Option<u64>) -> Result<Taken, Broken> {
         }
         other => Err(Broken::Unexpected(verify::describe(&other))),
     }
+}
+
+/// What the person did next to the terminal; `None` once they are gone
+/// (never, without a terminal).
+async fn next_keys(input: &mut Option<mpsc::Receiver<Keys>>) -> Option<Keys> {
+    match input {
+        Some(input) => input.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Tells the agent what the person did to spawn `spawn`'s terminal, its
+/// requests' ids left in `acks`.
+async fn send_keys(
+    jail: &mut Jail,
+    spawn: u64,
+    keys: Keys,
+    acks: &mut HashSet<u64>,
+) -> Result<(), Broken> {
+    let requests: Vec<Request> = match keys {
+        Keys::Typed(bytes) => (bytes.chunks(MAX_CHUNK_BYTES))
+            .map(|chunk| Request::Input {
+                id: jail.fresh_id(),
+                spawn,
+                data: proto::frame::encode_data(chunk),
+            })
+            .collect(),
+        Keys::Resize { rows, cols } => vec![Request::Resize {
+            id: jail.fresh_id(),
+            spawn,
+            rows,
+            cols,
+        }],
+    };
+    for request in requests {
+        acks.insert(request.id());
+        jail.request(&request).await?;
+    }
+    Ok(())
 }
 
 /// Asks the agent to kill spawn `spawn`; the stop's id.
@@ -173,6 +250,7 @@ impl Inner {
         &self,
         name: &str,
         argv: Vec<String>,
+        terminal: Option<Terminal>,
         chunks: mpsc::Sender<Chunk>,
         stop: CancellationToken,
     ) -> Result<ExecEnd, ExecRefused> {
@@ -209,7 +287,7 @@ impl Inner {
                 )));
             }
         };
-        let ran = run(jail, argv, chunks, stop, timeout).await;
+        let ran = run(jail, argv, terminal, chunks, stop, timeout).await;
         lease.release();
         match ran {
             Ok(end) => Ok(ExecEnd {

@@ -376,6 +376,7 @@ impl IdleSessions for Inner {
         &self,
         name: String,
         argv: Vec<String>,
+        terminal: Option<crate::admission::Terminal>,
         chunks: tokio::sync::mpsc::Sender<crate::admission::Chunk>,
         stop: tokio_util::sync::CancellationToken,
     ) -> std::pin::Pin<
@@ -385,7 +386,10 @@ impl IdleSessions for Inner {
                 + '_,
         >,
     > {
-        Box::pin(async move { self.exec_for_person(&name, argv, chunks, stop).await })
+        Box::pin(async move {
+            self.exec_for_person(&name, argv, terminal, chunks, stop)
+                .await
+        })
     }
 
     fn cancel_call(&self, name: &str) -> bool {

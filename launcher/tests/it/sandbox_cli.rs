@@ -424,3 +424,200 @@ async fn a_person_makes_a_session_and_uses_it() {
         drop(s);
     }
 }
+
+/// What the CLI wrote to a pseudo-terminal's master, gathered by a thread.
+#[derive(Clone, Default)]
+struct Screen(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Screen {
+    /// Reads `master` into the screen until it ends.
+    fn follow(master: std::os::fd::OwnedFd) -> Self {
+        let screen = Self::default();
+        let into = screen.clone();
+        std::thread::spawn(move || {
+            let mut master = std::fs::File::from(master);
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut master, &mut buf) {
+                if n == 0 {
+                    return;
+                }
+                into.0.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        screen
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until the screen after byte `from` holds `what`; the screen's
+    /// length just after it.
+    async fn wait_for(&self, from: usize, what: &str) -> usize {
+        for _ in 0..300 {
+            let text = self.text();
+            if let Some(at) = text.get(from..).and_then(|t| t.find(what)) {
+                return from + at + what.len();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("{what:?} never came after byte {from}: {:?}", self.text());
+    }
+}
+
+/// `sandbox enter ID` as `user` on a fresh pseudo-terminal of 24 by 80 (as
+/// a person's terminal): the CLI, the master and the slave (kept, to read
+/// its modes).
+fn enter_on_pty(
+    user: User,
+    rt: &std::path::Path,
+    id: &str,
+) -> (
+    tokio::process::Child,
+    std::os::fd::OwnedFd,
+    std::os::fd::OwnedFd,
+) {
+    let size = nix::pty::Winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).unwrap();
+    let mut cmd = user.command();
+    cmd.args(["sandbox", "enter", id])
+        .env("XDG_RUNTIME_DIR", rt)
+        .env("TERM", "dumb")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true);
+    for stdio in [
+        tokio::process::Command::stdin,
+        tokio::process::Command::stdout,
+        tokio::process::Command::stderr,
+    ] {
+        stdio(
+            &mut cmd,
+            std::process::Stdio::from(pty.slave.try_clone().unwrap()),
+        );
+    }
+    let child = cmd.spawn().unwrap();
+    (child, pty.master, pty.slave)
+}
+
+/// `enter`: an interactive shell in the model's session on a
+/// pseudo-terminal, driven as a person's terminal, as the test's user and
+/// as uid 65534: a command's output and a /dev/pts terminal in the jail,
+/// Ctrl-C ending the foreground job and not the shell (nor the CLI), a
+/// resize seen by `stty size`, the shell's exit status as the CLI's, the
+/// person's terminal modes given back, the session idle after; bad input
+/// (no terminal, an unknown session) one line and a non-zero exit.
+#[tokio::test]
+async fn a_person_enters_a_models_session() {
+    for user in User::all() {
+        let runtime = runtime_dir(user);
+        let rt = runtime.path();
+        let mark = marker("clienter");
+        let s = Server::start_command(
+            user.command(),
+            vec![sessions_marked(&mark, 30)],
+            &["--allow-wrappers-outside-store"],
+            &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+        )
+        .await;
+        let r = s.session("shell", "work", "x=5; echo ok").await;
+        assert_eq!(text(&r), "ok\n", "{user:?}: {r:?}");
+
+        let (mut child, master, slave) = enter_on_pty(user, rt, "work");
+        let before = nix::sys::termios::tcgetattr(&slave).unwrap();
+        let mut keys = std::fs::File::from(master.try_clone().unwrap());
+        let mut typed = |text: &[u8]| std::io::Write::write_all(&mut keys, text).unwrap();
+        let screen = Screen::follow(master);
+        // The prompt is computed, so the typed line does not hold it.
+        typed(b"PS1='<$((6*9))> '\r");
+        let at = screen.wait_for(0, "<54> ").await;
+        typed(b"echo $((6*7)); tty; pwd\r");
+        let at = screen.wait_for(at, "42\r\n").await;
+        let at = screen.wait_for(at, "/dev/pts/").await;
+        let at = screen.wait_for(at, "/workspace\r\n<54> ").await;
+
+        // Ctrl-C ends the foreground job: the prompt is back and the
+        // shell answers at once.
+        typed(b"sleep 100\r");
+        let at = screen.wait_for(at, "sleep 100\r\n").await;
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        typed(b"\x03");
+        let at = screen.wait_for(at, "<54> ").await;
+        typed(b"echo after-$((1+1))\r");
+        let at = screen.wait_for(at, "after-2\r\n<54> ").await;
+
+        // A resize: the person's window's new size, then SIGWINCH.
+        let size = nix::pty::Winsize {
+            ws_row: 40,
+            ws_col: 120,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads one winsize, which lives through the call.
+        let set = unsafe {
+            nix::libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&slave),
+                nix::libc::TIOCSWINSZ,
+                std::ptr::from_ref(&size),
+            )
+        };
+        assert_eq!(set, 0);
+        let pid = child.id().unwrap();
+        assert!(pid > 1);
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGWINCH,
+        )
+        .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        typed(b"stty size\r");
+        let at = screen.wait_for(at, "40 120\r\n").await;
+
+        // The shell's status is the CLI's; the terminal's modes are back.
+        typed(b"exit 3\r");
+        let status = tokio::time::timeout(GUARD, child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.code(), Some(3), "{user:?}: {}", screen.text());
+        let after = nix::sys::termios::tcgetattr(&slave).unwrap();
+        assert_eq!(
+            (after.local_flags, after.input_flags, after.output_flags),
+            (before.local_flags, before.input_flags, before.output_flags)
+        );
+        assert!(screen.text()[..at].contains("<54> "));
+        let rows = json_lines(&cli(user, rt, &["status", "--json", "work"]).await);
+        assert_eq!(rows[0]["busy"], false, "{rows:?}");
+        assert_eq!(
+            text(&s.session("shell", "work", "echo x=$x").await),
+            "x=5\n"
+        );
+
+        // Bad input: no terminal on stdin (exit 2), an unknown session.
+        let out = cli(user, rt, &["enter", "work"]).await;
+        assert_one_line_failure(&out, "enter needs a terminal on stdin");
+        assert_eq!(out.status.code(), Some(2));
+        let (mut child, master, _slave) = enter_on_pty(user, rt, "nope");
+        let screen = Screen::follow(master);
+        let status = tokio::time::timeout(GUARD, child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.code(), Some(1));
+        screen.wait_for(0, "no open session `nope`").await;
+        assert_eq!(
+            screen.text().trim_end().lines().count(),
+            1,
+            "{}",
+            screen.text()
+        );
+
+        assert!(cli(user, rt, &["destroy", "work"]).await.status.success());
+        assert_no_process_left(&mark).await;
+        drop(s);
+    }
+}

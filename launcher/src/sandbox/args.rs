@@ -233,7 +233,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             json: false,
         });
     }
-    let verb = verb.ok_or("no verb: one of list, status ID, destroy ID, exec ID -- CMD")?;
+    let verb = verb.ok_or(
+        "no verb: one of list, status ID, destroy ID, exec ID -- CMD, enter ID, create ENV",
+    )?;
     for flag in &flags {
         if !flag.verbs.contains(&verb.name) {
             return Err(format!("--{} does not go with {}", flag.name, verb.name));

@@ -723,3 +723,82 @@ pub async fn cli(user: User, runtime: &Path, args: &[&str]) -> Output {
         .expect("the CLI ends")
         .unwrap()
 }
+
+/// What the CLI wrote to a pseudo-terminal's master, gathered by a thread.
+#[derive(Clone, Default)]
+pub struct Screen(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Screen {
+    /// Reads `master` into the screen until it ends.
+    pub fn follow(master: std::os::fd::OwnedFd) -> Self {
+        let screen = Self::default();
+        let into = screen.clone();
+        std::thread::spawn(move || {
+            let mut master = std::fs::File::from(master);
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut master, &mut buf) {
+                if n == 0 {
+                    return;
+                }
+                into.0.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        screen
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until the screen after byte `from` holds `what`; the screen's
+    /// length just after it.
+    pub async fn wait_for(&self, from: usize, what: &str) -> usize {
+        for _ in 0..300 {
+            let text = self.text();
+            if let Some(at) = text.get(from..).and_then(|t| t.find(what)) {
+                return from + at + what.len();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("{what:?} never came after byte {from}: {:?}", self.text());
+    }
+}
+
+/// `sandbox enter ID` as `user` on a fresh pseudo-terminal of 24 by 80 (as
+/// a person's terminal): the CLI, the master and the slave (kept, to read
+/// its modes).
+pub fn enter_on_pty(
+    user: User,
+    rt: &std::path::Path,
+    id: &str,
+) -> (
+    tokio::process::Child,
+    std::os::fd::OwnedFd,
+    std::os::fd::OwnedFd,
+) {
+    let size = nix::pty::Winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).unwrap();
+    let mut cmd = user.command();
+    cmd.args(["sandbox", "enter", id])
+        .env("XDG_RUNTIME_DIR", rt)
+        .env("TERM", "dumb")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true);
+    for stdio in [
+        tokio::process::Command::stdin,
+        tokio::process::Command::stdout,
+        tokio::process::Command::stderr,
+    ] {
+        stdio(
+            &mut cmd,
+            std::process::Stdio::from(pty.slave.try_clone().unwrap()),
+        );
+    }
+    let child = cmd.spawn().unwrap();
+    (child, pty.master, pty.slave)
+}

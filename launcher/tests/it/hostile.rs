@@ -221,3 +221,70 @@ async fn a_lying_agent_cannot_hang_or_fool_sandbox_exec() {
         "honest\n"
     );
 }
+
+/// `sandbox enter` against the hostile agent, through a pseudo-terminal:
+/// the same lies as for `exec`, and an input's ack of another id, each
+/// one line and exit 1; an agent that never ends the shell holds it only
+/// until the person leaves (`SIGTERM`: one line); the server stays up.
+#[tokio::test]
+async fn a_lying_agent_cannot_hang_or_fool_sandbox_enter() {
+    let runtime = tempfile::tempdir().unwrap();
+    let rt = runtime.path();
+    let mut m = template();
+    let env = &mut m["environments"]["python"];
+    env["session"] = serde_json::json!([wrappers().join("hostile-agent").to_str().unwrap()]);
+    let s = Server::start_command(
+        User::Own.command(),
+        vec![Manifest::new(&m)],
+        &["--allow-wrappers-outside-store"],
+        &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+    )
+    .await;
+    for program in [
+        "honest",
+        "huge-chunk",
+        "not-base64",
+        "bad-exit",
+        "wrong-id",
+        "bad-ack",
+        "silent",
+    ] {
+        let code = format!("enter:{program}");
+        assert_eq!(text(&s.session("python", program, &code).await), "honest\n");
+        let (mut child, master, _slave) = enter_on_pty(User::Own, rt, program);
+        let screen = Screen::follow(master.try_clone().unwrap());
+        let mut keys = std::fs::File::from(master);
+        std::io::Write::write_all(&mut keys, b"x").unwrap();
+        if program == "silent" {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let pid = child.id().unwrap();
+            assert!(pid > 1);
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap();
+        }
+        let status = tokio::time::timeout(GUARD, child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        if program == "honest" {
+            assert_eq!(status.code(), Some(0), "{}", screen.text());
+            screen.wait_for(0, "hi").await;
+            continue;
+        }
+        assert_eq!(status.code(), Some(1), "{program}: {}", screen.text());
+        let says = match program {
+            "silent" => "SIGTERM ended enter".to_owned(),
+            _ => format!("session `{program}`'s sandbox broke"),
+        };
+        screen.wait_for(0, &says).await;
+        let shown = screen.text();
+        assert_eq!(shown.trim().lines().count(), 1, "{program}: {shown}");
+    }
+    assert_eq!(
+        text(&s.session("python", "after", "honest").await),
+        "honest\n"
+    );
+}

@@ -19,7 +19,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::termios::{self, SetArg, Termios};
 
 use super::{Server, exec};
-use crate::agent::terminal::window;
+use crate::agent::terminal::{block_signals, window};
 use crate::control::wire::{self, KeysLine, KeysOp};
 
 /// Why `enter` does not start without a terminal on stdin.
@@ -42,20 +42,10 @@ impl Drop for Raw {
 /// Runs a shell in session `name` of `server` on the person's terminal;
 /// the shell's status.
 pub fn run(server: &Server, name: String) -> Result<ExitCode, String> {
-    let mut signals = SigSet::empty();
-    for signal in [
-        Signal::SIGWINCH,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGINT,
-    ] {
-        signals.add(signal);
-    }
     // Before any thread starts, so that every thread has them blocked and
-    // only the signal thread takes them.
-    signals
-        .thread_block()
-        .map_err(|e| format!("cannot block signals: {e}"))?;
+    // only the signal thread takes them: the agent subcommand's set
+    // (SIGWINCH, SIGTERM, SIGHUP, SIGINT).
+    let signals = block_signals().map_err(|e| format!("cannot block signals: {e}"))?;
     let saved = termios::tcgetattr(io::stdin())
         .map_err(|e| format!("cannot read the terminal's modes: {e}"))?;
     let (rows, cols) = size();

@@ -802,3 +802,22 @@ pub fn enter_on_pty(
     let child = cmd.spawn().unwrap();
     (child, pty.master, pty.slave)
 }
+
+/// A server of `user`'s on `manifest` (fixture wrappers allowed) whose
+/// control socket is in `runtime` (its `XDG_RUNTIME_DIR`).
+pub async fn control_server(user: User, runtime: &Path, manifest: Manifest) -> Server {
+    Server::start_command(
+        user.command(),
+        vec![manifest],
+        &["--allow-wrappers-outside-store"],
+        &[("XDG_RUNTIME_DIR", runtime.to_str().unwrap())],
+    )
+    .await
+}
+
+/// Sends `signal` to `child` (never to a pid of 1 or below).
+pub fn signal_child(child: &tokio::process::Child, signal: nix::sys::signal::Signal) {
+    let pid = child.id().unwrap();
+    assert!(pid > 1);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
+}

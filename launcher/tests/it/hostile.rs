@@ -166,6 +166,17 @@ async fn honest_replies_pass_and_the_server_stays_up() {
     assert_eq!(facts(&r)["session_reset"], false);
 }
 
+/// The hostile agent's spawns (hostile-agent): an honest one, then the
+/// lies.
+const SPAWNS: [&str; 6] = [
+    "honest",
+    "huge-chunk",
+    "not-base64",
+    "bad-exit",
+    "wrong-id",
+    "silent",
+];
+
 /// `sandbox exec` against the hostile agent: a chunk too large or not
 /// base64, an end whose status is not its exit's, output for another
 /// request, and an agent that never tells the end (past the timeout and a
@@ -174,27 +185,13 @@ async fn honest_replies_pass_and_the_server_stays_up() {
 #[tokio::test]
 async fn a_lying_agent_cannot_hang_or_fool_sandbox_exec() {
     let runtime = tempfile::tempdir().unwrap();
-    let rt = runtime.path().to_str().unwrap();
     let mut m = template();
     let env = &mut m["environments"]["python"];
     env["session"] = serde_json::json!([wrappers().join("hostile-agent").to_str().unwrap()]);
     env["limits"]["timeout_s"] = serde_json::json!(2);
     env["limits"]["max_timeout_s"] = serde_json::json!(2);
-    let s = Server::start_command(
-        User::Own.command(),
-        vec![Manifest::new(&m)],
-        &["--allow-wrappers-outside-store"],
-        &[("XDG_RUNTIME_DIR", rt)],
-    )
-    .await;
-    for program in [
-        "honest",
-        "huge-chunk",
-        "not-base64",
-        "bad-exit",
-        "wrong-id",
-        "silent",
-    ] {
+    let s = control_server(User::Own, runtime.path(), Manifest::new(&m)).await;
+    for program in SPAWNS {
         assert_eq!(
             text(&s.session("python", program, "honest").await),
             "honest\n"
@@ -233,22 +230,8 @@ async fn a_lying_agent_cannot_hang_or_fool_sandbox_enter() {
     let mut m = template();
     let env = &mut m["environments"]["python"];
     env["session"] = serde_json::json!([wrappers().join("hostile-agent").to_str().unwrap()]);
-    let s = Server::start_command(
-        User::Own.command(),
-        vec![Manifest::new(&m)],
-        &["--allow-wrappers-outside-store"],
-        &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
-    )
-    .await;
-    for program in [
-        "honest",
-        "huge-chunk",
-        "not-base64",
-        "bad-exit",
-        "wrong-id",
-        "bad-ack",
-        "silent",
-    ] {
+    let s = control_server(User::Own, rt, Manifest::new(&m)).await;
+    for program in SPAWNS.into_iter().chain(["bad-ack"]) {
         let code = format!("enter:{program}");
         assert_eq!(text(&s.session("python", program, &code).await), "honest\n");
         let (mut child, master, _slave) = enter_on_pty(User::Own, rt, program);
@@ -257,13 +240,7 @@ async fn a_lying_agent_cannot_hang_or_fool_sandbox_enter() {
         std::io::Write::write_all(&mut keys, b"x").unwrap();
         if program == "silent" {
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            let pid = child.id().unwrap();
-            assert!(pid > 1);
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            )
-            .unwrap();
+            signal_child(&child, nix::sys::signal::Signal::SIGTERM);
         }
         let status = tokio::time::timeout(GUARD, child.wait())
             .await

@@ -49,14 +49,7 @@ async fn a_person_lists_inspects_and_ends_the_models_sessions() {
         assert_one_line_failure(&out, "no nix-sandbox-mcp server of yours is running");
 
         let mark = marker("cli");
-        let rt_text = rt.to_str().unwrap();
-        let s = Server::start_command(
-            user.command(),
-            vec![sessions_marked(&mark, 30)],
-            &["--allow-wrappers-outside-store"],
-            &[("XDG_RUNTIME_DIR", rt_text)],
-        )
-        .await;
+        let s = control_server(user, rt, sessions_marked(&mark, 30)).await;
         let r = s
             .session("shell", "work", "echo made > /workspace/f; echo ok")
             .await;
@@ -166,13 +159,7 @@ async fn a_planted_socket_directory_is_refused_by_server_and_cli() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
-    let s = Server::start_command(
-        user.command(),
-        vec![Manifest::new(&template())],
-        &["--allow-wrappers-outside-store"],
-        &[("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap())],
-    )
-    .await;
+    let s = control_server(user, runtime.path(), Manifest::new(&template())).await;
     let log = s.stderr();
     assert!(log.contains("control socket: none"), "{log}");
     assert!(std::fs::read_dir(&planted).unwrap().next().is_none());
@@ -240,13 +227,7 @@ async fn a_person_runs_commands_in_a_models_session() {
             env["limits"]["timeout_s"] = json!(4);
             env["limits"]["max_timeout_s"] = json!(4);
         }
-        let s = Server::start_command(
-            user.command(),
-            vec![Manifest::new(&manifest)],
-            &["--allow-wrappers-outside-store"],
-            &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
-        )
-        .await;
+        let s = control_server(user, rt, Manifest::new(&manifest)).await;
         let r = s
             .session("shell", "work", "x=5; echo hi > /workspace/f; echo ok")
             .await;
@@ -318,13 +299,7 @@ async fn a_person_runs_commands_in_a_models_session() {
             .await
             .unwrap();
         assert_eq!(first, "started\n");
-        let pid = child.id().unwrap();
-        assert!(pid > 1);
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGINT,
-        )
-        .unwrap();
+        signal_child(&child, nix::sys::signal::Signal::SIGINT);
         let status = tokio::time::timeout(GUARD, child.wait())
             .await
             .unwrap()
@@ -374,13 +349,7 @@ async fn a_person_makes_a_session_and_uses_it() {
         assert_one_line_failure(&out, "no nix-sandbox-mcp server of yours is running");
 
         let mark = marker("clicreate");
-        let s = Server::start_command(
-            user.command(),
-            vec![sessions_marked(&mark, 30)],
-            &["--allow-wrappers-outside-store"],
-            &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
-        )
-        .await;
+        let s = control_server(user, rt, sessions_marked(&mark, 30)).await;
         let out = cli(user, rt, &["create", "--name", "made", "shell"]).await;
         assert!(out.status.success(), "{user:?}: {out:?}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "made\n");
@@ -438,13 +407,7 @@ async fn a_person_enters_a_models_session() {
         let runtime = runtime_dir(user);
         let rt = runtime.path();
         let mark = marker("clienter");
-        let s = Server::start_command(
-            user.command(),
-            vec![sessions_marked(&mark, 30)],
-            &["--allow-wrappers-outside-store"],
-            &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
-        )
-        .await;
+        let s = control_server(user, rt, sessions_marked(&mark, 30)).await;
         let r = s.session("shell", "work", "x=5; echo ok").await;
         assert_eq!(text(&r), "ok\n", "{user:?}: {r:?}");
 
@@ -487,13 +450,7 @@ async fn a_person_enters_a_models_session() {
             )
         };
         assert_eq!(set, 0);
-        let pid = child.id().unwrap();
-        assert!(pid > 1);
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGWINCH,
-        )
-        .unwrap();
+        signal_child(&child, nix::sys::signal::Signal::SIGWINCH);
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         typed(b"stty size\r");
         let at = screen.wait_for(at, "40 120\r\n").await;

@@ -29,7 +29,7 @@
 //! wrapper/                   starting a wrapper: its uid, cgroups, group, end
 //! catalog/ admission.rs      the environments served; slots and fair shares
 //! egress/ lifetime.rs        the network proxy; the jails' pid namespace
-//! settings.rs fdlimit.rs     the settings table; the open files limit;
+//! settings.rs fdlimit.rs tty.rs the settings table; the open files limit; a terminal's size and signals;
 //! live.rs project/           a run's newest output; a session's project layer, its diff
 //! ```
 
@@ -57,6 +57,7 @@ mod session;
 mod settings;
 #[cfg(test)]
 mod testing;
+mod tty;
 mod wrapper;
 
 use std::io::{IsTerminal, Write};

@@ -13,7 +13,7 @@
 
 mod args;
 mod state;
-pub mod terminal;
+mod terminal;
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;

@@ -26,26 +26,14 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::termios::{self, SetArg, Termios};
 use nix::unistd::Pid;
 
+pub use crate::tty::block_signals;
+use crate::tty::window;
+
 /// The person's terminal and the agent's pseudo-terminal.
 pub struct Pty {
     master: OwnedFd,
     slave: OwnedFd,
     saved: Termios,
-}
-
-/// The person's terminal's window size, read from `fd`.
-pub fn window(fd: impl AsFd) -> Option<Winsize> {
-    let mut size = Winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which lives
-    // through the call.
-    let got =
-        unsafe { nix::libc::ioctl(fd.as_fd().as_raw_fd(), nix::libc::TIOCGWINSZ, &raw mut size) };
-    (got == 0).then_some(size)
 }
 
 /// Sets the pseudo-terminal's window size.
@@ -87,22 +75,6 @@ impl Pty {
             .stderr(Stdio::from(self.slave.try_clone()?));
         Ok(())
     }
-}
-
-/// Blocks the signals the launcher forwards (call before any thread
-/// starts, so every thread has them blocked and [`run`]'s waits for them).
-pub fn block_signals() -> nix::Result<SigSet> {
-    let mut set = SigSet::empty();
-    for signal in [
-        Signal::SIGWINCH,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGINT,
-    ] {
-        set.add(signal);
-    }
-    set.thread_block()?;
-    Ok(set)
 }
 
 /// The signals a terminal's person sends or causes, which the agent gets

@@ -19,8 +19,8 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::termios::{self, SetArg, Termios};
 
 use super::{Server, exec};
-use crate::agent::terminal::{block_signals, window};
 use crate::control::wire::{self, KeysLine, KeysOp};
+use crate::tty::{block_signals, window};
 
 /// Why `enter` does not start without a terminal on stdin.
 pub const NOT_A_TERMINAL: &str = "enter needs a terminal on stdin (it is an interactive shell); from a script use `nix-sandbox-mcp sandbox exec ID -- CMD`";
@@ -39,9 +39,9 @@ impl Drop for Raw {
     }
 }
 
-/// Runs a shell in session `name` of `server` on the person's terminal;
-/// the shell's status.
-pub fn run(server: &Server, name: String) -> Result<ExitCode, String> {
+/// Runs a shell in session `name` of `server` on the person's terminal
+/// (`TERM` set to `term`); the shell's status.
+pub fn run(server: &Server, name: String, term: Option<String>) -> Result<ExitCode, String> {
     // Before any thread starts, so that every thread has them blocked and
     // only the signal thread takes them: the agent subcommand's set
     // (SIGWINCH, SIGTERM, SIGHUP, SIGINT).
@@ -49,7 +49,6 @@ pub fn run(server: &Server, name: String) -> Result<ExitCode, String> {
     let saved = termios::tcgetattr(io::stdin())
         .map_err(|e| format!("cannot read the terminal's modes: {e}"))?;
     let (rows, cols) = size();
-    let term = std::env::var("TERM").ok().filter(|t| !t.is_empty());
     let op = wire::Op::Enter {
         id: name,
         rows,

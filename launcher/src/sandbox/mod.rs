@@ -54,7 +54,8 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
     let servers = servers(lookup)?;
     if let Verb::Enter(id) = &args.verb {
         let (server, name) = find(&servers, id)?;
-        return enter::run(server, name);
+        let term = (lookup("TERM").and_then(|t| t.into_string().ok())).filter(|t| !t.is_empty());
+        return enter::run(server, name, term);
     }
     if let Verb::Exec { id, argv } = &args.verb {
         let (server, name) = find(&servers, id)?;

@@ -433,6 +433,9 @@ async fn a_person_enters_a_models_session() {
         let at = screen.wait_for(at, "<54> ").await;
         typed(b"echo after-$((1+1))\r");
         let at = screen.wait_for(at, "after-2\r\n<54> ").await;
+        // The shell holds the session as a call does.
+        let rows = json_lines(&cli(user, rt, &["status", "--json", "work"]).await);
+        assert_eq!(rows[0]["busy"], true, "{rows:?}");
 
         // A resize: the person's window's new size, then SIGWINCH.
         let size = nix::pty::Winsize {

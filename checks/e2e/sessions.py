@@ -21,7 +21,9 @@ pid namespace).
 import argparse
 import json
 import os
+import pty
 import queue
+import select
 import signal
 import socket
 import subprocess
@@ -517,6 +519,49 @@ def sandbox_cli(args, runtime, *verb):
                           capture_output=True, text=True, timeout=DEADLINE)
 
 
+def sandbox_enter(args, runtime, session, line, marker):
+    """`nix-sandbox-mcp sandbox enter SESSION` of the built server on a
+    pseudo-terminal, as a person types in it: the line, then `exit 3` once
+    the terminal shows `marker`. Returns the exit status and what the
+    terminal showed."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execve(args.server + "/bin/nix-sandbox-mcp", ["nix-sandbox-mcp", "sandbox", "enter", session],
+                      {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime, "TERM": "dumb"})
+        finally:
+            os._exit(127)
+    shown = b""
+    deadline = time.monotonic() + DEADLINE
+
+    def read_until(want):
+        nonlocal shown
+        while want is None or want not in shown:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return False
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the terminal's last holder is gone
+                return want is None
+            if not chunk:
+                return want is None
+            shown += chunk
+        return True
+
+    try:
+        os.write(fd, line.encode())
+        if read_until(marker.encode()):
+            os.write(fd, b"exit 3\n")
+            read_until(None)
+    finally:
+        if time.monotonic() >= deadline and pid > 1:
+            os.kill(pid, signal.SIGKILL)
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        os.close(fd)
+    return status, shown.decode(errors="replace")
+
+
 def t_sandbox_cli(args, scratch):
     runtime = tempfile.mkdtemp(dir=scratch, prefix="runtime-")
     with Server(args, scratch, env={"XDG_RUNTIME_DIR": runtime}) as s:
@@ -538,6 +583,11 @@ def t_sandbox_cli(args, scratch):
         check(out.returncode == 0 and events == [{"type": "stdout", "text": "a"},
                                                  {"type": "stdout", "base64": "/w=="},
                                                  {"type": "exit", "code": 0}], f"exec --json: {out}")
+        # enter: a shell on a pseudo-terminal in the session's jail, through
+        # the built agent: it sees the model's file, and its status is enter's.
+        status, shown = sandbox_enter(args, runtime, "made", 'echo "[$(cat /workspace/f)]" $((6*7)); tty\n',
+                                      "[x] 42")
+        check(status == 3 and "[x] 42" in shown and "/dev/pts/" in shown, f"enter: {status}, {shown[-400:]!r}")
         # create: a person's session of the built environment.
         out = sandbox_cli(args, runtime, "create", "--name", "mine", "python")
         check(out.returncode == 0 and out.stdout == "mine\n", f"create: {out}")
@@ -680,7 +730,7 @@ def main():
         suite.test("user code cannot signal the agent (the jail's pid 1); an agent killed from outside "
                    "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)
         suite.test("`nix-sandbox-mcp sandbox` lists the session, refuses an unknown one in one line, "
-                   "runs commands in it (streamed, --json), creates one of its own, "
+                   "runs commands in it (streamed, --json), enters it on a terminal, creates one of its own, "
                    "destroys it; the model's next call is told why", t_sandbox_cli, args, scratch)
         suite.test("no session process survives the client going away (stdin closed)",
                    t_server_exit, args, scratch, "eof")

@@ -2,10 +2,32 @@
 //! on it (agent/terminal.rs, sandbox/enter.rs): its window size and the
 //! signals a relay takes itself.
 
+use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
 use nix::pty::Winsize;
 use nix::sys::signal::{SigSet, Signal};
+use nix::sys::termios::{self, SetArg, Termios};
+
+/// The person's terminal (stdin) in raw mode until dropped, when its
+/// modes `saved` are given back.
+pub struct Raw(Termios);
+
+impl Raw {
+    /// Puts stdin's terminal in raw mode; `saved`: its modes before.
+    pub fn enter(saved: Termios) -> nix::Result<Self> {
+        let mut raw = saved.clone();
+        termios::cfmakeraw(&mut raw);
+        termios::tcsetattr(io::stdin(), SetArg::TCSANOW, &raw)?;
+        Ok(Self(saved))
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        let _ = termios::tcsetattr(io::stdin(), SetArg::TCSADRAIN, &self.0);
+    }
+}
 
 /// The person's terminal's window size, read from `fd`.
 pub fn window(fd: impl AsFd) -> Option<Winsize> {

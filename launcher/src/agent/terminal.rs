@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 
 use nix::pty::Winsize;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
-use nix::sys::termios::{self, SetArg, Termios};
+use nix::sys::termios::{self, Termios};
 use nix::unistd::Pid;
 
 pub use crate::tty::block_signals;
-use crate::tty::window;
+use crate::tty::{Raw, window};
 
 /// The person's terminal and the agent's pseudo-terminal.
 pub struct Pty {
@@ -144,14 +144,12 @@ pub fn run(mut command: Command, pty: Option<Pty>, signals: SigSet) -> io::Resul
         return end(&mut child, group, None, &ending);
     };
     drop(pty.slave);
-    let mut raw = pty.saved.clone();
-    termios::cfmakeraw(&mut raw);
-    termios::tcsetattr(io::stdin(), SetArg::TCSANOW, &raw)?;
+    let raw = Raw::enter(pty.saved)?;
     let input = pty.master.try_clone()?;
     let told = Arc::clone(&ending);
     std::thread::spawn(move || copy_input(input, &told));
     let status = end(&mut child, group, Some(&pty.master), &ending);
-    let _ = termios::tcsetattr(io::stdin(), SetArg::TCSADRAIN, &pty.saved);
+    drop(raw);
     status
 }
 

@@ -137,13 +137,7 @@ pub async fn serve(options: &Options, config: Config) -> Result<(), String> {
     let options = &options;
     let server = Server::new(config);
     server.start_probes();
-    let creator = Some(server.person());
-    crate::control::start(
-        server.admission().1,
-        creator,
-        &shutdown,
-        control_dir.as_deref(),
-    );
+    server.start_control(&shutdown, control_dir.as_deref());
     let served = serve_until_stopped(options, max_body_bytes, server, shutdown.clone()).await;
     shutdown.cancel();
     served

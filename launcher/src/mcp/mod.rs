@@ -251,6 +251,16 @@ impl Server {
         Arc::new(Person(Self::for_client(None, Arc::clone(&self.shared))))
     }
 
+    /// Starts the control socket in `dir` (control/mod.rs), answering with
+    /// this server's sessions and making a person's ones, until `shutdown`.
+    pub fn start_control(
+        &self,
+        shutdown: &tokio_util::sync::CancellationToken,
+        dir: Option<&std::path::Path>,
+    ) {
+        crate::control::start(self.admission().1, Some(self.person()), shutdown, dir);
+    }
+
     /// Starts the background sandbox probes (once; calls wait for theirs).
     pub fn start_probes(&self) {
         self.shared.probes.start(&self.shared.catalog);

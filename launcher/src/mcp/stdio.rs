@@ -36,13 +36,7 @@ pub async fn serve(config: Config, max_unread_bytes: usize) -> Result<(), String
     let stop = stop_signal(CancellationToken::new());
     tokio::pin!(stop);
     let server = Server::new(config);
-    let creator = Some(server.person());
-    crate::control::start(
-        server.admission().1,
-        creator,
-        &shutdown,
-        control_dir.as_deref(),
-    );
+    server.start_control(&shutdown, control_dir.as_deref());
     let served = tokio::select! {
         served = server.serve(transport) => served,
         () = &mut stop => {

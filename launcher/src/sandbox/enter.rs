@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{SigSet, Signal};
-use nix::sys::termios::{self, SetArg, Termios};
+use nix::sys::termios;
 
 use super::{Server, exec};
 use crate::control::wire::{self, KeysLine, KeysOp};
-use crate::tty::{block_signals, window};
+use crate::tty::{Raw, block_signals, window};
 
 /// Why `enter` does not start without a terminal on stdin.
 pub const NOT_A_TERMINAL: &str = "enter needs a terminal on stdin (it is an interactive shell); from a script use `nix-sandbox-mcp sandbox exec ID -- CMD`";
@@ -28,15 +28,6 @@ pub const NOT_A_TERMINAL: &str = "enter needs a terminal on stdin (it is an inte
 /// Whether stdin is a terminal.
 pub fn stdin_is_terminal() -> bool {
     io::stdin().is_terminal()
-}
-
-/// The person's terminal in raw mode until dropped.
-struct Raw(Termios);
-
-impl Drop for Raw {
-    fn drop(&mut self) {
-        let _ = termios::tcsetattr(io::stdin(), SetArg::TCSADRAIN, &self.0);
-    }
 }
 
 /// Runs a shell in session `name` of `server` on the person's terminal
@@ -58,11 +49,8 @@ pub fn run(server: &Server, name: String, term: Option<String>) -> Result<ExitCo
     let stream = server.send(&op, None)?;
     let failed = |e: io::Error| format!("server {} did not answer: {e}", server.pid);
     let writer = Arc::new(Mutex::new(stream.try_clone().map_err(failed)?));
-    let mut raw = saved.clone();
-    termios::cfmakeraw(&mut raw);
-    termios::tcsetattr(io::stdin(), SetArg::TCSANOW, &raw)
-        .map_err(|e| format!("cannot put the terminal in raw mode: {e}"))?;
-    let restore = Raw(saved);
+    let restore =
+        Raw::enter(saved).map_err(|e| format!("cannot put the terminal in raw mode: {e}"))?;
     let ending = Arc::new(AtomicI32::new(0));
     let to_server = Arc::clone(&writer);
     std::thread::spawn(move || copy_input(&to_server));

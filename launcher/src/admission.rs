@@ -476,6 +476,8 @@ pub struct OpenSession {
     pub layer_bytes: Option<u64>,
     /// Its layer's size, the environment's `workspace_mb`.
     pub layer_max_bytes: u64,
+    /// The profile a person made it under.
+    pub profile: Option<String>,
 }
 
 /// The open sessions, all clients' tables together.

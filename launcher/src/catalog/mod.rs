@@ -25,9 +25,11 @@ use crate::egress::policy::{Network, Policy};
 
 pub mod limits;
 pub mod names;
+pub mod profiles;
 
 pub use limits::Limits;
 use names::Allow;
+pub use profiles::Profile;
 
 /// What the `interpreter` field names (what a session agent drives).
 /// `program`: the code is one source file of a compiled language, which
@@ -169,6 +171,10 @@ pub struct Env {
     /// placeholder, [`DevShell::placeholder`]): a call builds it first.
     #[serde(skip)]
     pub dev_shell: Option<Arc<DevShell>>,
+    /// The profile a person's session of it was made under
+    /// ([`Profile::apply`]); `None` for the manifest's own.
+    #[serde(skip)]
+    pub profile: Option<Arc<Profile>>,
     #[serde(flatten)]
     pub unknown: BTreeMap<String, Value>,
 }
@@ -182,6 +188,8 @@ struct File {
     environments: BTreeMap<String, Value>,
     #[serde(default)]
     project_dev_shell: Option<DevShell>,
+    #[serde(default)]
+    profiles: BTreeMap<String, Value>,
     #[serde(flatten)]
     unknown: BTreeMap<String, Value>,
 }
@@ -219,6 +227,9 @@ pub struct Catalog {
     /// The last manifest's dev shell helper, if any carries one, and that
     /// manifest.
     pub dev_shell: Option<(Arc<DevShell>, PathBuf)>,
+    /// The profiles a person may make sessions under, by name: a later
+    /// file's replace an earlier one's of the same name.
+    pub profiles: BTreeMap<String, Arc<Profile>>,
 }
 
 impl Catalog {
@@ -232,6 +243,11 @@ impl Catalog {
             catalog.notes.extend(read.notes);
             if let Some(dev_shell) = read.dev_shell {
                 catalog.dev_shell = Some((Arc::new(dev_shell), path.clone()));
+            }
+            for profile in read.profiles {
+                catalog
+                    .profiles
+                    .insert(profile.name.clone(), Arc::new(profile));
             }
             for env in read.envs {
                 let name = env.name.clone();
@@ -324,6 +340,7 @@ impl Catalog {
 #[derive(Debug, Default)]
 pub struct Read {
     pub envs: Vec<Env>,
+    pub profiles: Vec<Profile>,
     pub dev_shell: Option<DevShell>,
     pub errors: Vec<ManifestError>,
     pub notes: Vec<ManifestError>,
@@ -372,6 +389,14 @@ pub fn read_file(path: &Path, allow_outside_store: bool) -> Read {
                     .push(err(Some("project_dev_shell.helper[0]"), problem)),
                 Ok(()) => read.dev_shell = Some(dev_shell),
             },
+        }
+    }
+    for (name, value) in file.profiles {
+        match profiles::parse(&name, value) {
+            Ok(profile) => read.profiles.push(profile),
+            Err(problems) => read
+                .errors
+                .extend((problems.into_iter()).map(|(field, message)| err(Some(&field), message))),
         }
     }
     for (name, value) in file.environments {

@@ -41,14 +41,18 @@ const DESTROYED: &str = "a person ended it (nix-sandbox-mcp sandbox destroy)";
 /// What makes a person's sessions (`create`): the MCP server's own way of
 /// starting one, given to [`start`].
 pub trait Create: Send + Sync {
-    /// Makes session `name` of environment `env` with `packages` added;
-    /// the refusal's one line.
+    /// Makes session `name` of environment `env` with `packages` added,
+    /// under `profile`; the refusal's one line.
     fn create(
         &self,
         env: String,
         name: String,
         packages: Option<Vec<String>>,
+        profile: Option<String>,
     ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+
+    /// The profiles `create` takes, sorted by name.
+    fn profiles(&self) -> Vec<wire::ProfileShown>;
 }
 
 /// A listening control socket; dropping it removes the socket file.
@@ -311,9 +315,18 @@ async fn respond_one(
             let argv = [&argv[..], &[term.unwrap_or_default()]].concat();
             return Err((id, argv, Some((rows, cols))));
         }
-        Op::Create { id, env, packages } => match create(slots, creator, id, env, packages).await {
+        Op::Create {
+            id,
+            env,
+            packages,
+            profile,
+        } => match create(slots, creator, id, env, packages, profile).await {
             Ok(session) => Response::ok(pid, vec![session]),
             Err(e) => Response::error(pid, e),
+        },
+        Op::Profiles => Response {
+            profiles: Some(creator.map(Create::profiles).unwrap_or_default()),
+            ..Response::ok(pid, Vec::new())
         },
     })
 }
@@ -326,6 +339,7 @@ async fn create(
     id: String,
     env: String,
     packages: Option<Vec<String>>,
+    profile: Option<String>,
 ) -> Result<Session, String> {
     let Some(creator) = creator else {
         return Err("this server makes no sessions for a person".into());
@@ -336,7 +350,7 @@ async fn create(
             std::process::id()
         ));
     }
-    creator.create(env, id.clone(), packages).await?;
+    creator.create(env, id.clone(), packages, profile).await?;
     tracing::info!(session = %id, "a person made the session");
     every(slots)
         .into_iter()
@@ -564,6 +578,7 @@ fn shown(s: &OpenSession, now: Instant) -> Session {
         checkpoints: s.checkpoints,
         workspace_bytes: s.layer_bytes,
         workspace_max_bytes: s.layer_max_bytes,
+        profile: s.profile.clone(),
     }
 }
 

@@ -47,14 +47,19 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         term: Option<String>,
     },
-    /// Make session `id` of environment `env` (with `packages` added), as
-    /// a model's first call to it would; answered with that session.
+    /// Make session `id` of environment `env` (with `packages` added,
+    /// under `profile`), as a model's first call to it would; answered
+    /// with that session.
     Create {
         id: String,
         env: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         packages: Option<Vec<String>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
     },
+    /// The profiles `create` takes: answered with `profiles`.
+    Profiles,
 }
 
 /// What a person sends after `enter`, a line each: what they typed, or
@@ -126,6 +131,38 @@ pub struct Response {
     /// An `exec` whose program could not be started (the shell's 127).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_found: bool,
+    /// The answer to `profiles`, sorted by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiles: Option<Vec<ProfileShown>>,
+}
+
+/// One profile `create` takes (docs/profiles.md): its settings as the
+/// manifest carries them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileShown {
+    pub name: String,
+    pub description: String,
+    /// `false`: no network; `null`: the environment's own.
+    pub network: Option<bool>,
+    /// `false`: no packages may be added.
+    pub packages: bool,
+    /// `"read-only"`, `"none"`, or `null`: as the server mounts it.
+    pub project: Option<crate::catalog::profiles::Project>,
+    /// The limits it lowers, by name.
+    pub limits: std::collections::BTreeMap<String, u64>,
+}
+
+impl From<&crate::catalog::Profile> for ProfileShown {
+    fn from(p: &crate::catalog::Profile) -> Self {
+        Self {
+            name: p.name.clone(),
+            description: p.description.clone(),
+            network: p.network,
+            packages: p.packages,
+            project: p.project,
+            limits: p.limits.clone(),
+        }
+    }
 }
 
 /// One open session.
@@ -148,6 +185,9 @@ pub struct Session {
     pub workspace_bytes: Option<u64>,
     /// Its layer's size, the environment's `workspace_mb`.
     pub workspace_max_bytes: u64,
+    /// The profile a person made it under (`create --profile`).
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 impl Response {
@@ -160,6 +200,7 @@ impl Response {
             sessions,
             event: None,
             not_found: false,
+            profiles: None,
         }
     }
 
@@ -179,6 +220,7 @@ impl Response {
             sessions: Vec::new(),
             event: None,
             not_found: false,
+            profiles: None,
         }
     }
 }

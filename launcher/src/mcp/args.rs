@@ -49,6 +49,9 @@ pub struct RunArgs {
     pub from: Option<Origin>,
     /// End the session after this call.
     pub end: bool,
+    /// The profile a person's new session is made under (`sandbox
+    /// create --profile`); never from a model's arguments.
+    pub profile: Option<std::sync::Arc<crate::catalog::Profile>>,
 }
 
 /// The arguments as given: what serde checks.
@@ -135,6 +138,7 @@ impl RunArgs {
             timeout_s: given.timeout_s.as_ref().map(seconds).transpose()?,
             from: given.from.as_deref().map(origin).transpose()?,
             end: given.end.unwrap_or(false),
+            profile: None,
         })
     }
 }

@@ -164,6 +164,7 @@ fn arguments_are_checked() {
             timeout_s: None,
             from: None,
             end: false,
+            profile: None,
         }
     );
     assert_eq!(parse(json!({"code": "1", "env": null})).unwrap().env, None);

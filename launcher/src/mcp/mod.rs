@@ -308,12 +308,16 @@ impl Server {
                 if base.dev_shell.is_some() {
                     base = self.project_env(base, &progress).await?;
                 }
-                match packages {
+                let env = match packages {
                     None => base,
                     Some(asked) => {
                         let bound = args.session.as_deref().zip(open.as_deref());
                         self.with_packages(base, asked, bound, &progress).await?
                     }
+                };
+                match &args.profile {
+                    Some(profile) => Arc::new(profile.apply(&env)),
+                    None => env,
                 }
             }
         };
@@ -425,7 +429,12 @@ impl Server {
     /// of the call that made it). Also the seconds asked when they were
     /// cut.
     fn timed(&self, env: Arc<Env>, asked: Option<u64>) -> (Arc<Env>, Option<u64>) {
-        let declared = (self.shared.catalog.envs.get(&env.name)).map_or(&env.limits, |e| &e.limits);
+        // A person's profile lowers the declared limits of its sessions.
+        let declared = match (self.shared.catalog.envs.get(&env.name), &env.profile) {
+            (Some(e), Some(profile)) => profile.lower(&e.limits),
+            (Some(e), None) => e.limits.clone(),
+            (None, _) => env.limits.clone(),
+        };
         let ceiling = declared.ceiling();
         let (timeout, cut) = match asked.and_then(NonZeroU64::new) {
             Some(asked) if asked > ceiling => (ceiling, Some(asked.get())),
@@ -727,9 +736,23 @@ impl crate::control::Create for Person {
         env: String,
         name: String,
         packages: Option<Vec<String>>,
+        profile: Option<String>,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
         Box::pin(async move {
             let server = &self.0;
+            let profile = match profile {
+                None => None,
+                Some(profile) => Some(server.profile(&profile)?),
+            };
+            if let Some(profile) = profile.as_ref().filter(|p| !p.packages)
+                && packages.is_some()
+            {
+                return Err(format!(
+                    "profile `{}` takes no packages: drop --with, or choose a profile that \
+                     takes them (`nix-sandbox-mcp sandbox profiles` lists them)",
+                    profile.name
+                ));
+            }
             let found = (server.resolve_env(Some(&env)))
                 .map_err(|refusal| first_line(&report::refused(&refusal)))?;
             // The least code that starts the session's interpreter.
@@ -751,8 +774,9 @@ impl crate::control::Create for Person {
             if let Some(packages) = packages {
                 arguments.insert("packages".into(), packages.into());
             }
-            let args = RunArgs::parse(Some(arguments), server.shared.max_files_bytes)
+            let mut args = RunArgs::parse(Some(arguments), server.shared.max_files_bytes)
                 .map_err(|refusal| first_line(&report::refused(&refusal)))?;
+            args.profile = profile;
             let client = (&server.client, ClientKey::person());
             let progress = Progress(None, AtomicU64::new(0));
             let ct = CancellationToken::new();
@@ -762,6 +786,32 @@ impl crate::control::Create for Person {
                 Some(true) => Err(first_line(&result)),
                 _ => Ok(()),
             }
+        })
+    }
+
+    fn profiles(&self) -> Vec<crate::control::wire::ProfileShown> {
+        let profiles = self.0.shared.catalog.profiles.values();
+        profiles.map(|p| p.as_ref().into()).collect()
+    }
+}
+
+impl Server {
+    /// Profile `name`, or the one-line refusal naming the server's.
+    fn profile(&self, name: &str) -> Result<Arc<crate::catalog::Profile>, String> {
+        let profiles = &self.shared.catalog.profiles;
+        profiles.get(name).cloned().ok_or_else(|| {
+            let known = match profiles.is_empty() {
+                true => "it has none".to_owned(),
+                false => format!(
+                    "its profiles: {}",
+                    profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            };
+            format!(
+                "no profile `{name}` on server {} ({known}); `nix-sandbox-mcp sandbox profiles` \
+                 lists them",
+                std::process::id()
+            )
         })
     }
 }

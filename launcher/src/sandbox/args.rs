@@ -5,7 +5,8 @@
 //!   nix-sandbox-mcp sandbox destroy ID
 //!   nix-sandbox-mcp sandbox exec [--json] ID -- CMD [ARG]...
 //!   nix-sandbox-mcp sandbox enter ID
-//!   nix-sandbox-mcp sandbox create [--name NAME] [--with PKG]... [--server PID] ENV
+//!   nix-sandbox-mcp sandbox create [--name NAME] [--with PKG]... [--profile NAME] [--server PID] ENV
+//!   nix-sandbox-mcp sandbox profiles [--json] [--server PID]
 //!
 //! Its verbs and flags are declared once, in [`VERBS`] and [`FLAGS`], which
 //! the parser and `--help` both read.
@@ -30,6 +31,11 @@ pub enum Verb {
         env: String,
         name: Option<String>,
         with: Vec<String>,
+        profile: Option<String>,
+        server: Option<u32>,
+    },
+    /// The profiles `create` takes.
+    Profiles {
         server: Option<u32>,
     },
     Help,
@@ -47,6 +53,7 @@ pub struct Args {
 struct Values {
     name: Option<String>,
     with: Vec<String>,
+    profile: Option<String>,
     server: Option<u32>,
 }
 
@@ -88,6 +95,11 @@ const VERBS: &[VerbSpec] = &[
         operand: Some("ENV"),
         help: "make a session of environment ENV; prints its ID",
     },
+    VerbSpec {
+        name: "profiles",
+        operand: None,
+        help: "the profiles create takes (--profile), with their settings",
+    },
 ];
 
 /// A flag: its name (without `--`), the verbs it goes with, what it does.
@@ -103,7 +115,7 @@ const FLAGS: &[FlagSpec] = &[
     FlagSpec {
         name: "json",
         value: None,
-        verbs: &["list", "status", "exec"],
+        verbs: &["list", "status", "exec", "profiles"],
         help: "one JSON object a line (NDJSON) instead of text",
     },
     FlagSpec {
@@ -119,9 +131,15 @@ const FLAGS: &[FlagSpec] = &[
         help: "add nixpkgs package PKG (repeatable), under the server's packages policy",
     },
     FlagSpec {
+        name: "profile",
+        value: Some("NAME"),
+        verbs: &["create"],
+        help: "make it under profile NAME (only tightens: `profiles` lists them)",
+    },
+    FlagSpec {
         name: "server",
         value: Some("PID"),
-        verbs: &["create"],
+        verbs: &["create", "profiles"],
         help: "the server to make it on, when several of yours run",
     },
     FlagSpec {
@@ -234,29 +252,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         });
     }
     let verb = verb.ok_or(
-        "no verb: one of list, status ID, destroy ID, exec ID -- CMD, enter ID, create ENV",
+        "no verb: one of list, status ID, destroy ID, exec ID -- CMD, enter ID, create ENV, profiles",
     )?;
     for flag in &flags {
         if !flag.verbs.contains(&verb.name) {
             return Err(format!("--{} does not go with {}", flag.name, verb.name));
         }
     }
-    let parsed = match verb.name {
-        "create" => {
-            let env = operand.ok_or(
-                "create needs an environment (`nix-sandbox-mcp sandbox create ENV`; your MCP client's `run` tool lists them)",
-            )?;
-            Verb::Create {
-                env,
-                name: values.name,
-                with: values.with,
-                server: values.server,
-            }
-        }
-        name => verb_of(name, operand, command)?,
-    };
     Ok(Args {
-        verb: parsed,
+        verb: verb_of(verb.name, operand, command, values)?,
         json: flags.iter().any(|f| f.name == "json"),
     })
 }
@@ -268,6 +272,8 @@ impl Values {
             "name" if self.name.is_some() => return Err("--name is given twice".into()),
             "name" => self.name = Some(value),
             "with" => self.with.push(value),
+            "profile" if self.profile.is_some() => return Err("--profile is given twice".into()),
+            "profile" => self.profile = Some(value),
             _ => {
                 let pid = value
                     .parse()
@@ -279,19 +285,34 @@ impl Values {
     }
 }
 
-/// Verb `name` with its operand and `exec`'s command.
+/// Verb `name` with its operand, `exec`'s command and the flags' values.
 fn verb_of(
     name: &str,
     operand: Option<String>,
     command: Option<Vec<String>>,
+    values: Values,
 ) -> Result<Verb, String> {
     if command.is_some() && name != "exec" {
         return Err(format!("`--` goes with exec, not {name}"));
+    }
+    if name == "create" {
+        return Ok(Verb::Create {
+            env: operand.ok_or(
+                "create needs an environment (`nix-sandbox-mcp sandbox create ENV`; your MCP client's `run` tool lists them)",
+            )?,
+            name: values.name,
+            with: values.with,
+            profile: values.profile,
+            server: values.server,
+        });
     }
     let id = operand.ok_or_else(|| {
         format!("{name} needs a session ID (`nix-sandbox-mcp sandbox list` shows them)")
     });
     Ok(match name {
+        "profiles" => Verb::Profiles {
+            server: values.server,
+        },
         "list" => Verb::List,
         "status" => Verb::Status(id?),
         "destroy" => Verb::Destroy(id?),
@@ -319,6 +340,37 @@ mod tests {
     }
 
     #[test]
+    fn create_takes_a_profile_and_profiles_lists_them() {
+        assert_eq!(
+            p(&["create", "--profile", "strict", "python"])
+                .unwrap()
+                .verb,
+            Verb::Create {
+                env: "python".into(),
+                name: None,
+                with: vec![],
+                profile: Some("strict".into()),
+                server: None,
+            }
+        );
+        let args = p(&["profiles", "--json", "--server", "7"]).unwrap();
+        assert_eq!(args.verb, Verb::Profiles { server: Some(7) });
+        assert!(args.json);
+        assert_eq!(
+            p(&["create", "--profile", "a", "--profile", "b", "x"]).unwrap_err(),
+            "--profile is given twice"
+        );
+        assert_eq!(
+            p(&["list", "--profile", "a"]).unwrap_err(),
+            "--profile does not go with list"
+        );
+        assert_eq!(
+            p(&["profiles", "x"]).unwrap_err(),
+            "profiles takes no more arguments (got `x`)"
+        );
+    }
+
+    #[test]
     fn verbs_take_their_operand_and_flags() {
         assert_eq!(p(&["list"]).unwrap().verb, Verb::List);
         assert!(p(&["list", "--json"]).unwrap().json);
@@ -342,6 +394,7 @@ mod tests {
                 env: "shell".into(),
                 name: Some("w".into()),
                 with: vec!["jq".into(), "rg".into()],
+                profile: None,
                 server: Some(7),
             }
         );

@@ -61,30 +61,8 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
         let (server, name) = find(&servers, id)?;
         return exec::run(server, name, argv.clone(), args.json);
     }
-    if let Verb::Create {
-        env,
-        name,
-        with,
-        server,
-    } = &args.verb
-    {
-        let server = chosen(&servers, *server)?;
-        let id = name
-            .clone()
-            .unwrap_or_else(|| format!("cli-{}", &crate::session::random_suffix()[..8]));
-        let packages = (!with.is_empty()).then(|| with.clone());
-        let op = wire::Op::Create {
-            id,
-            env: env.clone(),
-            packages,
-        };
-        let answer = server.ask(&op)?;
-        let session = answer
-            .sessions
-            .first()
-            .ok_or("the server answered no session")?;
-        println!("{}", session.id);
-        return Ok(ExitCode::SUCCESS);
+    if let Verb::Create { .. } = &args.verb {
+        return create(&args.verb, &servers);
     }
     let mut out = std::io::stdout().lock();
     let written = match &args.verb {
@@ -118,9 +96,53 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
             server.ask(&wire::Op::Destroy { id: name.clone() })?;
             writeln!(out, "destroyed {name} (server {})", server.pid)
         }
+        Verb::Profiles { server } => {
+            let server = chosen(&servers, *server)?;
+            let answer = server.ask(&wire::Op::Profiles)?;
+            let profiles = answer.profiles.unwrap_or_default();
+            match args.json {
+                true => profiles.iter().try_for_each(|p| {
+                    let value = serde_json::to_value(p).map_err(std::io::Error::other)?;
+                    writeln!(out, "{value}")
+                }),
+                false => profile_table(&mut out, &profiles),
+            }
+        }
         Verb::Help | Verb::Exec { .. } | Verb::Enter(_) | Verb::Create { .. } => Ok(()),
     };
     written.map_err(|e| format!("cannot write the answer: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `create`: makes the session on the chosen server and prints its ID.
+fn create(verb: &Verb, servers: &[Server]) -> Result<ExitCode, String> {
+    let Verb::Create {
+        env,
+        name,
+        with,
+        profile,
+        server,
+    } = verb
+    else {
+        return Err("not a create".into());
+    };
+    let server = chosen(servers, *server)?;
+    let id = name
+        .clone()
+        .unwrap_or_else(|| format!("cli-{}", &crate::session::random_suffix()[..8]));
+    let packages = (!with.is_empty()).then(|| with.clone());
+    let op = wire::Op::Create {
+        id,
+        env: env.clone(),
+        packages,
+        profile: profile.clone(),
+    };
+    let answer = server.ask(&op)?;
+    let session = answer
+        .sessions
+        .first()
+        .ok_or("the server answered no session")?;
+    println!("{}", session.id);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -349,7 +371,37 @@ fn detail(out: &mut impl Write, pid: u32, s: &wire::Session) -> std::io::Result<
     writeln!(out, "idle: {}", duration(s.idle_s))?;
     writeln!(out, "calls: {}", or_dash(s.calls))?;
     writeln!(out, "checkpoints: {}", or_dash(s.checkpoints))?;
-    writeln!(out, "workspace: {}", workspace(s))
+    writeln!(out, "workspace: {}", workspace(s))?;
+    writeln!(out, "profile: {}", s.profile.as_deref().unwrap_or("-"))
+}
+
+/// The profiles, one a line under a header: what each does, then what it
+/// is for.
+fn profile_table(out: &mut impl Write, profiles: &[wire::ProfileShown]) -> std::io::Result<()> {
+    let width = (profiles.iter().map(|p| p.name.chars().count()))
+        .chain([7])
+        .max()
+        .unwrap_or(7);
+    writeln!(out, "{:<width$}  SETTINGS", "PROFILE")?;
+    for p in profiles {
+        writeln!(out, "{:<width$}  {}", p.name, profile_settings(p))?;
+        writeln!(out, "{:<width$}  {}", "", p.description)?;
+    }
+    Ok(())
+}
+
+/// A profile's settings in one line: `network off, no packages, no
+/// project, cpu_s 60`; `as the environment` when it changes nothing.
+fn profile_settings(p: &wire::ProfileShown) -> String {
+    let profile = crate::catalog::Profile {
+        name: p.name.clone(),
+        description: p.description.clone(),
+        network: p.network,
+        packages: p.packages,
+        project: p.project,
+        limits: p.limits.clone(),
+    };
+    profile.summary()
 }
 
 fn state(s: &wire::Session) -> &'static str {
@@ -395,6 +447,7 @@ mod tests {
             checkpoints: None,
             workspace_bytes: Some(3 << 19),
             workspace_max_bytes: 64 << 20,
+            profile: None,
         }
     }
 

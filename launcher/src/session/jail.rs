@@ -35,7 +35,7 @@ use crate::egress::Gate;
 use crate::project::checkpoint::{self, Frozen};
 use crate::project::{self, InJail, Layer};
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
-use crate::wrapper::{self, Group, Spawner, StartError};
+use crate::wrapper::{self, Group, Spawner, StartError, WrapperEnv};
 
 /// Read buffer for the agent's replies, one per open session: a reply of
 /// full output caps takes a few reads. Reserved, never zeroed: a page of it
@@ -187,6 +187,37 @@ fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartE
     Ok(Some(Arc::new(layer.holding(reservation))))
 }
 
+/// The variables a session wrapper of `env` gets: the server's, its
+/// layer's (`restore`: started from a checkpoint), and a person's
+/// profile's (what the wrapper lowers itself; no project where the
+/// profile hides it).
+fn wrapper_env<'a>(
+    env: &Env,
+    spawner: &'a Spawner,
+    layer: Option<&Layer>,
+    restore: bool,
+) -> Cow<'a, WrapperEnv> {
+    let mut vars = match layer {
+        Some(layer) => {
+            let restoring = restore.then(|| (project::RESTORE_VAR, "1".into()));
+            Cow::Owned(
+                spawner
+                    .env
+                    .with_all(layer.vars().into_iter().chain(restoring)),
+            )
+        }
+        None => Cow::Borrowed(&*spawner.env),
+    };
+    if let Some(profile) = &env.profile {
+        let mut profiled = vars.with_all(profile.wrapper_vars(env));
+        if profile.hides_project() {
+            profiled = profiled.without(crate::settings::PROJECT_DIR.var_name());
+        }
+        vars = Cow::Owned(profiled);
+    }
+    vars
+}
+
 impl Jail {
     /// Starts `env`'s `session` wrapper (in a cgroup holding its limits);
     /// `label` names the session in the log.
@@ -201,17 +232,7 @@ impl Jail {
         let (user, gate) = spawner.prepare(env)?;
         let gate = gate.map(Box::new);
         let layer = take_layer(env, spawner)?;
-        let mut wrapper_env = match &layer {
-            Some(layer) => {
-                let restoring = restore.then(|| (project::RESTORE_VAR, "1".into()));
-                Cow::Owned(
-                    spawner
-                        .env
-                        .with_all(layer.vars().into_iter().chain(restoring)),
-                )
-            }
-            None => Cow::Borrowed(&*spawner.env),
-        };
+        let mut wrapper_env = wrapper_env(env, spawner, layer.as_deref(), restore);
         // The forwarder's socket pair when the environment publishes ports:
         // the wrapper inherits one end, the server keeps the other.
         let pair = match env.publish.is_empty() {

@@ -367,6 +367,7 @@ impl IdleSessions for Inner {
                     checkpoints: jail.map(|j| j.history.list.len()),
                     layer_bytes: jail.and_then(|j| layer_used(j)),
                     layer_max_bytes: e.env.limits.workspace_mb.get().saturating_mul(1 << 20),
+                    profile: e.env.profile.as_ref().map(|p| p.name.clone()),
                 }
             })
             .collect()

@@ -74,6 +74,7 @@ impl Key {
                 env.session_layer,
                 env.project_layer,
                 &env.kernel_budgets,
+                &env.profile,
             )
         ))
     }

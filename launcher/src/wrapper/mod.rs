@@ -96,6 +96,11 @@ impl WrapperEnv {
         Self(vars)
     }
 
+    /// These variables but `name` (a profile that hides the project).
+    pub fn without(&self, name: &str) -> Self {
+        Self(self.0.iter().filter(|(k, _)| *k != name).cloned().collect())
+    }
+
     /// The value of `name` among them.
     pub fn get(&self, name: &str) -> Option<&OsStr> {
         self.vars().find(|(k, _)| *k == name).map(|(_, v)| v)

@@ -502,3 +502,146 @@ async fn a_person_enters_a_models_session() {
         drop(s);
     }
 }
+
+/// Profiles: `profiles` lists the manifest's (text and `--json`); a
+/// session made under one has its limits lowered where the launcher holds
+/// them (the layer's size, the exec timeout) and its wrapper told the rest
+/// (`NIX_SANDBOX_LIMITS`, `NIX_SANDBOX_NETWORK_OFF`, no `PROJECT_DIR`), as
+/// the test's user and as uid 65534; a profile that changes nothing
+/// changes no variable; an unknown profile and `--with` under a profile
+/// without packages are each one line and a non-zero exit.
+#[tokio::test]
+async fn a_person_makes_sessions_under_profiles() {
+    use std::os::unix::fs::PermissionsExt;
+    for user in User::all() {
+        let runtime = runtime_dir(user);
+        let rt = runtime.path();
+        // The session wrapper writes the variables it was given here.
+        let seen = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        readable_by_all(project.path());
+        let mark = marker("cliprofile");
+        let mut m = template();
+        let wrapper = wrapper_script(
+            seen.path(),
+            "session-env",
+            &format!("env > {}/env.$$\n", seen.path().display()),
+            "session",
+        );
+        // Writable by the jails' uids (a root server's are its own).
+        std::fs::set_permissions(seen.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let shell = &mut m["environments"]["shell"];
+        shell["session"][0] = json!(wrapper);
+        shell["session"].as_array_mut().unwrap().push(json!(mark));
+        m["profiles"] = json!({
+            "tight": {
+                "description": "no network, no packages, no project, small",
+                "network": false, "packages": false, "project": "none",
+                "limits": {"workspace_mb": 8, "max_timeout_s": 2, "timeout_s": 1, "nofile": 100}
+            },
+            "same": {
+                "description": "the environment as it is",
+                "network": null, "packages": true, "project": null, "limits": {}
+            }
+        });
+        let s = Server::start_command(
+            user.command(),
+            vec![Manifest::new(&m)],
+            &["--allow-wrappers-outside-store"],
+            &[
+                ("XDG_RUNTIME_DIR", rt.to_str().unwrap()),
+                ("PROJECT_DIR", project.path().to_str().unwrap()),
+            ],
+        )
+        .await;
+
+        let out = cli(user, rt, &["profiles"]).await;
+        assert!(out.status.success(), "{user:?}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("PROFILE  SETTINGS\n"), "{text}");
+        assert!(
+            text.contains("tight    network off, no packages, no project, max_timeout_s 2, nofile 100, timeout_s 1, workspace_mb 8\n"),
+            "{text}"
+        );
+        assert!(text.contains("same     as the environment\n"), "{text}");
+        let rows = json_lines(&cli(user, rt, &["profiles", "--json"]).await);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(
+            (&rows[1]["name"], &rows[1]["network"], &rows[1]["project"]),
+            (&json!("tight"), &json!(false), &json!("none"))
+        );
+        assert_eq!(rows[1]["limits"]["workspace_mb"], json!(8));
+
+        let out = cli(user, rt, &["create", "--profile", "nope", "shell"]).await;
+        assert_one_line_failure(&out, "no profile `nope` on server");
+        let out = cli(
+            user,
+            rt,
+            &["create", "--profile", "tight", "--with", "jq", "shell"],
+        )
+        .await;
+        assert_one_line_failure(&out, "profile `tight` takes no packages");
+
+        let out = cli(
+            user,
+            rt,
+            &["create", "--name", "t", "--profile", "tight", "shell"],
+        )
+        .await;
+        assert!(out.status.success(), "{user:?}: {out:?}");
+        let row = &json_lines(&cli(user, rt, &["status", "--json", "t"]).await)[0];
+        assert_eq!(row["profile"], json!("tight"), "{row}");
+        assert_eq!(row["workspace_max_bytes"], json!(8 << 20), "{row}");
+        let out = cli(user, rt, &["status", "t"]).await;
+        assert!(
+            String::from_utf8_lossy(&out.stdout).ends_with("profile: tight\n"),
+            "{out:?}"
+        );
+        // The exec timeout is the profile's max_timeout_s.
+        let out = cli(user, rt, &["exec", "--json", "t", "--", "sleep", "10"]).await;
+        assert_eq!(out.status.code(), Some(137), "{out:?}");
+        let events: Vec<Value> = (String::from_utf8_lossy(&out.stdout).lines())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            events.last().unwrap(),
+            &json!({"type": "exit", "code": 137, "signal": 9, "timed_out": true}),
+            "{events:?}"
+        );
+        let out = cli(
+            user,
+            rt,
+            &["create", "--name", "u", "--profile", "same", "shell"],
+        )
+        .await;
+        assert!(out.status.success(), "{user:?}: {out:?}");
+        let row = &json_lines(&cli(user, rt, &["status", "--json", "u"]).await)[0];
+        assert_eq!(row["workspace_max_bytes"], json!(512 << 20), "{row}");
+
+        let mut seen_envs: Vec<String> = std::fs::read_dir(seen.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("env."))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .collect();
+        seen_envs.sort_by_key(|e| e.contains("NIX_SANDBOX_NETWORK_OFF"));
+        assert_eq!(seen_envs.len(), 2, "{seen_envs:?}");
+        let (same, tight) = (&seen_envs[0], &seen_envs[1]);
+        assert!(
+            tight.contains("NIX_SANDBOX_LIMITS=cpu_s=60 file_mb=256 nofile=100 memory_mb=1024\n"),
+            "{tight}"
+        );
+        assert!(tight.contains("NIX_SANDBOX_NETWORK_OFF=1\n"), "{tight}");
+        assert!(!tight.contains("PROJECT_DIR="), "{tight}");
+        assert!(!same.contains("NIX_SANDBOX_NETWORK_OFF"), "{same}");
+        assert!(
+            same.contains(&format!("PROJECT_DIR={}\n", project.path().display())),
+            "{same}"
+        );
+
+        assert!(cli(user, rt, &["destroy", "t"]).await.status.success());
+        assert!(cli(user, rt, &["destroy", "u"]).await.status.success());
+        assert_no_process_left(&mark).await;
+        drop(s);
+    }
+}

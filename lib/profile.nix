@@ -7,7 +7,8 @@
 # `packages` false takes no added packages; `project` is null (as the server
 # mounts it), "read-only" or "none"; `limits` lowers the environment's
 # limits that a session can lower (the launcher takes the smaller of the
-# two). Anything else throws one `mkServer: profile NAME: ...` line.
+# two). The name is like an environment's. Anything else throws one
+# `mkServer: profile NAME: ...` line.
 lib: name: profile:
 let
   fail = message: throw "mkServer: profile ${name}: ${message}";
@@ -63,7 +64,10 @@ let
     else
       value;
 in
-if !(builtins.isAttrs profile) || lib.isDerivation profile then
+# Named on the command line, as an environment is.
+if builtins.match "[A-Za-z0-9][A-Za-z0-9_.-]{0,63}" name == null then
+  fail "the name must match [A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+else if !(builtins.isAttrs profile) || lib.isDerivation profile then
   fail "must be an attribute set (got a ${builtins.typeOf profile})"
 else if unknown != [ ] then
   fail "has unknown ${lib.concatStringsSep ", " unknown} (known: ${lib.concatStringsSep ", " known})"

@@ -285,6 +285,11 @@ in
       workspace_mb = 16;
     };
   } null;
+  server-profile-bad-name = profiled {
+    "no spaces" = {
+      description = "one line";
+    };
+  } "mkServer: profile no spaces: the name must match [A-Za-z0-9][A-Za-z0-9_.-]{0,63}";
   server-profile-unknown-field = profile {
     networks = false;
   } "mkServer: profile bad: has unknown networks (known: description, network, packages, project, limits)";

@@ -2,7 +2,8 @@
 # mkServer and mkAgentSandbox (each takes pkgs first), the bundled agents
 # (pkgs -> { NAME = mkAgentSandbox arguments without `name`; }), the bundled presets and those served
 # only when named (each a function from pkgs to mkSandbox arguments), and
-# the compiled languages an environment's `program` may be.
+# the compiled languages an environment's `program` may be, and the
+# built-in profiles (mkServer's default `profiles`).
 { jail-nix }:
 {
   mkSandbox = import ./mkSandbox.nix { inherit jail-nix; };
@@ -12,4 +13,5 @@
   presets = import ../presets;
   optionalPresets = import ../presets/optional.nix;
   languages = import ./languages;
+  profiles = import ../presets/profiles.nix;
 }

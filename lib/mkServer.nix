@@ -1,6 +1,7 @@
 # Takes jail.nix; returns mkServer, which takes pkgs and
 #   { environments ? { }, presets ? [ ], launcher ? the workspace's launcher
-#     built with pkgs, packagesOnDemand ? { }, projectEnvironment ? { } }
+#     built with pkgs, packagesOnDemand ? { }, projectEnvironment ? { },
+#     profiles ? the built-in profiles }
 # and returns the server package: bin/nix-sandbox-mcp (the launcher serving
 # the merged manifest, plus NIX_SANDBOX_ENVS and NIX_SANDBOX_DIR at
 # start-up; see serverScript.nix) and share/nix-sandbox-mcp/manifest.json.
@@ -15,6 +16,10 @@
 # network ? false, timeoutSeconds ? 600 }, projectDevShell.nix) is the
 # policy of the `project` environment the server builds from the project's
 # dev shell when its owner turns it on (NIX_SANDBOX_PROJECT_DEVSHELL=1).
+# `profiles` (by name; presets/profiles.nix by default, `{ }` for none)
+# are the named settings a person applies to a session they make with
+# `sandbox create --profile NAME`, each checked by profile.nix: the
+# manifest's `profiles`.
 { jail-nix }:
 pkgs:
 {
@@ -23,6 +28,7 @@ pkgs:
   launcher ? pkgs.callPackage ../package.nix { },
   packagesOnDemand ? { },
   projectEnvironment ? { },
+  profiles ? import ../presets/profiles.nix,
 }:
 let
   inherit (pkgs) lib;
@@ -76,6 +82,11 @@ let
     sandboxes = checkedSandboxes;
   };
   devShell = import ./projectDevShell.nix { inherit pkgs jail-nix projectEnvironment; };
+  checkedProfiles =
+    if builtins.isAttrs profiles && !lib.isDerivation profiles then
+      builtins.mapAttrs (import ./profile.nix lib) profiles
+    else
+      throw "mkServer: `profiles` must be an attribute set of profiles by name (got a ${builtins.typeOf profiles})";
   manifest =
     pkgs.runCommand "nix-sandbox-mcp-manifest.json"
       {
@@ -83,17 +94,20 @@ let
         fragments = map (sandbox: "${sandbox}/share/nix-sandbox-mcp/manifest.json") checkedSandboxes;
         onDemand = builtins.toJSON onDemand.manifest;
         devShell = builtins.toJSON devShell.manifest;
+        profiles = builtins.toJSON checkedProfiles;
         passAsFile = [
           "onDemand"
           "devShell"
+          "profiles"
         ];
       }
       ''
         # shellcheck disable=SC2086 # store paths
         jq -s --slurpfile onDemand "$onDemandPath" --slurpfile devShell "$devShellPath" \
+          --slurpfile profiles "$profilesPath" \
           '{version: 1, environments: (map(.environments) | add
             | with_entries(.value += ($onDemand[0][.key] // {}))),
-            project_dev_shell: $devShell[0]}' $fragments >"$out"
+            project_dev_shell: $devShell[0], profiles: $profiles[0]}' $fragments >"$out"
       '';
   script = pkgs.writeShellApplication {
     name = "nix-sandbox-mcp";
@@ -114,6 +128,8 @@ pkgs.runCommand "nix-sandbox-mcp-${launcher.version}"
       packagesOnDemand = onDemand.manifest;
       # The helper that builds the project's dev shell's environment.
       projectDevShell = devShell.helper;
+      # The manifest's `profiles`: each profile's manifest form, by name.
+      profiles = checkedProfiles;
     };
     meta = {
       description = "MCP server running code in Nix-built bubblewrap jails: ${lib.concatStringsSep ", " names}";

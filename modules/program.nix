@@ -6,8 +6,12 @@
 # `environments.NAME.enable = false` drops one. `presets` names the
 # optional presets (presets/optional.nix) to define the same way, so that
 # their fields can be set too. packagesOnDemand is
-# mkServer's argument of that name. finalPackage is the server
-# (lib.mkServer) of every enabled environment, built with the module's pkgs.
+# mkServer's argument of that name. `profiles` is mkServer's too: the
+# built-in profiles (presets/profiles.nix) are its definitions at mkDefault
+# priority, field by field and limit by limit, as the presets are of
+# `environments`.
+# finalPackage is the server (lib.mkServer) of every enabled environment,
+# built with the module's pkgs.
 sandboxLib:
 {
   config,
@@ -115,6 +119,36 @@ in
       };
     };
 
+    profiles = mkOption {
+      type = types.attrsOf (types.attrsOf types.anything);
+      defaultText = literalExpression "the built-in profiles strict, offline-review and build-install (nix-sandbox-mcp.lib.profiles)";
+      description = ''
+        Named settings a person applies to a session they make with
+        `nix-sandbox-mcp sandbox create --profile NAME ENV`, each of which
+        only tightens the environment: `description` (one line, required),
+        `network` (null: the environment's own; false: loopback only),
+        `packages` (false: no packages added on demand), `project` (null:
+        as the server mounts it; `"read-only"`; `"none"`) and `limits`
+        (`timeout_s`, `max_timeout_s`, `output_bytes`, `memory_mb`,
+        `cpu_s`, `file_mb`, `nofile`, `workspace_mb`; the session gets the
+        smaller of the environment's value and the profile's). The built-in
+        `strict`, `offline-review` and `build-install` are defined already:
+        setting a field of one, or one of its limits, replaces that value,
+        and `profiles = lib.mkForce { }` serves none.
+      '';
+      example = literalExpression ''
+        {
+          review-small = {
+            description = "Reads the project, no network, half a GiB";
+            network = false;
+            project = "read-only";
+            limits.memory_mb = 512;
+          };
+          strict.limits.cpu_s = 30;
+        }
+      '';
+    };
+
     finalPackage = mkOption {
       type = types.package;
       readOnly = true;
@@ -126,10 +160,17 @@ in
     environments = lib.mapAttrs (_: preset: lib.mapAttrs (_: lib.mkDefault) (preset pkgs)) (
       sandboxLib.presets // lib.getAttrs cfg.presets sandboxLib.optionalPresets
     );
+    # Field by field, and limit by limit: setting one keeps the rest.
+    profiles = lib.mapAttrs (
+      _:
+      lib.mapAttrs (
+        field: value: if field == "limits" then lib.mapAttrs (_: lib.mkDefault) value else lib.mkDefault value
+      )
+    ) sandboxLib.profiles;
     finalPackage = sandboxLib.mkServer pkgs {
       environments = lib.mapAttrs (_: toArguments) enabled;
       launcher = cfg.package;
-      inherit (cfg) packagesOnDemand;
+      inherit (cfg) packagesOnDemand profiles;
     };
   };
 }

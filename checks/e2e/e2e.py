@@ -259,15 +259,17 @@ CONNECT = (
 )
 
 
-def t_loopback(sandboxes, online):
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(8)
-        port = server.getsockname()[1]
-        stop = threading.Event()
+def greeter():
+    """A listener on the host's 127.0.0.1 that sends `hello` to each
+    connection: (port, end), end() stopping it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    stop = threading.Event()
 
-        def serve():
-            server.settimeout(0.2)
+    def serve():
+        with server:
             while not stop.is_set():
                 try:
                     conn, _ = server.accept()
@@ -276,21 +278,30 @@ def t_loopback(sandboxes, online):
                 with conn:
                     conn.sendall(b"hello")
 
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
-                check(c.recv(16) == b"hello", "the host cannot reach its own listener")
-            code = CONNECT.format(port=port)
-            offline = run([sandboxes["python"] + "/bin/sandbox-python", "-c", code])
-            check(offline.returncode == 0, f"probe failed: {show(offline)}")
-            check(offline.stdout.startswith(b"unreachable"), f"the jail reached the host's listener: {show(offline)}")
-            _, entry = only_env(online)
-            opted_in = run(entry["run"], stdin=code.encode())
-            check(opted_in.stdout == b"hello\n", f"the network = true environment did not reach it: {show(opted_in)}")
-        finally:
-            stop.set()
-            thread.join()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def end():
+        stop.set()
+        thread.join()
+
+    return server.getsockname()[1], end
+
+
+def t_loopback(sandboxes, online):
+    port, end = greeter()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            check(c.recv(16) == b"hello", "the host cannot reach its own listener")
+        code = CONNECT.format(port=port)
+        offline = run([sandboxes["python"] + "/bin/sandbox-python", "-c", code])
+        check(offline.returncode == 0, f"probe failed: {show(offline)}")
+        check(offline.stdout.startswith(b"unreachable"), f"the jail reached the host's listener: {show(offline)}")
+        _, entry = only_env(online)
+        opted_in = run(entry["run"], stdin=code.encode())
+        check(opted_in.stdout == b"hello\n", f"the network = true environment did not reach it: {show(opted_in)}")
+    finally:
+        end()
 
 
 

@@ -124,6 +124,97 @@ in
     };
 
   expectations = {
+    "home-manager: the built-in profiles reach the manifest, every field present" = {
+      got = (home [ enabled ]).programs.nix-sandbox-mcp.finalPackage.profiles;
+      want = {
+        strict = {
+          description = "No network, no added packages, no project; small limits: for code you do not trust";
+          network = false;
+          packages = false;
+          project = "none";
+          limits = {
+            memory_mb = 512;
+            cpu_s = 60;
+            timeout_s = 30;
+            max_timeout_s = 120;
+            nofile = 256;
+            file_mb = 64;
+            workspace_mb = 64;
+          };
+        };
+        offline-review = {
+          description = "Reads the project read-only, without network or added packages: review and test, change nothing";
+          network = false;
+          packages = false;
+          project = "read-only";
+          limits = { };
+        };
+        build-install = {
+          description = "The environment as configured: its network policy, the server's packages, the project as the server mounts it";
+          network = null;
+          packages = true;
+          project = null;
+          limits = { };
+        };
+      };
+    };
+    "nixos: a profile of one's own, and a built-in's limit set, reach the manifest beside the built-ins" = {
+      got =
+        let
+          profiles =
+            (nixos [
+              enabled
+              {
+                programs.nix-sandbox-mcp.profiles = {
+                  review-small = {
+                    description = "Reads the project, no network";
+                    network = false;
+                    project = "read-only";
+                    limits.memory_mb = 512;
+                  };
+                  strict.limits.cpu_s = 30;
+                };
+              }
+            ]).programs.nix-sandbox-mcp.finalPackage.profiles;
+        in
+        {
+          names = builtins.attrNames profiles;
+          inherit (profiles) review-small;
+          strict = profiles.strict.limits;
+        };
+      want = {
+        names = [
+          "build-install"
+          "offline-review"
+          "review-small"
+          "strict"
+        ];
+        review-small = {
+          description = "Reads the project, no network";
+          network = false;
+          packages = true;
+          project = "read-only";
+          limits.memory_mb = 512;
+        };
+        strict = {
+          memory_mb = 512;
+          cpu_s = 30;
+          timeout_s = 30;
+          max_timeout_s = 120;
+          nofile = 256;
+          file_mb = 64;
+          workspace_mb = 64;
+        };
+      };
+    };
+    "home-manager: profiles = lib.mkForce { } serves no profile" = {
+      got =
+        (home [
+          enabled
+          { programs.nix-sandbox-mcp.profiles = lib.mkForce { }; }
+        ]).programs.nix-sandbox-mcp.finalPackage.profiles;
+      want = { };
+    };
     "home-manager: agents puts each agent's agent-NAME command in home.packages, the server off" = {
       got =
         let
@@ -499,6 +590,29 @@ in
   };
 
   failures = {
+    hm-profile-network = {
+      title = "home-manager: a profile that opens the network fails with mkServer's line";
+      value =
+        (home [
+          enabled
+          {
+            programs.nix-sandbox-mcp.profiles.open = {
+              description = "opens the network";
+              network = true;
+            };
+          }
+        ]).programs.nix-sandbox-mcp.finalPackage.profiles;
+      error = "mkServer: profile open: `network` must be null (the environment's own) or false (no network): a profile cannot open the network (got true)";
+    };
+    nixos-profile-pids = {
+      title = "nixos: a profile lowering pids fails: it is the environment's";
+      value =
+        (nixos [
+          enabled
+          { programs.nix-sandbox-mcp.profiles.strict.limits.pids = 8; }
+        ]).programs.nix-sandbox-mcp.finalPackage.profiles;
+      error = "mkServer: profile strict: `limits.pids` is built into the environment's wrapper and cannot be lowered per session: set it on the environment instead";
+    };
     hm-agents-missing = {
       title = "home-manager: an agent whose package this nixpkgs lacks fails naming it";
       value = (home [ { programs.nix-sandbox-mcp.agents = [ "opencode" ]; } ]).home.packages;

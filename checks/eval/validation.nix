@@ -40,6 +40,26 @@ let
     };
     inherit error;
   };
+  # A server of `good` with `profiles`.
+  profiled = profiles: error: {
+    sandbox = mkServer pkgs {
+      environments = [ good ];
+      launcher = pkgs.bash // {
+        version = "0";
+      };
+      inherit profiles;
+    };
+    inherit error;
+  };
+  # A server of `good` with one profile `bad`: a description and `fields`.
+  profile =
+    fields: error:
+    profiled {
+      bad = {
+        description = "one line";
+      }
+      // fields;
+    } error;
   label = "mkSandbox: environment 'good': argument";
 in
 {
@@ -248,6 +268,67 @@ in
   server-project-limits = project {
     limits.memory_mb = "a lot";
   } "mkSandbox: environment 'project': argument `limits.memory_mb`";
+  server-profiles-none = profiled { } null;
+  server-profiles-not-a-set = profiled [ "strict" ] "mkServer: `profiles` must be an attribute set of profiles by name (got a list)";
+  server-profile-every-field = profile {
+    network = false;
+    packages = false;
+    project = "read-only";
+    limits = {
+      timeout_s = 10;
+      max_timeout_s = 20;
+      output_bytes = 1024;
+      memory_mb = 256;
+      cpu_s = 5;
+      file_mb = 8;
+      nofile = 64;
+      workspace_mb = 16;
+    };
+  } null;
+  server-profile-bad-name = profiled {
+    "no spaces" = {
+      description = "one line";
+    };
+  } "mkServer: profile no spaces: the name must match [A-Za-z0-9][A-Za-z0-9_.-]{0,63}";
+  server-profile-unknown-field = profile {
+    networks = false;
+  } "mkServer: profile bad: has unknown networks (known: description, network, packages, project, limits)";
+  server-profile-no-description = profiled {
+    bad.network = false;
+  } "mkServer: profile bad: `description` is required (one line)";
+  server-profile-two-lines = profile {
+    description = "one\ntwo";
+  } "mkServer: profile bad: `description` must be one line of text";
+  server-profile-network-true = profile {
+    network = true;
+  } "mkServer: profile bad: `network` must be null (the environment's own) or false (no network): a profile cannot open the network (got true)";
+  server-profile-network-policy = profile {
+    network.allow = [ { host = "pypi.org"; } ];
+  } "mkServer: profile bad: `network` must be null (the environment's own) or false (no network): a profile cannot open the network (got a set)";
+  server-profile-packages = profile {
+    packages = [ "jq" ];
+  } "mkServer: profile bad: `packages` must be true or false (got a list)";
+  server-profile-project-rw = profile {
+    project = "rw";
+  } "mkServer: profile bad: `project` must be null, \"read-only\" or \"none\" (got \"rw\")";
+  server-profile-unknown-limit = profile {
+    limits.memroy_mb = 1;
+  } "mkServer: profile bad: `limits` has unknown limit memroy_mb (allowed: timeout_s, max_timeout_s, output_bytes, memory_mb, cpu_s, file_mb, nofile, workspace_mb)";
+  server-profile-pids = profile {
+    limits.pids = 8;
+  } "mkServer: profile bad: `limits.pids` is built into the environment's wrapper and cannot be lowered per session: set it on the environment instead";
+  server-profile-tmp = profile {
+    limits.tmp_mb = 8;
+  } "mkServer: profile bad: `limits.tmp_mb` is built into the environment's wrapper and cannot be lowered per session: set it on the environment instead";
+  server-profile-limit-zero = profile {
+    limits.cpu_s = 0;
+  } "mkServer: profile bad: `limits.cpu_s` must be a positive integer (got 0)";
+  server-profile-limit-string = profile {
+    limits.memory_mb = "512";
+  } "mkServer: profile bad: `limits.memory_mb` must be a positive integer (got \"512\")";
+  server-profile-limits-not-a-set = profile {
+    limits = [ ];
+  } "mkServer: profile bad: `limits` must be an attribute set of limits (got a list)";
   server-project-on = project {
     limits.memory_mb = 4096;
     timeoutSeconds = 900;

@@ -10,12 +10,14 @@
 # with the memory+swap limit when the kernel accounts swap). Anything else
 # stops the wrapper with status 2 and a message: it never runs under weaker
 # limits than the environment states. Unset: nothing happens (rlimits.nix
-# and processLimit.nix apply).
+# and processLimit.nix apply). The memory limit is sessionLimits.nix's:
+# the environment's, or lower for a profiled session, whose launcher wrote
+# that lower limit.
 { environment, ... }:
 c:
 let
   inherit (environment) name limits;
-  bytes = toString (limits.memory_mb * 1024 * 1024);
+  bytes = ''"$((sandbox_limit_memory_mb * 1048576))"'';
 in
 c.add-runtime ''
   sandbox_cgroup_fail() {

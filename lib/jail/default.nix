@@ -23,8 +23,10 @@ c.compose (
     ./filesystem.nix
     ./workspace.nix
     ./projectMount.nix
-    # Limits: memory and processes through the run's cgroup when the
-    # launcher gives one, then rlimits; RLIMIT_NPROC inside the jail.
+    # Limits: the values a profiled session's launcher lowers, then
+    # memory and processes through the run's cgroup when the launcher
+    # gives one, then rlimits; RLIMIT_NPROC inside the jail.
+    ./sessionLimits.nix
     ./cgroupLimits.nix
     ./rlimits.nix
     ./processLimit.nix

@@ -19,6 +19,12 @@
 # ($NIX_SANDBOX_PUBLISH_FD, an inherited descriptor), `--publish-fd`:
 # jail-budget keeps a forwarder in that namespace, outside the jail's
 # view, through which the launcher connects to the jail's ports.
+#
+# A `network = true` jail started with NIX_SANDBOX_NETWORK_OFF=1 (the
+# launcher's, for a session whose profile takes the network away) gets
+# `--net` as well, from the run-time array sandbox_net (always set, empty
+# otherwise): a network namespace of its own with only loopback, which
+# bubblewrap, told to share the host's (hostNetwork.nix), shares instead.
 { pkgs, environment, ... }:
 c:
 let
@@ -26,6 +32,7 @@ let
   budgets = import ../kernelBudgets.nix;
   jailBudget = "${pkgs.callPackage ../../package.nix { }}/bin/jail-budget";
   publishes = environment.publish != [ ];
+  hostNetwork = environment.network == true;
   flags =
     lib.mapAttrsToList (name: value: "--sysctl ${name}=${toString value}") budgets.sysctls
     ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits
@@ -33,10 +40,24 @@ let
     ++ lib.optionals publishes [
       "--net"
       "\"\${sandbox_publish[@]}\""
-    ];
+    ]
+    ++ [ "\"\${sandbox_net[@]}\"" ];
 in
 c.compose (
-  [ (c.share-ns "ipc") ]
+  [
+    (c.share-ns "ipc")
+    (c.add-runtime (
+      if hostNetwork then
+        ''
+          sandbox_net=()
+          if [ "''${NIX_SANDBOX_NETWORK_OFF:-}" = 1 ]; then
+            sandbox_net=(--net)
+          fi
+        ''
+      else
+        "sandbox_net=()"
+    ))
+  ]
   ++ lib.optionals publishes [
     (c.share-ns "net")
     (c.add-runtime ''

@@ -13,6 +13,12 @@
 #   127.0.0.1:3128 and then execs the entry; the proxy variables of
 #   curl, pip, npm, git, Python and Node point there, their CA variables
 #   at the bundle, and each credential's variable holds its placeholder.
+#   With NIX_SANDBOX_NETWORK_OFF=1 (the launcher's, for a session whose
+#   profile takes the network away) nothing is required or bound: the
+#   bridge still serves 127.0.0.1:3128, and each connection to it is
+#   closed at once, since no socket is there to carry it to.
+# With NIX_SANDBOX_NETWORK_OFF=1, `network = true` loses the host's
+# namespace in kernelBudgets.nix; `network = false` has none to lose.
 { pkgs, environment, ... }:
 c:
 let
@@ -48,13 +54,15 @@ else
   c.compose (
     [
       (c.add-runtime ''
-        if [ -z "''${NIX_SANDBOX_EGRESS_SOCKET:-}" ] || [ ! -S "$NIX_SANDBOX_EGRESS_SOCKET" ]; then
-          echo "sandbox-${name}: this environment's network policy needs the server's egress proxy (NIX_SANDBOX_EGRESS_SOCKET, a socket): run it through nix-sandbox-mcp" >&2
-          exit 2
-        fi
-        RUNTIME_ARGS+=(--ro-bind "$NIX_SANDBOX_EGRESS_SOCKET" ${egress.socket})
-        if [ -n "''${NIX_SANDBOX_EGRESS_CA:-}" ]; then
-          RUNTIME_ARGS+=(--ro-bind "$NIX_SANDBOX_EGRESS_CA" ${egress.bundle})
+        if [ "''${NIX_SANDBOX_NETWORK_OFF:-}" != 1 ]; then
+          if [ -z "''${NIX_SANDBOX_EGRESS_SOCKET:-}" ] || [ ! -S "$NIX_SANDBOX_EGRESS_SOCKET" ]; then
+            echo "sandbox-${name}: this environment's network policy needs the server's egress proxy (NIX_SANDBOX_EGRESS_SOCKET, a socket): run it through nix-sandbox-mcp" >&2
+            exit 2
+          fi
+          RUNTIME_ARGS+=(--ro-bind "$NIX_SANDBOX_EGRESS_SOCKET" ${egress.socket})
+          if [ -n "''${NIX_SANDBOX_EGRESS_CA:-}" ]; then
+            RUNTIME_ARGS+=(--ro-bind "$NIX_SANDBOX_EGRESS_CA" ${egress.bundle})
+          fi
         fi
       '')
       # Node's fetch follows the proxy variables when told to (releases

@@ -1,4 +1,4 @@
-# Takes { environment, ... } and jail.nix's combinators; returns the
+# Takes the jail's arguments (unused) and jail.nix's combinators; returns the
 # permission whose run-time code (add-runtime, after cgroupLimits.nix's)
 # lowers the jail's resource limits before bubblewrap starts: CPU time
 # (cpu_s: SIGXCPU then, a second later, SIGKILL), file size (file_mb:
@@ -9,13 +9,10 @@
 # kills it), and the main thread's stack (8 MiB, soft and hard: RLIMIT_DATA
 # does not count it). Not RLIMIT_AS: it counts the address space a JIT or
 # allocator only reserves (the JVM's, Node's, Go's), which is not memory
-# used. A hard limit that is already lower stays.
+# used. A hard limit that is already lower stays. The values are
+# sessionLimits.nix's: the environment's, or lower for a profiled session.
 # RLIMIT_NPROC is set inside the jail instead (processLimit.nix).
-{ environment, ... }:
-c:
-let
-  inherit (environment) limits;
-in
+_: c:
 c.add-runtime ''
   # sandbox_rlimit FLAG SOFT [HARD]: sets one limit; a lower hard limit stays.
   sandbox_rlimit() {
@@ -37,10 +34,10 @@ c.add-runtime ''
       ulimit -H "$1" "$want_hard"
     fi
   }
-  sandbox_rlimit -t ${toString limits.cpu_s} ${toString (limits.cpu_s + 1)}
-  sandbox_rlimit -f ${toString (limits.file_mb * 1024)}
-  sandbox_rlimit -n ${toString limits.nofile}
+  sandbox_rlimit -t "$sandbox_limit_cpu_s" "$((sandbox_limit_cpu_s + 1))"
+  sandbox_rlimit -f "$((sandbox_limit_file_mb * 1024))"
+  sandbox_rlimit -n "$sandbox_limit_nofile"
   sandbox_rlimit -c 0
-  sandbox_rlimit -d ${toString (limits.memory_mb * 1024)}
+  sandbox_rlimit -d "$((sandbox_limit_memory_mb * 1024))"
   sandbox_rlimit -s 8192
 ''

@@ -1,4 +1,4 @@
-# Takes { environment, ... } and jail.nix's combinators; returns the
+# Takes the jail's arguments (unused) and jail.nix's combinators; returns the
 # permission that tells the runtimes that size their heap from the host's
 # memory the jail's memory limit instead, so that a program allocating past
 # it fails with the runtime's own out-of-memory error (which the launcher's
@@ -12,14 +12,18 @@
 # - Node.js: the old space, three quarters of `memory_mb` (NODE_OPTIONS);
 # - Go: the soft limit its collector works to (GOMEMLIMIT), the same.
 # The environment's own `env` (variables.nix, after this) replaces them.
-{ environment, ... }:
-c:
+# `memory_mb` is sessionLimits.nix's: the environment's, or lower for a
+# profiled session.
+_: c:
 let
-  mb = environment.limits.memory_mb;
-  heap = toString (mb * 3 / 4);
+  # Expanded by the wrapper as bubblewrap starts (shell arithmetic, no process).
+  mb = "\${sandbox_limit_memory_mb}";
+  heap = "$((sandbox_limit_memory_mb * 3 / 4))";
 in
 c.compose [
-  (c.set-env "JAVA_TOOL_OPTIONS" "-XX:MaxRAM=${toString mb}m -XX:MaxRAMPercentage=75 -XX:+UseSerialGC -XX:CICompilerCount=2")
-  (c.set-env "NODE_OPTIONS" "--max-old-space-size=${heap}")
-  (c.set-env "GOMEMLIMIT" "${heap}MiB")
+  (c.set-env "JAVA_TOOL_OPTIONS" (
+    c.noescape ''"-XX:MaxRAM=${mb}m -XX:MaxRAMPercentage=75 -XX:+UseSerialGC -XX:CICompilerCount=2"''
+  ))
+  (c.set-env "NODE_OPTIONS" (c.noescape ''"--max-old-space-size=${heap}"''))
+  (c.set-env "GOMEMLIMIT" (c.noescape ''"${heap}MiB"''))
 ]

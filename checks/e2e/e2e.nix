@@ -50,6 +50,7 @@ packages
           --sandbox shell=${packages.sandbox-shell} \
           --sandbox node=${packages.sandbox-node} \
           --custom ${environments.custom} \
+          --online ${environments.online} \
           --science ${environments.science} | tee -a "$out"
         python3 artifacts.py --label nix-build \
           --server ${packages.default} \

@@ -564,7 +564,8 @@ def sandbox_enter(args, runtime, session, line, marker):
 
 def t_sandbox_cli(args, scratch):
     runtime = tempfile.mkdtemp(dir=scratch, prefix="runtime-")
-    with Server(args, scratch, env={"XDG_RUNTIME_DIR": runtime}) as s:
+    online = Path(args.online) / "share/nix-sandbox-mcp/manifest.json"
+    with Server(args, scratch, env={"XDG_RUNTIME_DIR": runtime}, manifests=[online]) as s:
         prints(s, "python", "made", "open('/workspace/f', 'w').write('x')\nprint('ok')", "ok\n")
         out = sandbox_cli(args, runtime, "list", "--json")
         rows = [json.loads(line) for line in out.stdout.splitlines()]
@@ -595,12 +596,50 @@ def t_sandbox_cli(args, scratch):
         check(out.returncode == 0 and out.stdout == "42\n", f"exec in a created session: {out}")
         out = sandbox_cli(args, runtime, "destroy", "mine")
         check(out.returncode == 0, f"destroy mine: {out}")
+        sandbox_profiles(args, runtime)
         out = sandbox_cli(args, runtime, "destroy", "made")
         check(out.returncode == 0 and out.stdout.startswith("destroyed made"), f"destroy: {out}")
         out = sandbox_cli(args, runtime, "list", "--json")
         check(out.returncode == 0 and out.stdout == "", f"list after destroy: {out}")
         _, text, _ = s.call("python", "made", "import os\nprint(os.path.exists('/workspace/f'))")
         check("False" in text and "a person ended it" in text, f"the next call: {text}")
+
+
+# What a profile changes, seen from inside the jail: the network interfaces
+# besides the header lines, the open-files limit, whether /project is there.
+PROFILE_PROBE = ("import os, resource; print(len(open('/proc/net/dev').read().splitlines()) - 2, "
+                 "resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.path.exists('/project'))")
+
+
+def sandbox_profiles(args, runtime):
+    """The built-in profiles listed; `strict` takes the host network of
+    `online`, hides the project and lowers `nofile`, as the Nix-built
+    wrappers hold them; `build-install` changes nothing; an unknown profile
+    and `--with` under `strict` are one line. (A policy's network under a
+    profile: profiles.py, at the wrapper.)"""
+    out = sandbox_cli(args, runtime, "profiles", "--json")
+    names = [json.loads(line)["name"] for line in out.stdout.splitlines()]
+    check(out.returncode == 0 and names == ["build-install", "offline-review", "strict"], f"profiles: {out}")
+    for argv, says in ((["--profile", "nope", "python"], "no profile `nope` on server"),
+                       (["--profile", "strict", "--with", "jq", "python"], "profile `strict` takes no packages")):
+        out = sandbox_cli(args, runtime, "create", *argv)
+        check(out.returncode == 1 and out.stdout == "" and len(out.stderr.splitlines()) == 1 and says in out.stderr,
+              f"create {argv}: {out}")
+    for name, profile, env in (("so", "strict", "online"), ("sp", "strict", "python"), ("bo", "build-install", "online")):
+        out = sandbox_cli(args, runtime, "create", "--name", name, "--profile", profile, env)
+        check(out.returncode == 0 and out.stdout == f"{name}\n", f"create --profile {profile} {env}: {out}")
+        out = sandbox_cli(args, runtime, "exec", name, "--", "python3", "-c", PROFILE_PROBE)
+        check(out.returncode == 0, f"exec in {profile} {env}: {out}")
+        interfaces, nofile, project = out.stdout.split()
+        if profile == "strict":
+            check((interfaces, nofile, project) == ("1", "256", "False"), f"{profile} {env}: {out.stdout}")
+        else:
+            # The host's network namespace: as many interfaces as this test sees.
+            host = len(Path("/proc/net/dev").read_text().splitlines()) - 2
+            check((int(interfaces), project) == (host, "True") and int(nofile) > 256, f"{profile} {env}: {out.stdout}")
+        out = sandbox_cli(args, runtime, "status", name)
+        check(out.stdout.endswith(f"profile: {profile}\n"), f"status {name}: {out}")
+        check(sandbox_cli(args, runtime, "destroy", name).returncode == 0, f"destroy {name}")
 
 
 def tuple_of(addr):
@@ -691,6 +730,7 @@ def main():
     parser.add_argument("--sandbox", action="append", default=[], metavar="PRESET=OUT")
     parser.add_argument("--custom", required=True)
     parser.add_argument("--science", required=True)
+    parser.add_argument("--online", required=True, help="a network = true sandbox (Python)")
     args = parser.parse_args()
     args.sandboxes = dict(s.split("=", 1) for s in args.sandbox)
     missing = {"python", "shell", "node"} - args.sandboxes.keys()
@@ -731,6 +771,7 @@ def main():
                    "is detected and the session reset, its jail gone", t_agent_killed, args, scratch)
         suite.test("`nix-sandbox-mcp sandbox` lists the session, refuses an unknown one in one line, "
                    "runs commands in it (streamed, --json), enters it on a terminal, creates one of its own, "
+                   "makes sessions under profiles (strict: no network, no project, nofile lowered), "
                    "destroys it; the model's next call is told why", t_sandbox_cli, args, scratch)
         suite.test("no session process survives the client going away (stdin closed)",
                    t_server_exit, args, scratch, "eof")

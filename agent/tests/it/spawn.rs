@@ -38,18 +38,26 @@ fn a_spawn_streams_bytes_and_keeps_the_interpreters_state(mode: Mode) {
 
 fn stop_kills_a_spawn_and_another_waits_its_turn(mode: Mode) {
     let mut a = Agent::start(mode, Lang::Bash);
-    let id = a.send_spawn(&["sh", "-c", "echo started; exec sleep 100"]);
+    // A sleep of its own mode's: the host and jail tests run at once.
+    let sleep = match mode {
+        Mode::Host => "sleep 100.1",
+        Mode::Jail => "sleep 100.2",
+    };
+    let id = a.send_spawn(&["sh", "-c", &format!("echo started; exec {sleep}")]);
     let second = a.send_spawn(&["true"]);
     let (code, message) = a.spawn_end(second).unwrap_err();
     assert_eq!(code, ErrorCode::Busy, "{message}");
     // The interpreter answers while the spawn runs.
     assert_prints(&mut a, "echo busy-free", "busy-free\n");
+    // Stopped once it has written its line and become `sleep`: a stop
+    // before the shell ran `echo` would have no line to show.
+    a.wait_for_process(sleep);
     assert!(a.stop(id));
     let (out, _, status, exit) = a.spawn_end(id).unwrap();
     assert_eq!(out, b"started\n");
     assert_eq!((status, exit), (137, Exit::Signal(9)));
     assert!(!a.stop(id), "a stop of an ended spawn finds none");
-    a.assert_no_process("sleep 100");
+    a.assert_no_process(sleep);
     a.close();
 }
 

@@ -220,10 +220,14 @@ impl Pool {
             entry.starting += wanted;
             wanted
         };
+        // Each start on a blocking thread: the runtime has one thread, and
+        // a jail's start (the wrapper's fork, its cgroup, its pipes) run
+        // there would hold back the answer the call that took a jail is
+        // writing to the client, by about 2 ms.
         for _ in 0..wanted {
             let pool = self.clone();
             let (env, key) = (Arc::clone(env), key.clone());
-            tokio::spawn(async move { pool.start_one(&env, key) });
+            tokio::task::spawn_blocking(move || pool.start_one(&env, key));
         }
     }
 

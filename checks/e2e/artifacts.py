@@ -228,6 +228,9 @@ def t_warm(args, scratch):
         check(warm >= 4, f"only {warm} of 6 runs were served by a warm jail")
         result, text, st = s.call(env="python", session="s", code=LEAVER)
         check("seen [] None None []" in text, f"a new session saw what a run left: {text}")
+        # The control below needs this call to have left all it tries to.
+        check(not result.get("isError") and "Traceback" not in text,
+              f"the session's first call did not leave everything: {text}")
         # The control: a jail that serves twice (a session's) shows the
         # attack everything the first call left.
         result, text, st = s.call(env="python", session="s", code=LEAVER)

@@ -506,7 +506,8 @@ async fn a_person_enters_a_models_session() {
 /// Profiles: `profiles` lists the manifest's (text and `--json`); a
 /// session made under one has its limits lowered where the launcher holds
 /// them (the layer's size, the exec timeout) and its wrapper told the rest
-/// (`NIX_SANDBOX_LIMITS`, `NIX_SANDBOX_NETWORK_OFF`, no `PROJECT_DIR`), as
+/// (`NIX_SANDBOX_LIMITS`, `NIX_SANDBOX_NETWORK_OFF`, no `PROJECT_DIR`; no
+/// layer of the writable project under `project = "read-only"`), as
 /// the test's user and as uid 65534; a profile that changes nothing
 /// changes no variable; an unknown profile and `--with` under a profile
 /// without packages are each one line and a non-zero exit.
@@ -542,6 +543,10 @@ async fn a_person_makes_sessions_under_profiles() {
             "same": {
                 "description": "the environment as it is",
                 "network": null, "packages": true, "project": null, "limits": {}
+            },
+            "ro": {
+                "description": "the project read-only",
+                "network": null, "packages": true, "project": "read-only", "limits": {}
             }
         });
         let s = Server::start_command(
@@ -551,6 +556,8 @@ async fn a_person_makes_sessions_under_profiles() {
             &[
                 ("XDG_RUNTIME_DIR", rt.to_str().unwrap()),
                 ("PROJECT_DIR", project.path().to_str().unwrap()),
+                // A writable project: `ro` must take its layer away.
+                ("NIX_SANDBOX_PROJECT_WRITABLE", "1"),
             ],
         )
         .await;
@@ -565,12 +572,12 @@ async fn a_person_makes_sessions_under_profiles() {
         );
         assert!(text.contains("same     as the environment\n"), "{text}");
         let rows = json_lines(&cli(user, rt, &["profiles", "--json"]).await);
-        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows.len(), 3, "{rows:?}");
         assert_eq!(
-            (&rows[1]["name"], &rows[1]["network"], &rows[1]["project"]),
+            (&rows[2]["name"], &rows[2]["network"], &rows[2]["project"]),
             (&json!("tight"), &json!(false), &json!("none"))
         );
-        assert_eq!(rows[1]["limits"]["workspace_mb"], json!(8));
+        assert_eq!(rows[2]["limits"]["workspace_mb"], json!(8));
 
         let out = cli(user, rt, &["create", "--profile", "nope", "shell"]).await;
         assert_one_line_failure(&out, "no profile `nope` on server");
@@ -617,6 +624,13 @@ async fn a_person_makes_sessions_under_profiles() {
         assert!(out.status.success(), "{user:?}: {out:?}");
         let row = &json_lines(&cli(user, rt, &["status", "--json", "u"]).await)[0];
         assert_eq!(row["workspace_max_bytes"], json!(512 << 20), "{row}");
+        let out = cli(
+            user,
+            rt,
+            &["create", "--name", "r", "--profile", "ro", "shell"],
+        )
+        .await;
+        assert!(out.status.success(), "{user:?}: {out:?}");
 
         let mut seen_envs: Vec<String> = std::fs::read_dir(seen.path())
             .unwrap()
@@ -624,9 +638,21 @@ async fn a_person_makes_sessions_under_profiles() {
             .filter(|e| e.file_name().to_string_lossy().starts_with("env."))
             .map(|e| std::fs::read_to_string(e.path()).unwrap())
             .collect();
-        seen_envs.sort_by_key(|e| e.contains("NIX_SANDBOX_NETWORK_OFF"));
-        assert_eq!(seen_envs.len(), 2, "{seen_envs:?}");
-        let (same, tight) = (&seen_envs[0], &seen_envs[1]);
+        // `same` tells the wrapper nothing, `ro` its limits, `tight` the network too.
+        seen_envs.sort_by_key(|e| {
+            (
+                e.contains("NIX_SANDBOX_LIMITS="),
+                e.contains("NIX_SANDBOX_NETWORK_OFF"),
+            )
+        });
+        assert_eq!(seen_envs.len(), 3, "{seen_envs:?}");
+        let (same, ro, tight) = (&seen_envs[0], &seen_envs[1], &seen_envs[2]);
+        // The writable project's layer for `same`, none for `ro`, which
+        // still sees the project (read-only), nor for `tight`.
+        assert!(same.contains("NIX_SANDBOX_PROJECT_LAYER=1\n"), "{same}");
+        assert!(!ro.contains("NIX_SANDBOX_PROJECT_LAYER"), "{ro}");
+        assert!(ro.contains("PROJECT_DIR="), "{ro}");
+        assert!(!tight.contains("NIX_SANDBOX_PROJECT_LAYER"), "{tight}");
         assert!(
             tight.contains("NIX_SANDBOX_LIMITS=cpu_s=60 file_mb=256 nofile=100 memory_mb=1024\n"),
             "{tight}"
@@ -641,6 +667,7 @@ async fn a_person_makes_sessions_under_profiles() {
 
         assert!(cli(user, rt, &["destroy", "t"]).await.status.success());
         assert!(cli(user, rt, &["destroy", "u"]).await.status.success());
+        assert!(cli(user, rt, &["destroy", "r"]).await.status.success());
         assert_no_process_left(&mark).await;
         drop(s);
     }

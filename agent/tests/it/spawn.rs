@@ -38,12 +38,14 @@ fn a_spawn_streams_bytes_and_keeps_the_interpreters_state(mode: Mode) {
 
 fn stop_kills_a_spawn_and_another_waits_its_turn(mode: Mode) {
     let mut a = Agent::start(mode, Lang::Bash);
-    // A sleep of its own mode's: the host and jail tests run at once.
-    let sleep = match mode {
-        Mode::Host => "sleep 100.1",
-        Mode::Jail => "sleep 100.2",
+    // A sleep of its own mode's: the host and jail tests run at once. Its
+    // seconds come as `$0`, so that the shell's own command line does not
+    // hold `sleep SECONDS` and only the sleep is found below.
+    let (seconds, sleep) = match mode {
+        Mode::Host => ("100.1", "sleep 100.1"),
+        Mode::Jail => ("100.2", "sleep 100.2"),
     };
-    let id = a.send_spawn(&["sh", "-c", &format!("echo started; exec {sleep}")]);
+    let id = a.send_spawn(&["sh", "-c", "echo started; exec sleep \"$0\"", seconds]);
     let second = a.send_spawn(&["true"]);
     let (code, message) = a.spawn_end(second).unwrap_err();
     assert_eq!(code, ErrorCode::Busy, "{message}");

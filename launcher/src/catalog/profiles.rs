@@ -60,7 +60,8 @@ fn yes() -> bool {
 
 /// The limits a profile may lower: those the launcher holds per session,
 /// and those the wrapper lowers at its start from `NIX_SANDBOX_LIMITS`
-/// ([`WRAPPER_LIMITS`]). `pids` and `tmp_mb` are built into the wrapper.
+/// ([`Profile::wrapper_vars`]). `pids` and `tmp_mb` are built into the
+/// wrapper.
 pub const LOWERED: [&str; 8] = [
     "timeout_s",
     "max_timeout_s",
@@ -71,11 +72,6 @@ pub const LOWERED: [&str; 8] = [
     "nofile",
     "workspace_mb",
 ];
-
-/// The limits the wrapper lowers itself (lib/jail/rlimits.nix and
-/// cgroupLimits.nix read `NIX_SANDBOX_LIMITS`); the launcher holds the
-/// others, and a run's cgroup takes `memory_mb` from the session's limits.
-pub const WRAPPER_LIMITS: [&str; 4] = ["cpu_s", "file_mb", "nofile", "memory_mb"];
 
 /// The variable the wrapper lowers its limits from.
 pub const LIMITS_VAR: &str = "NIX_SANDBOX_LIMITS";
@@ -168,17 +164,16 @@ impl Profile {
     }
 
     /// What the wrapper of a jail of `env` (made by [`Profile::apply`])
-    /// is told: the limits it lowers itself, and that it has no network.
+    /// is told: the limits it lowers itself (lib/jail/sessionLimits.nix;
+    /// the launcher holds the others, and a run's cgroup takes `memory_mb`
+    /// from the session's limits), and that it has no network.
     pub fn wrapper_vars(&self, env: &Env) -> Vec<(&'static str, OsString)> {
-        let mut vars = Vec::new();
-        let limits = (WRAPPER_LIMITS.iter())
-            .filter_map(|key| {
-                let limit = super::limits::LIMITS.iter().find(|l| l.key == *key)?;
-                Some(format!("{key}={}", (limit.value)(&env.limits)))
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
-        vars.push((LIMITS_VAR, limits.into()));
+        let l = &env.limits;
+        let limits = format!(
+            "cpu_s={} file_mb={} nofile={} memory_mb={}",
+            l.cpu_s, l.file_mb, l.nofile, l.memory_mb
+        );
+        let mut vars = vec![(LIMITS_VAR, limits.into())];
         if self.network == Some(false) {
             vars.push((NETWORK_OFF_VAR, "1".into()));
         }
@@ -188,30 +183,6 @@ impl Profile {
     /// Whether the project is left out of its jails.
     pub fn hides_project(&self) -> bool {
         self.project == Some(Project::None)
-    }
-
-    /// Its settings in one line: `network off, no packages, project
-    /// read-only, memory_mb 512, cpu_s 60`; `as the environment` when it
-    /// changes nothing.
-    pub fn summary(&self) -> String {
-        let mut parts = Vec::new();
-        if self.network == Some(false) {
-            parts.push("network off".to_owned());
-        }
-        if !self.packages {
-            parts.push("no packages".to_owned());
-        }
-        match self.project {
-            Some(Project::ReadOnly) => parts.push("project read-only".to_owned()),
-            Some(Project::None) => parts.push("no project".to_owned()),
-            None => {}
-        }
-        parts.extend(self.limits.iter().map(|(k, v)| format!("{k} {v}")));
-        if parts.is_empty() {
-            "as the environment".to_owned()
-        } else {
-            parts.join(", ")
-        }
     }
 }
 
@@ -231,7 +202,8 @@ mod tests {
         assert_eq!(p.name, "strict");
         assert_eq!((p.network, p.packages, p.project), (None, true, None));
         assert!(p.limits.is_empty());
-        assert_eq!(p.summary(), "as the environment");
+        let summary = |p: &Profile| crate::control::wire::ProfileShown::from(p).summary();
+        assert_eq!(summary(&p), "as the environment");
         let p = parse(
             "offline",
             json!({"description": "d", "network": false, "packages": false,
@@ -240,7 +212,7 @@ mod tests {
         .unwrap();
         assert_eq!(p.project, Some(Project::ReadOnly));
         assert_eq!(
-            p.summary(),
+            summary(&p),
             "network off, no packages, project read-only, cpu_s 5"
         );
     }

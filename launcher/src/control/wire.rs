@@ -152,6 +152,33 @@ pub struct ProfileShown {
     pub limits: std::collections::BTreeMap<String, u64>,
 }
 
+impl ProfileShown {
+    /// Its settings in one line: `network off, no packages, project
+    /// read-only, memory_mb 512, cpu_s 60`; `as the environment` when it
+    /// changes nothing.
+    pub fn summary(&self) -> String {
+        use crate::catalog::profiles::Project;
+        let mut parts = Vec::new();
+        if self.network == Some(false) {
+            parts.push("network off".to_owned());
+        }
+        if !self.packages {
+            parts.push("no packages".to_owned());
+        }
+        match self.project {
+            Some(Project::ReadOnly) => parts.push("project read-only".to_owned()),
+            Some(Project::None) => parts.push("no project".to_owned()),
+            None => {}
+        }
+        parts.extend(self.limits.iter().map(|(k, v)| format!("{k} {v}")));
+        if parts.is_empty() {
+            "as the environment".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
 impl From<&crate::catalog::Profile> for ProfileShown {
     fn from(p: &crate::catalog::Profile) -> Self {
         Self {

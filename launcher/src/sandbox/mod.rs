@@ -61,8 +61,16 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
         let (server, name) = find(&servers, id)?;
         return exec::run(server, name, argv.clone(), args.json);
     }
-    if let Verb::Create { .. } = &args.verb {
-        return create(&args.verb, &servers);
+    if let Verb::Create {
+        env,
+        name,
+        with,
+        profile,
+        server,
+    } = &args.verb
+    {
+        let server = chosen(&servers, *server)?;
+        return create(server, env, name.as_deref(), with, profile.as_deref());
     }
     let mut out = std::io::stdout().lock();
     let written = match &args.verb {
@@ -114,28 +122,23 @@ fn verb(args: &Args, lookup: Lookup) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `create`: makes the session on the chosen server and prints its ID.
-fn create(verb: &Verb, servers: &[Server]) -> Result<ExitCode, String> {
-    let Verb::Create {
-        env,
-        name,
-        with,
-        profile,
-        server,
-    } = verb
-    else {
-        return Err("not a create".into());
-    };
-    let server = chosen(servers, *server)?;
-    let id = name
-        .clone()
-        .unwrap_or_else(|| format!("cli-{}", &crate::session::random_suffix()[..8]));
-    let packages = (!with.is_empty()).then(|| with.clone());
+/// `create`: makes a session of `env` on `server` and prints its ID.
+fn create(
+    server: &Server,
+    env: &str,
+    name: Option<&str>,
+    with: &[String],
+    profile: Option<&str>,
+) -> Result<ExitCode, String> {
+    let id = name.map_or_else(
+        || format!("cli-{}", &crate::session::random_suffix()[..8]),
+        str::to_owned,
+    );
     let op = wire::Op::Create {
         id,
-        env: env.clone(),
-        packages,
-        profile: profile.clone(),
+        env: env.to_owned(),
+        packages: (!with.is_empty()).then(|| with.to_vec()),
+        profile: profile.map(str::to_owned),
     };
     let answer = server.ask(&op)?;
     let session = answer
@@ -384,24 +387,10 @@ fn profile_table(out: &mut impl Write, profiles: &[wire::ProfileShown]) -> std::
         .unwrap_or(7);
     writeln!(out, "{:<width$}  SETTINGS", "PROFILE")?;
     for p in profiles {
-        writeln!(out, "{:<width$}  {}", p.name, profile_settings(p))?;
+        writeln!(out, "{:<width$}  {}", p.name, p.summary())?;
         writeln!(out, "{:<width$}  {}", "", p.description)?;
     }
     Ok(())
-}
-
-/// A profile's settings in one line: `network off, no packages, no
-/// project, cpu_s 60`; `as the environment` when it changes nothing.
-fn profile_settings(p: &wire::ProfileShown) -> String {
-    let profile = crate::catalog::Profile {
-        name: p.name.clone(),
-        description: p.description.clone(),
-        network: p.network,
-        packages: p.packages,
-        project: p.project,
-        limits: p.limits.clone(),
-    };
-    profile.summary()
 }
 
 fn state(s: &wire::Session) -> &'static str {

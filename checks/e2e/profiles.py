@@ -17,9 +17,11 @@ when a test failed.
 """
 
 import argparse
+import errno
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -227,7 +229,22 @@ def t_cgroup(shell):
         lowered = run(argv, stdin=b"echo in\n", extra_env=variables)
         check(lowered.stdout == b"in\n", f"a cgroup at 300 MiB was refused for memory_mb=300: {show(lowered)}")
     finally:
-        cgroup.rmdir()
+        remove_cgroup(cgroup)
+
+
+def remove_cgroup(cgroup):
+    """Removes `cgroup` once the last jail's processes have left it: they
+    are still being torn down for a moment after its wrapper's exit (the
+    kernel refuses the removal with EBUSY meanwhile)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            cgroup.rmdir()
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def main():

@@ -20,6 +20,12 @@
 # redirection bash undoes after the command; its saved copies are
 # close-on-exec), so the code and the commands it runs never see them.
 # Names starting with __nsm_ belong to this driver.
+#
+# An empty message before a call's code (the agent's `once`) makes that call
+# the shell's only one, run as `bash -c 'source /dev/stdin'` runs a script
+# given on stdin: sourced with stdin at its end, the driver's traps gone;
+# then the shell exits with the script's status. The channel stays open
+# (closed around the script) until the shell exits.
 
 exec 62<&3 63>&4 3<&- 4>&-
 
@@ -49,6 +55,15 @@ while :; do
   until IFS= read -r -d '' -u 62 __nsm_code; do
     (($? > 128)) || exit 0
   done
+  if [[ -z $__nsm_code ]]; then
+    until IFS= read -r -d '' -u 62 __nsm_code; do
+      (($? > 128)) || exit 0
+    done
+    trap - INT DEBUG
+    printf 'start\n' >&63
+    source /dev/stdin <<<"$__nsm_code" 62<&- 63>&-
+    exit
+  fi
   __nsm_intr=
   __nsm_status=0
   __nsm_run

@@ -12,6 +12,13 @@
 # and starts a fresh interpreter for the next call. SIGINT raises
 # KeyboardInterrupt only while call code runs; between calls it is ignored.
 #
+# An empty message before a call's code (the agent's `once`) makes that call
+# the interpreter's only one, run as `python3 -` runs a script: named
+# `<stdin>`, sys.argv ["-"], no value shown, no source in tracebacks; then
+# the interpreter exits as that one would (atexit handlers run, status 1
+# after an uncaught exception, SystemExit's code, death by SIGINT after a
+# KeyboardInterrupt).
+#
 # Matplotlib: MPLBACKEND defaults to Agg (headless), and
 # `plt.show()` saves every open figure to outputs/figure-N.png (N the next
 # free number) in the working directory the driver started in (the
@@ -238,6 +245,38 @@ class _AfterImport:
         return spec
 
 
+def _run_once(code, main_module):
+    """The interpreter's only call, run as `python3 -` runs a script; never
+    returns."""
+    global _running
+    sys.argv = ["-"]
+    main_module.__file__ = "<stdin>"
+    try:
+        compiled = compile(code, "<stdin>", "exec")
+    except (SyntaxError, ValueError, OverflowError) as exc:
+        _report(exc, frames=False)
+        sys.exit(1)
+    try:
+        try:
+            _running = True
+            _send("start")
+            exec(compiled, main_module.__dict__)
+        finally:
+            _running = False
+    except SystemExit:
+        raise
+    except KeyboardInterrupt as exc:
+        _report(exc)
+        _flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        sys.exit(130)
+    except BaseException as exc:
+        _report(exc)
+        sys.exit(1)
+    sys.exit(0)
+
+
 def main():
     signal.signal(signal.SIGINT, _on_sigint)
     os.environ.setdefault("MPLBACKEND", "Agg")
@@ -254,6 +293,11 @@ def main():
         code = _receive()
         if code is None:
             return
+        if code == "":
+            code = _receive()
+            if code is None:
+                return
+            _run_once(code, main_module)
         number += 1
         status = _run(code, main_module.__dict__, number)
         if os.getpid() != _PID:

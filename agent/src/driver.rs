@@ -2,8 +2,14 @@
 //! (`agent/drivers/`), on the driver's fds 3 and 4.
 //!
 //! Agent -> driver: NUL-terminated messages. Between calls, the code of the
-//! next call (code never contains NUL); during a call, only `held 1` or
-//! `held 0`, the answer to `hold`.
+//! next call (code never contains NUL, and is never empty); during a call,
+//! only `held 1` or `held 0`, the answer to `hold`. An empty message
+//! ([`ONCE`]) before the code makes that call the interpreter's only one: the
+//! driver runs it as the environment's run wrapper runs a script (no value
+//! shown, the script's own name in tracebacks) and then exits as that
+//! interpreter would, with the script's status, instead of saying `done`.
+//! The launcher asks for it only of the drivers that have the mode (python
+//! and bash: `catalog::Env::runs_once`).
 //!
 //! Driver -> agent: one message a line.
 //! - `start`: the call's code runs now and SIGINT is safe: the driver turns it
@@ -16,6 +22,9 @@
 //! - `done STATUS`: the call ended with STATUS (see `proto::frame`). The
 //!   driver flushed its own buffers first, so everything the code wrote is
 //!   already in the stdout and stderr pipes.
+
+/// The message that makes the next call the interpreter's only one.
+pub const ONCE: &[u8] = b"\0";
 
 /// A message from the driver.
 #[derive(Debug, PartialEq, Eq)]

@@ -21,8 +21,8 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use proto::cap::Cap;
 use proto::frame::{
-    self, ErrorCode, ExecReply, Exit, FileIn, MAX_CHUNK_BYTES, MAX_OUTPUT_BYTES, Reply, Request,
-    Split, Splitter, Stream, TtySize,
+    self, ErrorCode, ExecReply, Exit, FLOOD_FACTOR, FileIn, MAX_CHUNK_BYTES, MAX_OUTPUT_BYTES,
+    Reply, Request, Split, Splitter, Stream, TtySize,
 };
 
 use crate::cli::Config;
@@ -88,6 +88,10 @@ struct Call {
     /// SIGINT was sent since the driver's last `start`.
     signalled: bool,
     restarted: bool,
+    /// A `once` call: the bytes past which a stream is a flood.
+    once: Option<u64>,
+    /// The stream that flooded, for which the interpreter was killed.
+    flooded: Option<Stream>,
 }
 
 struct Session {
@@ -204,6 +208,7 @@ impl Session {
             let ready = self.wait()?;
             if ready.stdout || ready.stderr {
                 self.read_output(DRAIN_AFTER_DONE);
+                self.stop_flood();
             }
             if ready.from_driver {
                 self.read_driver()?;
@@ -505,6 +510,7 @@ impl Session {
             exit,
             restarted: call.restarted,
             interrupted: call.interrupted,
+            flooded: call.flooded,
             duration_ms: u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             outputs,
             outputs_more,
@@ -570,7 +576,8 @@ impl Session {
                 code,
                 output_bytes,
                 files,
-            } => self.exec(id, &code, output_bytes, &files)?,
+                once,
+            } => self.exec(id, &code, output_bytes, &files, once)?,
             Request::Put { id, file, data } => match &self.workspace {
                 Some(workspace) => self.inbox.put(workspace.root(), file, &data),
                 None => tracing::warn!(id, "a put, and no workspace"),
@@ -741,6 +748,7 @@ impl Session {
         code: &str,
         output_bytes: usize,
         files: &[FileIn],
+        once: bool,
     ) -> io::Result<()> {
         let refuse = |code, message: String| {
             send(&Reply::Error {
@@ -806,19 +814,56 @@ impl Session {
             interrupted: false,
             signalled: false,
             restarted,
+            once: once.then(|| (self.cap_limit as u64).saturating_mul(FLOOD_FACTOR)),
+            flooded: None,
         });
+        if once {
+            self.to_driver.extend_from_slice(driver::ONCE);
+        }
+        // An empty message is the driver's `once`: empty code is a newline.
+        let code = if code.is_empty() { "\n" } else { code };
         self.to_driver
             .extend_from_slice(&driver::code_message(code));
         self.write_driver();
         Ok(())
     }
 
-    /// Interrupts the running call, if any.
+    /// Interrupts the running call, if any; a `once` call's interpreter is
+    /// killed instead, as the run wrapper's process tree would be.
     fn interrupt(&mut self) {
         if let Some(call) = &mut self.call {
+            if call.once.is_some() {
+                if let Some(interp) = &self.interpreter {
+                    tracing::debug!(id = call.id, "SIGKILL to a one-shot call");
+                    interp.signal_group(Signal::SIGKILL);
+                }
+                return;
+            }
             call.interrupt_due = Some(Instant::now());
             self.deliver_interrupt();
         }
+    }
+
+    /// Kills a `once` call's interpreter when one of its streams passed the
+    /// flood bound, and notes which.
+    fn stop_flood(&mut self) {
+        let (Some(call), Some(interp)) = (&mut self.call, &self.interpreter) else {
+            return;
+        };
+        let Some(bound) = call.once else {
+            return;
+        };
+        if call.flooded.is_some() {
+            return;
+        }
+        let stream = match (self.stdout.total() > bound, self.stderr.total() > bound) {
+            (true, _) => Stream::Stdout,
+            (false, true) => Stream::Stderr,
+            (false, false) => return,
+        };
+        tracing::debug!(id = call.id, ?stream, "a one-shot call flooded: SIGKILL");
+        interp.signal_group(Signal::SIGKILL);
+        call.flooded = Some(stream);
     }
 
     /// Sends SIGINT to the interpreter's process group if an interrupt is due

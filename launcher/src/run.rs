@@ -41,8 +41,9 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// How many times its cap a stream may write before the run is stopped as
 /// a flood: far past what is kept, so only a program that floods meets it
-/// (a build's log of tens of MiB does not, at the default cap).
-pub const FLOOD_FACTOR: u64 = 1024;
+/// (a build's log of tens of MiB does not, at the default cap). A run
+/// served by a warm jail is stopped at the same bound by its agent.
+pub use proto::frame::FLOOD_FACTOR;
 
 /// The stream that flooded and where the run was stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -44,6 +44,27 @@ impl Cap {
         }
     }
 
+    /// The cap whose [`Cap::render`] is `rendered` and whose
+    /// [`Cap::dropped`] is `dropped`: what another cap rendered (the agent's
+    /// reply), taken back. The cut is found at a marker for `dropped`; were
+    /// the kept bytes to hold such a marker too, the text is the same
+    /// wherever the cut is put. Its [`Cap::total`] counts the rendered text
+    /// (a newline the marker added, replaced bytes), not the stream's.
+    pub fn from_rendered(rendered: &str, dropped: u64) -> Self {
+        let marker = format!("[... {dropped} bytes dropped ...]\n");
+        let (head, tail) = match rendered.find(&marker) {
+            Some(at) if dropped > 0 => (&rendered[..at], &rendered[at + marker.len()..]),
+            _ => (rendered, ""),
+        };
+        Self {
+            head_max: head.len(),
+            tail_max: tail.len(),
+            head: head.as_bytes().to_vec(),
+            tail: tail.bytes().collect(),
+            total: (head.len() + tail.len()) as u64 + dropped,
+        }
+    }
+
     /// Appends `data`: it fills the head first, then rolls through the tail.
     pub fn push(&mut self, mut data: &[u8]) {
         self.total += data.len() as u64;
@@ -108,6 +129,23 @@ impl Cap {
 #[cfg(test)]
 mod tests {
     use super::Cap;
+
+    #[test]
+    fn a_rendering_is_taken_back_whole() {
+        for (limit, input) in [
+            (16, &b"hello world"[..]),
+            (8, b"0123456789abcdefghij"),
+            (8, b"line one\nline two\nline three\n"),
+            (4, b"[... 2 bytes dropped ...]\nxy"),
+            (0, b"all dropped"),
+        ] {
+            let mut cap = Cap::new(limit);
+            cap.push(input);
+            let back = Cap::from_rendered(&cap.render(), cap.dropped());
+            assert_eq!(back.render(), cap.render(), "{limit} {input:?}");
+            assert_eq!(back.dropped(), cap.dropped());
+        }
+    }
 
     #[test]
     fn short_stream_is_kept_whole() {

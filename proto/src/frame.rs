@@ -101,6 +101,11 @@ pub const MAX_READ_BYTES: u64 = 4 << 20;
 /// The most bytes of a file one `put` carries (base64: about 5.6 MiB).
 pub const PUT_CHUNK_BYTES: usize = 4 << 20;
 
+/// How many times its cap a stream of a one-shot run may write before the
+/// run is stopped as a flood: far past what is kept, so only a program that
+/// floods meets it.
+pub const FLOOD_FACTOR: u64 = 1024;
+
 /// The most outputs one exec reply lists.
 pub const MAX_OUTPUTS_LISTED: usize = 64;
 
@@ -115,12 +120,21 @@ pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 pub enum Request {
     /// Move the staged files into place at `files`, then run `code` in the
     /// interpreter; cap each output stream at `output_bytes`.
+    ///
+    /// With `once`, the call is the interpreter's only one and runs as the
+    /// environment's run wrapper would run it (a script, not a cell: no
+    /// value shown, the interpreter's own exit), and the interpreter exits
+    /// after it; an `interrupt` kills its process group instead of sending
+    /// SIGINT, and a stream past [`FLOOD_FACTOR`] times `output_bytes`
+    /// kills it too (the reply's `flooded`).
     Exec {
         id: u64,
         code: String,
         output_bytes: usize,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         files: Vec<FileIn>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        once: bool,
     },
     /// Part of the staged file number `file` of the next exec: `data`
     /// (base64) is appended to it. No reply.
@@ -257,6 +271,10 @@ pub struct ExecReply {
     /// Further such files, not listed.
     #[serde(default)]
     pub outputs_more: u64,
+    /// A `once` call's stream that passed [`FLOOD_FACTOR`] times the cap,
+    /// for which the interpreter was killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flooded: Option<Stream>,
 }
 
 /// Where a file passed in goes: `path` relative to the workspace; a file
@@ -519,6 +537,7 @@ mod tests {
                 code: "print(1)".into(),
                 output_bytes: 100,
                 files: vec![],
+                once: false,
             }
         );
         assert_eq!(r.id(), 7);
@@ -554,6 +573,7 @@ mod tests {
             code: "x".into(),
             output_bytes: 9,
             files: files.clone(),
+            once: false,
         })
         .unwrap();
         assert_eq!(
@@ -575,6 +595,7 @@ mod tests {
             code: "x".into(),
             output_bytes: 9,
             files: vec![],
+            once: false,
         })
         .unwrap();
         assert_eq!(
@@ -627,6 +648,7 @@ mod tests {
                 mime: "image/png".into(),
             }],
             outputs_more: 0,
+            flooded: None,
         });
         let line = encode(&reply).unwrap();
         let text = std::str::from_utf8(&line).unwrap();
@@ -708,6 +730,7 @@ mod tests {
             code: "x".repeat(MAX_FRAME_BYTES),
             output_bytes: 1,
             files: vec![],
+            once: false,
         };
         assert!(matches!(encode(&big), Err(FrameError::TooLarge(_))));
     }
@@ -726,6 +749,7 @@ mod tests {
             exit: Some(Exit::Signal(64)),
             restarted: true,
             interrupted: true,
+            flooded: Some(Stream::Stderr),
             duration_ms: u64::MAX,
             // The longest paths the agent lists: 16 components of 255
             // bytes, each byte escaped as `\xNN` (files::escape_name), and

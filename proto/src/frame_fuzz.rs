@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::frame::{
     ErrorCode, ExecReply, Exit, FileIn, FileReply, FrameError, MAX_FRAME_BYTES, Output, Reply,
-    Request, Split, Splitter, decode, encode, encode_data, salvage_id,
+    Request, Split, Splitter, Stream, decode, encode, encode_data, salvage_id,
 };
 use crate::fuzz::Rng;
 
@@ -93,6 +93,7 @@ fn request(rng: &mut Rng) -> Request {
                     replace: rng.below(2) == 0,
                 })
                 .collect(),
+            once: rng.below(2) == 0,
         },
         1 => Request::Read {
             id,
@@ -123,6 +124,11 @@ fn reply(rng: &mut Rng) -> Reply {
             },
             restarted: rng.below(2) == 0,
             interrupted: rng.below(2) == 0,
+            flooded: match rng.below(3) {
+                0 => None,
+                1 => Some(Stream::Stdout),
+                _ => Some(Stream::Stderr),
+            },
             duration_ms: number(rng),
             outputs: (0..rng.below(3))
                 .map(|_| Output {

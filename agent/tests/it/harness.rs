@@ -267,6 +267,20 @@ impl Agent {
         self.send_exec_capped(code, OUTPUT_BYTES)
     }
 
+    /// Sends a `once` exec (the interpreter's only call, run as a script);
+    /// returns its id.
+    pub fn send_exec_once(&mut self, code: &str, output_bytes: usize) -> u64 {
+        let id = self.fresh_id();
+        self.send(&Request::Exec {
+            id,
+            code: code.into(),
+            output_bytes,
+            files: Vec::new(),
+            once: true,
+        });
+        id
+    }
+
     pub fn send_exec_capped(&mut self, code: &str, output_bytes: usize) -> u64 {
         self.send_exec_with(code, output_bytes, Vec::new())
     }
@@ -294,6 +308,7 @@ impl Agent {
             code: code.into(),
             output_bytes,
             files,
+            once: false,
         });
         id
     }

@@ -19,6 +19,7 @@ mod files;
 mod fuzz;
 mod init;
 mod node;
+mod once;
 mod program;
 mod protocol;
 mod python;

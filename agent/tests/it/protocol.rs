@@ -71,6 +71,7 @@ fn bad_frames_get_error_replies_and_the_agent_goes_on(mode: Mode) {
         code: "print(1)\0".into(),
         output_bytes: 10,
         files: vec![],
+        once: false,
     });
     let (code, message) = a.error(78);
     assert_eq!(

@@ -375,9 +375,11 @@ impl Server {
     }
 
     /// A plain run while warm jails are on: in a warm jail when one is
-    /// ready (reported as a run given files), else in the run wrapper, as
-    /// with the pool off, so that a cold or exhausted pool is no slower;
-    /// the pool refills once the run is over.
+    /// ready, its interpreter's only call run as the run wrapper runs a
+    /// script and reported as a run (with the outputs the jail's agent
+    /// read); else in the run wrapper, as with the pool off, so that a cold
+    /// or exhausted pool is no slower. The pool refills once the run is
+    /// over.
     async fn warm_run(
         &self,
         env: &Arc<Env>,
@@ -388,10 +390,15 @@ impl Server {
     ) -> Result<CallToolResult, Refusal> {
         let pool = &self.shared.pool;
         match pool.take(env) {
-            took @ Took::Warm(_) => {
-                let called = throwaway::in_taken(took, env, code, &[], cx);
-                let outcome = progress.while_running(env, None, called).await?;
-                Ok(report::call::called(env, &outcome, resource_links))
+            Took::Warm(jail) => {
+                let ran = throwaway::once(*jail, env, code, cx);
+                let (outcome, outputs) = progress.while_running(env, None, ran).await?;
+                Ok(report::run::ran_warm(
+                    env,
+                    &outcome,
+                    &outputs,
+                    resource_links,
+                ))
             }
             Took::Cold => {
                 if !probe::wrapper_ready(&env.run[0]) {
@@ -474,7 +481,14 @@ impl Server {
             None if !args.files.is_empty() => Target::Throwaway,
             // With warm jails, a plain run the agent can take goes to a
             // warm jail when one is ready, so that its outputs come back.
-            None if self.shared.pool.enabled() && self.agent_takes(env, &args.code) => Target::Warm,
+            // Only where the agent's driver can run it as the run wrapper
+            // would (`runs_once`), so that it reads the same either way.
+            None if self.shared.pool.enabled()
+                && env.interpreter.runs_once()
+                && self.agent_takes(env, &args.code) =>
+            {
+                Target::Warm
+            }
             None => Target::Run,
         };
         if let Some(port) = args.publish

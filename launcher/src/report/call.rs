@@ -280,6 +280,7 @@ mod tests {
             duration_ms: 3,
             outputs: Vec::new(),
             outputs_more: 0,
+            flooded: None,
         }
     }
 

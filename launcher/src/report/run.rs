@@ -14,15 +14,21 @@
 //!   used, when the run had a cgroup: `used: CPU 1.20 s, memory 38 MiB`.
 //!
 //! A successful run that printed nothing says `(no output)`.
+//!
+//! A run served by a warm jail (session/throwaway.rs, [`ran_warm`]) reads the
+//! same, then says the files it wrote under `/workspace/outputs` as a
+//! session call does (report/outputs.rs), with the images after the text.
 
 use proto::frame::Exit;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Serialize;
 
 use super::limit::{self, Hit, Used};
+use super::outputs::{self, OutputFact};
 use super::{Cuts, Receipt};
 use crate::catalog::Env;
 use crate::run::RunOutcome;
+use crate::session::outputs::Collected;
 
 /// The facts of a run, in the result's `_meta` (report/mod.rs says why).
 #[derive(Debug, Serialize)]
@@ -52,6 +58,14 @@ pub struct RunFacts<'a> {
     pub peak_memory_bytes: Option<u64>,
     /// The limit that ended or broke the run, when one can be told.
     pub limit: Option<LimitFact>,
+    /// The run was served by a warm jail, started before it
+    /// (session/warm.rs); absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub warm: bool,
+    /// The files it wrote under /workspace/outputs (a run served by a warm
+    /// jail); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<OutputFact<'a>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -64,6 +78,22 @@ pub struct LimitFact {
 
 /// The result of a run that happened.
 pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
+    told(env, outcome, None)
+}
+
+/// The result of a run served by a warm jail, with the `outputs` its agent
+/// read; `resource_links`: the client takes `resource_link` content.
+pub fn ran_warm(
+    env: &Env,
+    outcome: &RunOutcome,
+    outputs: &Collected,
+    resource_links: bool,
+) -> CallToolResult {
+    told(env, outcome, Some((outputs, resource_links)))
+}
+
+/// [`ran`], and with `warm`, [`ran_warm`].
+fn told(env: &Env, outcome: &RunOutcome, warm: Option<(&Collected, bool)>) -> CallToolResult {
     let signal = limit::signal(outcome.exit);
     let used = Used::of(outcome.usage.as_ref());
     let hit = limit::diagnose(env, outcome, &used);
@@ -88,9 +118,21 @@ pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
             name: h.limit,
             certain: h.certain,
         }),
+        warm: warm.is_some(),
+        outputs: warm.map(|(o, _)| outputs::facts(o)).unwrap_or_default(),
     };
-    let text = render(env, outcome, signal, hit.as_ref(), &used);
-    let result = super::result(outcome.succeeded(), vec![ContentBlock::text(text)]);
+    let mut notes = Vec::new();
+    let mut content = Vec::new();
+    if let Some((collected, resource_links)) = warm {
+        notes = outputs::lines(collected, true);
+        content = outputs::blocks(collected, resource_links);
+    }
+    let text = render(env, outcome, signal, hit.as_ref(), &used, notes);
+    content.insert(0, ContentBlock::text(text));
+    // A run whose outputs could not all be read is told as failed, as a
+    // session call's is.
+    let broken = warm.is_some_and(|(o, _)| o.broken.is_some());
+    let result = super::result(outcome.succeeded() && !broken, content);
     super::with_facts(result, &facts)
 }
 
@@ -100,6 +142,7 @@ fn render(
     signal: Option<i32>,
     hit: Option<&Hit>,
     used: &Used,
+    outputs: Vec<String>,
 ) -> String {
     let text = super::streams(o.stdout.render(), &o.stderr.render());
     let mut notes: Vec<String> = super::cut_notes(o.stdout.dropped(), o.stderr.dropped()).collect();
@@ -134,6 +177,7 @@ fn render(
         notes.extend(used.sentence());
     }
     notes.extend(o.refusals.iter().cloned());
+    notes.extend(outputs);
     super::with_notes(text, notes)
 }
 

@@ -90,6 +90,10 @@ pub struct Call<'a> {
     pub cancel: &'a CancellationToken,
     /// The server is stopping.
     pub shutdown: &'a CancellationToken,
+    /// The jail's only call, run as the run wrapper runs a script (the
+    /// agent's `once`): at the deadline its interpreter is killed, not
+    /// interrupted.
+    pub once: bool,
 }
 
 impl<'a> Call<'a> {
@@ -111,6 +115,7 @@ impl<'a> Call<'a> {
             timeout: Duration::from_secs(env.limits.timeout_s.get()),
             cancel,
             shutdown,
+            once: false,
         }
     }
 }
@@ -226,6 +231,7 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
                 replace: f.replace,
             })
             .collect(),
+        once: call.once,
     };
     tokio::select! {
         biased;

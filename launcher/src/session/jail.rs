@@ -157,6 +157,9 @@ struct Shared {
     /// Its published ports, when its environment publishes any: they
     /// close once the jail is dropped and its wrapper has exited.
     publisher: Option<Publisher>,
+    /// Its cgroup, when the host has cgroups: removed once the wrapper has
+    /// exited.
+    cgroup: Mutex<Option<RunCgroup>>,
 }
 
 /// Removes checkpoint `old` from the layer at `root`, unless a session
@@ -264,6 +267,7 @@ impl Jail {
             exited: AtomicBool::new(false),
             layer,
             publisher,
+            cgroup: Mutex::new(cgroup),
         });
         let flag = Arc::clone(&shared);
         wrapper::reaper::track(async move {
@@ -271,6 +275,7 @@ impl Jail {
             // or no longer ours either way.
             let _ = reaped.await;
             flag.exited.store(true, Ordering::SeqCst);
+            let cgroup = flag.cgroup.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(cgroup) = cgroup {
                 let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
             }
@@ -617,6 +622,13 @@ impl Jail {
     }
 
     /// The last lines of the agent's log (to explain a jail that died).
+    /// What the jail's cgroup counted so far, when it has one and its
+    /// wrapper has not exited.
+    pub fn stats(&self) -> Option<crate::wrapper::cgroup::Stats> {
+        let cgroup = self.shared.cgroup.lock().unwrap_or_else(|p| p.into_inner());
+        cgroup.as_ref().map(RunCgroup::stats)
+    }
+
     pub fn log_tail(&self) -> String {
         self.log_tail
             .lock()

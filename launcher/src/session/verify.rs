@@ -259,6 +259,7 @@ mod tests {
             duration_ms: 1,
             outputs: Vec::new(),
             outputs_more: 0,
+            flooded: None,
         }
     }
 

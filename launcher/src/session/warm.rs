@@ -17,7 +17,10 @@
 //!   it, with a target of one warm jail, doubled when a call finds none
 //!   ready; a key no call used for [`Settings::idle`] is dropped with its
 //!   jails. All keys together hold at most [`Settings::bound`] jails idle or
-//!   starting (`--warm-jails`; 0 keeps none).
+//!   starting (`--warm-jails`; 0 keeps none). When they hold that many, a
+//!   key that holds none takes a ready jail from the key holding the most
+//!   (two or more), whose target drops to what it keeps: every environment
+//!   in use gets one before any gets a second.
 //! - Refills start after the call that took a jail ([`Pool::refill`]), so
 //!   that a replacement's start does not take CPU from that call; after a
 //!   run, only when no other run is going ([`Pool::refill_after_run`]):
@@ -207,19 +210,42 @@ impl Pool {
             return;
         }
         let key = Key::of(env);
+        let mut evicted = Vec::new();
         let wanted = {
             let mut state = self.lock();
+            let Some(entry) = state.keys.get(&key) else {
+                return;
+            };
+            let (held, lacking) = (
+                entry.ready.len() + entry.starting,
+                entry
+                    .target
+                    .saturating_sub(entry.ready.len() + entry.starting),
+            );
+            // Without room, a key holding none takes one from the key that
+            // holds the most ready (at least two), whose target drops to
+            // what it keeps: every key in use gets a jail before any gets a
+            // second.
+            if lacking > 0 && held == 0 && state.held() >= self.settings.bound {
+                let richest = (state.keys.iter_mut())
+                    .filter(|(k, e)| **k != key && e.ready.len() >= 2)
+                    .max_by_key(|(_, e)| e.ready.len());
+                if let Some((_, e)) = richest {
+                    evicted.extend(e.ready.pop_back());
+                    e.target = e.ready.len() + e.starting;
+                }
+            }
             let room = self.settings.bound.saturating_sub(state.held());
             let Some(entry) = state.keys.get_mut(&key) else {
                 return;
             };
-            let lacking = entry
-                .target
-                .saturating_sub(entry.ready.len() + entry.starting);
             let wanted = lacking.min(room);
             entry.starting += wanted;
             wanted
         };
+        tracing::debug!(env = %env.name, wanted, evicted = evicted.len(), "warm jails to start");
+        // Killed outside the lock.
+        drop(evicted);
         // Each start on a blocking thread: the runtime has one thread, and
         // a jail's start (the wrapper's fork, its cgroup, its pipes) run
         // there would hold back the answer the call that took a jail is

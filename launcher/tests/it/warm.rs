@@ -169,3 +169,91 @@ async fn no_warm_jail_is_kept_when_the_pool_is_off() {
         "{description}"
     );
 }
+
+/// The run `arguments` asks for on `s`, served by a warm jail: asked again
+/// (a run's own effects are its alone) until a warm jail served it.
+async fn served_warm(s: &Server, arguments: &serde_json::Value) -> CallToolResult {
+    for _ in 0..20 {
+        let r = s.call(arguments.clone()).await;
+        if warm(&r) {
+            return r;
+        }
+        // The pool refills after the run: give it its replacement.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("no warm jail served {arguments}: {}", s.stderr());
+}
+
+/// What the model reads of a run served by a warm jail is what it reads of
+/// the same run served by the run wrapper (the pool off): the value of a
+/// last expression is not shown, a traceback names `<stdin>` without its
+/// source, `sys.exit(3)` and `exit 4` are the run's exit codes, a timeout
+/// kills the process tree, a flood is stopped at the same bound. The
+/// shell's runs come after python's have filled the pool's bound: the shell
+/// gets a jail of python's.
+#[tokio::test]
+async fn a_run_served_warm_reads_as_one_served_by_the_run_wrapper() {
+    for user in User::all() {
+        let mark = marker("warmsame");
+        let mut servers = Vec::new();
+        for pool in ["4", "0"] {
+            let flags = ["--allow-wrappers-outside-store", "--warm-jails", pool];
+            let manifests = vec![sessions_marked(&mark, 30)];
+            servers.push(Server::start_command(user.command(), manifests, &flags, &[]).await);
+        }
+        let (warm_server, cold_server) = (&servers[0], &servers[1]);
+        let same = [
+            ("python", "print(1)\n1 + 1\n", None),
+            (
+                "python",
+                "def f():\n    raise ValueError('no')\nf()\n",
+                None,
+            ),
+            ("python", "print('x'\n", None),
+            ("python", "import sys\nprint('before')\nsys.exit(3)\n", None),
+            (
+                "python",
+                "import time\nprint('begun', flush=True)\ntime.sleep(60)\n",
+                Some(1),
+            ),
+            ("shell", "echo out; echo err >&2; exit 4", None),
+            ("shell", "set -e\nfalse\necho never\n", None),
+        ];
+        for (env, code, timeout_s) in same {
+            let mut arguments = json!({"env": env, "code": code});
+            if let Some(t) = timeout_s {
+                arguments["timeout_s"] = json!(t);
+            }
+            let cold = cold_server.call(arguments.clone()).await;
+            assert!(!warm(&cold), "{cold:?}");
+            assert!(error_code(&cold).is_none(), "refused: {cold:?}");
+            let hot = served_warm(warm_server, &arguments).await;
+            assert_eq!(text(&hot), text(&cold), "as {user:?}, {env}: {code:?}");
+            assert_eq!(hot.is_error, cold.is_error, "as {user:?}, {code:?}");
+            for fact in ["exit_code", "signal", "timed_out", "flooded"] {
+                assert_eq!(
+                    facts(&hot)[fact],
+                    facts(&cold)[fact],
+                    "as {user:?}, {code:?}: {fact}"
+                );
+            }
+        }
+        // A flood: how far past the bound each read before the stop
+        // differs (so does the count of bytes dropped); what is said of
+        // the stop does not.
+        let flood = json!({"env": "shell", "code": "echo first; yes"});
+        let cold = cold_server.call(flood.clone()).await;
+        let hot = served_warm(warm_server, &flood).await;
+        let last = |r: &CallToolResult| text(r).lines().last().unwrap_or_default().to_owned();
+        assert!(
+            last(&cold).starts_with("stopped: stdout passed 64 MiB"),
+            "{}",
+            text(&cold)
+        );
+        assert_eq!(last(&hot), last(&cold), "as {user:?}");
+        assert!(text(&hot).starts_with("first\n"), "{}", text(&hot));
+        assert_eq!(facts(&hot)["flooded"], json!("stdout"));
+        drop(servers);
+        assert_no_process_left(&mark).await;
+    }
+}

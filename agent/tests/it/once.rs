@@ -1,0 +1,150 @@
+//! `once` calls: the interpreter's only call, run as the environment's run
+//! wrapper runs a script, so that a run served by a warm jail reads as one
+//! served by a fresh run wrapper. Each script's stdout, stderr and exit are
+//! compared with the host interpreter run as the run wrapper runs it
+//! (lib/interpreters.nix: `python3 -`, `bash -c 'source /dev/stdin'`) with
+//! the script on stdin.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proto::frame::{Exit, Stream};
+
+use crate::both_modes;
+use crate::harness::{Agent, Lang, Mode};
+
+both_modes!(
+    python_scripts_read_as_a_run_wrappers,
+    bash_scripts_read_as_a_run_wrappers,
+    a_once_call_is_killed_not_interrupted,
+    a_once_call_that_floods_is_stopped,
+);
+
+/// How the run wrapper's interpreter ends `script`: stdout, stderr, exit.
+fn as_run_wrapper(lang: Lang, script: &str) -> (String, String, Exit) {
+    let mut command = match lang {
+        Lang::Python => {
+            let mut c = Command::new(lang.program());
+            c.arg("-");
+            c
+        }
+        Lang::Bash => {
+            let mut c = Command::new(lang.program());
+            c.args(["-c", "source /dev/stdin"]);
+            c
+        }
+        _ => unreachable!("no once mode"),
+    };
+    let mut child = command
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    let exit = match (out.status.code(), out.status.signal()) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(signal)) => Exit::Signal(signal),
+        _ => unreachable!(),
+    };
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        exit,
+    )
+}
+
+/// Each script in a fresh agent's `once` call, against the run wrapper's
+/// interpreter.
+fn compare(mode: Mode, lang: Lang, scripts: &[&str]) {
+    for script in scripts {
+        let mut a = Agent::start(mode, lang);
+        let id = a.send_exec_once(script, 1 << 16);
+        let reply = a.exec_reply(id);
+        let (stdout, stderr, exit) = as_run_wrapper(lang, script);
+        assert_eq!(reply.stdout, stdout, "stdout of {script:?}");
+        assert_eq!(reply.stderr, stderr, "stderr of {script:?}");
+        assert_eq!(reply.exit, Some(exit), "exit of {script:?}");
+        assert_eq!(reply.status, exit.status(), "status of {script:?}");
+        assert_eq!(reply.flooded, None);
+        a.close();
+    }
+}
+
+fn python_scripts_read_as_a_run_wrappers(mode: Mode) {
+    compare(
+        mode,
+        Lang::Python,
+        &[
+            "print(1)\n1 + 1\n",
+            "import sys\nprint(sys.argv, __name__, __file__)\n",
+            "def f():\n    raise ValueError('no')\nf()\n",
+            "print('x'\n",
+            "import sys\nsys.exit(3)\n",
+            "raise SystemExit('bye')\n",
+            "import atexit\natexit.register(print, 'at exit')\nprint('body')\n",
+            "import sys\nprint(repr(sys.stdin.read()))\n",
+        ],
+    );
+}
+
+fn bash_scripts_read_as_a_run_wrappers(mode: Mode) {
+    compare(
+        mode,
+        Lang::Bash,
+        &[
+            "echo one\nfalse\n",
+            "echo out; echo err >&2; exit 4\n",
+            "set -e\nfalse\necho never\n",
+            "read -r line; echo \"read: $? ${line-}\"\n",
+            "f() { return 7; }\nf\n",
+        ],
+    );
+}
+
+fn a_once_call_is_killed_not_interrupted(mode: Mode) {
+    let mut a = Agent::start(mode, Lang::Python);
+    let id = a.send_exec_once(
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('begun', flush=True)\ntime.sleep(60)\n",
+        1 << 16,
+    );
+    let started = Instant::now();
+    // The script ignores SIGINT: only a kill ends it.
+    while !a.ping() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(a.interrupt());
+    let reply = a.exec_reply(id);
+    assert_eq!(reply.exit, Some(Exit::Signal(9)), "{reply:?}");
+    assert_eq!(reply.stdout, "begun\n");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    a.close();
+}
+
+fn a_once_call_that_floods_is_stopped(mode: Mode) {
+    let mut a = Agent::start(mode, Lang::Bash);
+    let started = Instant::now();
+    let id = a.send_exec_once("echo first; yes", 1024);
+    let reply = a.exec_reply(id);
+    assert_eq!(reply.flooded, Some(Stream::Stdout), "{reply:?}");
+    assert_eq!(reply.exit, Some(Exit::Signal(9)));
+    assert!(reply.stdout.starts_with("first\n"), "{}", reply.stdout);
+    // Stopped past 1024 times the cap of 1024 bytes, of which 1024 are kept.
+    assert!(
+        reply.stdout_dropped >= 1024 * 1024 - 1024,
+        "{}",
+        reply.stdout_dropped
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    a.close();
+}

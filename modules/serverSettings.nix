@@ -108,17 +108,19 @@ in
   };
   warmJails = mkOption {
     type = types.ints.unsigned;
-    default = 0;
+    default = 4;
     description = ''
       Most warm jails, all environments together
       (`NIX_SANDBOX_WARM_JAILS`): session jails started ahead of demand,
-      each serving one `run` without a session (which then returns its
-      `/workspace/outputs`, as a session's call does; one that finds none
+      each serving one `run` without a session (read as the run wrapper's
+      run, and returning its `/workspace/outputs`; one that finds none
       ready uses the run wrapper and returns none) or one new session,
-      then killed. An environment no call used for 120 s keeps none. Each
-      idle one holds its interpreter's memory. `0` starts none.
+      then killed. Plain runs of python and bash environments only; a new
+      session of any. An environment no call used for 120 s keeps none.
+      Each idle one holds its interpreter's memory (about 15 MiB for
+      Python). `0` starts none.
     '';
-    example = 4;
+    example = 0;
   };
   maxUnreadBytes = mkOption {
     type = types.ints.positive;

@@ -344,7 +344,7 @@ in
         NIX_SANDBOX_MAX_CHECKPOINTS = "0";
         NIX_SANDBOX_FILES_MB = "50";
         NIX_SANDBOX_MAX_RUNS = "8";
-        NIX_SANDBOX_WARM_JAILS = "0";
+        NIX_SANDBOX_WARM_JAILS = "4";
         NIX_SANDBOX_MAX_UNREAD_BYTES = "16777216";
         NIX_SANDBOX_MAX_COMPOSITIONS = "1";
         NIX_SANDBOX_PACKAGES_CACHE_MAX = "32";
@@ -398,7 +398,7 @@ in
               maxSessions = 4;
               maxSessionsTotal = 6;
               maxRuns = 2;
-              warmJails = 4;
+              warmJails = 2;
               maxUnreadBytes = 1024;
               maxCompositions = 2;
               packagesCacheMax = 8;
@@ -417,7 +417,7 @@ in
         NIX_SANDBOX_FILES_MB = "8";
         NIX_SANDBOX_LAYERS_MB = "512";
         NIX_SANDBOX_MAX_RUNS = "2";
-        NIX_SANDBOX_WARM_JAILS = "4";
+        NIX_SANDBOX_WARM_JAILS = "2";
         NIX_SANDBOX_MAX_UNREAD_BYTES = "1024";
         NIX_SANDBOX_MAX_COMPOSITIONS = "2";
         NIX_SANDBOX_PACKAGES_CACHE_MAX = "8";
@@ -470,7 +470,7 @@ in
           NIX_SANDBOX_MAX_CHECKPOINTS = "0";
           NIX_SANDBOX_FILES_MB = "50";
           NIX_SANDBOX_MAX_RUNS = "8";
-          NIX_SANDBOX_WARM_JAILS = "0";
+          NIX_SANDBOX_WARM_JAILS = "4";
           NIX_SANDBOX_MAX_UNREAD_BYTES = "16777216";
           NIX_SANDBOX_MAX_COMPOSITIONS = "1";
           NIX_SANDBOX_PACKAGES_CACHE_MAX = "32";

@@ -243,14 +243,15 @@ pub const MAX_RUNS: Setting = Setting {
 pub const WARM_JAILS: Setting = Setting {
     value: Some("N"),
     var: Some(("NIX_SANDBOX_WARM_JAILS", VarRole::Fallback)),
-    default: Some(Default::Number(0)),
+    default: Some(Default::Number(4)),
     ..setting(
         Key::WarmJails,
         "warm-jails",
         "most warm jails, all environments together: session jails started ahead, each \
-         serving one run without a session (which then returns its outputs; one that finds none \
-         ready uses the run wrapper) or one new session, then killed; an environment no call \
-         used for 120 s keeps none; 0 (the default) starts none",
+         serving one run without a session of a python or bash environment (read as the run \
+         wrapper's, and returning its outputs; one that finds none ready uses the run wrapper) \
+         or one new session, then killed; an environment no call used for 120 s keeps none; \
+         0 starts none",
     )
 };
 pub const MAX_COMPOSITIONS: Setting = Setting {

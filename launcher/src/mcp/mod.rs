@@ -54,7 +54,7 @@ use crate::run;
 use crate::session::outputs::mirror::Mirror;
 use crate::session::warm::{self, Took};
 use crate::session::{self, SessionName, Sessions, throwaway};
-use crate::wrapper::Spawner;
+use crate::wrapper::{NotStarted, Spawner};
 use args::RunArgs;
 use proto::files::{MAX_FILES, MAX_PATH_BYTES};
 use resources::Links;
@@ -153,9 +153,19 @@ enum Target {
     Session(SessionName),
     /// A session jail of its own, for a call with `files` and no session.
     Throwaway,
-    /// A warm jail when the pool has one ready (used as `Throwaway`), else
-    /// the run wrapper (as `Run`): a plain run while warm jails are on.
+    /// A plain run an agent's jail may serve, its interpreter's only call
+    /// (`once`): a warm jail when the pool has one ready; else, when the
+    /// code names its outputs ([`names_outputs`]), a session jail started
+    /// for it, so that they come back; else the run wrapper (as `Run`).
     Warm,
+}
+
+/// Whether a plain run's code names its outputs: `outputs` (the directory
+/// `/workspace/outputs`), or matplotlib's `.show(` (which saves the open
+/// figures there in an agent's jail). Such a run goes to an agent's jail
+/// even when no warm one is ready, so that what it writes comes back.
+fn names_outputs(code: &str) -> bool {
+    code.contains("outputs") || code.contains(".show(")
 }
 
 impl Server {
@@ -374,12 +384,14 @@ impl Server {
         })
     }
 
-    /// A plain run while warm jails are on: in a warm jail when one is
+    /// A plain run an agent's jail may serve: in a warm jail when one is
     /// ready, its interpreter's only call run as the run wrapper runs a
     /// script and reported as a run (with the outputs the jail's agent
-    /// read); else in the run wrapper, as with the pool off, so that a cold
-    /// or exhausted pool is no slower. The pool refills once the run is
-    /// over.
+    /// read); else, for code that names its outputs, the same in a session
+    /// jail started for it (a fifth slower than the run wrapper, and the
+    /// outputs come back); else in the run wrapper, as with the pool off,
+    /// so that a cold or exhausted pool is no slower. The pool refills once
+    /// the run is over.
     async fn warm_run(
         &self,
         env: &Arc<Env>,
@@ -389,18 +401,32 @@ impl Server {
         resource_links: bool,
     ) -> Result<CallToolResult, Refusal> {
         let pool = &self.shared.pool;
-        match pool.take(env) {
-            Took::Warm(jail) => {
-                let ran = throwaway::once(*jail, env, code, cx);
+        let jail = match pool.take(env) {
+            Took::Warm(jail) => Some((*jail, true)),
+            Took::Cold if names_outputs(code) => {
+                let started = session::jail::Jail::spawn(env, cx.spawner, "run", false);
+                let jail = started.map_err(|cause| {
+                    tracing::error!(env = %env.name, error = %cause, "cannot start a session jail for a run");
+                    pool.refill_after_run(env);
+                    Refusal::from(session::Error::from(NotStarted::session(env, cause)))
+                })?;
+                Some((jail, false))
+            }
+            Took::Cold => None,
+        };
+        match jail {
+            Some((jail, warm)) => {
+                let ran = throwaway::once(jail, env, code, cx);
                 let (outcome, outputs) = progress.while_running(env, None, ran).await?;
-                Ok(report::run::ran_warm(
+                Ok(report::run::ran_by_agent(
                     env,
                     &outcome,
                     &outputs,
                     resource_links,
+                    warm,
                 ))
             }
-            Took::Cold => {
+            None => {
                 if !probe::wrapper_ready(&env.run[0]) {
                     return Err(Refusal::wrapper_missing(&env.name, &env.run[0]));
                 }
@@ -480,10 +506,11 @@ impl Server {
             ),
             None if !args.files.is_empty() => Target::Throwaway,
             // With warm jails, a plain run the agent can take goes to a
-            // warm jail when one is ready, so that its outputs come back.
-            // Only where the agent's driver can run it as the run wrapper
-            // would (`runs_once`), so that it reads the same either way.
-            None if self.shared.pool.enabled()
+            // warm jail when one is ready, so that its outputs come back;
+            // one that names its outputs goes to an agent's jail either
+            // way. Only where the agent's driver can run it as the run
+            // wrapper would (`runs_once`), so that it reads the same.
+            None if (self.shared.pool.enabled() || names_outputs(&args.code))
                 && env.interpreter.runs_once()
                 && self.agent_takes(env, &args.code) =>
             {
@@ -534,12 +561,15 @@ impl Server {
                 "`code` contains a NUL byte, which a session cannot run",
             ));
         }
-        let wrapper = if by_agent {
-            &env.session[0]
-        } else {
-            &env.run[0]
+        // A run an agent's jail may serve falls back on the run wrapper:
+        // both must be there, the run wrapper named first, as without one.
+        let wrappers = match target {
+            Target::Run => vec![&env.run[0]],
+            Target::Warm => vec![&env.run[0], &env.session[0]],
+            Target::Session(_) | Target::Throwaway => vec![&env.session[0]],
         };
-        if starts_jail && !probe::wrapper_ready(wrapper) {
+        let missing = wrappers.into_iter().find(|w| !probe::wrapper_ready(w));
+        if let (true, Some(wrapper)) = (starts_jail, missing) {
             return Err(Refusal::wrapper_missing(&env.name, wrapper));
         }
         self.shared

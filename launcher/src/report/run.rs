@@ -15,7 +15,8 @@
 //!
 //! A successful run that printed nothing says `(no output)`.
 //!
-//! A run served by a warm jail (session/throwaway.rs, [`ran_warm`]) reads the
+//! A run an agent's jail served (session/throwaway.rs, [`ran_by_agent`]): a
+//! warm one, or one started for code that names its outputs) reads the
 //! same, then says the files it wrote under `/workspace/outputs` as a
 //! session call does (report/outputs.rs), with the images after the text.
 
@@ -62,8 +63,8 @@ pub struct RunFacts<'a> {
     /// (session/warm.rs); absent otherwise.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub warm: bool,
-    /// The files it wrote under /workspace/outputs (a run served by a warm
-    /// jail); absent when none.
+    /// The files it wrote under /workspace/outputs (a run an agent's jail
+    /// served); absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<OutputFact<'a>>,
 }
@@ -81,19 +82,25 @@ pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
     told(env, outcome, None)
 }
 
-/// The result of a run served by a warm jail, with the `outputs` its agent
-/// read; `resource_links`: the client takes `resource_link` content.
-pub fn ran_warm(
+/// The result of a run an agent's jail served (`warm`: one started before
+/// the run), with the `outputs` its agent read; `resource_links`: the
+/// client takes `resource_link` content.
+pub fn ran_by_agent(
     env: &Env,
     outcome: &RunOutcome,
     outputs: &Collected,
     resource_links: bool,
+    warm: bool,
 ) -> CallToolResult {
-    told(env, outcome, Some((outputs, resource_links)))
+    told(env, outcome, Some((outputs, resource_links, warm)))
 }
 
-/// [`ran`], and with `warm`, [`ran_warm`].
-fn told(env: &Env, outcome: &RunOutcome, warm: Option<(&Collected, bool)>) -> CallToolResult {
+/// [`ran`], and with `by_agent`, [`ran_by_agent`].
+fn told(
+    env: &Env,
+    outcome: &RunOutcome,
+    by_agent: Option<(&Collected, bool, bool)>,
+) -> CallToolResult {
     let signal = limit::signal(outcome.exit);
     let used = Used::of(outcome.usage.as_ref());
     let hit = limit::diagnose(env, outcome, &used);
@@ -118,12 +125,14 @@ fn told(env: &Env, outcome: &RunOutcome, warm: Option<(&Collected, bool)>) -> Ca
             name: h.limit,
             certain: h.certain,
         }),
-        warm: warm.is_some(),
-        outputs: warm.map(|(o, _)| outputs::facts(o)).unwrap_or_default(),
+        warm: by_agent.is_some_and(|(_, _, warm)| warm),
+        outputs: by_agent
+            .map(|(o, _, _)| outputs::facts(o))
+            .unwrap_or_default(),
     };
     let mut notes = Vec::new();
     let mut content = Vec::new();
-    if let Some((collected, resource_links)) = warm {
+    if let Some((collected, resource_links, _)) = by_agent {
         notes = outputs::lines(collected, true);
         content = outputs::blocks(collected, resource_links);
     }
@@ -131,7 +140,7 @@ fn told(env: &Env, outcome: &RunOutcome, warm: Option<(&Collected, bool)>) -> Ca
     content.insert(0, ContentBlock::text(text));
     // A run whose outputs could not all be read is told as failed, as a
     // session call's is.
-    let broken = warm.is_some_and(|(o, _)| o.broken.is_some());
+    let broken = by_agent.is_some_and(|(o, _, _)| o.broken.is_some());
     let result = super::result(outcome.succeeded() && !broken, content);
     super::with_facts(result, &facts)
 }

@@ -152,15 +152,21 @@ impl User {
 
     /// The server's command, run as this user (`setpriv` execs it, so the
     /// child's pid is the server's).
+    /// The server's command, with warm jails off (`NIX_SANDBOX_WARM_JAILS=0`,
+    /// which a test's `--warm-jails` or own variable overrides): the tests
+    /// that count jails, uids and cgroups count those their calls start;
+    /// warm.rs and the harness test the pool.
     pub fn command(self) -> tokio::process::Command {
-        match self {
+        let mut cmd = match self {
             User::Own => tokio::process::Command::new(BIN),
             User::Nobody => {
                 let mut cmd = tokio::process::Command::new("setpriv");
                 cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN]);
                 cmd
             }
-        }
+        };
+        cmd.env("NIX_SANDBOX_WARM_JAILS", "0");
+        cmd
     }
 }
 
@@ -223,6 +229,8 @@ impl Server {
             .env_remove("NIX_SANDBOX_MANIFEST")
             .env_remove("PROJECT_DIR");
         cmd.env("RUST_LOG", "info");
+        // Warm jails off unless the test asks (User::command says why).
+        cmd.env("NIX_SANDBOX_WARM_JAILS", "0");
         for (k, v) in envs {
             cmd.env(k, v);
         }

@@ -7,8 +7,8 @@
 //! run leaves (a file in /tmp, /workspace and the home, a background
 //! process, a variable of the interpreter's environment, a global of the
 //! interpreter) reaches the next; a new session takes a warm jail; the
-//! server's stop kills every warm jail; `--warm-jails 0`, the default,
-//! keeps none.
+//! server's stop kills every warm jail; `--warm-jails 0` keeps none (the
+//! other tests' servers run with it: common.rs).
 //! A jail started before its environment changed: devshell.rs.
 
 use std::collections::HashSet;
@@ -138,6 +138,10 @@ async fn the_servers_stop_kills_every_warm_jail() {
     }
 }
 
+/// With the pool off a plain run is the run wrapper's, unless its code
+/// names its outputs: then a session jail started for it serves it (once),
+/// its outputs come back, and it reads as the run wrapper's run; no jail is
+/// kept afterwards.
 #[tokio::test]
 async fn no_warm_jail_is_kept_when_the_pool_is_off() {
     let mark = marker("warmoff");
@@ -148,13 +152,21 @@ async fn no_warm_jail_is_kept_when_the_pool_is_off() {
     )
     .await;
     for _ in 0..2 {
-        let r = s
-            .run("python", "import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/a.txt', 'w').write('a')\nprint(1)")
-            .await;
-        assert!(text(&r).starts_with("1\n"), "{r:?}");
+        let r = s.run("python", "import os\nprint('one')\n1 + 1").await;
+        assert_eq!(text(&r), "one\n", "{r:?}");
         // The run wrapper served it, as before the pool: no outputs.
         assert!(!warm(&r), "{r:?}");
         assert!(facts(&r).get("outputs").is_none(), "{r:?}");
+        let r = s
+            .run("python", "import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/a.txt', 'w').write('a')\nprint(1)\n1 + 1")
+            .await;
+        assert!(
+            text(&r).starts_with("1\noutputs (new or changed in /workspace/outputs):\n- a.txt"),
+            "{r:?}"
+        );
+        assert!(!warm(&r), "{r:?}");
+        assert_eq!(facts(&r)["outputs"][0]["path"], json!("a.txt"), "{r:?}");
+        assert_eq!(facts(&r)["exit_code"], json!(0), "{r:?}");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(

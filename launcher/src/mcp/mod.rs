@@ -417,14 +417,8 @@ impl Server {
         match jail {
             Some((jail, warm)) => {
                 let ran = throwaway::once(jail, env, code, cx);
-                let (outcome, outputs) = progress.while_running(env, None, ran).await?;
-                Ok(report::run::ran_by_agent(
-                    env,
-                    &outcome,
-                    &outputs,
-                    resource_links,
-                    warm,
-                ))
+                let once = progress.while_running(env, None, ran).await?;
+                Ok(report::run::ran_by_agent(env, once, resource_links, warm))
             }
             None => {
                 if !probe::wrapper_ready(&env.run[0]) {

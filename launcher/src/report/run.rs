@@ -20,7 +20,8 @@
 //! same, then says the files it wrote under `/workspace/outputs` as a
 //! session call does (report/outputs.rs), with the images after the text.
 
-use proto::frame::Exit;
+use proto::cap::Cap;
+use proto::frame::{Exit, Stream};
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Serialize;
 
@@ -28,8 +29,10 @@ use super::limit::{self, Hit, Used};
 use super::outputs::{self, OutputFact};
 use super::{Cuts, Receipt};
 use crate::catalog::Env;
-use crate::run::RunOutcome;
+use crate::run::{FLOOD_FACTOR, Flood, RunOutcome};
+use crate::session::call::CallOutcome;
 use crate::session::outputs::Collected;
+use crate::session::throwaway::Once;
 
 /// The facts of a run, in the result's `_meta` (report/mod.rs says why).
 #[derive(Debug, Serialize)]
@@ -83,16 +86,58 @@ pub fn ran(env: &Env, outcome: &RunOutcome) -> CallToolResult {
 }
 
 /// The result of a run an agent's jail served (`warm`: one started before
-/// the run), with the `outputs` its agent read; `resource_links`: the
-/// client takes `resource_link` content.
-pub fn ran_by_agent(
-    env: &Env,
-    outcome: &RunOutcome,
-    outputs: &Collected,
-    resource_links: bool,
-    warm: bool,
-) -> CallToolResult {
-    told(env, outcome, Some((outputs, resource_links, warm)))
+/// the run), with the outputs its agent read; `resource_links`: the client
+/// takes `resource_link` content.
+pub fn ran_by_agent(env: &Env, once: Once, resource_links: bool, warm: bool) -> CallToolResult {
+    let Once {
+        mut outcome,
+        output_bytes,
+        usage,
+    } = once;
+    let run = as_run(&mut outcome, output_bytes, usage);
+    told(env, &run, Some((&outcome.outputs, resource_links, warm)))
+}
+
+/// A `once` call's outcome as a run's: the interpreter's exit is the run's
+/// (the agent's status when it did not say one); a call that ended without
+/// an answer (the agent stopped answering) ended without an exit status.
+fn as_run(
+    o: &mut CallOutcome,
+    output_bytes: usize,
+    usage: Option<crate::wrapper::cgroup::Stats>,
+) -> RunOutcome {
+    let (exit, stdout, stderr, flooded) = match (&o.reply, &o.received) {
+        (Some(r), _) => (
+            Some(r.exit.unwrap_or(Exit::Code(r.status))),
+            Cap::from_rendered(&r.stdout, r.stdout_dropped),
+            Cap::from_rendered(&r.stderr, r.stderr_dropped),
+            r.flooded,
+        ),
+        (None, Some(got)) => (
+            None,
+            Cap::from_rendered(&got.stdout, got.stdout_dropped),
+            Cap::from_rendered(&got.stderr, got.stderr_dropped),
+            None,
+        ),
+        (None, None) => (None, Cap::new(0), Cap::new(0), None),
+    };
+    RunOutcome {
+        exit,
+        timed_out: o.timed_out,
+        cancelled: o.cancelled || o.shutdown,
+        flooded: flooded.map(|stream| Flood {
+            stream: match stream {
+                Stream::Stdout => "stdout",
+                Stream::Stderr => "stderr",
+            },
+            after_bytes: (output_bytes as u64).saturating_mul(FLOOD_FACTOR),
+        }),
+        stdout,
+        stderr,
+        duration: o.duration,
+        usage,
+        refusals: std::mem::take(&mut o.refusals),
+    }
 }
 
 /// [`ran`], and with `by_agent`, [`ran_by_agent`].

@@ -14,9 +14,9 @@
 //! A plain run in a warm jail ([`once`]) is the interpreter's only call,
 //! run as the run wrapper runs a script (the agent's `once`: no value shown,
 //! the script's own name, the interpreter's exit; killed, not interrupted,
-//! at the deadline; stopped past the flood bound), and taken back as a
-//! [`RunOutcome`], so that report/run.rs tells it as it tells a run of the
-//! run wrapper, with the outputs besides.
+//! at the deadline; stopped past the flood bound), which report/run.rs
+//! takes back as a run's outcome and tells as it tells a run of the run
+//! wrapper, with the outputs besides.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,17 +24,13 @@ use std::time::Instant;
 use proto::files::Upload;
 use tokio_util::sync::CancellationToken;
 
-use proto::cap::Cap;
-use proto::frame::{Exit, Stream};
-
 use super::Error;
 use super::call::{self, Call, CallOutcome};
 use super::jail::Jail;
+use super::outputs::Destination;
 use super::outputs::mirror::Mirror;
-use super::outputs::{Collected, Destination};
 use super::warm::{Pool, Took};
 use crate::catalog::Env;
-use crate::run::{FLOOD_FACTOR, Flood, RunOutcome};
 use crate::wrapper::cgroup::Stats;
 use crate::wrapper::{NotStarted, Spawner};
 
@@ -88,16 +84,24 @@ pub async fn in_taken(
     Ok(outcome)
 }
 
-/// A plain run of `code` in `jail`, a warm jail of `env`: its
-/// interpreter's only call (`once`), then the jail is killed and the pool
-/// refilled. What the run did, as a run of the run wrapper, and the
-/// outputs it wrote.
+/// A `once` call's end, for report/run.rs to tell as a run's.
+pub struct Once {
+    pub outcome: CallOutcome,
+    /// The cap each stream had (the flood bound is 1024 times it).
+    pub output_bytes: usize,
+    /// What the jail's cgroup counted, when it had one.
+    pub usage: Option<Stats>,
+}
+
+/// A plain run of `code` in `jail`, a jail of `env` of its own (a warm
+/// one, or one started for it): its interpreter's only call (`once`),
+/// then the jail is killed and the pool refilled.
 pub async fn once(
     mut jail: Jail,
     env: &Arc<Env>,
     code: &str,
     cx: &Context<'_>,
-) -> Result<(RunOutcome, Collected), Error> {
+) -> Result<Once, Error> {
     let started = Instant::now();
     let mut call = Call::new(env, code, &[], cx.cancel, &cx.spawner.shutdown);
     call.once = true;
@@ -116,52 +120,12 @@ pub async fn once(
     drop(jail);
     cx.pool.refill_after_run(env);
     settled?;
-    let run = as_run(&mut outcome, output_bytes, usage, started.elapsed());
-    Ok((run, outcome.outputs))
-}
-
-/// A `once` call's outcome as a run's: the interpreter's exit is the run's
-/// (the agent's status when it did not say one), and a call that ended
-/// without an answer (the agent stopped answering) ended without an exit
-/// status.
-fn as_run(
-    o: &mut CallOutcome,
-    output_bytes: usize,
-    usage: Option<Stats>,
-    duration: std::time::Duration,
-) -> RunOutcome {
-    let (exit, stdout, stderr, flooded) = match (&o.reply, &o.received) {
-        (Some(r), _) => (
-            Some(r.exit.unwrap_or(Exit::Code(r.status))),
-            Cap::from_rendered(&r.stdout, r.stdout_dropped),
-            Cap::from_rendered(&r.stderr, r.stderr_dropped),
-            r.flooded,
-        ),
-        (None, Some(got)) => (
-            None,
-            Cap::from_rendered(&got.stdout, got.stdout_dropped),
-            Cap::from_rendered(&got.stderr, got.stderr_dropped),
-            None,
-        ),
-        (None, None) => (None, Cap::new(0), Cap::new(0), None),
-    };
-    RunOutcome {
-        exit,
-        timed_out: o.timed_out,
-        cancelled: o.cancelled || o.shutdown,
-        flooded: flooded.map(|stream| Flood {
-            stream: match stream {
-                Stream::Stdout => "stdout",
-                Stream::Stderr => "stderr",
-            },
-            after_bytes: (output_bytes as u64).saturating_mul(FLOOD_FACTOR),
-        }),
-        stdout,
-        stderr,
-        duration,
+    outcome.duration = started.elapsed();
+    Ok(Once {
+        outcome,
+        output_bytes,
         usage,
-        refusals: std::mem::take(&mut o.refusals),
-    }
+    })
 }
 
 /// The call in `jail`, settled.

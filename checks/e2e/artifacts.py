@@ -188,6 +188,13 @@ def t_png(args, scratch):
             check(images(result) == [("image/png", want)],
                   f"session {session}: images {[(m, len(b)) for m, b in images(result)]}, wanted {len(want)} bytes")
             check(st["outputs"][0]["path"] == "plot.png" and st["outputs"][0]["shown"], f"{st['outputs']}")
+    # With the pool off too, a plain run whose code names its outputs gets
+    # a jail of the agent's started for it, and the image back.
+    with Server(args, scratch, flags=("--warm-jails", "0")) as s:
+        result, text, st = s.call(env="python", code=PNG_CODE + "print(png('outputs/plot.png', 64, 48, 200))")
+        succeeded(result, text)
+        want = base64.b64decode(text.splitlines()[0])
+        check(images(result) == [("image/png", want)] and not st.get("warm"), f"pool off: {st}")
 
 
 # A run that leaves everything it can for the next: a file in /tmp,
@@ -236,6 +243,48 @@ def t_warm(args, scratch):
         result, text, st = s.call(env="python", session="s", code=LEAVER)
         check("seen ['/tmp/left', '/workspace/left', '" in text and "] 1 1 ['" in text,
               f"the attack missed what a reused jail holds: {text}")
+
+
+# Plain runs that a warm jail serves read as the run wrapper's: the same
+# text, exit code, signal, timeout and flood facts; a flood's last line
+# (how far past the bound each stopped differs: so does the count dropped).
+SAME_EITHER_WAY = [
+    ("python", "print('one')\n1 + 1\n", None),
+    ("python", "def f():\n    raise ValueError('no')\nf()\n", None),
+    ("python", "print('x'\n", None),
+    ("python", "import sys\nprint('before')\nsys.exit(3)\n", None),
+    ("python", "import sys\nprint(sys.argv, __name__, __file__)\nraise SystemExit('bye')\n", None),
+    ("python", "import time\nprint('begun', flush=True)\ntime.sleep(60)\n", 2),
+    ("shell", "echo out; echo err >&2; exit 4", None),
+    ("shell", "set -e\nfalse\necho never\n", None),
+]
+
+
+def t_warm_reads_cold(args, scratch):
+    with Server(args, scratch, flags=("--warm-jails", "4")) as hot, \
+            Server(args, scratch, flags=("--warm-jails", "0")) as cold:
+        def served_warm(**arguments):
+            for _ in range(40):
+                result, text, st = hot.call(**arguments)
+                if st.get("warm"):
+                    return result, text, st
+                time.sleep(0.25)  # the pool refills after the run
+            raise Failed(f"no warm jail served {arguments}")
+
+        for env, code, timeout_s in SAME_EITHER_WAY + [("shell", "echo first; yes", None)]:
+            arguments = {"env": env, "code": code, **({"timeout_s": timeout_s} if timeout_s else {})}
+            c_result, c_text, c_st = cold.call(**arguments)
+            check("error" not in c_st and not c_st.get("warm"), f"{arguments}: {c_result}")
+            h_result, h_text, h_st = served_warm(**arguments)
+            if code.endswith("yes"):
+                last = c_text.splitlines()[-1]
+                check(last.startswith("stopped: stdout passed 64 MiB") and h_text.splitlines()[-1] == last
+                      and h_text.startswith("first\n"), f"a flood: {h_text[-300:]!r} / {c_text[-300:]!r}")
+            else:
+                check(h_text == c_text, f"{env} {code!r}: warm {h_text!r}, cold {c_text!r}")
+            check(bool(h_result.get("isError")) == bool(c_result.get("isError")), f"{code!r}: isError differs")
+            for fact in ("exit_code", "signal", "timed_out", "flooded"):
+                check(h_st.get(fact) == c_st.get(fact), f"{code!r}: {fact} {h_st.get(fact)} / {c_st.get(fact)}")
 
 
 def t_budget(args, scratch):
@@ -348,10 +397,14 @@ def main():
                    "before anything runs", t_escapes, args, scratch)
         suite.test("binary files by base64, by hash in the jail; file_exists, then replace; the bound; 50 MiB",
                    t_binary, args, scratch)
-        suite.test("a PNG written to outputs comes back as image/png content with the same bytes, plain runs too (warm jails on)",
+        suite.test("a PNG written to outputs comes back as image/png content with the same bytes, plain runs too "
+                   "(warm jails on, and off)",
                    t_png, args, scratch)
         suite.test("warm jails: each serves one run, and no run sees a file, process, variable or global an "
                    "earlier one left", t_warm, args, scratch)
+        suite.test("warm jails: a plain run a warm jail serves reads as the run wrapper's (traceback, last "
+                   "expression, sys.exit, SystemExit text, argv, timeout, set -e, flood)", t_warm_reads_cold,
+                   args, scratch)
         suite.test("ten images: four shown, six listed with a note and linked", t_budget, args, scratch)
         suite.test("a CSV in outputs is a resource link; resources/read and resources/list serve it",
                    t_csv_resource, args, scratch)

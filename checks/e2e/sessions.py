@@ -74,8 +74,10 @@ class Server:
         # The project every jail binds: a root server's jails read it as
         # others.
         os.chmod(self.home, 0o755)
+        # Warm jails off: these tests count the agents and jails their
+        # sessions start (artifacts.py tests the pool, on by default).
         base = {"HOME": self.home, "TMPDIR": self.home, "PROJECT_DIR": self.home, "PATH": "/usr/bin:/bin",
-                "RUST_LOG": "info"}
+                "RUST_LOG": "info", "NIX_SANDBOX_WARM_JAILS": "0"}
         argv = [args.server + "/bin/nix-sandbox-mcp", "--stdio"]
         for manifest in manifests:
             argv += ["--manifest", str(manifest)]

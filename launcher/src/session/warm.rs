@@ -10,7 +10,8 @@
 //!   one run reaches the next.
 //! - Jails are kept per [`Key`]: everything that decides a jail (the
 //!   environment's name, store path, wrapper, limits held by the jail,
-//!   network, ports, packages, layers). A call whose environment has
+//!   network, ports, layers). An environment with added packages (a call's
+//!   `packages`) gets none: its composition would stay in use. A call whose environment has
 //!   another key than the jails kept for its name and packages drains
 //!   those (they were started before the change) and never gets one.
 //! - Sizes follow use: a key is kept once a call took or missed a jail of
@@ -145,7 +146,11 @@ impl Pool {
     /// (the key is kept, and its target grows after a miss). Jails kept
     /// for `env`'s name and packages under another key are dropped.
     pub fn take(&self, env: &Arc<Env>) -> Took {
-        if !self.enabled() || self.spawner.shutdown.is_cancelled() {
+        // An environment with added packages is never kept: a warm jail
+        // would hold its composition in use (packages/mod.rs), so that the
+        // cache's bound could not drop it, and would run from a closure
+        // whose GC root the cache may drop.
+        if !self.enabled() || self.spawner.shutdown.is_cancelled() || !env.added.is_empty() {
             return Took::Cold;
         }
         let key = Key::of(env);

@@ -137,6 +137,10 @@ class Server:
             "PROJECT_DIR": str(project),
             "NSM_ADVERSARIAL_SECRET": SECRET,
             "TMPDIR": str(scratch),
+            # Warm jails off: each attack checks that nothing of its runs is
+            # left, which an idle warm jail would be (artifacts.py attacks
+            # the pool: no run sees what an earlier one left).
+            "NIX_SANDBOX_WARM_JAILS": "0",
             **(extra_env or {}),
         }
         self.client = McpClient([server + "/bin/nix-sandbox-mcp", "--stdio", *extra_args], env)

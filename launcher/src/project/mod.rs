@@ -148,7 +148,7 @@ impl Layers {
             host_dev,
             lower: self.lower.clone().filter(|_| project),
             seen: Mutex::new(None),
-            reservation: None,
+            reservation: Mutex::new(None),
         })
     }
 }
@@ -171,8 +171,9 @@ pub struct Layer {
     lower: Option<PathBuf>,
     /// The upper directory's fingerprint when its changes were last told.
     seen: Mutex<Option<u64>>,
-    /// Its tmpfs's share of the bound on all layers.
-    reservation: Option<Arc<pool::Reservation>>,
+    /// Its tmpfs's share of the bound on all layers (none yet for a warm
+    /// jail's, which takes it when a call takes the jail).
+    reservation: Mutex<Option<Arc<pool::Reservation>>>,
 }
 
 impl Layer {
@@ -186,9 +187,21 @@ impl Layer {
     /// a session started over one of its checkpoints holds the layer (an
     /// `Arc`, session/jail.rs), so its reservation lives as long as that
     /// session keeps its tmpfs alive.
-    pub fn holding(mut self, reservation: pool::Reservation) -> Self {
-        self.reservation = Some(Arc::new(reservation));
+    pub fn holding(self, reservation: pool::Reservation) -> Self {
+        self.hold(reservation);
         self
+    }
+
+    /// Holds `reservation` from now on (a warm jail's layer, taken).
+    pub fn hold(&self, reservation: pool::Reservation) {
+        let mut held = self.reservation.lock().unwrap_or_else(|p| p.into_inner());
+        *held = Some(Arc::new(reservation));
+    }
+
+    /// Whether it holds its share of the bound on all layers.
+    pub fn reserved(&self) -> bool {
+        let held = self.reservation.lock().unwrap_or_else(|p| p.into_inner());
+        held.is_some()
     }
 
     /// The variables the wrapper reads.

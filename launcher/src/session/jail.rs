@@ -175,19 +175,29 @@ async fn forget(root: &Arc<std::os::fd::OwnedFd>, old: Frozen) {
 /// A fresh layer for a session jail of `env`, when `env`'s session wrapper
 /// keeps one (holding the project's when the project is writable and its
 /// wrappers mount it).
-fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartError> {
+fn take_layer(
+    env: &Env,
+    spawner: &Spawner,
+    reserve: bool,
+) -> Result<Option<Arc<Layer>>, StartError> {
     let Some(layers) = spawner.project.as_ref().filter(|_| env.session_layer) else {
         return Ok(None);
     };
     let size = env.limits.workspace_mb.get().saturating_mul(1 << 20);
-    let reservation = layers.reserve(size).map_err(StartError::Layers)?;
+    let reservation = match reserve {
+        true => Some(layers.reserve(size).map_err(StartError::Layers)?),
+        false => None,
+    };
     let layer = layers.layer(env.project_layer).map_err(|e| {
         StartError::Spawn(std::io::Error::other(format!(
             "cannot make the session's project layer in {}: {e}",
             layers.dir().display()
         )))
     })?;
-    Ok(Some(Arc::new(layer.holding(reservation))))
+    Ok(Some(Arc::new(match reservation {
+        Some(reservation) => layer.holding(reservation),
+        None => layer,
+    })))
 }
 
 /// The variables a session wrapper of `env` gets: the server's, its
@@ -232,9 +242,44 @@ impl Jail {
         label: &str,
         restore: bool,
     ) -> Result<Self, StartError> {
+        Self::start(env, spawner, label, restore, true)
+    }
+
+    /// [`Jail::spawn`] for the warm pool: its layer holds no share of the
+    /// bound on all layers until [`Jail::reserve_layer`] (an idle warm
+    /// jail writes nothing, and must not keep sessions out).
+    pub fn spawn_warm(env: &Env, spawner: &Spawner) -> Result<Self, StartError> {
+        Self::start(env, spawner, "warm", false, false)
+    }
+
+    /// Takes the layer's share of the bound on all layers, when it has a
+    /// layer that holds none (a warm jail's, taken by a call).
+    pub fn reserve_layer(
+        &self,
+        env: &Env,
+        spawner: &Spawner,
+    ) -> Result<(), crate::project::pool::Full> {
+        let (Some(layer), Some(layers)) = (&self.shared.layer, &spawner.project) else {
+            return Ok(());
+        };
+        if layer.reserved() {
+            return Ok(());
+        }
+        let size = env.limits.workspace_mb.get().saturating_mul(1 << 20);
+        layer.hold(layers.reserve(size)?);
+        Ok(())
+    }
+
+    fn start(
+        env: &Env,
+        spawner: &Spawner,
+        label: &str,
+        restore: bool,
+        reserve: bool,
+    ) -> Result<Self, StartError> {
         let (user, gate) = spawner.prepare(env)?;
         let gate = gate.map(Box::new);
-        let layer = take_layer(env, spawner)?;
+        let layer = take_layer(env, spawner, reserve)?;
         let mut wrapper_env = wrapper_env(env, spawner, layer.as_deref(), restore);
         // The forwarder's socket pair when the environment publishes ports:
         // the wrapper inherits one end, the server keeps the other.

@@ -184,6 +184,14 @@ impl Pool {
                     stale.push(jail);
                     continue;
                 }
+                // Its layer's share of the bound is taken now; without
+                // room, the call goes cold (and is refused as it would
+                // be without the pool).
+                if let Err(full) = jail.reserve_layer(env, &self.spawner) {
+                    tracing::debug!(env = %env.name, held = full.held, "no room for a warm jail's layer");
+                    stale.push(jail);
+                    break;
+                }
                 found = Some(jail);
                 break;
             }
@@ -267,7 +275,7 @@ impl Pool {
     fn start_one(&self, env: &Env, key: Key) {
         let started = match self.spawner.shutdown.is_cancelled() {
             true => None,
-            false => match Jail::spawn(env, &self.spawner, "warm", false) {
+            false => match Jail::spawn_warm(env, &self.spawner) {
                 Ok(jail) => Some(jail),
                 Err(e) => {
                     tracing::warn!(env = %env.name, error = %e, "cannot start a warm jail");

@@ -269,3 +269,38 @@ async fn a_run_served_warm_reads_as_one_served_by_the_run_wrapper() {
         assert_no_process_left(&mark).await;
     }
 }
+
+/// An idle warm jail's layer holds no share of `NIX_SANDBOX_LAYERS_MB`: it
+/// takes it when a call takes the jail. Four idle warm jails (python's,
+/// shell's) under a bound of two layers keep no session out; the bound
+/// still holds for what calls take.
+#[tokio::test]
+async fn idle_warm_jails_keep_no_session_out_of_the_layers() {
+    let mark = marker("warmlayers");
+    let s = Server::start_with(
+        vec![sessions_marked(&mark, 30)],
+        &["--allow-wrappers-outside-store", "--warm-jails", "4"],
+        &[("NIX_SANDBOX_LAYERS_MB", "1024")],
+    )
+    .await;
+    for (env, code) in [("python", "print('one')"), ("shell", "echo one")] {
+        let r = s.run(env, code).await;
+        assert_eq!(text(&r), "one\n", "{r:?}");
+    }
+    // Each environment's first run found none ready: each gets two.
+    assert!(
+        eventually(|| count_named(&mark, "agent") == 4).await,
+        "the two warm jails did not start: {}",
+        s.stderr()
+    );
+    // A session of an environment with no warm jail: the layers are free.
+    let r = s.session("node", "n", "console.log('node')").await;
+    assert_eq!(text(&r), "node\n", "{r:?}");
+    // Python's warm jail, taken, takes the second layer.
+    let r = s.session("python", "p", "print('python')").await;
+    assert_eq!(text(&r), "python\n", "{r:?}");
+    assert!(s.stderr().contains("the session took a warm jail"), "{}", s.stderr());
+    // The bound holds: the shell's warm jail finds no room.
+    let r = s.session("shell", "s", "echo shell").await;
+    assert_refused(&r, "layers_full");
+}

@@ -340,13 +340,18 @@ class Bench:
             }
             created = self.interleaved(creations, min(self.args.runs, 20), warmup=1)
             self.lines(self.stat_rows(created, baseline="new session, pool off"))
-            # CPU per run, machine-wide (the pool's refills included), 20 runs each.
+            # CPU per run, machine-wide (the pool's refills included), 20 runs
+            # each; beside them the floor: a bare bwrap running python3 -c.
             cpu = {}
-            for name, server in (("warm pool", hot), ("pool off", cold)):
+            bare = BWRAP_FLOOR[:-1] + ["/usr/bin/python3", "-c", "print(1)"]
+            kinds = (("warm pool", lambda: self.mcp_print(hot, "python")),
+                     ("pool off", lambda: self.mcp_print(cold, "python")),
+                     ("bare bwrap + python3 -c", lambda: self.direct_true(bare)))
+            for name, once in kinds:
                 before, t0 = cpu_times(), time.perf_counter()
                 for _ in range(20):
                     time.sleep(self.args.gap)
-                    self.mcp_print(server, "python")
+                    once()
                 time.sleep(1.0)  # the last refill
                 after = cpu_times()
                 if before and after:
@@ -409,9 +414,11 @@ class Bench:
                  "no slower than off", bw["burst"]["p50"] <= bc["burst"]["p50"] * TARGET_RATIO)
         self.row("warm: idle memory per warm jail (RSS, upper bound)",
                  "-" if per_jail is None else mib(per_jail))
-        if len(cpu) == 2:
-            self.row("warm: CPU per run, warm / off (machine-wide)",
-                     f"{cpu['warm pool']:.1f} / {cpu['pool off']:.1f} ms")
+        if len(cpu) == 3:
+            floor = cpu["bare bwrap + python3 -c"]
+            self.row("warm: CPU per run, warm / off / bare bwrap + python3 -c (machine-wide)",
+                     f"{cpu['warm pool']:.1f} / {cpu['pool off']:.1f} / {floor:.1f} ms",
+                     "off <= bare", cpu["pool off"] <= floor * TARGET_RATIO)
 
     # --- 1. ephemeral runs, launcher memory, tokens --------------------------
 

@@ -299,7 +299,11 @@ async fn idle_warm_jails_keep_no_session_out_of_the_layers() {
     // Python's warm jail, taken, takes the second layer.
     let r = s.session("python", "p", "print('python')").await;
     assert_eq!(text(&r), "python\n", "{r:?}");
-    assert!(s.stderr().contains("the session took a warm jail"), "{}", s.stderr());
+    assert!(
+        s.stderr().contains("the session took a warm jail"),
+        "{}",
+        s.stderr()
+    );
     // The bound holds: the shell's warm jail finds no room.
     let r = s.session("shell", "s", "echo shell").await;
     assert_refused(&r, "layers_full");

@@ -15,9 +15,10 @@
 # An empty message before a call's code (the agent's `once`) makes that call
 # the interpreter's only one, run as `python3 -` runs a script: named
 # `<stdin>`, sys.argv ["-"], no value shown, no source in tracebacks; then
-# the interpreter exits as that one would (atexit handlers run, status 1
-# after an uncaught exception, SystemExit's code, death by SIGINT after a
-# KeyboardInterrupt).
+# the interpreter exits as that one would (non-daemon threads joined, atexit
+# handlers run, status 1 after an uncaught exception, SystemExit's code,
+# death by SIGINT after a KeyboardInterrupt), skipping only the
+# interpreter's finalization, which the answer would wait for.
 #
 # Matplotlib: MPLBACKEND defaults to Agg (headless), and
 # `plt.show()` saves every open figure to outputs/figure-N.png (N the next
@@ -255,7 +256,7 @@ def _run_once(code, main_module):
         compiled = compile(code, "<stdin>", "exec")
     except (SyntaxError, ValueError, OverflowError) as exc:
         _report(exc, frames=False)
-        sys.exit(1)
+        _exit_once(1)
     try:
         try:
             _running = True
@@ -263,18 +264,35 @@ def _run_once(code, main_module):
             exec(compiled, main_module.__dict__)
         finally:
             _running = False
-    except SystemExit:
-        raise
+    except SystemExit as exc:
+        _exit_once(_exit_code(exc))
     except KeyboardInterrupt as exc:
         _report(exc)
-        _flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        sys.exit(130)
+        _exit_once(None)
     except BaseException as exc:
         _report(exc)
-        sys.exit(1)
-    sys.exit(0)
+        _exit_once(1)
+    _exit_once(0)
+
+
+def _exit_once(status):
+    """Ends a one-shot interpreter as its exit would (non-daemon threads
+    joined, then atexit handlers, the streams flushed), with `status`, or by
+    SIGINT when None (after a KeyboardInterrupt), without the interpreter's
+    finalization: the jail is killed next, and the answer waits for this
+    exit."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()
+    import atexit
+
+    atexit._run_exitfuncs()
+    _flush()
+    if status is None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        status = 130
+    os._exit(status)
 
 
 def main():

@@ -93,6 +93,9 @@ fn python_scripts_read_as_a_run_wrappers(mode: Mode) {
             "raise SystemExit('bye')\n",
             "import atexit\natexit.register(print, 'at exit')\nprint('body')\n",
             "import sys\nprint(repr(sys.stdin.read()))\n",
+            "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\nprint('main')\n",
+            "raise SystemExit(None)\n",
+            "import sys\nsys.stderr.write('partial')\nsys.exit(True)\n",
         ],
     );
 }

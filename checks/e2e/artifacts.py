@@ -254,7 +254,7 @@ SAME_EITHER_WAY = [
     ("python", "print('x'\n", None),
     ("python", "import sys\nprint('before')\nsys.exit(3)\n", None),
     ("python", "import sys\nprint(sys.argv, __name__, __file__)\nraise SystemExit('bye')\n", None),
-    ("python", "import time\nprint('begun', flush=True)\ntime.sleep(60)\n", 2),
+    ("python", "import time\nprint('begun', flush=True)\ntime.sleep(60)\n", 3),
     ("shell", "echo out; echo err >&2; exit 4", None),
     ("shell", "set -e\nfalse\necho never\n", None),
 ]

@@ -226,7 +226,7 @@ async fn a_run_served_warm_reads_as_one_served_by_the_run_wrapper() {
             (
                 "python",
                 "import time\nprint('begun', flush=True)\ntime.sleep(60)\n",
-                Some(1),
+                Some(3),
             ),
             ("shell", "echo out; echo err >&2; exit 4", None),
             ("shell", "set -e\nfalse\necho never\n", None),

@@ -49,18 +49,21 @@ __nsm_run() {
   eval "$__nsm_trace$__nsm_code"$'\n''{ __nsm_status=$?; } 2>/dev/null' 62<&- 63>&-
 }
 
-while :; do
-  # The next call's code; a signal (an interrupt that came too late) only
-  # restarts the read, end of file ends the driver.
+# The next message into __nsm_code; a signal (an interrupt that came too
+# late) only restarts the read, end of file ends the driver.
+__nsm_next() {
   until IFS= read -r -d '' -u 62 __nsm_code; do
     (($? > 128)) || exit 0
   done
+}
+
+while :; do
+  __nsm_next
   if [[ -z $__nsm_code ]]; then
-    until IFS= read -r -d '' -u 62 __nsm_code; do
-      (($? > 128)) || exit 0
-    done
+    __nsm_next
     trap - INT DEBUG
     printf 'start\n' >&63
+    # shellcheck source=/dev/null # the script, given on stdin
     source /dev/stdin <<<"$__nsm_code" 62<&- 63>&-
     exit
   fi

@@ -31,15 +31,6 @@ pub use limits::Limits;
 use names::Allow;
 pub use profiles::Profile;
 
-impl Interpreter {
-    /// Whether its session agent's driver can run a call as the run wrapper
-    /// runs a script (the agent's `once`: python and bash), so that a warm
-    /// jail can serve a plain run and read as the run wrapper would.
-    pub fn runs_once(self) -> bool {
-        matches!(self, Interpreter::Python | Interpreter::Bash)
-    }
-}
-
 /// What the `interpreter` field names (what a session agent drives).
 /// `program`: the code is one source file of a compiled language, which
 /// the `run` wrapper builds and runs (lib/programRunner.nix); the probe
@@ -51,6 +42,15 @@ pub enum Interpreter {
     Bash,
     Node,
     Program,
+}
+
+impl Interpreter {
+    /// Whether its session agent's driver can run a call as the run wrapper
+    /// runs a script (the agent's `once`: python and bash), so that a warm
+    /// jail can serve a plain run and read as the run wrapper would.
+    pub fn runs_once(self) -> bool {
+        matches!(self, Interpreter::Python | Interpreter::Bash)
+    }
 }
 
 /// An environment's policy, as mkServer wrote it (lib/packagesOnDemand.nix).

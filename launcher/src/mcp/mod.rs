@@ -54,7 +54,7 @@ use crate::run;
 use crate::session::outputs::mirror::Mirror;
 use crate::session::warm::{self, Took};
 use crate::session::{self, SessionName, Sessions, throwaway};
-use crate::wrapper::{NotStarted, Spawner};
+use crate::wrapper::Spawner;
 use args::RunArgs;
 use proto::files::{MAX_FILES, MAX_PATH_BYTES};
 use resources::Links;
@@ -403,15 +403,7 @@ impl Server {
         let pool = &self.shared.pool;
         let jail = match pool.take(env) {
             Took::Warm(jail) => Some((*jail, true)),
-            Took::Cold if names_outputs(code) => {
-                let started = session::jail::Jail::spawn(env, cx.spawner, "run", false);
-                let jail = started.map_err(|cause| {
-                    tracing::error!(env = %env.name, error = %cause, "cannot start a session jail for a run");
-                    pool.refill_after_run(env);
-                    Refusal::from(session::Error::from(NotStarted::session(env, cause)))
-                })?;
-                Some((jail, false))
-            }
+            Took::Cold if names_outputs(code) => Some((throwaway::start(env, cx)?, false)),
             Took::Cold => None,
         };
         match jail {

@@ -183,25 +183,18 @@ impl Layer {
         &self.dir
     }
 
-    /// This layer holding `reservation` (its tmpfs's size) while it lives:
-    /// a session started over one of its checkpoints holds the layer (an
-    /// `Arc`, session/jail.rs), so its reservation lives as long as that
-    /// session keeps its tmpfs alive.
-    pub fn holding(self, reservation: pool::Reservation) -> Self {
-        self.hold(reservation);
-        self
-    }
-
-    /// Holds `reservation` from now on (a warm jail's layer, taken).
-    pub fn hold(&self, reservation: pool::Reservation) {
+    /// Takes its tmpfs's share (`bytes`) of `layers`' bound, unless it
+    /// holds it already, and holds it while it lives: a session started
+    /// over one of its checkpoints holds the layer (an `Arc`,
+    /// session/jail.rs), so its reservation lives as long as that session
+    /// keeps its tmpfs alive. A warm jail's layer takes it when a call
+    /// takes the jail.
+    pub fn reserve(&self, layers: &Layers, bytes: u64) -> Result<(), pool::Full> {
         let mut held = self.reservation.lock().unwrap_or_else(|p| p.into_inner());
-        *held = Some(Arc::new(reservation));
-    }
-
-    /// Whether it holds its share of the bound on all layers.
-    pub fn reserved(&self) -> bool {
-        let held = self.reservation.lock().unwrap_or_else(|p| p.into_inner());
-        held.is_some()
+        if held.is_none() {
+            *held = Some(Arc::new(layers.reserve(bytes)?));
+        }
+        Ok(())
     }
 
     /// The variables the wrapper reads.

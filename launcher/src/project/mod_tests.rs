@@ -63,10 +63,8 @@ fn a_layer_is_told_once_per_change_and_removed_with_its_jail() {
 fn a_layer_holds_its_reservation_and_a_holder_can_keep_it() {
     let t = tempfile::tempdir().unwrap();
     let layers = Layers::create(t.path(), None).unwrap().bounded(100);
-    let layer = layers
-        .layer(false)
-        .unwrap()
-        .holding(layers.reserve(60).unwrap());
+    let layer = layers.layer(false).unwrap();
+    layer.reserve(&layers, 60).unwrap();
     assert!(layers.reserve(41).is_err());
     // A fork keeping its source's tmpfs alive holds its layer, and with
     // it its reservation (session/jail.rs).

@@ -33,6 +33,7 @@ use super::verify::Violation;
 use crate::catalog::Env;
 use crate::egress::Gate;
 use crate::project::checkpoint::{self, Frozen};
+use crate::project::pool::Full;
 use crate::project::{self, InJail, Layer};
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
 use crate::wrapper::{self, Group, Spawner, StartError, WrapperEnv};
@@ -174,19 +175,11 @@ async fn forget(root: &Arc<std::os::fd::OwnedFd>, old: Frozen) {
 
 /// A fresh layer for a session jail of `env`, when `env`'s session wrapper
 /// keeps one (holding the project's when the project is writable and its
-/// wrappers mount it).
-fn take_layer(
-    env: &Env,
-    spawner: &Spawner,
-    reserve: bool,
-) -> Result<Option<Arc<Layer>>, StartError> {
+/// wrappers mount it); its share of the bound on all layers is taken by
+/// [`reserve`].
+fn take_layer(env: &Env, spawner: &Spawner) -> Result<Option<Arc<Layer>>, StartError> {
     let Some(layers) = spawner.project.as_ref().filter(|_| env.session_layer) else {
         return Ok(None);
-    };
-    let size = env.limits.workspace_mb.get().saturating_mul(1 << 20);
-    let reservation = match reserve {
-        true => Some(layers.reserve(size).map_err(StartError::Layers)?),
-        false => None,
     };
     let layer = layers.layer(env.project_layer).map_err(|e| {
         StartError::Spawn(std::io::Error::other(format!(
@@ -194,10 +187,19 @@ fn take_layer(
             layers.dir().display()
         )))
     })?;
-    Ok(Some(Arc::new(match reservation {
-        Some(reservation) => layer.holding(reservation),
-        None => layer,
-    })))
+    Ok(Some(Arc::new(layer)))
+}
+
+/// Takes `layer`'s share of the bound on all layers (its tmpfs's size,
+/// `workspace_mb`), unless it holds it already.
+fn reserve(layer: Option<&Layer>, env: &Env, spawner: &Spawner) -> Result<(), Full> {
+    match (layer, &spawner.project) {
+        (Some(layer), Some(layers)) => layer.reserve(
+            layers,
+            env.limits.workspace_mb.get().saturating_mul(1 << 20),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The variables a session wrapper of `env` gets: the server's, its
@@ -254,20 +256,8 @@ impl Jail {
 
     /// Takes the layer's share of the bound on all layers, when it has a
     /// layer that holds none (a warm jail's, taken by a call).
-    pub fn reserve_layer(
-        &self,
-        env: &Env,
-        spawner: &Spawner,
-    ) -> Result<(), crate::project::pool::Full> {
-        let (Some(layer), Some(layers)) = (&self.shared.layer, &spawner.project) else {
-            return Ok(());
-        };
-        if layer.reserved() {
-            return Ok(());
-        }
-        let size = env.limits.workspace_mb.get().saturating_mul(1 << 20);
-        layer.hold(layers.reserve(size)?);
-        Ok(())
+    pub fn reserve_layer(&self, env: &Env, spawner: &Spawner) -> Result<(), Full> {
+        reserve(self.shared.layer.as_deref(), env, spawner)
     }
 
     fn start(
@@ -275,11 +265,14 @@ impl Jail {
         spawner: &Spawner,
         label: &str,
         restore: bool,
-        reserve: bool,
+        reserve_now: bool,
     ) -> Result<Self, StartError> {
         let (user, gate) = spawner.prepare(env)?;
         let gate = gate.map(Box::new);
-        let layer = take_layer(env, spawner, reserve)?;
+        let layer = take_layer(env, spawner)?;
+        if reserve_now {
+            reserve(layer.as_deref(), env, spawner).map_err(StartError::Layers)?;
+        }
         let mut wrapper_env = wrapper_env(env, spawner, layer.as_deref(), restore);
         // The forwarder's socket pair when the environment publishes ports:
         // the wrapper inherits one end, the server keeps the other.

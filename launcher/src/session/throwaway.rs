@@ -64,15 +64,7 @@ pub async fn in_taken(
     let started = Instant::now();
     let (mut jail, warm) = match took {
         Took::Warm(jail) => (*jail, true),
-        Took::Cold => {
-            let jail = Jail::spawn(env, cx.spawner, "run", false);
-            let jail = jail.map_err(|cause| {
-                tracing::error!(env = %env.name, error = %cause, "cannot start a session jail for a run");
-                cx.pool.refill_after_run(env);
-                Error::from(NotStarted::session(env, cause))
-            })?;
-            (jail, false)
-        }
+        Took::Cold => (start(env, cx)?, false),
     };
     let outcome = in_jail(&mut jail, env, code, files, cx).await;
     jail.kill();
@@ -82,6 +74,16 @@ pub async fn in_taken(
     outcome.warm = warm;
     outcome.duration = started.elapsed();
     Ok(outcome)
+}
+
+/// A session jail of `env` started for one run (none was warm); when it
+/// cannot start, the pool refills all the same.
+pub fn start(env: &Arc<Env>, cx: &Context<'_>) -> Result<Jail, Error> {
+    Jail::spawn(env, cx.spawner, "run", false).map_err(|cause| {
+        tracing::error!(env = %env.name, error = %cause, "cannot start a session jail for a run");
+        cx.pool.refill_after_run(env);
+        Error::from(NotStarted::session(env, cause))
+    })
 }
 
 /// A `once` call's end, for report/run.rs to tell as a run's.

@@ -10,10 +10,11 @@
 //!   one run reaches the next.
 //! - Jails are kept per [`Key`]: everything that decides a jail (the
 //!   environment's name, store path, wrapper, limits held by the jail,
-//!   network, ports, layers). An environment with added packages (a call's
-//!   `packages`) gets none: its composition would stay in use. A call whose environment has
-//!   another key than the jails kept for its name and packages drains
-//!   those (they were started before the change) and never gets one.
+//!   network, ports, layers). A call whose environment has another key
+//!   than the jails kept for its name drains those (they were started
+//!   before the change) and never gets one. An environment with added
+//!   packages (a call's `packages`) gets none: its composition would stay
+//!   in use.
 //! - Sizes follow use: a key is kept once a call took or missed a jail of
 //!   it, with a target of one warm jail, doubled when a call finds none
 //!   ready; a key no call used for [`Settings::idle`] is dropped with its
@@ -144,7 +145,7 @@ impl Pool {
 
     /// A ready jail of `env`'s key, if one is; notes the use either way
     /// (the key is kept, and its target grows after a miss). Jails kept
-    /// for `env`'s name and packages under another key are dropped.
+    /// for `env`'s name under another key are dropped.
     pub fn take(&self, env: &Arc<Env>) -> Took {
         // An environment with added packages is never kept: a warm jail
         // would hold its composition in use (packages/mod.rs), so that the
@@ -159,8 +160,7 @@ impl Pool {
             let mut state = self.lock();
             let before = state.keys.len();
             state.keys.retain(|k, e| {
-                let same_slot = e.env.name == env.name && e.env.added == env.added;
-                if same_slot && *k != key {
+                if e.env.name == env.name && *k != key {
                     stale.extend(e.ready.drain(..));
                     return false;
                 }
@@ -256,7 +256,9 @@ impl Pool {
             entry.starting += wanted;
             wanted
         };
-        tracing::debug!(env = %env.name, wanted, evicted = evicted.len(), "warm jails to start");
+        if !evicted.is_empty() {
+            tracing::debug!(env = %env.name, "a warm jail of another environment makes room");
+        }
         // Killed outside the lock.
         drop(evicted);
         // Each start on a blocking thread: the runtime has one thread, and

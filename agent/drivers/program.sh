@@ -21,9 +21,10 @@
 # never see.
 #
 # An empty message before a call's code (the agent's `once`) makes that call
-# the driver's only one, as the run wrapper runs a source: the runner gets
-# the source on its stdin byte for byte, and its status is the driver's exit
-# status. The channel stays open (closed for the runner) until then.
+# the driver's only one, as the run wrapper runs a source: the runner takes
+# the driver's place (its exit, a signal's death included, is the call's),
+# the source on its stdin byte for byte. The channel closes with the exec,
+# after `start`, which the agent allows a `once` call.
 
 exec 62<&3 63>&4 3<&- 4>&-
 
@@ -43,8 +44,7 @@ while :; do
     done
     trap - INT
     printf 'start\n' >&63
-    "$__nsm_runner" 62<&- 63>&- < <(printf '%s' "$__nsm_code")
-    exit
+    exec "$__nsm_runner" 62<&- 63>&- < <(printf '%s' "$__nsm_code")
   fi
   __nsm_intr=
   printf 'start\n' >&63

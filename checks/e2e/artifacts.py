@@ -195,6 +195,13 @@ def t_png(args, scratch):
         succeeded(result, text)
         want = base64.b64decode(text.splitlines()[0])
         check(images(result) == [("image/png", want)] and not st.get("warm"), f"pool off: {st}")
+        # So does node's, as the node driver runs it once too.
+        result, text, st = s.call(env="node", code=(
+            "const fs = require('fs')\nfs.mkdirSync('outputs', { recursive: true })\n"
+            "fs.writeFileSync('outputs/from-node.txt', 'node\\n')\nconsole.log(__filename)\n"))
+        succeeded(result, text)
+        check(text.startswith("[stdin]\n") and [o["path"] for o in st.get("outputs", [])] == ["from-node.txt"]
+              and len(links(result)) == 1, f"node, pool off: {text!r} {st}")
 
 
 # A run that leaves everything it can for the next: a file in /tmp,
@@ -257,6 +264,10 @@ SAME_EITHER_WAY = [
     ("python", "import time\nprint('begun', flush=True)\ntime.sleep(60)\n", 3),
     ("shell", "echo out; echo err >&2; exit 4", None),
     ("shell", "set -e\nfalse\necho never\n", None),
+    ("node", "console.log('one')\n1 + 1\n", None),
+    ("node", "console.log(process.argv.length, typeof fs, __filename)\nprocess.exit(3)\n", None),
+    ("node", "setTimeout(() => console.log('later'), 100)\nconsole.error('now')\nprocess.exitCode = 5\n", None),
+    ("node", "console.log('begun')\nsetInterval(() => {}, 1000)\n", 3),
 ]
 
 

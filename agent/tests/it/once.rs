@@ -176,6 +176,10 @@ fn program_sources_read_as_a_run_wrappers(mode: Mode) {
             "echo out; echo err >&2; exit 4\n",
             "read -r line; echo \"read: $? ${line-}\"\n",
             "no_such_command\n",
+            // Past the grace the agent gives a driver that closed its
+            // channel: the runner took the driver's place.
+            "sleep 1; echo slept\n",
+            "echo before; kill -ABRT $$\n",
         ],
     );
 }

@@ -199,7 +199,8 @@ async fn served_warm(s: &Server, arguments: &serde_json::Value) -> CallToolResul
 /// What the model reads of a run served by a warm jail is what it reads of
 /// the same run served by the run wrapper (the pool off): the value of a
 /// last expression is not shown, a traceback names `<stdin>` without its
-/// source, `sys.exit(3)` and `exit 4` are the run's exit codes, a timeout
+/// source, `sys.exit(3)`, `exit 4` and `process.exit(3)` are the run's exit
+/// codes, node runs its event loop out, a timeout
 /// kills the process tree, a flood is stopped at the same bound. The
 /// shell's runs come after python's have filled the pool's bound: the shell
 /// gets a jail of python's.
@@ -230,6 +231,22 @@ async fn a_run_served_warm_reads_as_one_served_by_the_run_wrapper() {
             ),
             ("shell", "echo out; echo err >&2; exit 4", None),
             ("shell", "set -e\nfalse\necho never\n", None),
+            ("node", "console.log(1)\n1 + 1\n", None),
+            (
+                "node",
+                "setTimeout(() => console.log('later'), 100)\nconsole.error('now')\nprocess.exitCode = 5\n",
+                None,
+            ),
+            (
+                "node",
+                "console.log(process.argv.length, typeof fs, __filename)\nprocess.exit(3)\n",
+                None,
+            ),
+            (
+                "node",
+                "console.log('begun')\nsetInterval(() => {}, 1000)\n",
+                Some(3),
+            ),
         ];
         for (env, code, timeout_s) in same {
             let mut arguments = json!({"env": env, "code": code});

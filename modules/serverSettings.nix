@@ -115,8 +115,7 @@ in
       each serving one `run` without a session (read as the run wrapper's
       run, and returning its `/workspace/outputs`; one that finds none
       ready uses the run wrapper and returns none) or one new session,
-      then killed. Plain runs of python and bash environments only; a new
-      session of any. An environment no call used for 120 s keeps none.
+      then killed. An environment no call used for 120 s keeps none.
       Each idle one holds its interpreter's memory (about 15 MiB for
       Python). `0` starts none.
     '';

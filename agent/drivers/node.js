@@ -23,9 +23,22 @@
 // sent one meanwhile. That answer, not node's own report, decides whether the
 // cell was interrupted: node's watchdog can lose a signal that comes as the
 // script ends, and then report it in a later cell.
+//
+// An empty message before a call's code (the agent's `once`) makes that call
+// the interpreter's only one, run as `node -` runs a script given on stdin:
+// named `[stdin]` (`__filename`, the `[stdin]:1` of an error), with
+// `module`, `exports`, `require` and `__dirname` of a module `[stdin]` in
+// the working directory, `process.argv` ending in `-`, no value shown and
+// no REPL ever started (so no built-in modules as globals); then node runs
+// its event loop out and exits as that one would (status 1 after an
+// uncaught error, printed by node itself, `process.exit`'s code). Only the
+// stack frames below the script's own differ: they name this driver where
+// node's name its internals. The driver reads the first message before it
+// starts the REPL, so that nothing of it is set up for such a call.
 'use strict';
 
 const fs = require('fs');
+const path = require('path');
 const vm = require('vm');
 const { PassThrough } = require('stream');
 
@@ -45,6 +58,32 @@ const messagesOut = privateFd(4, fs.constants.O_WRONLY);
 
 function send(message) {
   fs.writeSync(messagesOut, `${message}\n`);
+}
+
+// What was read from the agent past the last message taken.
+let pending = Buffer.alloc(0);
+const chunk = Buffer.alloc(1 << 16);
+
+// The next message, read synchronously (before the event loop runs), or
+// null at end of file.
+function readMessageSync() {
+  for (;;) {
+    const end = pending.indexOf(0);
+    if (end >= 0) {
+      const message = pending.subarray(0, end).toString('utf8');
+      pending = pending.subarray(end + 1);
+      return message;
+    }
+    let n;
+    try {
+      n = fs.readSync(codeIn, chunk, 0, chunk.length, null);
+    } catch (error) {
+      if (error.code === 'EINTR' || error.code === 'EAGAIN') continue;
+      throw error;
+    }
+    if (n === 0) return null;
+    pending = Buffer.concat([pending, chunk.subarray(0, n)]);
+  }
 }
 
 // After `hold`: the agent's answer, true when it sent SIGINT since `start`.
@@ -103,19 +142,101 @@ function absorbLateSigint() {
   }
 }
 
+// Loaded now (it sets nothing up until started), so that a session's first
+// call does not wait for it.
 const repl = require('repl');
-const server = repl.start({
-  input: new PassThrough(),
-  output: process.stderr,
-  prompt: '',
-  terminal: false,
-  useGlobal: true,
-  ignoreUndefined: true,
-  breakEvalOnSigint: true,
-});
-// The REPL's own SIGINT handling is for a terminal, and node's report of a
-// SIGINT is not trusted (see above): the agent's answer decides.
-server.removeAllListeners('SIGINT');
+
+// A `once` call (see the top): the code is the next message.
+function runOnce() {
+  const code = readMessageSync();
+  if (code === null) process.exit(0);
+  vm.Script.prototype.runInThisContext = runInThisContext;
+  process.argv.splice(1, Infinity, '-');
+  delete process.mainModule;
+  // node reads its stdin to the end first (the script's own reads find it
+  // ended), as here; the driver's stdin is /dev/null.
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', () => {});
+  process.stdin.on('end', () => runScript(code));
+}
+
+// Runs a `once` call's code as node's evalScript runs a script on stdin: a
+// module `[stdin]` in the working directory.
+function runScript(code) {
+  const { Module } = require('module');
+  const name = '[stdin]';
+  const cwd = process.cwd();
+  const main = new Module(name);
+  main.filename = path.join(cwd, name);
+  main.paths = Module._nodeModulePaths(cwd);
+  send('start');
+  // node's own wrapper, word for word, so that its frame reads the same.
+  const wrapper = `
+      globalThis.module = module;
+      globalThis.exports = exports;
+      globalThis.__dirname = __dirname;
+      globalThis.require = require;
+      return (main) => main();
+    `;
+  globalThis.__filename = name;
+  // `import()` through node's own loader (node 20.12 and later), as a
+  // script's on stdin; node warns that the option is experimental when it
+  // is first used, a warning `node -` does not print: used once first
+  // with the warning muted (node warns of a feature once).
+  const importModuleDynamically = vm.constants?.USE_MAIN_CONTEXT_DEFAULT_LOADER;
+  if (importModuleDynamically !== undefined && code.includes('import')) {
+    const emitWarning = process.emitWarning;
+    process.emitWarning = () => {};
+    try {
+      new vm.Script('import("node:path")', { importModuleDynamically })
+        .runInThisContext()
+        .catch(() => {});
+    } finally {
+      process.emitWarning = emitWarning;
+    }
+  }
+  main._compile(wrapper, `${name}-wrapper`)(() =>
+    new vm.Script(code, { filename: name, importModuleDynamically }).runInThisContext({
+      displayErrors: true,
+    }),
+  );
+}
+
+let server = null; // the REPL, started by a session's first call
+
+// Starts the REPL and the driver's handlers, then runs the session's first
+// call.
+function startSession(code) {
+  server = repl.start({
+    input: new PassThrough(),
+    output: process.stderr,
+    prompt: '',
+    terminal: false,
+    useGlobal: true,
+    ignoreUndefined: true,
+    breakEvalOnSigint: true,
+  });
+  // The REPL's own SIGINT handling is for a terminal, and node's report of
+  // a SIGINT is not trusted (see above): the agent's answer decides.
+  server.removeAllListeners('SIGINT');
+  process.on('SIGINT', onSigint);
+  // The watchdog's error has only the driver's frames to show.
+  server._domain.prependListener('error', (error) => {
+    if (error && error.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
+      error.stack = `${error.name}: ${error.message}`;
+      Object.defineProperty(error, 'code', { enumerable: false });
+    }
+  });
+  // Errors of the cell (and any uncaught one while it runs) come here after
+  // the REPL printed them.
+  server._domain.on('error', () => {
+    if (cell && !cell.done) finish(cell, 1);
+  });
+  process.on('unhandledRejection', (reason) => {
+    process.stderr.write(`Uncaught (in promise) ${server.writer(reason)}\n`);
+  });
+  setImmediate(run, code);
+}
 
 function finish(c, status, value) {
   if (c.done) return;
@@ -151,23 +272,6 @@ function interrupt(c) {
 function onSigint() {
   if (cell && !cell.done) interrupt(cell);
 }
-process.on('SIGINT', onSigint);
-
-// The watchdog's error has only the driver's frames to show.
-server._domain.prependListener('error', (error) => {
-  if (error && error.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
-    error.stack = `${error.name}: ${error.message}`;
-    Object.defineProperty(error, 'code', { enumerable: false });
-  }
-});
-// Errors of the cell (and any uncaught one while it runs) come here after
-// the REPL printed them.
-server._domain.on('error', () => {
-  if (cell && !cell.done) finish(cell, 1);
-});
-process.on('unhandledRejection', (reason) => {
-  process.stderr.write(`Uncaught (in promise) ${server.writer(reason)}\n`);
-});
 
 let cells = 0;
 function run(code) {
@@ -204,8 +308,6 @@ function run(code) {
 
 // Reads the next cell's code in the background, so the event loop (timers,
 // servers the code started) keeps running between calls.
-let pending = Buffer.alloc(0);
-const chunk = Buffer.alloc(1 << 16);
 function receive() {
   const end = pending.indexOf(0);
   if (end >= 0) {
@@ -224,4 +326,9 @@ function receive() {
     receive();
   });
 }
-receive();
+// The first message, read before the event loop runs: empty for a `once`
+// call, else the code of a session's first call.
+const first = readMessageSync();
+if (first === null) process.exit(0);
+if (first === '') runOnce();
+else startSession(first);

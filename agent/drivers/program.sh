@@ -19,6 +19,12 @@
 #
 # The channel moves to fds 62 and 63, which the runner and the program
 # never see.
+#
+# An empty message before a call's code (the agent's `once`) makes that call
+# the driver's only one, as the run wrapper runs a source: the runner takes
+# the driver's place (its exit, a signal's death included, is the call's),
+# the source on its stdin byte for byte. The channel closes with the exec,
+# after `start`, which the agent allows a `once` call.
 
 exec 62<&3 63>&4 3<&- 4>&-
 
@@ -32,6 +38,14 @@ while :; do
   until IFS= read -r -d '' -u 62 __nsm_code; do
     (($? > 128)) || exit 0
   done
+  if [[ -z $__nsm_code ]]; then
+    until IFS= read -r -d '' -u 62 __nsm_code; do
+      (($? > 128)) || exit 0
+    done
+    trap - INT
+    printf 'start\n' >&63
+    exec "$__nsm_runner" 62<&- 63>&- < <(printf '%s' "$__nsm_code")
+  fi
   __nsm_intr=
   printf 'start\n' >&63
   "$__nsm_runner" 62<&- 63>&- <<<"$__nsm_code"

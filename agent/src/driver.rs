@@ -8,8 +8,8 @@
 //! driver runs it as the environment's run wrapper runs a script (no value
 //! shown, the script's own name in tracebacks) and then exits as that
 //! interpreter would, with the script's status, instead of saying `done`.
-//! The launcher asks for it only of the drivers that have the mode (python
-//! and bash: `catalog::Env::runs_once`).
+//! After its `start` it may close the channel (the program driver execs the
+//! program runner): the process's exit then ends the call.
 //!
 //! Driver -> agent: one message a line.
 //! - `start`: the call's code runs now and SIGINT is safe: the driver turns it

@@ -109,6 +109,10 @@ struct Session {
     to_driver: Vec<u8>,
     /// A partial line from the driver.
     from_driver: Vec<u8>,
+    /// A `once` call's driver closed its channel after `start` (the program
+    /// driver hands its process to the program runner): the process's exit
+    /// ends the call.
+    channel_closed: bool,
     sigchld: SignalFd,
     buf: Vec<u8>,
     /// The workspace, for files in and outputs out; `None` when it could not
@@ -164,6 +168,7 @@ impl Session {
             requests: Splitter::new(),
             to_driver: Vec::new(),
             from_driver: Vec::new(),
+            channel_closed: false,
             sigchld,
             buf: vec![0; 64 << 10],
             workspace,
@@ -199,6 +204,7 @@ impl Session {
         );
         self.to_driver.clear();
         self.from_driver.clear();
+        self.channel_closed = false;
         self.interpreter = Some(interpreter);
         Ok(())
     }
@@ -246,7 +252,7 @@ impl Session {
         let mut slots = [None; 4];
         if let Some(interp) = &self.interpreter {
             let wanted = [
-                Some((interp.from_driver.as_fd(), PollFlags::POLLIN)),
+                (!self.channel_closed).then(|| (interp.from_driver.as_fd(), PollFlags::POLLIN)),
                 (!self.to_driver.is_empty())
                     .then(|| (interp.to_driver.as_fd(), PollFlags::POLLOUT)),
                 interp
@@ -303,9 +309,20 @@ impl Session {
     }
 
     /// Acts on the driver's messages. A driver that closes its channel cannot
-    /// run calls any more: it is killed, and its death handled as any other.
+    /// run calls any more: it is killed, and its death handled as any other,
+    /// unless the call is a `once` call that started, whose process may
+    /// close it (an exec) and ends the call when it exits.
     fn read_driver(&mut self) -> io::Result<()> {
         if self.drain_driver()? {
+            return Ok(());
+        }
+        if self
+            .call
+            .as_ref()
+            .is_some_and(|call| call.once.is_some() && call.phase == Phase::Running)
+        {
+            tracing::debug!("a one-shot call's driver closed its channel");
+            self.channel_closed = true;
             return Ok(());
         }
         // Usually the interpreter is exiting: its fds close before it is a

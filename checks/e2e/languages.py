@@ -287,6 +287,57 @@ def t_session_cache(server, lang):
                        f"the same source again {reused_in:.2f} s (the cached program)")
 
 
+C_OUTPUTS = ('#include <stdio.h>\n#include <sys/stat.h>\nint main(void) {\n  mkdir("outputs", 0755);\n'
+             '  FILE *f = fopen("outputs/from-c.txt", "w");\n  fputs("c\\n", f);\n  fclose(f);\n'
+             '  puts("wrote");\n  return 0;\n}\n')
+
+
+def t_plain_run_outputs(server):
+    """A plain run of a program environment whose source names its outputs
+    gets a jail of the agent's (here, with the pool off, one started for
+    it), and its outputs come back as a python or node run's do: listed, as
+    no session keeps them to link."""
+    result, text, facts = run(server, "c", C_OUTPUTS)
+    check(not result.get("isError") and text.startswith("wrote\n"), f"{text[-400:]}")
+    paths = [o["path"] for o in facts.get("outputs", [])]
+    check(paths == ["from-c.txt"] and "- from-c.txt (text/plain, 2 B)" in text, f"outputs {paths}: {text[-300:]}")
+
+
+def t_warm_reads_cold(args, scratch, manager):
+    """A plain run of a program environment served by a warm jail (on a
+    server of its own with the pool on; the suite's server has it off)
+    reads as one the run wrapper served: a compile error's message and
+    exit code, and a crash. Runs sent at once past what the pool holds (at
+    most 4 warm jails) find none ready: the run wrapper serves them; later
+    ones, one at a time, find the refill."""
+    with LanguagesServer(args, scratch, {**manager, "NIX_SANDBOX_WARM_JAILS": "4"}) as server:
+        compare_warm_and_cold(server)
+
+
+def compare_warm_and_cold(server):
+    for key in ("broken", "panic"):
+        source = LANGUAGES["c"][key]
+        seen = {}
+        for result, text, facts in runs_at_once(server, [("c", source)] * 6):
+            seen.setdefault(bool(facts.get("warm")), (result, text, facts))
+        for _ in range(40):
+            if True in seen:
+                break
+            result, text, facts = run(server, "c", source)
+            if facts.get("warm"):
+                seen[True] = (result, text, facts)
+            time.sleep(0.25)
+        check(set(seen) == {True, False}, f"{key}: served warm {sorted(seen)}")
+        (h_result, h_text, h_facts), (c_result, c_text, c_facts) = seen[True], seen[False]
+        # The figures of a `used:` line differ: a warm jail's cgroup holds
+        # the agent too.
+        h_text, c_text = (re.sub(r"(?m)^used: .*$", "used: ...", t) for t in (h_text, c_text))
+        check(h_text == c_text, f"{key}: warm {h_text[-400:]!r}, cold {c_text[-400:]!r}")
+        check(bool(h_result.get("isError")) == bool(c_result.get("isError")), f"{key}: isError differs")
+        for fact in ("exit_code", "signal", "timed_out"):
+            check(h_facts.get(fact) == c_facts.get(fact), f"{key}: {fact} {h_facts.get(fact)} / {c_facts.get(fact)}")
+
+
 def t_network_tools(server):
     code = ("curl --version | head -n 1; dig -v 2>&1 | head -n 1; nc -h 2>&1 | head -n 1; "
             "openssl version; ip -o link | cut -d: -f2 | tr -d ' '")
@@ -323,10 +374,13 @@ def main():
                 suite.test(f"{lang}: a session's second build reuses the first's cache",
                            t_session_cache, server, lang)
             suite.test("every language's endless program times out, at once", t_timeouts, server)
+            suite.test("c: a plain run's outputs come back", t_plain_run_outputs, server)
             suite.test("network-tools: its tools run, loopback only, the proxy set", t_network_tools, server)
             for line in server.client.stderr:
                 if "self-test: cgroups:" in line:
                     info(server.label, "the server's " + line.split("self-test: ", 1)[1].strip())
+        suite.test("c: a run served by a warm jail reads as the run wrapper's", t_warm_reads_cold, args, scratch,
+                   manager)
     sys.exit(1 if suite.failed else 0)
 
 

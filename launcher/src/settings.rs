@@ -248,7 +248,7 @@ pub const WARM_JAILS: Setting = Setting {
         Key::WarmJails,
         "warm-jails",
         "most warm jails, all environments together: session jails started ahead, each \
-         serving one run without a session of a python or bash environment (read as the run \
+         serving one run without a session (read as the run \
          wrapper's, and returning its outputs; one that finds none ready uses the run wrapper) \
          or one new session, then killed; an environment no call used for 120 s keeps none; \
          0 starts none",

@@ -45,7 +45,7 @@ pub enum Lang {
 
 /// The program driver's runner in these tests: the source on stdin, then
 /// run with its stdin at end of file, as lib/programRunner.nix does.
-const PROGRAM_RUNNER: &str =
+pub const PROGRAM_RUNNER: &str =
     "#!/bin/bash\nsource=$(cat)\nexec /bin/bash -c \"$source\" program </dev/null\n";
 
 impl Lang {

@@ -2,8 +2,11 @@
 //! wrapper runs a script, so that a run served by a warm jail reads as one
 //! served by a fresh run wrapper. Each script's stdout, stderr and exit are
 //! compared with the host interpreter run as the run wrapper runs it
-//! (lib/interpreters.nix: `python3 -`, `bash -c 'source /dev/stdin'`) with
-//! the script on stdin.
+//! (lib/interpreters.nix: `python3 -`, `bash -c 'source /dev/stdin'`,
+//! `node -`, the program runner) with the script on stdin. Node's stack
+//! frames below the script's own are the one difference: they name the
+//! driver where node's name its internals, so frame lines outside the
+//! script are left out of node's comparison.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -12,11 +15,13 @@ use std::time::{Duration, Instant};
 use proto::frame::{Exit, Stream};
 
 use crate::both_modes;
-use crate::harness::{Agent, Lang, Mode};
+use crate::harness::{Agent, Lang, Mode, PROGRAM_RUNNER};
 
 both_modes!(
     python_scripts_read_as_a_run_wrappers,
     bash_scripts_read_as_a_run_wrappers,
+    node_scripts_read_as_a_run_wrappers,
+    program_sources_read_as_a_run_wrappers,
     a_once_call_is_killed_not_interrupted,
     a_once_call_that_floods_is_stopped,
 );
@@ -34,7 +39,16 @@ fn as_run_wrapper(lang: Lang, script: &str) -> (String, String, Exit) {
             c.args(["-c", "source /dev/stdin"]);
             c
         }
-        _ => unreachable!("no once mode"),
+        Lang::Node => {
+            let mut c = Command::new(lang.program());
+            c.arg("-");
+            c
+        }
+        Lang::Program => {
+            let mut c = Command::new(lang.program());
+            c.args(["-c", PROGRAM_RUNNER]);
+            c
+        }
     };
     let mut child = command
         .current_dir("/")
@@ -63,6 +77,20 @@ fn as_run_wrapper(lang: Lang, script: &str) -> (String, String, Exit) {
     )
 }
 
+/// Node's stderr without the stack frames outside the script (`[stdin]`),
+/// which name node's internals or the driver, and with a warning's pid
+/// (`(node:PID)`) left out.
+fn script_frames(stderr: &str) -> String {
+    stderr
+        .split_inclusive('\n')
+        .filter(|line| !line.starts_with("    at ") || line.contains("[stdin]:"))
+        .map(|line| match line.strip_prefix("(node:") {
+            Some(rest) => format!("(node:PID){}", &rest[rest.find(')').unwrap() + 1..]),
+            None => line.to_owned(),
+        })
+        .collect()
+}
+
 /// Each script in a fresh agent's `once` call, against the run wrapper's
 /// interpreter.
 fn compare(mode: Mode, lang: Lang, scripts: &[&str]) {
@@ -72,7 +100,11 @@ fn compare(mode: Mode, lang: Lang, scripts: &[&str]) {
         let reply = a.exec_reply(id);
         let (stdout, stderr, exit) = as_run_wrapper(lang, script);
         assert_eq!(reply.stdout, stdout, "stdout of {script:?}");
-        assert_eq!(reply.stderr, stderr, "stderr of {script:?}");
+        let (ours, theirs) = match lang {
+            Lang::Node => (script_frames(&reply.stderr), script_frames(&stderr)),
+            _ => (reply.stderr.clone(), stderr),
+        };
+        assert_eq!(ours, theirs, "stderr of {script:?}");
         assert_eq!(reply.exit, Some(exit), "exit of {script:?}");
         assert_eq!(reply.status, exit.status(), "status of {script:?}");
         assert_eq!(reply.flooded, None);
@@ -110,6 +142,44 @@ fn bash_scripts_read_as_a_run_wrappers(mode: Mode) {
             "set -e\nfalse\necho never\n",
             "read -r line; echo \"read: $? ${line-}\"\n",
             "f() { return 7; }\nf\n",
+        ],
+    );
+}
+
+fn node_scripts_read_as_a_run_wrappers(mode: Mode) {
+    compare(
+        mode,
+        Lang::Node,
+        &[
+            "console.log(1)\n1 + 1\n",
+            "console.log(process.argv.slice(1), require.main, __filename, __dirname, module.id, typeof exports, typeof fs, typeof _)\n",
+            "function f() { throw new Error('no') }\nf()\n",
+            "let a = ;\n",
+            "process.exitCode = 4\nconsole.error('err')\n",
+            "process.exit(3)\n",
+            "setTimeout(() => console.log('later'), 200)\nconsole.log('now')\n",
+            "Promise.reject(new Error('rejected'))\n",
+            "process.on('exit', (code) => console.log('exit', code))\n",
+            "let input = ''\nprocess.stdin.on('data', (d) => (input += d)).on('end', () => console.log(JSON.stringify(input)))\n",
+            "import('node:path').then((p) => console.log(p.basename('/a/b')))\nprocess.emitWarning('mine')\n",
+            "const p = require('path')\nconsole.log(require.resolve.paths('y')[0] === p.join(process.cwd(), 'node_modules'), module.filename === p.join(process.cwd(), '[stdin]'))\n",
+        ],
+    );
+}
+
+fn program_sources_read_as_a_run_wrappers(mode: Mode) {
+    compare(
+        mode,
+        Lang::Program,
+        &[
+            "echo built and run\n",
+            "echo out; echo err >&2; exit 4\n",
+            "read -r line; echo \"read: $? ${line-}\"\n",
+            "no_such_command\n",
+            // Past the grace the agent gives a driver that closed its
+            // channel: the runner took the driver's place.
+            "sleep 1; echo slept\n",
+            "echo before; kill -ABRT $$\n",
         ],
     );
 }

@@ -44,15 +44,6 @@ pub enum Interpreter {
     Program,
 }
 
-impl Interpreter {
-    /// Whether its session agent's driver can run a call as the run wrapper
-    /// runs a script (the agent's `once`: python and bash), so that a warm
-    /// jail can serve a plain run and read as the run wrapper would.
-    pub fn runs_once(self) -> bool {
-        matches!(self, Interpreter::Python | Interpreter::Bash)
-    }
-}
-
 /// An environment's policy, as mkServer wrote it (lib/packagesOnDemand.nix).
 /// Its `build` (whether Nix may build what the binary cache does not have)
 /// is the helper's to apply: it is in the helper's text.

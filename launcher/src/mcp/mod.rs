@@ -494,10 +494,9 @@ impl Server {
             // With warm jails, a plain run the agent can take goes to a
             // warm jail when one is ready, so that its outputs come back;
             // one that names its outputs goes to an agent's jail either
-            // way. Only where the agent's driver can run it as the run
-            // wrapper would (`runs_once`), so that it reads the same.
+            // way. Every driver runs it as the run wrapper would (`once`),
+            // so that it reads the same.
             None if (self.shared.pool.enabled() || names_outputs(&args.code))
-                && env.interpreter.runs_once()
                 && self.agent_takes(env, &args.code) =>
             {
                 Target::Warm

@@ -101,6 +101,10 @@ pub fn ran_by_agent(env: &Env, once: Once, resource_links: bool, warm: bool) -> 
 /// A `once` call's outcome as a run's: the interpreter's exit is the run's
 /// (the agent's status when it did not say one); a call that ended without
 /// an answer (the agent stopped answering) ended without an exit status.
+/// The code's death by signal N reads as the run wrapper reports it, exit
+/// code 128+N (bubblewrap's, whose child it is); a kill of the launcher's
+/// own (a timeout, a cancellation, a flood) is the wrapper's death by
+/// SIGKILL there, and stays a signal.
 fn as_run(
     o: &mut CallOutcome,
     output_bytes: usize,
@@ -120,6 +124,11 @@ fn as_run(
             None,
         ),
         (None, None) => (None, Cap::new(0), Cap::new(0), None),
+    };
+    let killed = o.timed_out || o.cancelled || o.shutdown || flooded.is_some();
+    let exit = match exit {
+        Some(Exit::Signal(n)) if !killed => Some(Exit::Code(128 + n)),
+        exit => exit,
     };
     RunOutcome {
         exit,

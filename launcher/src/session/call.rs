@@ -129,6 +129,26 @@ impl<'a> Call<'a> {
     }
 }
 
+impl Call<'_> {
+    /// The `exec` request of this call, numbered `id`: live when its
+    /// client watches it.
+    fn request(&self, id: u64) -> Request {
+        Request::Exec {
+            id,
+            code: self.code.to_owned(),
+            output_bytes: self.output_bytes,
+            files: (self.files.iter())
+                .map(|f| FileIn {
+                    path: f.path.clone(),
+                    replace: f.replace,
+                })
+                .collect(),
+            once: self.once,
+            live: self.tail.is_some(),
+        }
+    }
+}
+
 /// What a session call did, for [`crate::report::call::called`].
 #[derive(Debug)]
 pub struct CallOutcome {
@@ -230,19 +250,7 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
         }
     }
     let id = jail.fresh_id();
-    let request = Request::Exec {
-        id,
-        code: call.code.to_owned(),
-        output_bytes: call.output_bytes,
-        files: (call.files.iter())
-            .map(|f| FileIn {
-                path: f.path.clone(),
-                replace: f.replace,
-            })
-            .collect(),
-        once: call.once,
-        live: call.tail.is_some(),
-    };
+    let request = call.request(id);
     // Before the request goes: the agent's periods start after it.
     let live = call
         .tail

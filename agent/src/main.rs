@@ -9,6 +9,7 @@ mod files;
 mod inbox;
 mod init;
 mod interpreter;
+mod live;
 mod pipe;
 mod session;
 mod spawn;

@@ -4,7 +4,6 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
-use proto::cap::Cap;
 
 /// What became of a read.
 pub enum Read {
@@ -34,14 +33,20 @@ pub fn emptied(n: usize, buf: &[u8]) -> bool {
     n < buf.len()
 }
 
-/// Reads what `pipe` has now, up to about `budget` bytes, into `cap`; drops
-/// the pipe (sets it to `None`) at end of file.
-pub fn pump(pipe: &mut Option<OwnedFd>, cap: &mut Cap, buf: &mut [u8], budget: usize) {
+/// Reads what `pipe` has now, up to about `budget` bytes, into `sink` (a
+/// call's cap, and its live output when it asked); drops the pipe (sets it
+/// to `None`) at end of file.
+pub fn pump(
+    pipe: &mut Option<OwnedFd>,
+    buf: &mut [u8],
+    budget: usize,
+    mut sink: impl FnMut(&[u8]),
+) {
     let mut taken = 0;
     while let Some(fd) = pipe {
         match read(fd.as_fd(), buf) {
             Ok(Read::Data(n)) => {
-                cap.push(&buf[..n]);
+                sink(&buf[..n]);
                 taken += n;
                 if taken >= budget || emptied(n, buf) {
                     return;

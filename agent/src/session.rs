@@ -5,7 +5,8 @@
 //! driver's channel and a signalfd for SIGCHLD. Output is read whenever it
 //! comes (so user code never blocks on a full pipe) into head/tail caps, which
 //! the reply of the running call takes; output written between calls stays in
-//! them for the next call. A call ends when the driver says `done` (what was
+//! them for the next call. A `live` call's output also goes to the launcher
+//! as it comes, throttled (live.rs). A call ends when the driver says `done` (what was
 //! written before is then drained from the pipes) or when the interpreter
 //! dies. A dead interpreter's process group is killed and a fresh interpreter
 //! is started on the next exec. After every wake-up the loop collects the
@@ -31,6 +32,7 @@ use crate::files::{Snapshot, Workspace};
 use crate::inbox::{Inbox, Refused};
 use crate::init;
 use crate::interpreter::{self, Interpreter};
+use crate::live::Live;
 use crate::pipe::{self, Read, pump};
 use crate::spawn::{self, Spawned};
 
@@ -124,6 +126,8 @@ struct Session {
     inbox: Inbox,
     /// The running spawn, if any (spawn.rs).
     spawned: Option<Spawned>,
+    /// The running call's output as it comes, when it asked (live.rs).
+    live: Live,
 }
 
 /// What one poll reported.
@@ -175,6 +179,7 @@ impl Session {
             outputs_before: None,
             inbox: Inbox::default(),
             spawned: None,
+            live: Live::default(),
         };
         // Start the interpreter now so that the first call does not wait for
         // it; a failure is reported to the first exec.
@@ -232,6 +237,7 @@ impl Session {
                 return Ok(());
             }
             self.deliver_interrupt();
+            self.send_live()?;
             self.finish_spawned()?;
             let keep = [
                 self.interpreter.as_ref().map(Interpreter::pid),
@@ -303,8 +309,15 @@ impl Session {
 
     fn read_output(&mut self, budget: usize) {
         if let Some(interp) = &mut self.interpreter {
-            pump(&mut interp.stdout, &mut self.stdout, &mut self.buf, budget);
-            pump(&mut interp.stderr, &mut self.stderr, &mut self.buf, budget);
+            let (live, stdout, stderr) = (&mut self.live, &mut self.stdout, &mut self.stderr);
+            pump(&mut interp.stdout, &mut self.buf, budget, |data| {
+                stdout.push(data);
+                live.push(Stream::Stdout, data);
+            });
+            pump(&mut interp.stderr, &mut self.buf, budget, |data| {
+                stderr.push(data);
+                live.push(Stream::Stderr, data);
+            });
         }
     }
 
@@ -483,18 +496,14 @@ impl Session {
                 Err(e) => return Err(with_context(e, "poll")),
             }
             drop(fds);
-            pump(
-                &mut interp.stdout,
-                &mut self.stdout,
-                &mut self.buf,
-                usize::MAX,
-            );
-            pump(
-                &mut interp.stderr,
-                &mut self.stderr,
-                &mut self.buf,
-                usize::MAX,
-            );
+            // The call ends next: nothing more of it goes live.
+            let (stdout, stderr) = (&mut self.stdout, &mut self.stderr);
+            pump(&mut interp.stdout, &mut self.buf, usize::MAX, |data| {
+                stdout.push(data);
+            });
+            pump(&mut interp.stderr, &mut self.buf, usize::MAX, |data| {
+                stderr.push(data);
+            });
         }
         self.on_lost(exit)
     }
@@ -511,6 +520,8 @@ impl Session {
         let Some(call) = self.call.take() else {
             return Ok(());
         };
+        // What waits to go live is in the reply: nothing follows it.
+        self.live.stop();
         let stdout = std::mem::replace(&mut self.stdout, Cap::new(self.cap_limit));
         let stderr = std::mem::replace(&mut self.stderr, Cap::new(self.cap_limit));
         let (outputs, outputs_more) = match (&mut self.workspace, self.outputs_before.take()) {
@@ -594,7 +605,8 @@ impl Session {
                 output_bytes,
                 files,
                 once,
-            } => self.exec(id, &code, output_bytes, &files, once)?,
+                live,
+            } => self.exec(id, &code, output_bytes, &files, once, live)?,
             Request::Put { id, file, data } => match &self.workspace {
                 Some(workspace) => self.inbox.put(workspace.root(), file, &data),
                 None => tracing::warn!(id, "a put, and no workspace"),
@@ -766,6 +778,7 @@ impl Session {
         output_bytes: usize,
         files: &[FileIn],
         once: bool,
+        live: bool,
     ) -> io::Result<()> {
         let refuse = |code, message: String| {
             send(&Reply::Error {
@@ -834,6 +847,7 @@ impl Session {
             once: once.then(|| (self.cap_limit as u64).saturating_mul(FLOOD_FACTOR)),
             flooded: None,
         });
+        self.live.start(live);
         if once {
             self.to_driver.extend_from_slice(driver::ONCE);
         }
@@ -900,26 +914,47 @@ impl Session {
         call.interrupt_due = Some(now + INTERRUPT_REPEAT);
     }
 
-    /// How long the loop may sleep: until a repeated SIGINT is due.
+    /// How long the loop may sleep: until a spawn's drain time is up, a
+    /// repeated SIGINT is due, or live output may go.
     fn timeout(&self) -> PollTimeout {
+        let now = Instant::now();
         // A spawn that exited while something holds its pipes is answered
         // when its drain time is up.
-        if let Some((_, at)) = self.spawned.as_ref().and_then(|s| s.exit) {
-            let left = (at + DRAIN_AFTER_DEATH).saturating_duration_since(Instant::now());
-            return PollTimeout::try_from(left + Duration::from_millis(1))
-                .unwrap_or(PollTimeout::MAX);
-        }
-        match &self.call {
-            Some(call) if call.phase == Phase::Running => {
-                call.interrupt_due.map_or(PollTimeout::NONE, |due| {
-                    let left = due.saturating_duration_since(Instant::now());
-                    // Rounded up, so that the loop does not wake just before.
-                    PollTimeout::try_from(left + Duration::from_millis(1))
-                        .unwrap_or(PollTimeout::MAX)
-                })
+        let drained = (self.spawned.as_ref())
+            .and_then(|s| s.exit)
+            .map(|(_, at)| at + DRAIN_AFTER_DEATH);
+        let interrupt = (self.call.as_ref())
+            .filter(|call| call.phase == Phase::Running)
+            .and_then(|call| call.interrupt_due);
+        match [drained, interrupt, self.live.due(now)]
+            .into_iter()
+            .flatten()
+            .min()
+        {
+            Some(due) => {
+                let left = due.saturating_duration_since(now);
+                // Rounded up, so that the loop does not wake just before.
+                PollTimeout::try_from(left + Duration::from_millis(1)).unwrap_or(PollTimeout::MAX)
             }
-            _ => PollTimeout::NONE,
+            None => PollTimeout::NONE,
         }
+    }
+
+    /// Sends the running call's live output that is due (live.rs): an
+    /// `output` with the call's id for each stream whose period is over.
+    fn send_live(&mut self) -> io::Result<()> {
+        let Some(call) = &self.call else {
+            return Ok(());
+        };
+        let id = call.id;
+        for (stream, data) in self.live.take_due(Instant::now()) {
+            send(&Reply::Output {
+                id,
+                stream,
+                data: frame::encode_data(&data),
+            })?;
+        }
+        Ok(())
     }
 
     /// Kills the interpreter's process group and waits (bounded) for it.

@@ -1,5 +1,6 @@
 //! A run's output while it runs: the newest lines of its stdout and stderr
 //! together, kept in a small ring that the readers of the run's pipes fill
+//! (or, for a call an agent runs, its live output frames: session/call.rs)
 //! and that the MCP layer reads once a second for a progress notification.
 //! Its memory is fixed ([`TAIL_BYTES`]) however much the run prints; what
 //! the model reads at the end is the run's own output caps, not this.

@@ -5,8 +5,8 @@
 //!   is one line of at most [`MAX_FRAME_BYTES`] bytes, newline included.
 //! - Ids: every request carries an `id` chosen by the launcher (any u64; use a
 //!   fresh one per request). Every request gets exactly one reply carrying the
-//!   same id (a `spawn` first gets its `output`s, with its id too; a `put`
-//!   none); the launcher checks it. A line that cannot be parsed gets an
+//!   same id (a `spawn` first gets its `output`s, and so may a `live`
+//!   `exec`, with its id too; a `put` none); the launcher checks it. A line that cannot be parsed gets an
 //!   `error` reply with the id when one could be read, else `id: null`.
 //! - Ordering: the agent reads requests in order and runs one `exec` at a time.
 //!   While an `exec` runs, the agent still answers `ping`, `interrupt` and
@@ -84,6 +84,14 @@
 //!   controlling terminal that is, its output as `stdout`; `input` writes
 //!   bytes to it and `resize` sets its size (each an `ack`, `busy` false
 //!   when no such spawn runs).
+//! - Live output: an `exec` with `live` also gets, while it runs, `output`
+//!   replies carrying the exec's id (`stream`, `data` base64), so that the
+//!   launcher can show the newest lines in progress notifications: at most
+//!   one per stream every [`LIVE_EVERY_MS`] ms, counted from the exec's
+//!   arrival, each holding the newest bytes (at most [`LIVE_CHUNK_BYTES`])
+//!   that stream got since the one before; the bytes between are skipped.
+//!   None comes after the exec's reply, which still holds the whole capped
+//!   output. Without `live`, none comes.
 //! - `read`: up to `max_bytes` (at most [`MAX_READ_BYTES`]) of the output
 //!   file at `path` (relative to `outputs`), from `offset`, as a `file` reply
 //!   (`data` base64, `size` the file's size now, `eof`). Opened without
@@ -135,6 +143,10 @@ pub enum Request {
         files: Vec<FileIn>,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         once: bool,
+        /// Send the output as it comes, throttled, in `output` replies with
+        /// this id (the module documentation, "Live output").
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        live: bool,
     },
     /// Part of the staged file number `file` of the next exec: `data`
     /// (base64) is appended to it. No reply.
@@ -214,7 +226,9 @@ pub enum Reply {
     /// exec was running.
     Ack { id: u64, busy: bool },
     /// Bytes a spawned argv wrote (`data`: base64, at most
-    /// [`MAX_CHUNK_BYTES`] of them), with the spawn's id.
+    /// [`MAX_CHUNK_BYTES`] of them), with the spawn's id; or the newest
+    /// bytes of a `live` exec's stream (at most [`LIVE_CHUNK_BYTES`]), with
+    /// the exec's id.
     Output {
         id: u64,
         stream: Stream,
@@ -345,6 +359,14 @@ pub enum Stream {
 
 /// The most bytes one `output` reply carries.
 pub const MAX_CHUNK_BYTES: usize = 64 << 10;
+
+/// The most bytes one live `output` of an exec carries: the newest, as
+/// many as a progress message shows at most.
+pub const LIVE_CHUNK_BYTES: usize = 2048;
+
+/// The least time between two live `output`s of one stream of an exec, in
+/// milliseconds.
+pub const LIVE_EVERY_MS: u64 = 250;
 
 /// The longest argv a `spawn` may carry, all its bytes together.
 pub const MAX_ARGV_BYTES: usize = 256 << 10;
@@ -538,6 +560,7 @@ mod tests {
                 output_bytes: 100,
                 files: vec![],
                 once: false,
+                live: false,
             }
         );
         assert_eq!(r.id(), 7);
@@ -574,6 +597,7 @@ mod tests {
             output_bytes: 9,
             files: files.clone(),
             once: false,
+            live: false,
         })
         .unwrap();
         assert_eq!(
@@ -596,6 +620,7 @@ mod tests {
             output_bytes: 9,
             files: vec![],
             once: false,
+            live: false,
         })
         .unwrap();
         assert_eq!(
@@ -620,6 +645,73 @@ mod tests {
         };
         assert_eq!(back.bytes().unwrap(), b"\x89PN");
         assert_eq!(file.id(), Some(3));
+    }
+
+    #[test]
+    fn live_is_asked_for_only_when_true() {
+        // A frame from before `live` still parses, as not live.
+        let old: Request =
+            decode(br#"{"op":"exec","id":7,"code":"x","output_bytes":9,"once":true}"#).unwrap();
+        assert!(matches!(
+            old,
+            Request::Exec {
+                live: false,
+                once: true,
+                ..
+            }
+        ));
+        let live: Request =
+            decode(br#"{"op":"exec","id":7,"code":"x","output_bytes":9,"live":true}"#).unwrap();
+        assert!(matches!(
+            live,
+            Request::Exec {
+                live: true,
+                once: false,
+                ..
+            }
+        ));
+        assert_eq!(
+            encode(&live).unwrap(),
+            b"{\"op\":\"exec\",\"id\":7,\"code\":\"x\",\"output_bytes\":9,\"live\":true}\n"
+        );
+        // Not live: the field is left out, so an older agent reads it.
+        let Request::Exec {
+            id,
+            code,
+            output_bytes,
+            files,
+            once,
+            ..
+        } = live
+        else {
+            unreachable!()
+        };
+        let line = encode(&Request::Exec {
+            id,
+            code,
+            output_bytes,
+            files,
+            once,
+            live: false,
+        });
+        assert!(!String::from_utf8(line.unwrap()).unwrap().contains("live"));
+        // A live output is an `output` reply with the exec's id.
+        let out: Reply =
+            decode(br#"{"type":"output","id":7,"stream":"stderr","data":"aGk="}"#).unwrap();
+        assert_eq!(out.id(), Some(7));
+        // A misspelt field is refused, as any unknown one.
+        assert!(
+            decode::<Request>(br#"{"op":"exec","id":7,"code":"x","output_bytes":9,"lives":true}"#)
+                .is_err()
+        );
+        assert!(
+            decode::<Request>(br#"{"op":"exec","id":7,"code":"x","output_bytes":9,"live":1}"#)
+                .is_err()
+        );
+        assert!(
+            decode::<Reply>(br#"{"type":"output","id":7,"stream":"stdout","data":"","live":true}"#)
+                .is_err()
+        );
     }
 
     #[test]
@@ -731,6 +823,7 @@ mod tests {
             output_bytes: 1,
             files: vec![],
             once: false,
+            live: false,
         };
         assert!(matches!(encode(&big), Err(FrameError::TooLarge(_))));
     }

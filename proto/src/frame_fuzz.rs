@@ -94,6 +94,7 @@ fn request(rng: &mut Rng) -> Request {
                 })
                 .collect(),
             once: rng.below(2) == 0,
+            live: rng.below(2) == 0,
         },
         1 => Request::Read {
             id,

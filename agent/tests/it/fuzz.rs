@@ -4,7 +4,8 @@
 //! bytes flipped, cut or inserted (newlines too), and noise, sent in
 //! batches. For every line the agent must answer exactly once, with what
 //! [`frame::decode`] says the line is (a `bad_request` error carrying the id
-//! [`frame::salvage_id`] finds, or the request's own answer or error); it
+//! [`frame::salvage_id`] finds, or the request's own answer or error, an
+//! exec that asked for it its live output besides); it
 //! must never exit, never write an unreadable frame, keep at most one
 //! interpreter and no zombie, and, closed, leave no process it ever had.
 //!
@@ -17,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
-use proto::frame::{self, ErrorCode, Reply, Request};
+use proto::frame::{self, ErrorCode, LIVE_CHUNK_BYTES, Reply, Request};
 use proto::fuzz::Rng;
 
 use crate::harness::{Agent, DEADLINE, Lang, Mode, assert_prints};
@@ -112,6 +113,9 @@ fn request(rng: &mut Rng, id: u64, token: &str) -> Vec<(String, String)> {
                     "[]",
                 ]);
                 add("files", files.into());
+            }
+            if rng.below(4) == 0 {
+                add("live", rng.pick(&["true", "false"]).to_string());
             }
         }
         3 => {
@@ -442,11 +446,17 @@ fn random_and_mutated_frames_get_answers_and_leave_nothing() {
         }
         // What the agent will see: lines, as it splits them.
         let mut expected = Vec::new();
+        // The execs that asked for live output, which may come before
+        // their answers.
+        let mut live = HashSet::new();
         let mut batch = Vec::new();
         let mut pieces: Vec<&[u8]> = stream.split(|&b| b == b'\n').collect();
         // After the stream's last newline: not a line.
         pieces.pop();
         for line in pieces {
+            if let Ok(Request::Exec { id, live: true, .. }) = frame::decode::<Request>(line) {
+                live.insert(id);
+            }
             if let Some(expect) = Expect::of(line) {
                 if !matches!(expect, Expect::Silent) {
                     expected.push(expect);
@@ -456,10 +466,20 @@ fn random_and_mutated_frames_get_answers_and_leave_nothing() {
             }
         }
         a.write_raw(&batch);
+        let mut outputs = 0;
         let replies = catch_unwind(AssertUnwindSafe(|| {
-            (0..expected.len())
-                .map(|_| a.next_reply())
-                .collect::<Vec<Reply>>()
+            let mut replies = Vec::new();
+            while replies.len() < expected.len() {
+                match a.next_reply() {
+                    Reply::Output { id, data, .. } if live.contains(&id) => {
+                        let bytes = frame::decode_data(&data).expect("base64");
+                        assert!(bytes.len() <= LIVE_CHUNK_BYTES, "{} bytes", bytes.len());
+                        outputs += 1;
+                    }
+                    reply => replies.push(reply),
+                }
+            }
+            replies
         }))
         .unwrap_or_else(|_| {
             panic!(
@@ -487,6 +507,7 @@ fn random_and_mutated_frames_get_answers_and_leave_nothing() {
             };
             *kinds.entry(kind).or_default() += 1;
         }
+        *kinds.entry("live output").or_default() += outputs;
         sent += expected.len();
         check_tree(&a, &mut seen, seed);
     }

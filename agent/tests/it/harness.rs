@@ -277,6 +277,22 @@ impl Agent {
             output_bytes,
             files: Vec::new(),
             once: true,
+            live: false,
+        });
+        id
+    }
+
+    /// Sends an exec that asks for its output live (`once` or not);
+    /// returns its id.
+    pub fn send_exec_live(&mut self, code: &str, output_bytes: usize, once: bool) -> u64 {
+        let id = self.fresh_id();
+        self.send(&Request::Exec {
+            id,
+            code: code.into(),
+            output_bytes,
+            files: Vec::new(),
+            once,
+            live: true,
         });
         id
     }
@@ -309,6 +325,7 @@ impl Agent {
             output_bytes,
             files,
             once: false,
+            live: false,
         });
         id
     }

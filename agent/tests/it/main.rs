@@ -18,6 +18,7 @@ mod budget;
 mod files;
 mod fuzz;
 mod init;
+mod live;
 mod node;
 mod once;
 mod program;

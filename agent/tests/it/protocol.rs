@@ -72,6 +72,7 @@ fn bad_frames_get_error_replies_and_the_agent_goes_on(mode: Mode) {
         output_bytes: 10,
         files: vec![],
         once: false,
+        live: false,
     });
     let (code, message) = a.error(78);
     assert_eq!(

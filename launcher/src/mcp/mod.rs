@@ -336,11 +336,14 @@ impl Server {
         // A call to a running session's jail with the packages it was made
         // with starts no jail: its wrapper is not looked at.
         let starts_jail = !(running && args.packages.is_none());
+        // The output as it comes of a call run by an agent, for progress.
+        let tail = progress.wanted().then(Tail::new);
         let throwaway = throwaway::Context {
             spawner: &shared.spawner,
             pool: &shared.pool,
             mirror: shared.mirror.as_ref(),
             cancel: &ct,
+            tail: tail.as_ref(),
         };
         let result = match self.precheck(&env, &args, starts_jail).await? {
             Target::Run => {
@@ -365,8 +368,9 @@ impl Server {
                     args.publish,
                     args.from.as_ref(),
                     args.end,
+                    tail.as_ref(),
                 );
-                let outcome = progress.while_running(&env, None, called).await?;
+                let outcome = progress.while_running(&env, tail.as_ref(), called).await?;
                 let fresh = outcome.ended_before.is_some() || outcome.reset.is_some();
                 (client.links).note(&outcome.session, fresh, &outcome.outputs.items);
                 report::call::called(&env, &outcome, resource_links)
@@ -374,7 +378,7 @@ impl Server {
             Target::Throwaway => {
                 let _slot = self.admit_run(&ct, &key, &env).await?;
                 let called = throwaway::call(&env, code, files, &throwaway);
-                let outcome = progress.while_running(&env, None, called).await?;
+                let outcome = progress.while_running(&env, tail.as_ref(), called).await?;
                 report::call::called(&env, &outcome, resource_links)
             }
         };
@@ -409,7 +413,7 @@ impl Server {
         match jail {
             Some((jail, warm)) => {
                 let ran = throwaway::once(jail, env, code, cx);
-                let once = progress.while_running(env, None, ran).await?;
+                let once = progress.while_running(env, cx.tail, ran).await?;
                 Ok(report::run::ran_by_agent(env, once, resource_links, warm))
             }
             None => {

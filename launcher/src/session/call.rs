@@ -12,6 +12,10 @@
 //!   a write that does not go through in time) also ends with
 //!   [`Ended::Reset`]; of an exec reply that broke the protocol only the
 //!   output is kept, cut to the cap by the launcher.
+//! - A call with a [`Tail`] (its client asked for progress) asks the agent
+//!   for its output live: the agent's `output` frames for the call, held to
+//!   their bounds (verify.rs, `LiveBudget`), go to the tail, which keeps
+//!   2 KiB; a frame past them resets the session like any bad reply.
 //! - Server shutdown ends the call at once.
 //! - A call that ended with a reply has its outputs collected (outputs/);
 //!   one whose jail had to be killed says why the session was reset.
@@ -31,8 +35,9 @@ use tokio_util::sync::CancellationToken;
 use super::Error;
 use super::jail::{Broken, Jail};
 use super::outputs::{self, Collected, Destination};
-use super::verify::{self, Streams};
+use super::verify::{self, LiveBudget, Streams};
 use crate::catalog::Env;
+use crate::live::Tail;
 
 /// How long interrupted code has to stop before the session is reset.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
@@ -94,6 +99,9 @@ pub struct Call<'a> {
     /// agent's `once`): at the deadline its interpreter is killed, not
     /// interrupted.
     pub once: bool,
+    /// Where the output goes as it comes (the agent's live frames), when
+    /// the client watches the call.
+    pub tail: Option<&'a Tail>,
 }
 
 impl<'a> Call<'a> {
@@ -116,6 +124,27 @@ impl<'a> Call<'a> {
             cancel,
             shutdown,
             once: false,
+            tail: None,
+        }
+    }
+}
+
+impl Call<'_> {
+    /// The `exec` request of this call, numbered `id`: live when its
+    /// client watches it.
+    fn request(&self, id: u64) -> Request {
+        Request::Exec {
+            id,
+            code: self.code.to_owned(),
+            output_bytes: self.output_bytes,
+            files: (self.files.iter())
+                .map(|f| FileIn {
+                    path: f.path.clone(),
+                    replace: f.replace,
+                })
+                .collect(),
+            once: self.once,
+            live: self.tail.is_some(),
         }
     }
 }
@@ -221,18 +250,11 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
         }
     }
     let id = jail.fresh_id();
-    let request = Request::Exec {
-        id,
-        code: call.code.to_owned(),
-        output_bytes: call.output_bytes,
-        files: (call.files.iter())
-            .map(|f| FileIn {
-                path: f.path.clone(),
-                replace: f.replace,
-            })
-            .collect(),
-        once: call.once,
-    };
+    let request = call.request(id);
+    // Before the request goes: the agent's periods start after it.
+    let live = call
+        .tail
+        .map(|tail| (LiveBudget::new(std::time::Instant::now()), tail));
     tokio::select! {
         biased;
         () = call.shutdown.cancelled() => return Ended::Shutdown,
@@ -252,6 +274,7 @@ pub async fn make(jail: &mut Jail, call: Call<'_>) -> Ended {
         timed_out: false,
         cancelled: false,
         interrupt: None,
+        live,
     };
     loop {
         let wake = waiting.interrupt.map_or(deadline, |(_, give_up)| give_up);
@@ -294,7 +317,7 @@ async fn put(jail: &mut Jail, files: &[Upload]) -> Result<(), Broken> {
 }
 
 /// A call sent, waiting for its reply.
-struct Waiting {
+struct Waiting<'a> {
     /// The call's request id.
     id: u64,
     output_bytes: usize,
@@ -302,6 +325,8 @@ struct Waiting {
     cancelled: bool,
     /// The interrupt asked for (its id) and when to give up on the reply.
     interrupt: Option<(u64, Instant)>,
+    /// A live call: what its agent may send, and where it goes.
+    live: Option<(LiveBudget, &'a Tail)>,
 }
 
 /// What a reply, the deadline or a cancellation leads to while a call
@@ -314,12 +339,29 @@ enum Step {
     Reset(ResetReason),
 }
 
-impl Waiting {
+impl Waiting<'_> {
     /// What the agent's `reply` leads to: the call's answer or refusal, an
-    /// interrupt acknowledged, or anything else, which resets the session.
-    fn answer(&self, reply: Result<Reply, Broken>) -> Step {
+    /// interrupt acknowledged, its live output passed on, or anything else,
+    /// which resets the session.
+    fn answer(&mut self, reply: Result<Reply, Broken>) -> Step {
         match reply {
             Ok(Reply::Exec(reply)) if reply.id == self.id => Step::Ended(self.answered(reply)),
+            Ok(Reply::Output { id, stream, data }) if id == self.id => match &mut self.live {
+                Some((budget, tail)) => {
+                    match budget.admit(stream, &data, std::time::Instant::now()) {
+                        Ok(bytes) => {
+                            tail.push(&bytes);
+                            Step::Wait
+                        }
+                        Err(violation) => {
+                            Step::Reset(ResetReason::Broken(Broken::Invalid(violation)))
+                        }
+                    }
+                }
+                None => Step::Reset(ResetReason::Broken(Broken::Unexpected(
+                    "a live output this call did not ask for".into(),
+                ))),
+            },
             Ok(Reply::Ack { id: ack, .. }) if self.interrupt.is_some_and(|(i, _)| i == ack) => {
                 Step::Wait
             }

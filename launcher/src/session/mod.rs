@@ -59,6 +59,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{ClientKey, IdleSessions, SessionSlots};
 use crate::catalog::Env;
+use crate::live::Tail;
 use crate::project::{self, diff::Bounds};
 use crate::wrapper::{NotStarted, Spawner};
 use call::{Call, CallOutcome, JailAfter};
@@ -236,7 +237,8 @@ impl Sessions {
     /// `from`, the session starts as a copy of that checkpoint (a session
     /// of `from`'s own name is rolled back in place); with `end`, it ends
     /// after the call. Then the session's state is kept as the call's
-    /// checkpoint. Refusals (wrong environment, busy, too many, no such
+    /// checkpoint. With `tail`, the output also goes there as it comes
+    /// (the client watches the call). Refusals (wrong environment, busy, too many, no such
     /// checkpoint) come before anything runs.
     #[allow(clippy::too_many_arguments)]
     pub async fn call(
@@ -251,6 +253,7 @@ impl Sessions {
         publish: Option<u16>,
         from: Option<&Origin>,
         end: bool,
+        tail: Option<&Tail>,
     ) -> Result<CallOutcome, Error> {
         let inner = &self.inner;
         let mut lease = inner.acquire_waiting(client, name, env, cancel).await?;
@@ -261,11 +264,9 @@ impl Sessions {
         let forked = self.start_from(&mut lease, from, env).await?;
         let jail = ready(&mut lease.slot, (inner, name), env, &mut ended_before)?;
         jail.note_print(inner.settings.max_checkpoints).await;
-        let ended = call::make(
-            jail,
-            Call::new(env, code, files, cancel, &inner.spawner.shutdown),
-        )
-        .await;
+        let mut call = Call::new(env, code, files, cancel, &inner.spawner.shutdown);
+        call.tail = tail;
+        let ended = call::make(jail, call).await;
         let to = Destination {
             session: Some(name),
             mirror: mirror.map(|m| (m, Mirror::session_dir(self.mirror_client.as_deref(), name))),

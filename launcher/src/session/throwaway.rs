@@ -31,6 +31,7 @@ use super::outputs::Destination;
 use super::outputs::mirror::Mirror;
 use super::warm::{Pool, Took};
 use crate::catalog::Env;
+use crate::live::Tail;
 use crate::wrapper::cgroup::Stats;
 use crate::wrapper::{NotStarted, Spawner};
 
@@ -40,6 +41,9 @@ pub struct Context<'a> {
     pub pool: &'a Pool,
     pub mirror: Option<&'a Mirror>,
     pub cancel: &'a CancellationToken,
+    /// Where the run's output goes as it comes, when its client watches
+    /// (call.rs).
+    pub tail: Option<&'a Tail>,
 }
 
 /// Runs `code` with `files` in a session jail of `env` of its own (a warm
@@ -107,6 +111,7 @@ pub async fn once(
     let started = Instant::now();
     let mut call = Call::new(env, code, &[], cx.cancel, &cx.spawner.shutdown);
     call.once = true;
+    call.tail = cx.tail;
     let output_bytes = call.output_bytes;
     let ended = call::make(&mut jail, call).await;
     let to = Destination {
@@ -138,11 +143,9 @@ async fn in_jail(
     files: &[Upload],
     cx: &Context<'_>,
 ) -> Result<CallOutcome, Error> {
-    let ended = call::make(
-        jail,
-        Call::new(env, code, files, cx.cancel, &cx.spawner.shutdown),
-    )
-    .await;
+    let mut call = Call::new(env, code, files, cx.cancel, &cx.spawner.shutdown);
+    call.tail = cx.tail;
+    let ended = call::make(jail, call).await;
     let to = Destination {
         session: None,
         mirror: cx.mirror.map(|m| (m, m.run_dir())),

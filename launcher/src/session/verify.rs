@@ -12,7 +12,12 @@
 //! - at most `MAX_OUTPUTS_LISTED` outputs, error messages of at most
 //!   [`MAX_MESSAGE_BYTES`];
 //! - a read's answer: the path and offset asked for, at most the bytes
-//!   asked for, base64.
+//!   asked for, base64;
+//! - a `live` exec's output frames ([`LiveBudget`]): base64 of at most
+//!   `LIVE_CHUNK_BYTES`, and of each stream one at once, then at most one
+//!   every `LIVE_EVERY_MS` since the exec was sent, so that a flood of
+//!   them ends the session after a few; a call that did not ask for them
+//!   gets none.
 //!
 //! A reply that breaks any of these ends the session (the jail is killed,
 //! the result says so and is an error); of such an exec reply only the
@@ -23,9 +28,13 @@
 //! knows itself (its deadline, a cancel, a reset).
 
 use std::fmt;
+use std::time::Instant;
 
 use proto::cap::{Cap, rendered_max_chars};
-use proto::frame::{ExecReply, Exit, FileReply, MAX_CHUNK_BYTES, MAX_OUTPUTS_LISTED, Reply};
+use proto::frame::{
+    ExecReply, Exit, FileReply, LIVE_CHUNK_BYTES, LIVE_EVERY_MS, MAX_CHUNK_BYTES,
+    MAX_OUTPUTS_LISTED, Reply, Stream,
+};
 
 /// The longest error message an agent may send (a path and why).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 10;
@@ -63,6 +72,14 @@ pub enum Violation {
     /// A spawn's output chunk that is not base64 or is over
     /// `MAX_CHUNK_BYTES`.
     Chunk(String),
+    /// A live output that is not base64 or is over `LIVE_CHUNK_BYTES`.
+    LiveChunk(String),
+    /// More live outputs of a stream than its periods allow.
+    LiveRate {
+        stream: Stream,
+        frames: u64,
+        ms: u128,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -102,6 +119,15 @@ impl fmt::Display for Violation {
             }
             Violation::ReadData(why) => write!(f, "a read's data: {why}"),
             Violation::Chunk(why) => write!(f, "a spawn's output: {why}"),
+            Violation::LiveChunk(why) => write!(f, "a live output: {why}"),
+            Violation::LiveRate { stream, frames, ms } => write!(
+                f,
+                "{frames} live outputs of {} in {ms} ms, more than one each {LIVE_EVERY_MS} ms",
+                match stream {
+                    Stream::Stdout => "stdout",
+                    Stream::Stderr => "stderr",
+                }
+            ),
         }
     }
 }
@@ -149,6 +175,66 @@ pub fn chunk(data: &str) -> Result<Vec<u8>, Violation> {
         return Err(Violation::Chunk(format!("{} bytes", bytes.len())));
     }
     Ok(bytes)
+}
+
+/// The live outputs a `live` exec's agent may send: each
+/// [`LIVE_CHUNK_BYTES`] at most, and of each stream one at once, then one
+/// a [`LIVE_EVERY_MS`] (the agent counts from the exec's arrival, which is
+/// after [`LiveBudget::new`]'s instant, and a frame is read after it was
+/// sent), [`LIVE_SLACK`] more for rounding. What a frame holds is decoded
+/// only once its size and its turn are checked.
+#[derive(Debug)]
+pub struct LiveBudget {
+    /// Before the exec was sent.
+    asked: Instant,
+    /// Frames of stdout and of stderr so far.
+    frames: [u64; 2],
+}
+
+/// Frames a stream may send beyond its periods' count.
+pub const LIVE_SLACK: u64 = 2;
+
+impl LiveBudget {
+    /// The budget of an exec about to be sent (`asked`: now).
+    pub fn new(asked: Instant) -> Self {
+        LiveBudget {
+            asked,
+            frames: [0; 2],
+        }
+    }
+
+    /// The bytes of a live output of `stream`, `data`, read at `now`.
+    pub fn admit(
+        &mut self,
+        stream: Stream,
+        data: &str,
+        now: Instant,
+    ) -> Result<Vec<u8>, Violation> {
+        let ms = now.saturating_duration_since(self.asked).as_millis();
+        let frames = &mut self.frames[usize::from(stream == Stream::Stderr)];
+        *frames += 1;
+        let periods = u64::try_from(ms / u128::from(LIVE_EVERY_MS)).unwrap_or(u64::MAX);
+        if *frames > periods.saturating_add(1 + LIVE_SLACK) {
+            return Err(Violation::LiveRate {
+                stream,
+                frames: *frames,
+                ms,
+            });
+        }
+        // Base64 of LIVE_CHUNK_BYTES, rounded up: a longer text is refused unread.
+        if data.len() > LIVE_CHUNK_BYTES.div_ceil(3) * 4 {
+            return Err(Violation::LiveChunk(format!(
+                "{} bytes of base64",
+                data.len()
+            )));
+        }
+        let bytes =
+            proto::frame::decode_data(data).map_err(|e| Violation::LiveChunk(e.to_string()))?;
+        if bytes.len() > LIVE_CHUNK_BYTES {
+            return Err(Violation::LiveChunk(format!("{} bytes", bytes.len())));
+        }
+        Ok(bytes)
+    }
 }
 
 /// Checks an exit (an interpreter's, a spawn's): in range, and `status`
@@ -235,7 +321,7 @@ pub fn describe(reply: &Reply) -> String {
         Reply::Exec(_) => "an exec reply to no request of this call".into(),
         Reply::File(_) => "a file reply to no request of this call".into(),
         Reply::Ack { .. } => "an ack to no request of this call".into(),
-        Reply::Output { .. } => "a spawn's output to no request of this call".into(),
+        Reply::Output { .. } => "an output to no request of this call".into(),
         Reply::Spawned { .. } => "a spawn's end to no request of this call".into(),
         Reply::Error { code, .. } => format!("an error ({code:?}) to no request of this call"),
     }
@@ -354,6 +440,53 @@ mod tests {
             file_ok(&file("a", 4, &[0; 100]), 3),
             Err(Violation::ReadSize { got: 100, max: 3 })
         );
+    }
+
+    #[test]
+    fn live_outputs_are_held_to_their_size_and_their_periods() {
+        use std::time::Duration;
+        let asked = Instant::now();
+        let every = Duration::from_millis(LIVE_EVERY_MS);
+        let mut budget = LiveBudget::new(asked);
+        let data = |n: usize| proto::frame::encode_data(&vec![b'x'; n]);
+        // What an honest agent sends: one a stream at once, then one a
+        // period, each of at most LIVE_CHUNK_BYTES.
+        for k in 0..10u32 {
+            let now = asked + every * k;
+            for stream in [Stream::Stdout, Stream::Stderr] {
+                let got = budget.admit(stream, &data(LIVE_CHUNK_BYTES), now);
+                assert_eq!(got.map(|b| b.len()), Ok(LIVE_CHUNK_BYTES), "frame {k}");
+            }
+        }
+        // A flood: past the slack, the next one is refused.
+        let mut flood = LiveBudget::new(asked);
+        for _ in 0..=LIVE_SLACK {
+            assert!(flood.admit(Stream::Stderr, &data(1), asked).is_ok());
+        }
+        assert_eq!(
+            flood.admit(Stream::Stderr, &data(1), asked),
+            Err(Violation::LiveRate {
+                stream: Stream::Stderr,
+                frames: LIVE_SLACK + 2,
+                ms: 0
+            })
+        );
+        // Each stream has its own periods.
+        assert!(flood.admit(Stream::Stdout, &data(1), asked).is_ok());
+        // Too large, or not base64: refused, the large one unread.
+        let mut one = LiveBudget::new(asked);
+        assert!(matches!(
+            one.admit(Stream::Stdout, &data(LIVE_CHUNK_BYTES + 1), asked),
+            Err(Violation::LiveChunk(_))
+        ));
+        assert!(matches!(
+            one.admit(Stream::Stdout, &"A".repeat(1 << 20), asked),
+            Err(Violation::LiveChunk(why)) if why == "1048576 bytes of base64"
+        ));
+        assert!(matches!(
+            one.admit(Stream::Stdout, "!!", asked),
+            Err(Violation::LiveChunk(_))
+        ));
     }
 
     fn file_ok(file: &FileReply, max: u64) -> Result<Vec<u8>, Violation> {

@@ -166,6 +166,72 @@ async fn honest_replies_pass_and_the_server_stays_up() {
     assert_eq!(facts(&r)["session_reset"], false);
 }
 
+/// A session call's output as it comes (the agent's live outputs, asked
+/// for when the client sends a progressToken, as rmcp's does): one too
+/// large, too many at once, or for another request resets the session as
+/// any bad reply does, and so does one a call without a token did not ask
+/// for; one within its bounds passes and leaves the result as the reply
+/// says.
+#[tokio::test]
+async fn live_outputs_past_their_bounds_or_unasked_reset_the_session() {
+    let s = server().await;
+    for (mode, why) in [
+        (
+            "live-oversized",
+            "the agent's reply broke the protocol: a live output: 5464 bytes of base64",
+        ),
+        ("live-flood", "the agent's reply broke the protocol: "),
+        (
+            "live-wrong-id",
+            "the agent sent an unexpected reply: an output to no request",
+        ),
+    ] {
+        let r = call(&s, mode).await;
+        assert_reset(&r, mode, why);
+        assert!(!text(&r).contains("forged"), "{mode}: {}", text(&r));
+        if mode == "live-flood" {
+            // The fourth at once, or a later one on a slow machine.
+            let t = text(&r);
+            assert!(t.contains(" live outputs of stdout in "), "{t}");
+            assert!(!t.contains("protocol: 20 live outputs"), "{t}");
+        }
+    }
+    // Asked for: it passes, and what the model reads is the reply.
+    let r = call(&s, "live-unasked").await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(text(&r), "honest\n");
+
+    // A client without a progressToken (raw JSON-RPC): none was asked for.
+    let mut m = template();
+    m["environments"]["python"]["session"] =
+        serde_json::json!([wrappers().join("hostile-agent").to_str().unwrap()]);
+    let manifest = Manifest::new(&m);
+    let mut raw = RawServer::spawn(&manifest, "info");
+    raw.initialize().await;
+    raw.send(serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "run", "arguments":
+            {"env": "python", "session": "u", "code": "live-unasked"}}
+    }))
+    .await;
+    let result = loop {
+        let line = raw.next_line().await.expect("the server answers");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 1 {
+            break message["result"].clone();
+        }
+    };
+    let shown = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(
+        shown.contains(
+            "the session's sandbox failed (the agent sent an unexpected reply: \
+             a live output this call did not ask for)"
+        ) && shown.ends_with(RESET),
+        "{shown}"
+    );
+}
+
 /// The hostile agent's spawns (hostile-agent): an honest one, then the
 /// lies.
 const SPAWNS: [&str; 6] = [

@@ -1,6 +1,7 @@
 //! Progress while a call runs: a client that sends a progressToken gets
 //! `notifications/progress` about once a second, with the newest lines of
-//! a run's output, or that a session call is running; a client whose
+//! a run's or a session call's output (a run served by a warm jail's too),
+//! or that it is running while nothing was printed; a client whose
 //! timeout is shorter than the run but resets on progress keeps waiting
 //! and gets the whole result; a client that sends no token gets none.
 //! (A client without progress that gives up first: rmcp's own tests.)
@@ -16,7 +17,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::common::{BIN, GUARD, Manifest, template, text};
+use crate::common::{BIN, GUARD, Manifest, facts, template, text};
 
 /// A client that keeps every progress notification it is sent.
 #[derive(Clone, Default)]
@@ -33,6 +34,14 @@ impl ClientHandler for Recorder {
 }
 
 async fn start(timeout_s: u64) -> (RunningService<RoleClient, Recorder>, Recorder, Manifest) {
+    start_with(timeout_s, &[]).await
+}
+
+/// [`start`] with the server's further `args`.
+async fn start_with(
+    timeout_s: u64,
+    args: &[&str],
+) -> (RunningService<RoleClient, Recorder>, Recorder, Manifest) {
     let mut m = template();
     for env in m["environments"].as_object_mut().unwrap().values_mut() {
         env["limits"]["timeout_s"] = json!(timeout_s);
@@ -42,6 +51,7 @@ async fn start(timeout_s: u64) -> (RunningService<RoleClient, Recorder>, Recorde
     cmd.arg("--manifest")
         .arg(&manifest.path)
         .arg("--allow-wrappers-outside-store")
+        .args(args)
         .env_remove("NIX_SANDBOX_MANIFEST")
         .env_remove("PROJECT_DIR");
     let (transport, _) = TokioChildProcess::builder(cmd)
@@ -234,4 +244,93 @@ async fn a_session_call_says_it_is_running() {
         "{seen:?}"
     );
     client.cancel().await.unwrap();
+}
+
+/// Prints a line, then sleeps 3 s: progress comes while it sleeps.
+const PRINT_THEN_SLEEP: &str =
+    "import time\nprint('live line', 7, flush=True)\ntime.sleep(3)\nprint('woke')";
+
+/// Whether a notification's message held the line the code printed.
+fn told_the_line(seen: &[ProgressNotificationParam]) -> bool {
+    seen.iter().any(|p| {
+        p.message
+            .as_deref()
+            .is_some_and(|m| m.lines().any(|l| l == "live line 7"))
+    })
+}
+
+/// A session call's output comes as it is printed (the session agent's
+/// live outputs): a notification while it sleeps holds the line.
+#[tokio::test]
+async fn a_session_call_tells_its_newest_lines() {
+    let (client, recorder, _m) = start(30).await;
+    let answer = call(
+        &client,
+        json!({"env": "python", "session": "s", "code": PRINT_THEN_SLEEP}),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert!(answer.contains("live line 7\nwoke"), "{answer}");
+    let seen = recorder.0.lock().unwrap().clone();
+    assert!(told_the_line(&seen), "{seen:?}");
+    // The session's next call, with nothing printed yet, is running.
+    recorder.0.lock().unwrap().clear();
+    let answer = call(
+        &client,
+        json!({"env": "python", "session": "s", "code": "import time\ntime.sleep(2.5)\nprint('slept')"}),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert!(answer.contains("slept"), "{answer}");
+    let seen = recorder.0.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "no progress");
+    assert!(
+        seen.iter().all(|p| p
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("running, "))),
+        "{seen:?}"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// A plain run served by a warm jail (its agent's `once` call) tells its
+/// newest lines as a cold run does.
+#[tokio::test]
+async fn a_run_served_warm_tells_its_newest_lines() {
+    let (client, recorder, _m) = start_with(30, &["--warm-jails", "4"]).await;
+    // The first run is cold; it gives python a warm jail.
+    let params = CallToolRequestParams::new("run").with_arguments(
+        json!({"env": "python", "code": "print(1)"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    client.call_tool(params).await.unwrap();
+    for _ in 0..20 {
+        recorder.0.lock().unwrap().clear();
+        let params = CallToolRequestParams::new("run").with_arguments(
+            json!({"env": "python", "code": PRINT_THEN_SLEEP})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        let r = tokio::time::timeout(GUARD, client.call_tool(params))
+            .await
+            .unwrap()
+            .unwrap();
+        if facts(&r)["warm"] != json!(true) {
+            // The pool refills after a run: give it its replacement.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            continue;
+        }
+        assert!(text(&r).contains("live line 7\nwoke"), "{r:?}");
+        let seen = recorder.0.lock().unwrap().clone();
+        assert!(told_the_line(&seen), "{seen:?}");
+        client.cancel().await.unwrap();
+        return;
+    }
+    panic!("no warm jail served the run");
 }

@@ -816,7 +816,8 @@ class McpClient:
             try:
                 line = self.lines.get(timeout=DEADLINE)
             except queue.Empty:
-                raise Failed(f"no answer to {method} within {DEADLINE} s") from None
+                raise Failed(f"no answer to {method} {json.dumps(params)[:300]} within {DEADLINE} s; "
+                             f"the server's stderr ends: {''.join(self.stderr)[-1500:]}") from None
             if line is None:
                 raise Failed(f"the server closed stdout; stderr: {''.join(self.stderr)[-800:]}")
             message = json.loads(line)

@@ -26,12 +26,14 @@
     # Debian's C library finds locales only in /usr/lib/locale, where
     # nixpkgs' finds them in its own store path: every jail shows glibc's
     # (a path of its closure) there, so that C.UTF-8 loads. Nothing else.
+    # bin/bwrap is a static program that adds that bind and execs Debian's
+    # (bwrap.c), not a script: nixpkgs' bwrap starts no shell, so neither
+    # does the stand-in (the host's C compiler, which cargo links with).
     postInstall = ''
       mkdir -p "$out/libexec"
       mv "$out/bin/bwrap" "$out/libexec/bwrap"
-      printf '#!%s\nexec %s --ro-bind %s /usr/lib/locale "$@"\n' \
-        "$shell/bin/sh" "$out/libexec/bwrap" "$glibc/lib/locale" >"$out/bin/bwrap"
-      chmod +x "$out/bin/bwrap"
+      /usr/bin/cc -static -O2 -s -o "$out/bin/bwrap" \
+        -DLIBEXEC_BWRAP="\"$out/libexec/bwrap\"" -DLOCALE="\"$glibc/lib/locale\"" ${./bwrap.c}
     '';
   };
   coreutils.debs = [ "coreutils" ];

@@ -7,10 +7,26 @@
 # kernel's defaults). The jail, nested below it, holds no capability
 # there: it cannot raise them, and its use is charged to this namespace's
 # count, so the host user keeps the rest. A budget that cannot be set stops
-# the wrapper with status 2 and one line on stderr. It also mounts the
-# session's layer when workspace.nix asks for one (the run-time array
-# sandbox_layer) and its project overlay when projectMount.nix does
-# (sandbox_project_layer); those files always set them.
+# the wrapper with status 2 and one line on stderr.
+#
+# jail-budget also sets the jail's RLIMIT_NPROC (limits.pids) in that
+# namespace: the kernel counts each user namespace's processes and threads
+# per uid there and charges the namespaces above, so the limit binds this
+# jail's processes together (bubblewrap's own too, as a run's cgroup counts
+# them), never the caller's other processes on the host, and the jail, with
+# no capability there, cannot raise it. It binds because the jail's uid is
+# never host root (a root launcher starts its wrappers as another user).
+# And it starts bubblewrap with an empty environment (--clear-env): in a
+# run's jail bwrap stays as its pid 1 (a session's jail has the agent
+# there), and a process there can read pid 1's environment
+# (/proc/1/environ), so no variable of the wrapper's (HOME, PROJECT_DIR,
+# the cgroup path) is seen. Both in the one program already there: no
+# process of their own (a shell in the jail, env -i) on every start.
+#
+# It also mounts the session's layer when workspace.nix asks for one (the
+# run-time array sandbox_layer) and its project overlay when
+# projectMount.nix does (sandbox_project_layer); those files always set
+# them.
 #
 # An environment that publishes ports (`publish`, never with
 # `network = true`) gets its network namespace from jail-budget too
@@ -30,12 +46,17 @@ c:
 let
   inherit (pkgs) lib;
   budgets = import ../kernelBudgets.nix;
+  inherit (environment) limits;
   jailBudget = "${pkgs.callPackage ../../package.nix { }}/bin/jail-budget";
   publishes = environment.publish != [ ];
   hostNetwork = environment.network == true;
   flags =
     lib.mapAttrsToList (name: value: "--sysctl ${name}=${toString value}") budgets.sysctls
     ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits
+    ++ [
+      "--rlimit nproc=${toString limits.pids}"
+      "--clear-env"
+    ]
     ++ lib.mapAttrsToList (name: value: "--ipc ${name}=${toString value}") budgets.ipc
     ++ lib.optionals publishes [
       "--net"

@@ -7,10 +7,24 @@
 //! user namespace that maps the caller's uid and gid to themselves, writes
 //! that namespace's limits (it holds every capability there until it
 //! execs), lowers the ucount-backed rlimits (pending signals, message
-//! queue bytes, locked shared memory, which bound a namespace's processes
-//! together), and execs PROGRAM (bubblewrap) inside it. The jail, nested
-//! below, cannot write these limits: it holds no capability in this
+//! queue bytes, locked shared memory, processes, which bound a namespace's
+//! processes together), and execs PROGRAM (bubblewrap) inside it. The jail,
+//! nested below, cannot write these limits: it holds no capability in this
 //! namespace, and reads and writes its own namespace's sysctls only.
+//!
+//! Processes (`--rlimit nproc=N`) are counted in this namespace: the
+//! kernel counts the processes and threads of each user namespace and uid,
+//! charging every namespace above, and checks each level against the limit
+//! its processes had when the namespace below was made. So with N here, the
+//! jail's processes, bubblewrap's own included, are N at most together, as
+//! a run's cgroup counts them, while the host user's other processes count
+//! only above, against the caller's own limit. (Set before this namespace,
+//! N would count every process of the caller on the host.)
+//!
+//! With `--clear-env`, PROGRAM starts with an empty environment: bubblewrap
+//! stays a jail's pid 1 or its parent, and a process in the jail could read
+//! its environment (`/proc/PID/environ`); bubblewrap's `--clearenv` clears
+//! only the jail's. One exec less than `env -i` before it.
 //!
 //! With `--ipc`, it also makes the jail's IPC namespace (bubblewrap then
 //! shares it instead of making one) and writes that namespace's System V
@@ -20,12 +34,12 @@
 //! rlimit, and the segments outlive the processes that made them.
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
-//!               [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
+//!               [--clear-env] [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
 //!               [--project-lower-fd FD]] [--restore]] [--project-read-only PATH]
 //!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
-//! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`; NAME of
+//! NAME of `--rlimit` is `sigpending`, `msgqueue`, `memlock` or `nproc`; NAME of
 //! `--ipc` is a System V limit of /proc/sys/kernel (`shmmax`, `shmmni`,
 //! `msgmax`, `msgmnb`, `msgmni`), `shm_total_bytes` (written to `shmall`
 //! in pages of this machine), or one of the four fields of its `sem`
@@ -109,7 +123,7 @@ use nix::sys::resource::{Resource, getrlimit, setrlimit};
 mod forward;
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
-                     [--ipc NAME=VALUE]... \
+                     [--ipc NAME=VALUE]... [--clear-env] \
                      [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH \
                      [--project-lower-fd FD]] [--restore]] [--project-read-only PATH] \
                      [--net [--publish-fd FD]] -- PROGRAM [ARGS...]";
@@ -137,6 +151,8 @@ struct Args {
     net: bool,
     /// The server's end of the forwarder's socket pair, with `net`.
     publish_fd: Option<i32>,
+    /// Whether PROGRAM starts with an empty environment.
+    clear_env: bool,
     program: OsString,
     args: Vec<OsString>,
 }
@@ -173,8 +189,9 @@ fn resource(name: &str) -> Result<Resource, String> {
         "sigpending" => Ok(Resource::RLIMIT_SIGPENDING),
         "msgqueue" => Ok(Resource::RLIMIT_MSGQUEUE),
         "memlock" => Ok(Resource::RLIMIT_MEMLOCK),
+        "nproc" => Ok(Resource::RLIMIT_NPROC),
         _ => Err(format!(
-            "unknown rlimit `{name}` (sigpending, msgqueue or memlock)"
+            "unknown rlimit `{name}` (sigpending, msgqueue, memlock or nproc)"
         )),
     }
 }
@@ -196,6 +213,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
         read_only: None,
         net: false,
         publish_fd: None,
+        clear_env: false,
         program,
         args: command.collect(),
     };
@@ -234,6 +252,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 size = Some(bytes.ok_or_else(|| format!("--layer-size {value}: not a size"))?);
             }
             Long("net") => parsed.net = true,
+            Long("clear-env") => parsed.clear_env = true,
             Long("publish-fd") => parsed.publish_fd = Some(descriptor(parser.value())?),
             Long("ipc") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
@@ -840,9 +859,12 @@ fn main() -> ExitCode {
         eprintln!("jail-budget: cannot start the port forwarder: {e}; the jail does not start");
         return ExitCode::from(2);
     }
-    let e = std::process::Command::new(&args.program)
-        .args(&args.args)
-        .exec();
+    let mut program = std::process::Command::new(&args.program);
+    program.args(&args.args);
+    if args.clear_env {
+        program.env_clear();
+    }
+    let e = program.exec();
     eprintln!(
         "jail-budget: cannot run {}: {e}",
         args.program.to_string_lossy()
@@ -881,10 +903,25 @@ mod tests {
                 read_only: None,
                 net: false,
                 publish_fd: None,
+                clear_env: false,
                 program: "/bin/bwrap".into(),
                 args: args(&["--unshare-all", "--", "sh"]),
             }
         );
+    }
+
+    #[test]
+    fn processes_and_an_empty_environment() {
+        let parsed = parse(args(&[
+            "--rlimit",
+            "nproc=32",
+            "--clear-env",
+            "--",
+            "bwrap",
+        ]))
+        .unwrap();
+        assert_eq!(parsed.rlimits, [(Resource::RLIMIT_NPROC, 32)]);
+        assert!(parsed.clear_env);
     }
 
     #[test]

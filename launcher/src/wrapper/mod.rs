@@ -67,6 +67,13 @@ impl WrapperEnv {
         let mut vars = vec![
             ("HOME", lookup("HOME").unwrap_or_else(|| "/".into())),
             ("PATH", "/usr/bin:/bin".into()),
+            // A wrapper is a bash script, and bash without SHELL looks its
+            // uid up to set it (getpwuid: nsswitch.conf, then every source
+            // it names: files, systemd, sssd...) on every start. A root
+            // launcher's jail uids are in no passwd file, so each run paid
+            // for the whole lookup. Nothing reads the value: the jail's
+            // environment is its own.
+            ("SHELL", "/bin/sh".into()),
         ];
         // NIX_SANDBOX_CGROUP is the wrapper's own cgroup ([`spawn`]), never
         // the server's.
@@ -729,7 +736,8 @@ mod tests {
             _ => None,
         });
         let names: Vec<&str> = env.0.iter().map(|(k, _)| *k).collect();
-        assert_eq!(names, ["HOME", "PATH", "PROJECT_DIR"]);
+        assert_eq!(names, ["HOME", "PATH", "SHELL", "PROJECT_DIR"]);
         assert_eq!(env.0[1].1, OsStr::new("/usr/bin:/bin"));
+        assert_eq!(env.0[2].1, OsStr::new("/bin/sh"));
     }
 }

@@ -9,13 +9,17 @@
 # count, so the host user keeps the rest. A budget that cannot be set stops
 # the wrapper with status 2 and one line on stderr.
 #
-# jail-budget also sets the jail's RLIMIT_NPROC (limits.pids) in that
-# namespace: the kernel counts each user namespace's processes and threads
-# per uid there and charges the namespaces above, so the limit binds this
-# jail's processes together (bubblewrap's own too, as a run's cgroup counts
-# them), never the caller's other processes on the host, and the jail, with
-# no capability there, cannot raise it. It binds because the jail's uid is
-# never host root (a root launcher starts its wrappers as another user).
+# jail-budget also sets the jail's RLIMIT_NPROC in that namespace: the
+# kernel counts each user namespace's processes and threads per uid there
+# and charges the namespaces above, so the limit binds this jail's
+# processes together, never the caller's other processes on the host, and
+# the jail, with no capability there, cannot raise it. It binds because
+# the jail's uid is never host root (a root launcher starts its wrappers
+# as another user). That count holds bubblewrap's own process besides the
+# jail's, so the limit is limits.pids + 1: the jail's processes get
+# limits.pids, and where a run's cgroup holds pids.max (which counts
+# bubblewrap too) the cgroup stops a fork bomb first, and the result says
+# it was the processes limit.
 # And it starts bubblewrap with an empty environment (--clear-env): in a
 # run's jail bwrap stays as its pid 1 (a session's jail has the agent
 # there), and a process there can read pid 1's environment
@@ -54,7 +58,7 @@ let
     lib.mapAttrsToList (name: value: "--sysctl ${name}=${toString value}") budgets.sysctls
     ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits
     ++ [
-      "--rlimit nproc=${toString limits.pids}"
+      "--rlimit nproc=${toString (limits.pids + 1)}"
       "--clear-env"
     ]
     ++ lib.mapAttrsToList (name: value: "--ipc ${name}=${toString value}") budgets.ipc

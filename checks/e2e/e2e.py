@@ -573,7 +573,7 @@ def t_policy(sandboxes, custom):
     check(got["env"] == 0, "/usr/bin/env did not run")
     # A caller's hard limits that are already lower stay, the soft limit
     # lowered to them (the wrapper sets CPU, open files before bubblewrap,
-    # processes in the jail's own user namespace). RLIMIT_NPROC only as root, whom it does
+    # processes inside the jail). RLIMIT_NPROC only as root, whom it does
     # not hold back on the host: for a user it counts all the user's
     # processes there, which other runs of the same uid may have.
     lower = {"CPU": limits["cpu_s"] // 2, "NOFILE": limits["nofile"] // 2}

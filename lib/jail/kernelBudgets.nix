@@ -9,23 +9,14 @@
 # count, so the host user keeps the rest. A budget that cannot be set stops
 # the wrapper with status 2 and one line on stderr.
 #
-# jail-budget also sets the jail's RLIMIT_NPROC in that namespace: the
-# kernel counts each user namespace's processes and threads per uid there
-# and charges the namespaces above, so the limit binds this jail's
-# processes together, never the caller's other processes on the host, and
-# the jail, with no capability there, cannot raise it. It binds because
-# the jail's uid is never host root (a root launcher starts its wrappers
-# as another user). That count holds bubblewrap's own process besides the
-# jail's, so the limit is limits.pids + 1: the jail's processes get
-# limits.pids, and where a run's cgroup holds pids.max (which counts
-# bubblewrap too) the cgroup stops a fork bomb first, and the result says
-# it was the processes limit.
-# And it starts bubblewrap with an empty environment (--clear-env): in a
-# run's jail bwrap stays as its pid 1 (a session's jail has the agent
-# there), and a process there can read pid 1's environment
-# (/proc/1/environ), so no variable of the wrapper's (HOME, PROJECT_DIR,
-# the cgroup path) is seen. Both in the one program already there: no
-# process of their own (a shell in the jail, env -i) on every start.
+# jail-budget also starts bubblewrap with an empty environment
+# (--clear-env): in a run's jail bwrap stays as its pid 1 (a session's
+# jail has the agent there), and a process there can read pid 1's
+# environment (/proc/1/environ), so no variable of the wrapper's (HOME,
+# PROJECT_DIR, the cgroup path) is seen. It is done in the program already
+# there, so no process of its own (env -i) starts each time.
+# RLIMIT_NPROC is set inside the jail (processLimit.nix), where the count
+# is the jail's processes alone.
 #
 # It also mounts the session's layer when workspace.nix asks for one (the
 # run-time array sandbox_layer) and its project overlay when
@@ -50,17 +41,13 @@ c:
 let
   inherit (pkgs) lib;
   budgets = import ../kernelBudgets.nix;
-  inherit (environment) limits;
   jailBudget = "${pkgs.callPackage ../../package.nix { }}/bin/jail-budget";
   publishes = environment.publish != [ ];
   hostNetwork = environment.network == true;
   flags =
     lib.mapAttrsToList (name: value: "--sysctl ${name}=${toString value}") budgets.sysctls
     ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits
-    ++ [
-      "--rlimit nproc=${toString (limits.pids + 1)}"
-      "--clear-env"
-    ]
+    ++ [ "--clear-env" ]
     ++ lib.mapAttrsToList (name: value: "--ipc ${name}=${toString value}") budgets.ipc
     ++ lib.optionals publishes [
       "--net"

@@ -270,21 +270,18 @@ impl Agent {
     /// Sends a `once` exec (the interpreter's only call, run as a script);
     /// returns its id.
     pub fn send_exec_once(&mut self, code: &str, output_bytes: usize) -> u64 {
-        let id = self.fresh_id();
-        self.send(&Request::Exec {
-            id,
-            code: code.into(),
-            output_bytes,
-            files: Vec::new(),
-            once: true,
-            live: false,
-        });
-        id
+        self.send_exec_as(code, output_bytes, true, false)
     }
 
     /// Sends an exec that asks for its output live (`once` or not);
     /// returns its id.
     pub fn send_exec_live(&mut self, code: &str, output_bytes: usize, once: bool) -> u64 {
+        self.send_exec_as(code, output_bytes, once, true)
+    }
+
+    /// Sends an exec with no files, `once` and `live` as given; returns its
+    /// id.
+    fn send_exec_as(&mut self, code: &str, output_bytes: usize, once: bool, live: bool) -> u64 {
         let id = self.fresh_id();
         self.send(&Request::Exec {
             id,
@@ -292,7 +289,7 @@ impl Agent {
             output_bytes,
             files: Vec::new(),
             once,
-            live: true,
+            live,
         });
         id
     }

@@ -773,8 +773,9 @@ impl Screen {
 }
 
 /// `sandbox enter ID` as `user` on a fresh pseudo-terminal of 24 by 80 (as
-/// a person's terminal): the CLI, the master and the slave (kept, to read
-/// its modes).
+/// a person's terminal): the CLI, the master, the slave (kept, to read its
+/// modes) and its modes as they were before the CLI started (which may
+/// make it raw before the caller could read them).
 pub fn enter_on_pty(
     user: User,
     rt: &std::path::Path,
@@ -783,6 +784,7 @@ pub fn enter_on_pty(
     tokio::process::Child,
     std::os::fd::OwnedFd,
     std::os::fd::OwnedFd,
+    nix::sys::termios::Termios,
 ) {
     let size = nix::pty::Winsize {
         ws_row: 24,
@@ -791,6 +793,7 @@ pub fn enter_on_pty(
         ws_ypixel: 0,
     };
     let pty = nix::pty::openpty(Some(&size), None).unwrap();
+    let before = nix::sys::termios::tcgetattr(&pty.slave).unwrap();
     let mut cmd = user.command();
     cmd.args(["sandbox", "enter", id])
         .env("XDG_RUNTIME_DIR", rt)
@@ -808,7 +811,7 @@ pub fn enter_on_pty(
         );
     }
     let child = cmd.spawn().unwrap();
-    (child, pty.master, pty.slave)
+    (child, pty.master, pty.slave, before)
 }
 
 /// A server of `user`'s on `manifest` (fixture wrappers allowed) whose

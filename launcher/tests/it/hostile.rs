@@ -300,7 +300,7 @@ async fn a_lying_agent_cannot_hang_or_fool_sandbox_enter() {
     for program in SPAWNS.into_iter().chain(["bad-ack"]) {
         let code = format!("enter:{program}");
         assert_eq!(text(&s.session("python", program, &code).await), "honest\n");
-        let (mut child, master, _slave) = enter_on_pty(User::Own, rt, program);
+        let (mut child, master, _slave, _) = enter_on_pty(User::Own, rt, program);
         let screen = Screen::follow(master.try_clone().unwrap());
         let mut keys = std::fs::File::from(master);
         std::io::Write::write_all(&mut keys, b"x").unwrap();

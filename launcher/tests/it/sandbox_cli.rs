@@ -411,8 +411,7 @@ async fn a_person_enters_a_models_session() {
         let r = s.session("shell", "work", "x=5; echo ok").await;
         assert_eq!(text(&r), "ok\n", "{user:?}: {r:?}");
 
-        let (mut child, master, slave) = enter_on_pty(user, rt, "work");
-        let before = nix::sys::termios::tcgetattr(&slave).unwrap();
+        let (mut child, master, slave, before) = enter_on_pty(user, rt, "work");
         let mut keys = std::fs::File::from(master.try_clone().unwrap());
         let mut typed = |text: &[u8]| std::io::Write::write_all(&mut keys, text).unwrap();
         let screen = Screen::follow(master);
@@ -482,7 +481,7 @@ async fn a_person_enters_a_models_session() {
         let out = cli(user, rt, &["enter", "work"]).await;
         assert_one_line_failure(&out, "enter needs a terminal on stdin");
         assert_eq!(out.status.code(), Some(2));
-        let (mut child, master, _slave) = enter_on_pty(user, rt, "nope");
+        let (mut child, master, _slave, _) = enter_on_pty(user, rt, "nope");
         let screen = Screen::follow(master);
         let status = tokio::time::timeout(GUARD, child.wait())
             .await

@@ -7,19 +7,10 @@
 //! user namespace that maps the caller's uid and gid to themselves, writes
 //! that namespace's limits (it holds every capability there until it
 //! execs), lowers the ucount-backed rlimits (pending signals, message
-//! queue bytes, locked shared memory, processes, which bound a namespace's
-//! processes together), and execs PROGRAM (bubblewrap) inside it. The jail,
-//! nested below, cannot write these limits: it holds no capability in this
+//! queue bytes, locked shared memory, which bound a namespace's processes
+//! together), and execs PROGRAM (bubblewrap) inside it. The jail, nested
+//! below, cannot write these limits: it holds no capability in this
 //! namespace, and reads and writes its own namespace's sysctls only.
-//!
-//! Processes (`--rlimit nproc=N`) are counted in this namespace: the
-//! kernel counts the processes and threads of each user namespace and uid,
-//! charging every namespace above, and checks each level against the limit
-//! its processes had when the namespace below was made. So with N here, the
-//! jail's processes, bubblewrap's own included, are N at most together, as
-//! a run's cgroup counts them, while the host user's other processes count
-//! only above, against the caller's own limit. (Set before this namespace,
-//! N would count every process of the caller on the host.)
 //!
 //! With `--clear-env`, PROGRAM starts with an empty environment: bubblewrap
 //! stays a jail's pid 1 or its parent, and a process in the jail could read
@@ -39,7 +30,7 @@
 //!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
-//! NAME of `--rlimit` is `sigpending`, `msgqueue`, `memlock` or `nproc`; NAME of
+//! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`; NAME of
 //! `--ipc` is a System V limit of /proc/sys/kernel (`shmmax`, `shmmni`,
 //! `msgmax`, `msgmnb`, `msgmni`), `shm_total_bytes` (written to `shmall`
 //! in pages of this machine), or one of the four fields of its `sem`
@@ -189,9 +180,8 @@ fn resource(name: &str) -> Result<Resource, String> {
         "sigpending" => Ok(Resource::RLIMIT_SIGPENDING),
         "msgqueue" => Ok(Resource::RLIMIT_MSGQUEUE),
         "memlock" => Ok(Resource::RLIMIT_MEMLOCK),
-        "nproc" => Ok(Resource::RLIMIT_NPROC),
         _ => Err(format!(
-            "unknown rlimit `{name}` (sigpending, msgqueue, memlock or nproc)"
+            "unknown rlimit `{name}` (sigpending, msgqueue or memlock)"
         )),
     }
 }
@@ -911,16 +901,8 @@ mod tests {
     }
 
     #[test]
-    fn processes_and_an_empty_environment() {
-        let parsed = parse(args(&[
-            "--rlimit",
-            "nproc=32",
-            "--clear-env",
-            "--",
-            "bwrap",
-        ]))
-        .unwrap();
-        assert_eq!(parsed.rlimits, [(Resource::RLIMIT_NPROC, 32)]);
+    fn an_empty_environment() {
+        let parsed = parse(args(&["--clear-env", "--", "bwrap"])).unwrap();
         assert!(parsed.clear_env);
     }
 

@@ -99,43 +99,15 @@ fn the_program_lives_under_budgets_it_cannot_raise() {
     }
 }
 
-/// Python, under `--rlimit nproc=N --clear-env`: a variable of the caller's, its
-/// RLIMIT_NPROC, and how many children it can fork at once.
-const FORK: &str = r#"
-import os, resource
-r, w = os.pipe()
-children = []
-while len(children) < 100:
-    try:
-        pid = os.fork()
-    except BlockingIOError:
-        break
-    if pid == 0:
-        os.close(w)
-        os.read(r, 1)
-        os._exit(0)
-    children.append(pid)
-os.close(w)
-for pid in children:
-    os.waitpid(pid, 0)
-print('secret=%s' % os.environ.get('SECRET', 'unset'))
-print('nproc=%d/%d' % resource.getrlimit(resource.RLIMIT_NPROC))
-print('forked=%d' % len(children))
-"#;
-
 #[test]
-fn processes_count_in_the_budget_namespace_and_the_environment_is_cleared() {
-    // The host user's own processes (uid 65534 may have others) count only
-    // above the namespace: the program and its children are the 5.
+fn the_program_starts_with_an_empty_environment() {
     let out = budget()
         .args([
-            "--rlimit",
-            "nproc=5",
             "--clear-env",
             "--",
             "/usr/bin/python3",
             "-c",
-            FORK,
+            "import os; print('secret=%s' % os.environ.get('SECRET', 'unset'))",
         ])
         .env("SECRET", "1")
         .output()
@@ -146,9 +118,7 @@ fn processes_count_in_the_budget_namespace_and_the_environment_is_cleared() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for want in ["secret=unset", "nproc=5/5", "forked=4"] {
-        assert!(stdout.lines().any(|l| l == want), "{want}: {stdout}");
-    }
+    assert!(stdout.lines().any(|l| l == "secret=unset"), "{stdout}");
 }
 
 #[test]

@@ -783,6 +783,41 @@ def t_server_manifest(server, sandboxes):
         check(envs[preset] == only_env(out)[1], f"{preset} differs from sandbox-{preset}'s own manifest")
 
 
+def waiting(pid):
+    """Where process `pid`'s threads and every process below it wait, one
+    line each (state, kernel wait channel, system call, name): what a hang
+    shows of itself."""
+
+    def read(path):
+        try:
+            return Path(path).read_text(errors="replace").strip()
+        except OSError as e:
+            return f"?({e.strerror})"
+
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = read(entry / "stat")
+            tail = stat.rsplit(")", 1)[-1].split()
+            if len(tail) > 1:
+                parents[int(entry.name)] = int(tail[1])
+    below, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        below.append(p)
+        todo.extend(sorted(c for c, parent in parents.items() if parent == p))
+    lines = []
+    for p in below:
+        cmd = read(f"/proc/{p}/cmdline").replace("\0", " ")[:120]
+        lines.append(f"pid {p} (parent {parents.get(p)}): {cmd}")
+        tasks = Path(f"/proc/{p}/task")
+        for task in sorted(tasks.iterdir(), key=lambda t: int(t.name)) if tasks.is_dir() else []:
+            state = read(task / "stat").rsplit(")", 1)[-1].split()[:1]
+            lines.append(f"  task {task.name} {read(task / 'comm')}: state {' '.join(state)}, "
+                         f"wchan {read(task / 'wchan')}, syscall {read(task / 'syscall').split(' ')[0]}")
+    return "\n".join(lines)
+
+
 class McpClient:
     """A minimal MCP client over stdio: newline-delimited JSON-RPC."""
 
@@ -817,7 +852,8 @@ class McpClient:
                 line = self.lines.get(timeout=DEADLINE)
             except queue.Empty:
                 raise Failed(f"no answer to {method} {json.dumps(params)[:300]} within {DEADLINE} s; "
-                             f"the server's stderr ends: {''.join(self.stderr)[-1500:]}") from None
+                             f"the server's stderr ends: {''.join(self.stderr)[-1500:]}; "
+                             f"where its threads and processes wait: {waiting(self.proc.pid)}") from None
             if line is None:
                 raise Failed(f"the server closed stdout; stderr: {''.join(self.stderr)[-800:]}")
             message = json.loads(line)

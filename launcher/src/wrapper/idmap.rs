@@ -73,10 +73,12 @@ pub fn project_mount(project: &Path, owner: (u32, u32), jail: Ids) -> io::Result
 /// and nothing else (also a fork's idmap of each checkpoint layer it is
 /// started over, project/share.rs): a child made in it by `clone(CLONE_NEWUSER)` waits on
 /// a pipe while this process, root outside, writes its maps and opens its
-/// namespace, then ends when the pipe closes (or this process dies).
+/// namespace, then ends when the pipe closes (or this process dies). The
+/// child holds no other descriptor while it waits, so any number of
+/// threads may call this at once.
 pub fn map_namespace(from: (u32, u32), to: (u32, u32)) -> io::Result<OwnedFd> {
     let (wait, release) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (wait_fd, release_fd) = (wait.as_raw_fd(), release.as_raw_fd());
+    let wait_fd = wait.as_raw_fd();
     // SAFETY: a fork-like clone (no stack given: the child runs on a copy
     // of this one); the child makes only system calls on integers, then
     // exits without returning.
@@ -93,7 +95,22 @@ pub fn map_namespace(from: (u32, u32), to: (u32, u32)) -> io::Result<OwnedFd> {
     if pid == 0 {
         // SAFETY: system calls only, in the child.
         unsafe {
-            libc::syscall(libc::SYS_close, release_fd);
+            // It keeps its end of `wait` alone. Cloned with every
+            // descriptor of this process, it would otherwise hold open
+            // what other threads are waiting on to close: another such
+            // child's `release` (two threads making namespaces at once,
+            // whose children then wait for each other forever), or a
+            // wrapper's start-status pipe. Without close_range (Linux
+            // 5.9; idmapped mounts need 5.12) it ends at once, and the
+            // maps cannot be written.
+            let low = match wait_fd {
+                0 => 0,
+                fd => libc::syscall(libc::SYS_close_range, 0u32, (fd - 1) as u32, 0u32),
+            };
+            let high = libc::syscall(libc::SYS_close_range, (wait_fd + 1) as u32, u32::MAX, 0u32);
+            if low != 0 || high != 0 {
+                libc::syscall(libc::SYS_exit_group, 1);
+            }
             let mut byte = 0u8;
             libc::syscall(libc::SYS_read, wait_fd, &mut byte as *mut u8, 1usize);
             libc::syscall(libc::SYS_exit_group, 0);

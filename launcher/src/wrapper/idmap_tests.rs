@@ -55,3 +55,34 @@ fn the_owner_shows_as_the_jail_and_nothing_is_writable() {
     );
     assert!(!project.join("new").exists());
 }
+
+/// Two threads making user namespaces at once (a session's jail and a warm
+/// jail starting together): each one's waiting child is cloned with the
+/// other thread's descriptors, the other's release pipe among them, and
+/// must not keep it, or each child waits for the other forever and so do
+/// both threads. As another user the namespaces cannot be made.
+#[test]
+fn namespaces_made_at_once_by_two_threads_all_finish() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(map_namespace((0, 0), (0x7000_0102, 0x7000_0102)).is_err());
+        return;
+    }
+    let (done, finished) = std::sync::mpsc::channel();
+    for thread in 0..2u32 {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let to = 0x7000_0200 + thread;
+            for _ in 0..400 {
+                map_namespace((4242, 4242), (to, to)).unwrap();
+            }
+            let _ = done.send(thread);
+        });
+    }
+    for _ in 0..2 {
+        let finished = finished.recv_timeout(std::time::Duration::from_secs(60));
+        assert!(
+            finished.is_ok(),
+            "the threads making namespaces are stuck: their children hold each other's pipe"
+        );
+    }
+}

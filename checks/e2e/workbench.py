@@ -17,7 +17,8 @@ the first one's changes; an edit on the host is seen by the next call; the
 host's tree is byte for byte what it was. The `tight-shell` environment
 (workspace_mb 64) writing 4 x 30 MiB into /project gets `No space left on
 device` at 64 MiB, none of it on the host's disk, and the session goes on.
-`--check` says `project: ok (...)`. A root server serves the same: its
+`--check` says `project: ok (...)`. Six sessions started at once with the
+warm pool on each answer from a layer of their own. A root server serves the same: its
 jails' uids get the project owner's files through an idmapped mount, and
 its `--check` line says so; a file of another owner stays unmodifiable.
 """
@@ -74,7 +75,7 @@ def disk_bytes(root):
 class Bench:
     """A test project, a secret beside it, and the server over it."""
 
-    def __init__(self, args, scratch, manifests=()):
+    def __init__(self, args, scratch, manifests=(), env=None):
         self.dir = Path(tempfile.mkdtemp(dir=scratch, prefix="bench-"))
         os.chmod(self.dir, 0o755)
         self.project = self.dir / "proj"
@@ -86,7 +87,7 @@ class Bench:
         (self.project / "tests" / "__init__.py").write_text("")
         (self.outside / "secret").write_text("host secret\n")
         (self.project / "out").symlink_to(self.outside)
-        self.env = {"PROJECT_DIR": str(self.project), "NIX_SANDBOX_PROJECT_WRITABLE": "1"}
+        self.env = {"PROJECT_DIR": str(self.project), "NIX_SANDBOX_PROJECT_WRITABLE": "1", **(env or {})}
         self.before = snapshot(self.project)
         self.server = Server(args, scratch, env=self.env, manifests=manifests)
         self.client = self.server.client
@@ -162,6 +163,21 @@ def t_build_in_place(args, scratch):
         check("host secret" not in b.diff("w"), "the diff read through the project's symlink")
 
 
+def t_sessions_at_once_warm(args, scratch):
+    """With warm jails on, a session's jail and the pool's replacement start
+    together (as root each makes a user namespace for its idmapped project
+    mount); six sessions started at once all answer, each in its own layer."""
+    with Bench(args, scratch, env={"NIX_SANDBOX_WARM_JAILS": "4"}) as b:
+        for _ in range(3):
+            names = [f"s{b.server.next_id}-{i}" for i in range(6)]
+            code = "echo {0} > /project/{0}; ls /project | grep -c '^s' ; cat /project/{0}"
+            answers = b.server.calls_at_once([("shell", name, code.format(name)) for name in names])
+            for name, (result, text, _) in zip(names, answers):
+                check(not result.get("isError") and text.startswith(f"1\n{name}\n"),
+                      f"session {name}: {text[:400]} {b.log()[-800:]}")
+        check(snapshot(b.project) == b.before, "the host's project changed")
+
+
 def t_layer_bounded(args, scratch):
     tight = args.tight_shell
     with Bench(args, scratch, manifests=[Path(tight) / MANIFEST]) as b:
@@ -217,6 +233,8 @@ def main():
         suite.test("a session fixes, compiles and tests the project in place; the one-line summary; "
                    "the diff applies with patch -p1; sessions apart; the host's edits seen; "
                    "the host's tree unchanged", t_build_in_place, args, scratch)
+        suite.test("six sessions started at once with warm jails on all answer, each in its own layer",
+                   t_sessions_at_once_warm, args, scratch)
         suite.test("writes past workspace_mb into /project stop with ENOSPC, none on the host's disk",
                    t_layer_bounded, args, scratch)
         suite.test("--check writes through a layer and says `project: ok`", t_check, args, scratch)

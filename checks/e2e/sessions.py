@@ -33,7 +33,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, only_env, pids
+from e2e import DEADLINE, Failed, McpClient, Suite, check, facts, manifest_of, only_env, pids, waiting
 
 SHORT_TIMEOUT = 3  # seconds: the deadline of the servers that test interrupts
 KEPT = "(variables lost, /workspace files kept)"
@@ -124,7 +124,9 @@ class Server:
             try:
                 line = self.client.lines.get(timeout=max(0.1, end - time.monotonic()))
             except queue.Empty:
-                raise Failed(f"{len(ids) - len(answers)} calls unanswered within {DEADLINE} s") from None
+                raise Failed(f"{len(ids) - len(answers)} calls unanswered within {DEADLINE} s; the server's "
+                             f"stderr ends: {self.log()[-800:]}; where it waits: "
+                             f"{waiting(self.client.proc.pid)}") from None
             check(line is not None, f"the server closed stdout: {self.log()[-800:]}")
             message = json.loads(line)
             if message.get("id") in ids:

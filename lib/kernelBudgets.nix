@@ -26,9 +26,8 @@
 #
 # Other per-user counters have no limit a namespace can hold: POSIX
 # queues live in the jail's own IPC namespace; keys (keyctl, add_key)
-# are refused by seccomp (seccompRules.nix); processes are the run's
-# cgroup, or RLIMIT_NPROC, which jail-budget sets in the same namespace
-# from the environment's `pids` (jail/kernelBudgets.nix).
+# are refused by seccomp (seccompRules.nix); processes are RLIMIT_NPROC
+# inside the jail (jail/processLimit.nix) or the run's cgroup.
 {
   sysctls = {
     max_inotify_instances = 16;

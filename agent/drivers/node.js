@@ -64,16 +64,21 @@ function send(message) {
 let pending = Buffer.alloc(0);
 const chunk = Buffer.alloc(1 << 16);
 
+// The first whole message of what was read, taken from it, or null.
+function takeMessage() {
+  const end = pending.indexOf(0);
+  if (end < 0) return null;
+  const message = pending.subarray(0, end).toString('utf8');
+  pending = pending.subarray(end + 1);
+  return message;
+}
+
 // The next message, read synchronously (before the event loop runs), or
 // null at end of file.
 function readMessageSync() {
   for (;;) {
-    const end = pending.indexOf(0);
-    if (end >= 0) {
-      const message = pending.subarray(0, end).toString('utf8');
-      pending = pending.subarray(end + 1);
-      return message;
-    }
+    const message = takeMessage();
+    if (message !== null) return message;
     let n;
     try {
       n = fs.readSync(codeIn, chunk, 0, chunk.length, null);
@@ -309,10 +314,8 @@ function run(code) {
 // Reads the next cell's code in the background, so the event loop (timers,
 // servers the code started) keeps running between calls.
 function receive() {
-  const end = pending.indexOf(0);
-  if (end >= 0) {
-    const code = pending.subarray(0, end).toString('utf8');
-    pending = pending.subarray(end + 1);
+  const code = takeMessage();
+  if (code !== null) {
     setImmediate(run, code);
     return;
   }

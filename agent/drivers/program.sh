@@ -32,16 +32,19 @@ __nsm_runner=@runner@
 __nsm_intr=
 trap '__nsm_intr=1' INT
 
-while :; do
-  # The next call's code; a signal (an interrupt that came too late) only
-  # restarts the read, end of file ends the driver.
+# The next message into __nsm_code; a signal (an interrupt that came too
+# late) only restarts the read, end of file ends the driver.
+__nsm_next() {
   until IFS= read -r -d '' -u 62 __nsm_code; do
     (($? > 128)) || exit 0
   done
+}
+
+while :; do
+  # The next call's code, or an empty message and then a `once` call's.
+  __nsm_next
   if [[ -z $__nsm_code ]]; then
-    until IFS= read -r -d '' -u 62 __nsm_code; do
-      (($? > 128)) || exit 0
-    done
+    __nsm_next
     trap - INT
     printf 'start\n' >&63
     exec "$__nsm_runner" 62<&- 63>&- < <(printf '%s' "$__nsm_code")

@@ -20,12 +20,11 @@ import base64
 import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
 
-from e2e import Failed, McpClient, Suite, check, facts, manifest_of
+from e2e import Failed, McpClient, Suite, check, facts, manifest_of, usage_left_out
 
 PNG_CODE = """import base64, os, struct, zlib
 def chunk(kind, data):
@@ -271,12 +270,6 @@ SAME_EITHER_WAY = [
     ("node", "setTimeout(() => console.log('later'), 100)\nconsole.error('now')\nprocess.exitCode = 5\n", None),
     ("node", "console.log('begun')\nsetInterval(() => {}, 1000)\n", 3),
 ]
-
-
-def usage_left_out(text):
-    """A result's text with the figures of its `used:` line left out: a warm
-    jail's cgroup holds the agent too, a few hundred KiB more."""
-    return re.sub(r"(?m)^used: .*$", "used: ...", text)
 
 
 def t_warm_reads_cold(args, scratch):

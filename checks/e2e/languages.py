@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from e2e import Suite, check, manifest_of
+from e2e import Suite, check, manifest_of, usage_left_out
 from sessions import Server, unpack
 
 CACHE = "/tmp/build-cache"
@@ -329,9 +329,7 @@ def compare_warm_and_cold(server):
             time.sleep(0.25)
         check(set(seen) == {True, False}, f"{key}: served warm {sorted(seen)}")
         (h_result, h_text, h_facts), (c_result, c_text, c_facts) = seen[True], seen[False]
-        # The figures of a `used:` line differ: a warm jail's cgroup holds
-        # the agent too.
-        h_text, c_text = (re.sub(r"(?m)^used: .*$", "used: ...", t) for t in (h_text, c_text))
+        h_text, c_text = usage_left_out(h_text), usage_left_out(c_text)
         check(h_text == c_text, f"{key}: warm {h_text[-400:]!r}, cold {c_text[-400:]!r}")
         check(bool(h_result.get("isError")) == bool(c_result.get("isError")), f"{key}: isError differs")
         for fact in ("exit_code", "signal", "timed_out"):

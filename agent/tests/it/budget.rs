@@ -61,6 +61,17 @@ fn budget() -> Command {
     cmd
 }
 
+/// The stdout of a run that must have succeeded (its output shown when not).
+fn succeeded(out: &std::process::Output) -> std::borrow::Cow<'_, str> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn the_program_lives_under_budgets_it_cannot_raise() {
     let out = budget()
@@ -76,12 +87,7 @@ fn the_program_lives_under_budgets_it_cannot_raise() {
         ])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let got: std::collections::HashMap<&str, &str> =
         stdout.lines().filter_map(|l| l.split_once('=')).collect();
     let want = [
@@ -112,12 +118,7 @@ fn the_program_starts_with_an_empty_environment() {
         .env("SECRET", "1")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.lines().any(|l| l == "secret=unset"), "{stdout}");
 }
 

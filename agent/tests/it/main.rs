@@ -15,6 +15,7 @@ mod harness;
 mod bash;
 mod bridge;
 mod budget;
+mod entry;
 mod files;
 mod fuzz;
 mod init;

@@ -602,8 +602,10 @@ STORE_NAME = re.compile(r"(?:^|/)([0-9a-df-np-sv-z]{32}-[^/]+)")
 # the build's chroot, which mountinfo shows as the sources' prefix.
 BUILD_CHROOT = re.compile(r"^/nix/store/[0-9a-df-np-sv-z]{32}-[^/]+\.drv\.chroot(?=/)")
 # Mount points the policy names that are no bind of a host path: their filesystem type.
+# /nix/store is jail-budget's read-only view: a tmpfs holding the closure's binds.
 FRESH = {"/": "tmpfs", "/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts", "/dev/shm": "tmpfs",
-         "/dev/mqueue": "mqueue", "/tmp": "tmpfs", "/workspace": "tmpfs", "/home/sandbox": "tmpfs"}
+         "/dev/mqueue": "mqueue", "/tmp": "tmpfs", "/workspace": "tmpfs", "/home/sandbox": "tmpfs",
+         "/nix/store": "tmpfs"}
 # Binds of the host's device nodes: bubblewrap's --dev, and /dev/null over the kernel keyrings.
 DEVICES = {f"/dev/{name}": f"/{name}" for name in ["null", "zero", "full", "random", "urandom", "tty", "console"]}
 DEVICES.update({"/proc/keys": "/null", "/proc/key-users": "/null"})
@@ -658,6 +660,10 @@ def t_mounts(sandboxes, closures, preset):
     foreign = foreign_mounts(mountinfo, closure)
     check(not foreign, "mounts neither in the closure nor named by the policy (mount point, source, type): "
           + "; ".join(f"{p} from {r} ({t})" for p, r, t in foreign))
+    # Every store mount, the view's own tmpfs too, is read-only, nosuid and nodev.
+    store = [line.split() for line in mountinfo.splitlines() if line.split()[4].startswith("/nix/store")]
+    loose = [f[4] for f in store if not {"ro", "nosuid", "nodev"} <= set(f[5].split(","))]
+    check(store and not loose, f"store mounts not read-only, nosuid and nodev: {loose}")
 
 
 def t_python_closure(sandboxes):

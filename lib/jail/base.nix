@@ -1,7 +1,8 @@
 # Takes { pkgs, ... } and jail.nix's combinators; returns the permission
 # that stands for jail.nix's base permissions, which it first drops
 # (`reset`): a fresh /proc and /dev, /bin/sh, coreutils on PATH, an empty
-# environment (--clearenv), and the store's runtime closure only. Its /tmp,
+# environment (--clearenv); the store's runtime closure only is
+# storeView.nix's, through jail-budget. Its /tmp,
 # an unbounded tmpfs, is left out too: filesystem.nix mounts a bounded one.
 # What jail.nix's own base adds besides is left out: a tmpfs at the
 # caller's HOME (its path, /home/LOGIN, would name the host's user in the
@@ -18,5 +19,4 @@ c.compose [
   (s: s // { additionalRuntimeClosures = s.additionalRuntimeClosures ++ [ pkgs.bash ]; })
   (c.add-pkg-deps [ pkgs.coreutils ])
   (c.unsafe-add-raw-args "--clearenv")
-  c.bind-nix-store-runtime-closure
 ]

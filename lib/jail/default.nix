@@ -15,6 +15,7 @@ arguments: c:
 c.compose (
   map (file: import file arguments c) [
     ./base.nix
+    ./storeView.nix
     # Before network.nix, whose --hostname it sets.
     ./identity.nix
     ./network.nix

@@ -18,7 +18,9 @@
 # RLIMIT_NPROC is set inside the jail (processLimit.nix), where the count
 # is the jail's processes alone.
 #
-# It also mounts the session's layer when workspace.nix asks for one (the
+# It also mounts the jail's view of the store (storeView.nix's run-time
+# array sandbox_store_view, always set), and the session's layer when
+# workspace.nix asks for one (the
 # run-time array sandbox_layer) and its project overlay when
 # projectMount.nix does (sandbox_project_layer); those files always set
 # them.
@@ -84,7 +86,7 @@ c.compose (
       s:
       s
       // {
-        cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_layer[@]}\" \"\${sandbox_project_layer[@]}\" -- ${s.cmd}";
+        cmd = "${jailBudget} ${lib.concatStringsSep " " flags} \"\${sandbox_layer[@]}\" \"\${sandbox_project_layer[@]}\" \"\${sandbox_store_view[@]}\" -- ${s.cmd}";
       }
     )
   ]

@@ -27,7 +27,8 @@
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
 //!               [--clear-env] [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
 //!               [--project-lower-fd FD]] [--restore]] [--project-read-only PATH]
-//!               [--net [--publish-fd FD]] -- PROGRAM [ARGS...]
+//!               [--net [--publish-fd FD]] [--store-view DIR --store-paths LIST]
+//!               -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
 //! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`; NAME of
@@ -102,9 +103,17 @@
 //! namespace and answers one byte: 0 with the connected socket attached
 //! (SCM_RIGHTS), else the connect's errno. It reads nothing the jail
 //! sends, and ends when the server closes its end or bubblewrap ends.
+//!
+//! With `--store-view DIR --store-paths LIST` (every Nix-built jail,
+//! lib/jail/storeView.nix) it mounts, in a mount namespace of its own (or
+//! the layer's), a read-only tmpfs over DIR showing each store path LIST
+//! names at its name, and bubblewrap binds DIR at /nix/store: the jail sees
+//! its runtime closure only, as before, for one bind of bubblewrap's where
+//! there was one for each path (see jail-budget/store_view.rs).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::ExitCode;
 
 use nix::sched::CloneFlags;
@@ -112,12 +121,15 @@ use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 #[path = "jail-budget/forward.rs"]
 mod forward;
+#[path = "jail-budget/store_view.rs"]
+mod store_view;
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
                      [--ipc NAME=VALUE]... [--clear-env] \
                      [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH \
                      [--project-lower-fd FD]] [--restore]] [--project-read-only PATH] \
-                     [--net [--publish-fd FD]] -- PROGRAM [ARGS...]";
+                     [--net [--publish-fd FD]] [--store-view DIR --store-paths LIST] \
+                     -- PROGRAM [ARGS...]";
 
 /// The System V limits of an IPC namespace that `--ipc` may set, each a
 /// file of /proc/sys/kernel.
@@ -144,6 +156,9 @@ struct Args {
     publish_fd: Option<i32>,
     /// Whether PROGRAM starts with an empty environment.
     clear_env: bool,
+    /// The directory to mount the jail's view of the store over, and the
+    /// file listing the store paths it shows.
+    store_view: Option<(OsString, OsString)>,
     program: OsString,
     args: Vec<OsString>,
 }
@@ -204,6 +219,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
         net: false,
         publish_fd: None,
         clear_env: false,
+        store_view: None,
         program,
         args: command.collect(),
     };
@@ -213,6 +229,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     let (mut layer, mut lower, mut size, mut restore, mut on_disk) =
         (None, None, None, false, false);
     let mut idmapped = None;
+    let (mut view, mut view_paths) = (None, None);
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Long("sysctl") => {
@@ -242,6 +259,8 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 size = Some(bytes.ok_or_else(|| format!("--layer-size {value}: not a size"))?);
             }
             Long("net") => parsed.net = true,
+            Long("store-view") => view = Some(parser.value().map_err(|e| e.to_string())?),
+            Long("store-paths") => view_paths = Some(parser.value().map_err(|e| e.to_string())?),
             Long("clear-env") => parsed.clear_env = true,
             Long("publish-fd") => parsed.publish_fd = Some(descriptor(parser.value())?),
             Long("ipc") => {
@@ -252,21 +271,31 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             other => return Err(other.unexpected().to_string()),
         }
     }
-    match sem {
-        [None, None, None, None] => {}
-        [Some(msl), Some(mns), Some(opm), Some(mni)] => parsed
-            .ipc
-            .push(("sem".to_owned(), format!("{msl}\t{mns}\t{opm}\t{mni}"))),
-        _ => {
-            return Err(format!(
-                "--ipc needs all four of {} or none",
-                SEM_FIELDS.join(", ")
-            ));
-        }
-    }
+    parsed.ipc.extend(sem_line(sem)?);
+    parsed.store_view = match (view, view_paths) {
+        (Some(dir), Some(list)) => Some((dir, list)),
+        (None, None) => None,
+        _ => return Err("--store-view and --store-paths go together".into()),
+    };
     parsed.layer = layer_of(layer, size, on_disk, lower, restore)?;
     parsed.layer = with_idmapped(parsed.layer, idmapped)?;
     consistent(parsed)
+}
+
+/// The line of /proc/sys/kernel/sem that `--ipc`'s four fields make, if
+/// given (all four or none).
+fn sem_line(sem: [Option<u64>; 4]) -> Result<Option<(String, String)>, String> {
+    match sem {
+        [None, None, None, None] => Ok(None),
+        [Some(msl), Some(mns), Some(opm), Some(mni)] => Ok(Some((
+            "sem".to_owned(),
+            format!("{msl}\t{mns}\t{opm}\t{mni}"),
+        ))),
+        _ => Err(format!(
+            "--ipc needs all four of {} or none",
+            SEM_FIELDS.join(", ")
+        )),
+    }
 }
 
 /// `parsed`, unless it holds flags that do not go together: a forwarder's
@@ -837,6 +866,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    if let (Ok(()), Some((dir, list))) = (&set, &args.store_view) {
+        let namespace = match (&args.layer, &args.read_only) {
+            (None, None) => private_mount_namespace(),
+            _ => Ok(()),
+        };
+        let shown = namespace
+            .and_then(|()| store_view::names(Path::new(list)))
+            .and_then(|names| store_view::mount_view(Path::new(dir), &names));
+        if let Err(e) = shown {
+            eprintln!("jail-budget: {e}; the jail does not start");
+            return ExitCode::from(2);
+        }
+    }
     if let Err(e) = set {
         eprintln!(
             "jail-budget: {e}; the jail's kernel budgets cannot be set, so it does not start"
@@ -894,10 +936,17 @@ mod tests {
                 net: false,
                 publish_fd: None,
                 clear_env: false,
+                store_view: None,
                 program: "/bin/bwrap".into(),
                 args: args(&["--unshare-all", "--", "sh"]),
             }
         );
+    }
+
+    #[test]
+    fn a_store_view_and_its_paths() {
+        let parsed = parse(args(&["--store-view", "/v", "--store-paths=/l", "--", "x"])).unwrap();
+        assert_eq!(parsed.store_view, Some(("/v".into(), "/l".into())));
     }
 
     #[test]
@@ -949,6 +998,8 @@ mod tests {
             &["--publish-fd", "5", "--", "x"],
             &["--net", "--publish-fd", "1", "--", "x"],
             &["--net", "--publish-fd", "x", "--", "x"],
+            &["--store-view", "/v", "--", "x"],
+            &["--store-paths", "/l", "--", "x"],
             &[
                 "--layer",
                 "/l",

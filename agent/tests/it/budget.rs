@@ -147,3 +147,110 @@ fn a_budget_that_cannot_be_set_or_a_bad_flag_runs_nothing() {
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
 }
+
+/// Store paths of this machine to show: two directories and a file.
+fn some_store_paths() -> Vec<std::path::PathBuf> {
+    let entries = std::fs::read_dir("/nix/store")
+        .expect("the store view needs /nix/store, as every Nix-built jail does");
+    let (mut dirs, mut files) = (Vec::new(), Vec::new());
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.ends_with(".lock") {
+            continue;
+        }
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() && dirs.len() < 2 => dirs.push(path),
+            Ok(m) if m.is_file() && !name.ends_with(".drv") && files.is_empty() => files.push(path),
+            _ => {}
+        }
+        if dirs.len() == 2 && files.len() == 1 {
+            break;
+        }
+    }
+    assert!(
+        dirs.len() == 2 && files.len() == 1,
+        "no two directories and a file in /nix/store"
+    );
+    dirs.into_iter().chain(files).collect()
+}
+
+/// Python, in jail-budget's namespace: the view's names, whether a file
+/// can be made there or in a shown directory, and the shown file's bytes.
+const VIEW: &str = r"
+import os, sys
+view, shown_dir, shown_file = sys.argv[1:4]
+print('names=' + ' '.join(sorted(os.listdir(view))))
+for where in (view, os.path.join(view, os.path.basename(shown_dir))):
+    try:
+        open(os.path.join(where, 'new'), 'w')
+        print('write=made')
+    except OSError as e:
+        print('write=' + os.strerror(e.errno))
+same = open(os.path.join(view, os.path.basename(shown_file)), 'rb').read() == open(shown_file, 'rb').read()
+print('same=%s' % same)
+";
+
+#[test]
+fn the_store_view_shows_the_listed_paths_read_only_and_nothing_else() {
+    let paths = some_store_paths();
+    let dir = tempfile::tempdir().unwrap();
+    let view = dir.path().join("view");
+    std::fs::create_dir(&view).unwrap();
+    let list = dir.path().join("paths");
+    let text: String = paths.iter().map(|p| format!("{}\n", p.display())).collect();
+    std::fs::write(&list, text).unwrap();
+    for p in [dir.path(), &view, &list] {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let out = budget()
+        .arg("--store-view")
+        .arg(&view)
+        .arg("--store-paths")
+        .arg(&list)
+        .args(["--", "/usr/bin/python3", "-c", VIEW])
+        .arg(&view)
+        .args([&paths[0], &paths[2]])
+        .output()
+        .unwrap();
+    let stdout = succeeded(&out);
+    let mut names: Vec<String> = paths
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        stdout,
+        format!(
+            "names={}\nwrite=Read-only file system\nwrite=Read-only file system\nsame=True\n",
+            names.join(" ")
+        )
+    );
+    // The caller's own mount table is left as it was.
+    assert_eq!(std::fs::read_dir(&view).unwrap().count(), 0);
+}
+
+#[test]
+fn a_store_view_of_a_path_outside_the_store_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("paths");
+    std::fs::write(&list, "/etc\n").unwrap();
+    let out = budget()
+        .arg("--store-view")
+        .arg(dir.path())
+        .arg("--store-paths")
+        .arg(&list)
+        .args(["--", "/bin/echo", "ran"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        stderr,
+        format!(
+            "jail-budget: {}: `/etc` is not a path of /nix/store; the jail does not start\n",
+            list.display()
+        )
+    );
+}

@@ -1352,6 +1352,50 @@ class Bench:
         client.run("true", env="shell", session=src, end=True)
         return stats
 
+    def store_view(self):
+        """A jail's /nix/store through one bind of the view jail-budget
+        mounts (as every jail starts) beside one bubblewrap bind per store
+        path (as jails started before), for closures of 11, 40 and 100
+        paths: the machine's CPU per start of jail-budget and a bare
+        bubblewrap running true, the view's making included."""
+        runs = 40
+        self.section(f"the store view: jail-budget + bare bwrap, one bind per path vs one view ({runs} starts each)")
+        found = re.search(r"--store-view (\S+)", Path(self.manifest["python"]["run"][0]).read_text())
+        if not found:
+            raise Unmeasured("the python run wrapper names no --store-view")
+        budget = str(Path(self.args.launcher) / "bin/jail-budget")
+        paths = sorted(str(p) for p in Path("/nix/store").iterdir() if not p.name.startswith(".") and p.is_dir())
+        results = {}
+        for size in (11, 40, 100):
+            if len(paths) < size:
+                raise Unmeasured(f"/nix/store holds fewer than {size} directories")
+            listed = self.scratch / f"store-paths-{size}"
+            listed.write_text("".join(f"{p}\n" for p in paths[:size]))
+            binds = [arg for p in paths[:size] for arg in ("--ro-bind", p, p)]
+            kinds = {
+                "one bind per path": [budget, "--", *BWRAP_FLOOR[:-1], *binds, BWRAP_FLOOR[-1]],
+                "one view": [budget, "--store-view", found.group(1), "--store-paths", str(listed), "--",
+                             *BWRAP_FLOOR[:-1], "--ro-bind", found.group(1), "/nix/store", BWRAP_FLOOR[-1]],
+            }
+            cpu = {}
+            for name, argv in kinds.items():
+                self.direct_true(argv)
+                before = cpu_times()
+                for _ in range(runs):
+                    time.sleep(self.args.gap)
+                    self.direct_true(argv)
+                time.sleep(0.5)
+                after = cpu_times()
+                if not (before and after):
+                    raise Unmeasured("/proc/stat gives no CPU times")
+                cpu[name] = (after["busy"] - before["busy"]) / os.sysconf("SC_CLK_TCK") / runs * 1000
+            results[size] = cpu
+            self.lines([f"{size} paths: " + ", ".join(f"{k} {v:.1f} ms" for k, v in cpu.items())])
+            per, view = cpu["one bind per path"], cpu["one view"]
+            self.row(f"store view: CPU per bare start, {size} paths, per-path binds / view",
+                     f"{per:.1f} / {view:.1f} ms ({view / per:.2f}x)" if per else f"{per:.1f} / {view:.1f} ms")
+        self.results["store_view"] = results
+
     def startup(self):
         n = self.args.starts
         self.section(f"start to the first answered initialize ({n} starts each)")
@@ -1478,8 +1522,8 @@ def parser():
                                                     "flake takes (without it and --nixpkgs-lib: no devshell step)")
     parser.add_argument("--nixpkgs-lib", help="the nixpkgs lib in the store that checks/flake.lock names")
     parser.add_argument("--devshell-runs", type=int, default=5, help="cold and cached calls of env project, each")
-    parser.add_argument("--only", choices=["ephemeral", "warm", "fixtures", "sessions", "progress", "fork", "startup",
-                                           "packages", "languages", "devshell"],
+    parser.add_argument("--only", choices=["ephemeral", "warm", "store_view", "fixtures", "sessions", "progress", "fork",
+                                           "startup", "packages", "languages", "devshell"],
                         help="one step only")
     return parser
 
@@ -1497,7 +1541,8 @@ def main():
         print(f"context: {args.context}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:
         bench = Bench(args, Path(tmp))
-        steps = [bench.ephemeral, bench.warm, bench.sessions, bench.progress, bench.fork, bench.startup]
+        steps = [bench.ephemeral, bench.warm, bench.store_view, bench.sessions, bench.progress, bench.fork,
+                 bench.startup]
         if args.fixtures:
             steps.insert(1, bench.fixtures)
         if args.packages_server:

@@ -112,13 +112,14 @@
 //! there was one for each path (see jail-budget/store_view.rs).
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::ExitCode;
 
 use nix::sched::CloneFlags;
-use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use nix::sys::resource::Resource;
 
+#[path = "common/command.rs"]
+mod command;
 #[path = "jail-budget/forward.rs"]
 mod forward;
 #[path = "jail-budget/store_view.rs"]
@@ -203,13 +204,7 @@ fn resource(name: &str) -> Result<Resource, String> {
 
 fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     use lexopt::prelude::*;
-    let split = argv
-        .iter()
-        .position(|a| a == "--")
-        .ok_or("no `--` before the program")?;
-    let (flags, rest) = argv.split_at(split);
-    let mut command = rest[1..].iter().cloned();
-    let program = command.next().ok_or("no program after `--`")?;
+    let (flags, program, args) = command::split(&argv)?;
     let mut parsed = Args {
         sysctls: Vec::new(),
         rlimits: Vec::new(),
@@ -221,7 +216,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
         clear_env: false,
         store_view: None,
         program,
-        args: command.collect(),
+        args,
     };
     let mut sem = [None; 4];
     let mut parser = lexopt::Parser::from_args(flags.iter().cloned());
@@ -796,17 +791,6 @@ fn write_and_check(path: &str, value: &str) -> Result<(), String> {
 
 /// Lowers one rlimit, soft and hard, to `value` (a lower hard limit
 /// stays), and reads it back.
-fn set_rlimit(resource: Resource, value: u64) -> Result<(), String> {
-    let (_, hard) = getrlimit(resource).map_err(|e| format!("cannot read {resource:?}: {e}"))?;
-    let limit = value.min(hard);
-    setrlimit(resource, limit, limit).map_err(|e| format!("cannot set {resource:?}: {e}"))?;
-    match getrlimit(resource) {
-        Ok((soft, hard)) if soft <= value && hard <= value => Ok(()),
-        Ok((soft, hard)) => Err(format!("{resource:?} is {soft}/{hard}, not {value}")),
-        Err(e) => Err(format!("cannot read {resource:?}: {e}")),
-    }
-}
-
 /// Enters the budget namespace and sets every limit of `args`. Without
 /// `--ipc`, the namespace maps the caller's uid and gid to themselves.
 /// With it, the kernel lets only the uid that is root in the user
@@ -835,7 +819,7 @@ fn budgets(args: &Args) -> Result<(), String> {
     }
     args.rlimits
         .iter()
-        .try_for_each(|(resource, value)| set_rlimit(*resource, *value))
+        .try_for_each(|(resource, value)| command::lower_rlimit(*resource, *value))
 }
 
 fn main() -> ExitCode {
@@ -896,21 +880,13 @@ fn main() -> ExitCode {
     if args.clear_env {
         program.env_clear();
     }
-    let e = program.exec();
-    eprintln!(
-        "jail-budget: cannot run {}: {e}",
-        args.program.to_string_lossy()
-    );
-    ExitCode::from(127)
+    command::exec("jail-budget", program)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
+    use command::os_args as args;
 
     #[test]
     fn flags_before_the_separator_the_program_after() {

@@ -18,10 +18,12 @@
 //! that cannot run with 127, each with one line on stderr.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
-use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use nix::sys::resource::Resource;
+
+#[path = "common/command.rs"]
+mod command;
 
 const USAGE: &str = "usage: jail-entry --nproc N -- PROGRAM [ARGS...]";
 
@@ -35,13 +37,7 @@ struct Args {
 
 fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     use lexopt::prelude::*;
-    let split = argv
-        .iter()
-        .position(|a| a == "--")
-        .ok_or("no `--` before the program")?;
-    let (flags, rest) = argv.split_at(split);
-    let mut command = rest[1..].iter().cloned();
-    let program = command.next().ok_or("no program after `--`")?;
+    let (flags, program, args) = command::split(&argv)?;
     let mut nproc = None;
     let mut parser = lexopt::Parser::from_args(flags.iter().cloned());
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
@@ -66,22 +62,8 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     Ok(Args {
         nproc: nproc.ok_or("no --nproc")?,
         program,
-        args: command.collect(),
+        args,
     })
-}
-
-/// Sets soft and hard `RLIMIT_NPROC` to `value`, or both to the hard limit
-/// when that is already lower; reads them back.
-fn limit_processes(value: u64) -> Result<(), String> {
-    let resource = Resource::RLIMIT_NPROC;
-    let (_, hard) = getrlimit(resource).map_err(|e| format!("cannot read RLIMIT_NPROC: {e}"))?;
-    let limit = value.min(hard);
-    setrlimit(resource, limit, limit).map_err(|e| format!("cannot set RLIMIT_NPROC: {e}"))?;
-    match getrlimit(resource) {
-        Ok((soft, hard)) if soft <= value && hard <= value => Ok(()),
-        Ok((soft, hard)) => Err(format!("RLIMIT_NPROC is {soft}/{hard}, not {value}")),
-        Err(e) => Err(format!("cannot read RLIMIT_NPROC: {e}")),
-    }
 }
 
 fn main() -> ExitCode {
@@ -92,27 +74,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = limit_processes(args.nproc) {
+    if let Err(e) = command::lower_rlimit(Resource::RLIMIT_NPROC, args.nproc) {
         eprintln!("jail-entry: {e}; the jail does not start");
         return ExitCode::from(2);
     }
-    let e = std::process::Command::new(&args.program)
-        .args(&args.args)
-        .exec();
-    eprintln!(
-        "jail-entry: cannot run {}: {e}",
-        args.program.to_string_lossy()
-    );
-    ExitCode::from(127)
+    let mut program = std::process::Command::new(&args.program);
+    program.args(&args.args);
+    command::exec("jail-entry", program)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
+    use command::os_args as args;
 
     #[test]
     fn the_limit_then_the_program_and_its_own_flags() {

@@ -1396,6 +1396,72 @@ class Bench:
                      f"{per:.1f} / {view:.1f} ms ({view / per:.2f}x)" if per else f"{per:.1f} / {view:.1f} ms")
         self.results["store_view"] = results
 
+    def cold_layers(self):
+        """Where a cold run's CPU goes, each layer taken away in turn: the
+        python preset's run wrapper run directly; jail-budget started with
+        the argv that wrapper computes (no wrapper shell); the same without
+        jail-entry; a bare bwrap running the same python3 (the warm step's
+        floor). The machine's CPU per print(1), the kinds taking turns over
+        3 rounds, the median round of each. As uid 65534 (through setpriv
+        as root): a root server runs its wrappers as uids of their own."""
+        runs, rounds = 30, 3
+        self.section(f"where a cold run's CPU goes: the python run wrapper, its layers taken away in turn "
+                     f"({rounds} rounds of {runs} runs)")
+        wrapper = self.manifest["python"]["run"][0]
+        text = Path(wrapper).read_text()
+        budget = re.search(r"^exec (\S+/bin/jail-budget) ", text, re.M)
+        seccomp = re.search(r"SECCOMP_FILTERS=\((\S+)\)", text)
+        if not (budget and seccomp):
+            raise Unmeasured("the python run wrapper's jail-budget line or seccomp filter is not where expected")
+        # The wrapper with its last line printing the argv it would exec.
+        printer = self.scratch / "print-argv"
+        printer.write_text(text.replace(f"exec {budget.group(1)} ", f"printf '%s\\0' {budget.group(1)} ", 1))
+        printer.chmod(0o755)
+        env = {"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}
+        printed = subprocess.run([str(printer), "-"], capture_output=True, env=env, timeout=DEADLINE, check=True)
+        argv = [a.decode() for a in printed.stdout.split(b"\0")[:-1]]
+        entry = next((i for i, a in enumerate(argv) if a.endswith("/bin/jail-entry")), None)
+        if entry is None or argv[entry + 3] != "--" or "--add-seccomp-fd" not in argv:
+            raise Unmeasured(f"the wrapper's argv has no jail-entry or seccomp descriptor: {argv[-6:]}")
+        # The filter on a descriptor of this process, named in the argv.
+        fd = os.open(seccomp.group(1), os.O_RDONLY)
+        at = argv.index("--add-seccomp-fd") + 1
+        argv[at] = str(fd)
+        as_jail = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        python = argv[-2]
+        kinds = {
+            "run wrapper": [wrapper, "-"],
+            "jail-budget, no wrapper shell": argv,
+            "no jail-entry either": argv[:entry] + argv[entry + 4:],
+            "bare bwrap + its python3": [*BWRAP_FLOOR[:-1], "--ro-bind", "/nix/store", "/nix/store", python, "-"],
+        }
+        cpu = {name: [] for name in kinds}
+        try:
+            for _ in range(rounds):
+                for name, command in kinds.items():
+                    time.sleep(0.3)
+                    before = cpu_times()
+                    for _ in range(runs):
+                        time.sleep(self.args.gap)
+                        os.lseek(fd, 0, os.SEEK_SET)
+                        done = subprocess.run(as_jail + command, input=b"print(1)", capture_output=True, env=env,
+                                              pass_fds=(fd,), timeout=DEADLINE)
+                        if done.stdout != b"1\n":
+                            raise Unmeasured(f"{name} gave {done.stdout[-80:]!r}: {done.stderr[-300:]!r}")
+                    time.sleep(0.3)
+                    after = cpu_times()
+                    if not (before and after):
+                        raise Unmeasured("/proc/stat gives no CPU times")
+                    cpu[name].append((after["busy"] - before["busy"]) / os.sysconf("SC_CLK_TCK") / runs * 1000)
+        finally:
+            os.close(fd)
+        median = {name: statistics.median(values) for name, values in cpu.items()}
+        self.lines([f"{name}: {median[name]:.1f} ms (rounds " + ", ".join(f"{v:.1f}" for v in values) + ")"
+                    for name, values in cpu.items()])
+        self.results["cold_layers"] = cpu
+        self.row("cold run CPU, as uid 65534: run wrapper / no wrapper shell / no jail-entry / bare bwrap + python3",
+                 " / ".join(f"{median[name]:.1f}" for name in kinds) + " ms")
+
     def startup(self):
         n = self.args.starts
         self.section(f"start to the first answered initialize ({n} starts each)")
@@ -1522,8 +1588,8 @@ def parser():
                                                     "flake takes (without it and --nixpkgs-lib: no devshell step)")
     parser.add_argument("--nixpkgs-lib", help="the nixpkgs lib in the store that checks/flake.lock names")
     parser.add_argument("--devshell-runs", type=int, default=5, help="cold and cached calls of env project, each")
-    parser.add_argument("--only", choices=["ephemeral", "warm", "store_view", "fixtures", "sessions", "progress", "fork",
-                                           "startup", "packages", "languages", "devshell"],
+    parser.add_argument("--only", choices=["ephemeral", "warm", "cold_layers", "store_view", "fixtures", "sessions",
+                                           "progress", "fork", "startup", "packages", "languages", "devshell"],
                         help="one step only")
     return parser
 
@@ -1541,8 +1607,8 @@ def main():
         print(f"context: {args.context}")
     with tempfile.TemporaryDirectory(prefix="nsm-bench-") as tmp:
         bench = Bench(args, Path(tmp))
-        steps = [bench.ephemeral, bench.warm, bench.store_view, bench.sessions, bench.progress, bench.fork,
-                 bench.startup]
+        steps = [bench.ephemeral, bench.warm, bench.cold_layers, bench.store_view, bench.sessions, bench.progress,
+                 bench.fork, bench.startup]
         if args.fixtures:
             steps.insert(1, bench.fixtures)
         if args.packages_server:

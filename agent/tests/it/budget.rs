@@ -198,7 +198,12 @@ fn the_store_view_shows_the_listed_paths_read_only_and_nothing_else() {
     let view = dir.path().join("view");
     std::fs::create_dir(&view).unwrap();
     let list = dir.path().join("paths");
-    let text: String = paths.iter().map(|p| format!("{}\n", p.display())).collect();
+    // The first path twice: shown once.
+    let text: String = paths
+        .iter()
+        .chain(&paths[..1])
+        .map(|p| format!("{}\n", p.display()))
+        .collect();
     std::fs::write(&list, text).unwrap();
     for p in [dir.path(), &view, &list] {
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();

@@ -21,12 +21,13 @@ use nix::mount::{MsFlags, mount};
 const STORE: &[u8] = b"/nix/store/";
 
 /// The names (`HASH-NAME`) of the store paths `list` holds, one path a
-/// line; any line that is not a path directly below /nix/store is an
-/// error that names it.
+/// line, each once; any line that is not a path directly below
+/// /nix/store is an error that names it.
 pub fn names(list: &Path) -> Result<Vec<OsString>, String> {
     let text = std::fs::read(list)
         .map_err(|e| format!("cannot read the store paths {}: {e}", list.display()))?;
-    text.split(|&b| b == b'\n')
+    let mut names = text
+        .split(|&b| b == b'\n')
         .filter(|line| !line.is_empty())
         .map(|line| {
             name_of(line).ok_or_else(|| {
@@ -37,7 +38,10 @@ pub fn names(list: &Path) -> Result<Vec<OsString>, String> {
                 )
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 /// `HASH-NAME` of `/nix/store/HASH-NAME`: one component, not `.` or `..`.

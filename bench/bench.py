@@ -358,15 +358,9 @@ class Bench:
                      (OWN_FLOOR, lambda: self.direct_true(own)),
                      (DEBIAN_FLOOR, lambda: self.direct_true(debian)))
             for name, once in kinds:
-                before, t0 = cpu_times(), time.perf_counter()
-                for _ in range(20):
-                    time.sleep(self.args.gap)
-                    once()
-                time.sleep(1.0)  # the last refill
-                after = cpu_times()
-                if before and after:
-                    ticks = after["busy"] - before["busy"]
-                    cpu[name] = ticks / os.sysconf("SC_CLK_TCK") / 20 * 1000
+                spent = self.cpu_per_run(once, 20, settle=1.0)  # the last refill
+                if spent is not None:
+                    cpu[name] = spent
             self.lines(["CPU per run (machine-wide, the refill included): " +
                         ", ".join(f"{k} {v:.1f} ms" for k, v in cpu.items())])
             # A burst of 64 at once, then one every 100 ms, on servers whose
@@ -529,6 +523,23 @@ class Bench:
             if program.exists():
                 return str(program.resolve())
         raise Unmeasured(f"no {name} on the jail's PATH in {wrapper}")
+
+    def cpu_per_run(self, once, runs, settle, needed=False):
+        """The machine's busy CPU time per call of `once`, in ms: `runs`
+        calls `--gap` apart, counted until `settle` seconds after the last
+        (what the calls left running finishes, a warm pool's refill among
+        it). None where /proc/stat does not say, or Unmeasured if `needed`."""
+        before = cpu_times()
+        for _ in range(runs):
+            time.sleep(self.args.gap)
+            once()
+        time.sleep(settle)
+        after = cpu_times()
+        if not (before and after):
+            if needed:
+                raise Unmeasured("/proc/stat gives no CPU times")
+            return None
+        return (after["busy"] - before["busy"]) / os.sysconf("SC_CLK_TCK") / runs * 1000
 
     def direct_true(self, argv):
         proc = subprocess.run(argv, capture_output=True, env=self.jail_env, timeout=DEADLINE)
@@ -1380,15 +1391,7 @@ class Bench:
             cpu = {}
             for name, argv in kinds.items():
                 self.direct_true(argv)
-                before = cpu_times()
-                for _ in range(runs):
-                    time.sleep(self.args.gap)
-                    self.direct_true(argv)
-                time.sleep(0.5)
-                after = cpu_times()
-                if not (before and after):
-                    raise Unmeasured("/proc/stat gives no CPU times")
-                cpu[name] = (after["busy"] - before["busy"]) / os.sysconf("SC_CLK_TCK") / runs * 1000
+                cpu[name] = self.cpu_per_run(lambda argv=argv: self.direct_true(argv), runs, settle=0.5, needed=True)
             results[size] = cpu
             self.lines([f"{size} paths: " + ", ".join(f"{k} {v:.1f} ms" for k, v in cpu.items())])
             per, view = cpu["one bind per path"], cpu["one view"]
@@ -1435,24 +1438,20 @@ class Bench:
             "no jail-entry either": argv[:entry] + argv[entry + 4:],
             "bare bwrap + its python3": [*BWRAP_FLOOR[:-1], "--ro-bind", "/nix/store", "/nix/store", python, "-"],
         }
+        def once(name, command):
+            os.lseek(fd, 0, os.SEEK_SET)
+            done = subprocess.run(as_jail + command, input=b"print(1)", capture_output=True, env=env,
+                                  pass_fds=(fd,), timeout=DEADLINE)
+            if done.stdout != b"1\n":
+                raise Unmeasured(f"{name} gave {done.stdout[-80:]!r}: {done.stderr[-300:]!r}")
+
         cpu = {name: [] for name in kinds}
         try:
             for _ in range(rounds):
                 for name, command in kinds.items():
                     time.sleep(0.3)
-                    before = cpu_times()
-                    for _ in range(runs):
-                        time.sleep(self.args.gap)
-                        os.lseek(fd, 0, os.SEEK_SET)
-                        done = subprocess.run(as_jail + command, input=b"print(1)", capture_output=True, env=env,
-                                              pass_fds=(fd,), timeout=DEADLINE)
-                        if done.stdout != b"1\n":
-                            raise Unmeasured(f"{name} gave {done.stdout[-80:]!r}: {done.stderr[-300:]!r}")
-                    time.sleep(0.3)
-                    after = cpu_times()
-                    if not (before and after):
-                        raise Unmeasured("/proc/stat gives no CPU times")
-                    cpu[name].append((after["busy"] - before["busy"]) / os.sysconf("SC_CLK_TCK") / runs * 1000)
+                    cpu[name].append(self.cpu_per_run(lambda name=name, command=command: once(name, command), runs,
+                                                      settle=0.3, needed=True))
         finally:
             os.close(fd)
         median = {name: statistics.median(values) for name, values in cpu.items()}

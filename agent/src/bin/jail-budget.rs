@@ -422,8 +422,8 @@ fn enter_namespace(root: bool, outside: (u32, u32)) -> Result<(), String> {
     Ok(())
 }
 
-/// A mount namespace of this user namespace's own, in which a tmpfs of
-/// `size` bytes is mounted over `layer.dir` (the server's empty directory
+/// In this process' mount namespace (`mounts`' own), a tmpfs of
+/// `size` bytes mounted over `layer.dir` (the server's empty directory
 /// for this session jail), holding `ws` and `ckpt`, and with a project
 /// `lower` (opened once: its path never goes into the options, whatever
 /// bytes it holds) `upper`, `work` and `merged`, `lower` overlaid by
@@ -434,13 +434,10 @@ fn enter_namespace(root: bool, outside: (u32, u32)) -> Result<(), String> {
 /// of the jail's wrapper. `userxattr`: an overlay in a user namespace marks
 /// opaque directories with `user.overlay.*` attributes (tmpfs has them from
 /// Linux 6.6), which the jail cannot see or set through the overlay.
-/// Nothing propagates back to the host: the namespace's mounts are made
-/// private first.
 fn mount_layer(layer: &Layer) -> Result<(), String> {
     use nix::fcntl::{OFlag, open};
     use nix::mount::{MsFlags, mount};
     use nix::sys::stat::Mode;
-    private_mount_namespace()?;
     let dir = OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let lower_fd = match (&layer.lower, layer.idmapped) {
         (Some(_), Some(fd)) => Some(take_descriptor(fd)?),
@@ -789,8 +786,6 @@ fn write_and_check(path: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Lowers one rlimit, soft and hard, to `value` (a lower hard limit
-/// stays), and reads it back.
 /// Enters the budget namespace and sets every limit of `args`. Without
 /// `--ipc`, the namespace maps the caller's uid and gid to themselves.
 /// With it, the kernel lets only the uid that is root in the user
@@ -822,6 +817,26 @@ fn budgets(args: &Args) -> Result<(), String> {
         .try_for_each(|(resource, value)| command::lower_rlimit(*resource, *value))
 }
 
+/// The jail's mounts, each when asked, in one mount namespace of this
+/// process' own, made once and private first: the session's layer, the
+/// read-only project, the view of the store.
+fn mounts(args: &Args) -> Result<(), String> {
+    if args.layer.is_none() && args.read_only.is_none() && args.store_view.is_none() {
+        return Ok(());
+    }
+    private_mount_namespace()?;
+    if let Some(layer) = &args.layer {
+        mount_layer(layer)?;
+    }
+    if let Some(project) = &args.read_only {
+        mount_read_only_project(project)?;
+    }
+    if let Some((dir, list)) = &args.store_view {
+        store_view::mount_view(Path::new(dir), &store_view::names(Path::new(list))?)?;
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args = match parse(std::env::args_os().skip(1).collect()) {
         Ok(args) => args,
@@ -834,34 +849,11 @@ fn main() -> ExitCode {
     // caller's limits at its creation, which bound the caller's user; the
     // jail's, lowered, bound the jail.
     let set = budgets(&args);
-    if let (Ok(()), Some(layer)) = (&set, &args.layer)
-        && let Err(e) = mount_layer(layer)
+    if set.is_ok()
+        && let Err(e) = mounts(&args)
     {
         eprintln!("jail-budget: {e}; the jail does not start");
         return ExitCode::from(2);
-    }
-    if let (Ok(()), Some(project)) = (&set, &args.read_only) {
-        let namespace = match args.layer {
-            Some(_) => Ok(()),
-            None => private_mount_namespace(),
-        };
-        if let Err(e) = namespace.and_then(|()| mount_read_only_project(project)) {
-            eprintln!("jail-budget: {e}; the jail does not start");
-            return ExitCode::from(2);
-        }
-    }
-    if let (Ok(()), Some((dir, list))) = (&set, &args.store_view) {
-        let namespace = match (&args.layer, &args.read_only) {
-            (None, None) => private_mount_namespace(),
-            _ => Ok(()),
-        };
-        let shown = namespace
-            .and_then(|()| store_view::names(Path::new(list)))
-            .and_then(|names| store_view::mount_view(Path::new(dir), &names));
-        if let Err(e) = shown {
-            eprintln!("jail-budget: {e}; the jail does not start");
-            return ExitCode::from(2);
-        }
     }
     if let Err(e) = set {
         eprintln!(

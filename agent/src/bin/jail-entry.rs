@@ -12,9 +12,9 @@
 //! jail holds a capability), and the soft limit is set to it.
 //!
 //! It does what a shell at the jail's entry did (`ulimit -H -S -u N`,
-//! then `exec`) at a tenth of its start-up cost, and it sets nothing else:
-//! PROGRAM gets the environment bubblewrap gave, with no `SHLVL`, `PWD`
-//! or `_` a shell adds. Bad arguments stop it with status 2, a PROGRAM
+//! then `exec`) for about half that shell's start-up cost, and it sets
+//! nothing else: PROGRAM gets the environment bubblewrap gave, without
+//! the `SHLVL` and `_` a shell adds. Bad arguments stop it with status 2, a PROGRAM
 //! that cannot run with 127, each with one line on stderr.
 
 use std::ffi::OsString;

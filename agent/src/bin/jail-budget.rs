@@ -22,7 +22,11 @@
 //! limits: a new IPC namespace starts with the kernel's defaults, which
 //! allow a jail to hold gigabytes of shared memory segments and of
 //! message queue and semaphore kernel memory, none of it counted by an
-//! rlimit, and the segments outlive the processes that made them.
+//! rlimit, and the segments outlive the processes that made them. Before
+//! Linux 6.1 the kernel lets no user namespace write those limits: there
+//! it loads a seccomp filter under which `shmget`, `msgget` and `semget`
+//! fail with `ENOSYS`, so the jail has no System V IPC at all
+//! (jail-budget/no_sysv.rs).
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
 //!               [--clear-env] [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
@@ -122,6 +126,8 @@ use nix::sys::resource::Resource;
 mod command;
 #[path = "jail-budget/forward.rs"]
 mod forward;
+#[path = "jail-budget/no_sysv.rs"]
+mod no_sysv;
 #[path = "jail-budget/store_view.rs"]
 mod store_view;
 
@@ -757,12 +763,22 @@ fn set_sysctl(name: &str, value: u64) -> Result<(), String> {
 
 /// Makes the jail's IPC namespace, owned by the user namespace this
 /// process holds every capability in, and writes its System V limits.
-fn enter_ipc_namespace(limits: &[(String, String)]) -> Result<(), String> {
+/// False when the kernel refuses the first (`EACCES`: before Linux 6.1 the
+/// files stay the initial namespace root's), and so every one of them.
+fn enter_ipc_namespace(limits: &[(String, String)]) -> Result<bool, String> {
     nix::sched::unshare(CloneFlags::CLONE_NEWIPC)
         .map_err(|e| format!("cannot make the jail's IPC namespace: unshare(CLONE_NEWIPC): {e}"))?;
+    if let Some((file, _)) = limits.first() {
+        let path = format!("/proc/sys/kernel/{file}");
+        let refused = std::fs::OpenOptions::new().write(true).open(&path);
+        if refused.is_err_and(|e| e.raw_os_error() == Some(nix::libc::EACCES)) {
+            return Ok(false);
+        }
+    }
     limits
         .iter()
         .try_for_each(|(file, value)| write_and_check(&format!("/proc/sys/kernel/{file}"), value))
+        .map(|()| true)
 }
 
 /// Writes `value` to the sysctl file `path` and reads it back (fields
@@ -795,7 +811,8 @@ fn write_and_check(path: &str, value: &str) -> Result<(), String> {
 /// in it maps the caller's uid and gid back to themselves, as bubblewrap
 /// expects them. (The jail, whose uid outside is the caller's, could
 /// write them too through a writable /proc/sys: bubblewrap mounts it
-/// read-only, and the jail can mount nothing.)
+/// read-only, and the jail can mount nothing.) Where the kernel refuses
+/// them, the jail gets no System V IPC at all (`no_sysv`).
 fn budgets(args: &Args) -> Result<(), String> {
     let outside = (
         nix::unistd::getuid().as_raw(),
@@ -809,8 +826,11 @@ fn budgets(args: &Args) -> Result<(), String> {
         enter_net_namespace()?;
     }
     if !args.ipc.is_empty() {
-        enter_ipc_namespace(&args.ipc)?;
+        let bounded = enter_ipc_namespace(&args.ipc)?;
         enter_namespace(false, outside)?;
+        if !bounded {
+            no_sysv::forbid()?;
+        }
     }
     args.rlimits
         .iter()

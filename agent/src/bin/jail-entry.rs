@@ -11,6 +11,14 @@
 //! hard limit already lower stays (raising it is refused: nothing in the
 //! jail holds a capability), and the soft limit is set to it.
 //!
+//! Before Linux 5.14 the kernel counts `RLIMIT_NPROC` against every
+//! process of the jail's uid on the host, whatever its namespace: in a
+//! jail whose uid is shared (a user's server, a service's dynamic user),
+//! the server's threads and the other jails' processes would count, and
+//! the jail's forks fail. There it leaves the limit as it is: a run's
+//! cgroup (`pids.max`) bounds its processes where the server has one, and
+//! `--check` says when nothing does.
+//!
 //! It does what a shell at the jail's entry did (`ulimit -H -S -u N`,
 //! then `exec`) for about half that shell's start-up cost, and it sets
 //! nothing else: PROGRAM gets the environment bubblewrap gave, without
@@ -66,6 +74,27 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     })
 }
 
+/// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
+/// (Linux 5.14 and later). A release it cannot read counts as one that
+/// does: the limit is then set.
+fn counts_per_namespace() -> bool {
+    nix::sys::utsname::uname().map_or(true, |name| {
+        release_at_least(&name.release().to_string_lossy(), (5, 14))
+    })
+}
+
+/// Whether a kernel release (`5.10.0-32-amd64`, `6.1.0`) is at least
+/// `major.minor`; true when it does not start with two numbers.
+fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => (a, b) >= (major, minor),
+        _ => true,
+    }
+}
+
 fn main() -> ExitCode {
     let args = match parse(std::env::args_os().skip(1).collect()) {
         Ok(args) => args,
@@ -74,7 +103,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = command::lower_rlimit(Resource::RLIMIT_NPROC, args.nproc) {
+    if counts_per_namespace()
+        && let Err(e) = command::lower_rlimit(Resource::RLIMIT_NPROC, args.nproc)
+    {
         eprintln!("jail-entry: {e}; the jail does not start");
         return ExitCode::from(2);
     }
@@ -103,6 +134,21 @@ mod tests {
             }
         );
         assert_eq!(parse(args(&["--nproc=7", "--", "x"])).unwrap().nproc, 7);
+    }
+
+    #[test]
+    fn kernel_releases_compared() {
+        for (release, at_least) in [
+            ("5.14.0-427.el9.x86_64", true),
+            ("6.1.0-50-amd64", true),
+            ("5.15.0-91-generic", true),
+            ("5.13.19", false),
+            ("5.10.0-32-amd64", false),
+            ("4.18.0-553.el8_10.x86_64", false),
+            ("not-a-release", true),
+        ] {
+            assert_eq!(release_at_least(release, (5, 14)), at_least, "{release}");
+        }
     }
 
     #[test]

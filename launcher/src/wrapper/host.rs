@@ -130,9 +130,21 @@ impl Host {
         };
         let pids = if self.by_cgroup(Controller::Pids) {
             "processes by cgroup pids.max"
-        } else {
+        } else if nproc_per_namespace() {
             "processes by RLIMIT_NPROC in the jail's user namespace"
+        } else {
+            "processes NOT bounded per run: this kernel (before Linux 5.14) counts RLIMIT_NPROC \
+             for every process of the jails' uid, so the jails leave it as it is and stop only at \
+             the user's own limit (ulimit -u)"
         };
+        if !kernel_at_least(6, 1) {
+            lines.push(
+                "System V IPC: none in the jails: this kernel (before Linux 6.1) lets no user \
+                 namespace set the limits of its IPC namespace, so shmget, msgget and semget \
+                 fail there with ENOSYS; POSIX shared memory and message queues work"
+                    .to_owned(),
+            );
+        }
         lines.push(format!(
             "limits: {memory}; {pids}; CPU time, file size, open files by rlimits \
              (a session's CPU time, all its processes together, by the launcher); \
@@ -140,6 +152,28 @@ impl Host {
              time and output by the launcher"
         ));
         lines
+    }
+}
+
+/// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
+/// (Linux 5.14 and later), as `jail-entry` decides whether to set it.
+pub fn nproc_per_namespace() -> bool {
+    kernel_at_least(5, 14)
+}
+
+/// Whether the running kernel's release is at least `major.minor`; a
+/// release that does not start with two numbers counts as one that is.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(name) = nix::sys::utsname::uname() else {
+        return true;
+    };
+    let release = name.release().to_string_lossy();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => (a, b) >= (major, minor),
+        _ => true,
     }
 }
 

@@ -1,7 +1,8 @@
 """The guest image of the VM test: a Debian 12 system built by debootstrap,
 its kernel unpacked to an ELF vmlinux, a busybox initramfs, and the root
 file system as an ext4 image (booted with qemu's -snapshot, so it never
-changes).
+changes); and in old/, Debian 11's kernel (Linux 5.10) with an initramfs
+of its own modules, which boots the same root file system.
 
 The recipe is this file and `init` beside it: the image is cached under
 CACHE/<hash of the recipe>/ and rebuilt when either changes (the Debian
@@ -27,6 +28,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
+# The older kernel of a second boot (`checks/vm/run --kernel old`, in
+# old/): Debian 11's, Linux 5.10, with no mount_setattr and System V
+# limits that no user namespace may write (both came later).
+OLD_SUITE = "bullseye"
 
 # What the guest runs: systemd with user managers (logind through
 # libpam-systemd, dbus-user-session for `systemctl --user`) and, as on
@@ -210,6 +215,30 @@ def kernel(root, staging, log):
     return version
 
 
+def old_kernel(root, staging, log):
+    """Downloads Debian 11's kernel package (OLD_SUITE's linux-image-amd64,
+    through the guest's apt and Debian's signed archive) and unpacks it to
+    staging (inside root); returns its version."""
+    source = root / "etc/apt/sources.list.d/old-kernel.list"
+    source.write_text(f"deb {MIRROR} {OLD_SUITE} main\n")
+    try:
+        sh(["chroot", str(root), "apt-get", "update", "-q"], log)
+        depends = chroot_out(root, ["apt-cache", "depends", f"linux-image-amd64/{OLD_SUITE}"])
+        match = re.search(r"Depends: (linux-image-(\d\S*-amd64))", depends)
+        if not match:
+            raise BuildError(f"no {OLD_SUITE} kernel package in: {depends!r}")
+        package, version = match.group(1), match.group(2)
+        inside = "/" + str(staging.relative_to(root))
+        sh(["chroot", str(root), "sh", "-c", f"cd {inside} && apt-get download -q {package}/{OLD_SUITE}"], log)
+    finally:
+        source.unlink()
+    debs = list(staging.glob("*.deb"))
+    sh(["chroot", str(root), "dpkg-deb", "-x", inside + "/" + debs[0].name, inside], log)
+    debs[0].unlink()
+    sh(["chroot", str(root), "depmod", "-b", inside, version], log)
+    return version
+
+
 def vmlinux(vmlinuz):
     """The ELF kernel inside an xz-compressed bzImage: booted through PVH,
     the guest spends no time decompressing itself."""
@@ -331,6 +360,14 @@ def build(cache, say=print):
     (work / "vmlinux").write_bytes(vmlinux(staging / "boot" / f"vmlinuz-{version}"))
     (work / "initrd").write_bytes(initramfs(root, staging, version))
     shutil.copy(staging / "boot" / f"config-{version}", work / "config")
+    shutil.rmtree(staging)
+    staging.mkdir()
+    old = work / "old"
+    old.mkdir()
+    old_version = old_kernel(root, staging, log)
+    (old / "vmlinux").write_bytes(vmlinux(staging / "boot" / f"vmlinuz-{old_version}"))
+    (old / "initrd").write_bytes(initramfs(root, staging, old_version))
+    (old / "kernel-version").write_text(old_version + "\n")
     shutil.rmtree(staging)
     configure(root)
     sh(["mkfs.ext4", "-q", "-F", "-L", "nsm-root", "-d", str(root), str(work / "root.img"), f"{disk_size(root)}M"], log)

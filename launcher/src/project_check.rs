@@ -92,6 +92,15 @@ fn idmapped_forks(layers: &Layers) -> Result<(), String> {
 fn forks(layers: Layers, root: bool) -> (Layers, String) {
     const MOUNTED: &str = "forks: a session started from a checkpoint (NIX_SANDBOX_MAX_CHECKPOINTS \
                            1 or more) is mounted over it, whatever its size";
+    if !share::has_mount_setattr() {
+        return (
+            layers.copying_forks(),
+            "forks: copied: a session started from a checkpoint gets a copy of its files \
+             (time and memory grow with their size), since this kernel has no mount_setattr \
+             to make a checkpoint's mount read-only (Linux 5.12 or later has it)"
+                .to_owned(),
+        );
+    }
     if !root {
         return (
             layers,

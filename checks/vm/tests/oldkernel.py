@@ -142,14 +142,22 @@ def test_attacks(vm):
     check("refused after" in text, f"{text!r}")
 
 
+def in_session(client, session, code, start=None):
+    args = {"env": "shell", "session": session, "code": code}
+    if start:
+        args["from"] = start
+    result = client.request("tools/call", {"name": "run", "arguments": args})
+    return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+
+
 def test_shared_uid_forks(vm):
-    """a server as uid 65534, whose jails share its uid: a run forks eight children (the uid's other processes do not count against it)"""
+    """a server as uid 65534, whose jails share its uid: a run forks eight children (the uid's other processes do not count against it); a session forked from a checkpoint gets a copy (no mount_setattr to mount one read-only)"""
     old_only()
     home = Path("/run/nsm-oldkernel-nobody")
     home.mkdir(exist_ok=True)
     os.chown(home, 65534, 65534)
     entry = json.loads(Path(vm.config["mcp_json"]).read_text())["mcpServers"]["nix-sandbox"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "NIX_SANDBOX_MAX_CHECKPOINTS": "2"}
     client = McpClient(vm.as_user(65534, [entry["command"], *entry["args"]], env), None)
     try:
         client.initialize("nix-sandbox-mcp-vm")
@@ -160,6 +168,14 @@ def test_shared_uid_forks(vm):
         info(f"oldkernel, uid 65534: {limits[0]}")
         check("processes by cgroup pids.max" in limits[0] or "processes NOT bounded per run" in limits[0],
               f"the limits line claims a bound the kernel does not give: {limits[0]}")
+        forks = [line.split("self-test: ", 1)[1].strip() for line in client.stderr if "self-test: forks:" in line]
+        check(forks and forks[0].startswith("forks: copied") and "mount_setattr" in forks[0], f"{forks}")
+        result, text = in_session(client, "a", "echo one > f && echo ok")
+        check(text.startswith("ok\n") and "checkpoint: a@1" in text, f"{result}")
+        result, text = in_session(client, "b", "cat f; echo two > f", start="a@1")
+        check(text.startswith("one\n"), f"{result}")
+        result, text = in_session(client, "a", "cat f")
+        check(text.startswith("one\n"), f"the fork's write reached its source: {result}")
     finally:
         client.close()
 

@@ -258,6 +258,31 @@ pub fn set_attributes(
     }
 }
 
+/// Whether this kernel has `mount_setattr` (Linux 5.12), which makes a
+/// checkpoint's mount read-only: asked of no descriptor, it answers
+/// `EBADF` where it exists and `ENOSYS` where it does not.
+pub fn has_mount_setattr() -> bool {
+    let attr = MountAttr {
+        set: MOUNT_ATTR_RDONLY,
+        clear: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr reads `attr` (its size given) and the empty
+    // path; -1 is no descriptor, so nothing is changed.
+    let done = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_mount_setattr,
+            -1,
+            c"".as_ptr(),
+            nix::libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    done == 0 || nix::errno::Errno::last() != nix::errno::Errno::ENOSYS
+}
+
 /// `struct mount_attr` (MOUNT_ATTR_SIZE_VER0).
 #[repr(C)]
 struct MountAttr {

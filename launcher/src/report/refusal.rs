@@ -579,7 +579,8 @@ impl From<admission::Full> for Refusal {
 }
 
 /// A wrapper that did not start: without its cgroup the sandbox cannot hold
-/// its limits; else the wrapper itself failed.
+/// its limits; else the wrapper itself failed: gone from the store, or
+/// there and refused by the host, whose reason is said.
 impl From<NotStarted> for Refusal {
     fn from(e: NotStarted) -> Self {
         match e.cause {
@@ -587,6 +588,12 @@ impl From<NotStarted> for Refusal {
                 Self::sandbox_unavailable(&e.env, &e.cause.to_string())
             }
             StartError::Layers(full) => Self::layers_full(&full),
+            StartError::Spawn(_) if crate::probe::wrapper_ready(&e.wrapper) => {
+                Self::sandbox_unavailable(
+                    &e.env,
+                    &format!("its wrapper {} could not start: {}", e.wrapper, e.cause),
+                )
+            }
             StartError::Spawn(_) => Self::wrapper_missing(&e.env, &e.wrapper),
         }
     }

@@ -197,41 +197,26 @@ def chroot_out(root, argv):
     return subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True, check=True).stdout
 
 
-def kernel(root, staging, log):
-    """Downloads linux-image-amd64's kernel package with the guest's apt and
-    unpacks it to staging (inside root); returns its version."""
-    sh(["chroot", str(root), "apt-get", "update", "-q"], log)
-    depends = chroot_out(root, ["apt-cache", "depends", "linux-image-amd64"])
-    match = re.search(r"Depends: (linux-image-(\d\S*-amd64))", depends)
-    if not match:
-        raise BuildError(f"no kernel package in: {depends!r}")
-    package, version = match.group(1), match.group(2)
-    inside = "/" + str(staging.relative_to(root))
-    sh(["chroot", str(root), "sh", "-c", f"cd {inside} && apt-get download -q {package}"], log)
-    debs = list(staging.glob("*.deb"))
-    sh(["chroot", str(root), "dpkg-deb", "-x", inside + "/" + debs[0].name, inside], log)
-    debs[0].unlink()
-    sh(["chroot", str(root), "depmod", "-b", inside, version], log)
-    return version
-
-
-def old_kernel(root, staging, log):
-    """Downloads Debian 11's kernel package (OLD_SUITE's linux-image-amd64,
-    through the guest's apt and Debian's signed archive) and unpacks it to
-    staging (inside root); returns its version."""
-    source = root / "etc/apt/sources.list.d/old-kernel.list"
-    source.write_text(f"deb {MIRROR} {OLD_SUITE} main\n")
+def kernel(root, staging, log, suite=None):
+    """Downloads linux-image-amd64's kernel package with the guest's apt
+    (of `suite`, another Debian release's, when given: its source added
+    for the download, then removed) and unpacks it to staging (inside
+    root); returns its version."""
+    source = root / "etc/apt/sources.list.d/other-kernel.list"
+    pick = f"/{suite}" if suite else ""
+    if suite:
+        source.write_text(f"deb {MIRROR} {suite} main\n")
     try:
         sh(["chroot", str(root), "apt-get", "update", "-q"], log)
-        depends = chroot_out(root, ["apt-cache", "depends", f"linux-image-amd64/{OLD_SUITE}"])
+        depends = chroot_out(root, ["apt-cache", "depends", f"linux-image-amd64{pick}"])
         match = re.search(r"Depends: (linux-image-(\d\S*-amd64))", depends)
         if not match:
-            raise BuildError(f"no {OLD_SUITE} kernel package in: {depends!r}")
+            raise BuildError(f"no kernel package in: {depends!r}")
         package, version = match.group(1), match.group(2)
         inside = "/" + str(staging.relative_to(root))
-        sh(["chroot", str(root), "sh", "-c", f"cd {inside} && apt-get download -q {package}/{OLD_SUITE}"], log)
+        sh(["chroot", str(root), "sh", "-c", f"cd {inside} && apt-get download -q {package}{pick}"], log)
     finally:
-        source.unlink()
+        source.unlink(missing_ok=True)
     debs = list(staging.glob("*.deb"))
     sh(["chroot", str(root), "dpkg-deb", "-x", inside + "/" + debs[0].name, inside], log)
     debs[0].unlink()
@@ -364,7 +349,7 @@ def build(cache, say=print):
     staging.mkdir()
     old = work / "old"
     old.mkdir()
-    old_version = old_kernel(root, staging, log)
+    old_version = kernel(root, staging, log, OLD_SUITE)
     (old / "vmlinux").write_bytes(vmlinux(staging / "boot" / f"vmlinuz-{old_version}"))
     (old / "initrd").write_bytes(initramfs(root, staging, old_version))
     (old / "kernel-version").write_text(old_version + "\n")

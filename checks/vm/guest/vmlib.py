@@ -83,6 +83,16 @@ FORK_BOMB = (
 )
 
 
+def call_session(client, session, code, start=None, env="shell"):
+    """A `run` of `code` in `session` of `env`, started from the checkpoint
+    or session `start` when given: (result, its text)."""
+    args = {"env": env, "session": session, "code": code}
+    if start:
+        args["from"] = start
+    result = client.request("tools/call", {"name": "run", "arguments": args})
+    return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+
+
 def stopped_by(call, limit, label):
     """call() -> (result, text) of a run; its result must say the cgroup's
     `limit` stopped it (a kernel fact, not a guess from its messages).

@@ -16,7 +16,8 @@ import json
 import os
 from pathlib import Path
 
-from vmlib import FORK_BOMB, FOUR_BY_400_MIB, Failed, McpClient, Skipped, call_run, check, info, reprobed, stopped_by
+from vmlib import (FORK_BOMB, FOUR_BY_400_MIB, Failed, McpClient, Skipped, call_run, call_session, check, info,
+                   reprobed, stopped_by)
 
 STATE = {}
 
@@ -142,14 +143,6 @@ def test_attacks(vm):
     check("refused after" in text, f"{text!r}")
 
 
-def in_session(client, session, code, start=None):
-    args = {"env": "shell", "session": session, "code": code}
-    if start:
-        args["from"] = start
-    result = client.request("tools/call", {"name": "run", "arguments": args})
-    return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
-
-
 def test_shared_uid_forks(vm):
     """a server as uid 65534, whose jails share its uid: a run forks eight children (the uid's other processes do not count against it); a session forked from a checkpoint gets a copy (no mount_setattr to mount one read-only)"""
     old_only()
@@ -170,11 +163,11 @@ def test_shared_uid_forks(vm):
               f"the limits line claims a bound the kernel does not give: {limits[0]}")
         forks = [line.split("self-test: ", 1)[1].strip() for line in client.stderr if "self-test: forks:" in line]
         check(forks and forks[0].startswith("forks: copied") and "mount_setattr" in forks[0], f"{forks}")
-        result, text = in_session(client, "a", "echo one > f && echo ok")
+        result, text = call_session(client, "a", "echo one > f && echo ok")
         check(text.startswith("ok\n") and "checkpoint: a@1" in text, f"{result}")
-        result, text = in_session(client, "b", "cat f; echo two > f", start="a@1")
+        result, text = call_session(client, "b", "cat f; echo two > f", start="a@1")
         check(text.startswith("one\n"), f"{result}")
-        result, text = in_session(client, "a", "cat f")
+        result, text = call_session(client, "a", "cat f")
         check(text.startswith("one\n"), f"the fork's write reached its source: {result}")
     finally:
         client.close()
@@ -185,13 +178,9 @@ def test_session(vm):
     old_only()
     client = STATE.get("client") or server(vm)
     try:
-        def in_session(code):
-            result = client.request("tools/call", {"name": "run", "arguments": {
-                "env": "python", "code": code, "session": "old"}})
-            return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
-        first, _ = in_session("x = 41")
+        first, _ = call_session(client, "old", "x = 41", env="python")
         check(not first.get("isError"), f"{first}")
-        second, text = in_session("print(x + 1)")
+        second, text = call_session(client, "old", "print(x + 1)", env="python")
         check(not second.get("isError") and text.startswith("42"), f"{second}")
     finally:
         STATE.pop("client", None)

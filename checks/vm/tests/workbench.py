@@ -9,7 +9,7 @@ or copied, which its `forks:` line says and the fork's /workspace shows."""
 import os
 from pathlib import Path
 
-from vmlib import McpClient, check, info, reprobed
+from vmlib import McpClient, call_session, check, info, reprobed
 
 ROOT = Path("/srv/nsm-workbench")
 PROJECT = ROOT / "project"
@@ -42,14 +42,6 @@ def server_argv(vm):
     return [entry["command"], *entry["args"]]
 
 
-def call(client, session, code, start=None):
-    args = {"env": "shell", "session": session, "code": code}
-    if start:
-        args["from"] = start
-    result = client.request("tools/call", {"name": "run", "arguments": args})
-    return result, "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
-
-
 def forks_line(client):
     lines = [line.split("self-test:", 1)[1].strip() for line in client.stderr if "self-test: forks:" in line]
     check(len(lines) == 1, f"no forks: line: {''.join(client.stderr)[-1500:]}")
@@ -72,21 +64,21 @@ def test_root_project_and_fork(vm):
     client = McpClient(server_argv(vm), env)
     try:
         client.initialize("nix-sandbox-mcp-vm")
-        result, text = reprobed(lambda: call(client, "w", "echo edit >> /project/notes.txt && echo new > "
+        result, text = reprobed(lambda: call_session(client, "w", "echo edit >> /project/notes.txt && echo new > "
                                              "/project/new.txt && cat /project/notes.txt"), "workbench, root")
         check(text.startswith(NOTES + "edit\n") and "project: 2 files changed" in text and "checkpoint: w@1" in text,
               f"{result} {''.join(client.stderr)[-1500:]}")
         host_unchanged()
         line = forks_line(client)
         info(f"workbench, root: {line}")
-        result, text = call(client, "f", "cat /project/notes.txt /project/new.txt; stat -f -c %T /workspace",
+        result, text = call_session(client, "f", "cat /project/notes.txt /project/new.txt; stat -f -c %T /workspace",
                             start="w@1")
         kind = "tmpfs" if line.startswith("forks: copied") else "overlayfs"
         check(text.startswith(f"{NOTES}edit\nnew\n{kind}\n") and "started from w@1" in text,
               f"{result} {''.join(client.stderr)[-1500:]}")
-        result, text = call(client, "f", "echo f >> /project/notes.txt; cat /project/notes.txt")
+        result, text = call_session(client, "f", "echo f >> /project/notes.txt; cat /project/notes.txt")
         check(text.startswith(f"{NOTES}edit\nf\n"), f"{result}")
-        result, text = call(client, "w", "cat /project/notes.txt")
+        result, text = call_session(client, "w", "cat /project/notes.txt")
         check(text.startswith(f"{NOTES}edit\n") and "\nf\n" not in text, f"the fork's write reached w: {result}")
         host_unchanged()
     finally:
@@ -101,14 +93,14 @@ def test_user_fork_mounted(vm):
     client = McpClient(vm.as_user(65534, server_argv(vm), env), None)
     try:
         client.initialize("nix-sandbox-mcp-vm")
-        result, text = reprobed(lambda: call(client, "a", "echo one > f && echo ok"), "workbench, user")
+        result, text = reprobed(lambda: call_session(client, "a", "echo one > f && echo ok"), "workbench, user")
         check(text.startswith("ok\n") and "checkpoint: a@1" in text, f"{result} {''.join(client.stderr)[-1500:]}")
         line = forks_line(client)
         info(f"workbench, user: {line}")
         check(not line.startswith("forks: copied"), line)
-        result, text = call(client, "b", "stat -f -c %T /workspace; cat f; echo two > f", start="a@1")
+        result, text = call_session(client, "b", "stat -f -c %T /workspace; cat f; echo two > f", start="a@1")
         check(text.startswith("overlayfs\none\n"), f"{result} {''.join(client.stderr)[-1500:]}")
-        result, text = call(client, "a", "cat f")
+        result, text = call_session(client, "a", "cat f")
         check(text.startswith("one\n"), f"the fork's write reached its source: {result}")
     finally:
         client.close()

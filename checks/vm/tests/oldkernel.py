@@ -161,6 +161,8 @@ def test_shared_uid_forks(vm):
         info(f"oldkernel, uid 65534: {limits[0]}")
         check("processes by cgroup pids.max" in limits[0] or "processes NOT bounded per run" in limits[0],
               f"the limits line claims a bound the kernel does not give: {limits[0]}")
+        check(any("self-test: System V IPC: none in the jails" in line for line in client.stderr),
+              f"no System V line: {''.join(client.stderr)[-1500:]}")
         forks = [line.split("self-test: ", 1)[1].strip() for line in client.stderr if "self-test: forks:" in line]
         check(forks and forks[0].startswith("forks: copied") and "mount_setattr" in forks[0], f"{forks}")
         result, text = call_session(client, "a", "echo one > f && echo ok")

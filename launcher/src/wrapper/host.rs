@@ -36,6 +36,9 @@ pub struct Host {
     /// Why the jails cannot have user namespaces and how to fix it, when
     /// they cannot.
     pub userns_problem: Option<String>,
+    /// Whether a jail's IPC namespace can be given its System V limits
+    /// here (else `jail-budget` gives the jail no System V IPC).
+    pub sysv_ipc: bool,
 }
 
 impl Host {
@@ -57,13 +60,16 @@ impl Host {
             Ok(c) => (Some(c), None),
             Err(reason) => (None, Some(reason)),
         };
-        let userns_problem = userns_problem(jail_users.as_ref().map(JailUsers::probe_ids));
+        let probe_ids = jail_users.as_ref().map(JailUsers::probe_ids);
+        let userns_problem = userns_problem(probe_ids);
+        let sysv_ipc = userns_problem.is_some() || sysv_limits_settable(probe_ids);
         Ok(Self {
             cgroups,
             no_cgroup,
             root,
             jail_users,
             userns_problem,
+            sysv_ipc,
         })
     }
 
@@ -77,6 +83,7 @@ impl Host {
             root: false,
             jail_users: None,
             userns_problem: None,
+            sysv_ipc: true,
         }
     }
 
@@ -137,9 +144,9 @@ impl Host {
              for every process of the jails' uid, so the jails leave it as it is and stop only at \
              the user's own limit (ulimit -u)"
         };
-        if !kernel_at_least(6, 1) {
+        if !self.sysv_ipc {
             lines.push(
-                "System V IPC: none in the jails: this kernel (before Linux 6.1) lets no user \
+                "System V IPC: none in the jails: this kernel (Linux before 6.1) lets no user \
                  namespace set the limits of its IPC namespace, so shmget, msgget and semget \
                  fail there with ENOSYS; POSIX shared memory and message queues work"
                     .to_owned(),
@@ -264,29 +271,25 @@ fn userns_steps(jail: Option<Ids>) -> [i32; 2] {
     [step, errno]
 }
 
-/// Tries, in a child process, what bubblewrap does first: a new user and
-/// mount namespace (`unshare`), then a mount in it, as `jail` when given.
-/// The error names the step that failed and its errno.
-fn try_userns(jail: Option<Ids>) -> Result<(), String> {
+/// Runs `job` in a forked child and returns the `N` numbers it reports
+/// on a pipe: `None` when it ended without them. The launcher must still
+/// be single-threaded (the runtime has no worker threads yet), and `job`
+/// must make only async-signal-safe calls (no allocation).
+fn in_child<const N: usize>(job: impl FnOnce() -> [i32; N]) -> Result<Option<[i32; N]>, String> {
     use nix::libc;
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array it is given.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!(
-            "cannot test them: pipe: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
     }
     let [read_end, write_end] = fds;
-    // SAFETY: the launcher is still single-threaded here (the runtime has
-    // no worker threads), and the child calls only async-signal-safe
-    // functions (setgroups, setresgid, setresuid, unshare, mount, write,
-    // _exit) before it exits.
+    // SAFETY: the launcher is single-threaded here and `job` calls only
+    // async-signal-safe functions (the caller's promise) before the child
+    // exits.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        // The child: report (step, errno) on the pipe, exit.
-        let report = userns_steps(jail);
-        // SAFETY: writes the 8 bytes of `report`; then the child ends.
+        let report = job();
+        // SAFETY: writes the bytes of `report`; then the child ends.
         unsafe {
             libc::write(
                 write_end,
@@ -298,9 +301,9 @@ fn try_userns(jail: Option<Ids>) -> Result<(), String> {
     }
     // SAFETY: closes the parent's copy of the write end, which it owns.
     unsafe { libc::close(write_end) };
-    let mut report = [0i32; 2];
+    let mut report = [0i32; N];
     let got = if pid > 0 {
-        // SAFETY: reads at most the 8 bytes of `report`.
+        // SAFETY: reads at most the bytes of `report`.
         let n = unsafe {
             libc::read(
                 read_end,
@@ -318,14 +321,18 @@ fn try_userns(jail: Option<Ids>) -> Result<(), String> {
     // SAFETY: closes the read end, which this function owns.
     unsafe { libc::close(read_end) };
     if pid < 0 {
-        return Err(format!(
-            "cannot test them: fork: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
     }
-    match (got, report) {
-        (Some(8), [0, _]) => Ok(()),
-        (Some(8), [step, errno]) => {
+    Ok((got == Some(std::mem::size_of_val(&report))).then_some(report))
+}
+
+/// Tries, in a child process, what bubblewrap does first: a new user and
+/// mount namespace (`unshare`), then a mount in it, as `jail` when given.
+/// The error names the step that failed and its errno.
+fn try_userns(jail: Option<Ids>) -> Result<(), String> {
+    match in_child(|| userns_steps(jail)).map_err(|e| format!("cannot test them: {e}"))? {
+        Some([0, _]) => Ok(()),
+        Some([step, errno]) => {
             let what = match step {
                 1 => "creating a user namespace",
                 2 => "mounting inside a new user namespace",
@@ -336,6 +343,101 @@ fn try_userns(jail: Option<Ids>) -> Result<(), String> {
                 std::io::Error::from_raw_os_error(errno)
             ))
         }
-        _ => Err("the user namespace test ended without an answer".into()),
+        None => Err("the user namespace test ended without an answer".into()),
+    }
+}
+
+/// Whether a jail's `jail-budget` can write the System V limits of its
+/// IPC namespace here: tried in a child as `jail-budget` does it, as
+/// `jail` when given (a root server's jails), in a user namespace that
+/// maps root to that uid, then an IPC namespace of its own. `false` only
+/// when the kernel refuses the write (`EACCES`: before Linux 6.1), as
+/// `jail-budget` then gives the jail no System V IPC; `true` when it
+/// allows it or the test cannot tell (the jail then says so itself).
+fn sysv_limits_settable(jail: Option<Ids>) -> bool {
+    sysv_answer(jail).unwrap_or(true)
+}
+
+/// [`sysv_limits_settable`]'s test: `None` when it cannot tell (no user
+/// or IPC namespace to try it in, a write refused for another reason).
+fn sysv_answer(jail: Option<Ids>) -> Option<bool> {
+    use nix::libc;
+    let (uid, gid) = jail.map_or_else(
+        || {
+            (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            )
+        },
+        |ids| (ids.uid.as_raw(), ids.gid.as_raw()),
+    );
+    // Made before the fork: the child does not allocate.
+    let uid_map = format!("0 {uid} 1");
+    let gid_map = format!("0 {gid} 1");
+    let job = || -> [i32; 1] {
+        let write = |path: &std::ffi::CStr, text: &[u8]| {
+            // SAFETY: open, write and close on a NUL-terminated path and a
+            // buffer of the given length.
+            unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                let ok = fd >= 0 && libc::write(fd, text.as_ptr().cast(), text.len()) >= 0;
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                ok
+            }
+        };
+        let became = jail.map_or(Ok(()), Ids::become_user);
+        // A process whose uid changed is not dumpable, and its /proc/self
+        // files stay root's: it could not write its own maps (a wrapper,
+        // exec'd as the jail's uid, is dumpable).
+        // SAFETY: prctl and unshare with constant arguments.
+        let entered = became.is_ok()
+            && unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } == 0
+            && unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0;
+        let mapped = entered
+            && write(c"/proc/self/setgroups", b"deny")
+            && write(c"/proc/self/uid_map", uid_map.as_bytes())
+            && write(c"/proc/self/gid_map", gid_map.as_bytes());
+        // SAFETY: unshare with constant flags; open of a constant path.
+        unsafe {
+            if !mapped || libc::unshare(libc::CLONE_NEWIPC) != 0 {
+                return [-1];
+            }
+            let fd = libc::open(
+                c"/proc/sys/kernel/msgmax".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            if fd >= 0 {
+                libc::close(fd);
+                return [0];
+            }
+            [*libc::__errno_location()]
+        }
+    };
+    match in_child(job) {
+        Ok(Some([0])) => Some(true),
+        Ok(Some([libc::EACCES])) => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::unistd::{Gid, Uid};
+
+    /// The test tries what `jail-budget` does, as a jail's uid (never
+    /// root, which may write the limits on any kernel): it finds the
+    /// limits settable exactly where the kernel lets a user namespace set
+    /// them (Linux 6.1 and later). On an older kernel the VM test's 5.10
+    /// boot sees the other answer (`checks/vm/tests/oldkernel.py`).
+    #[test]
+    fn system_v_limits_settable_where_a_user_namespace_may_set_them() {
+        let jail = nix::unistd::geteuid().is_root().then(|| Ids {
+            uid: Uid::from_raw(65534),
+            gid: Gid::from_raw(65534),
+        });
+        assert_eq!(sysv_answer(jail), Some(kernel_at_least(6, 1)));
     }
 }

@@ -23,6 +23,11 @@
 #   session). Shared memory segments 64 MiB in all (`shm_total_bytes`,
 #   written in pages), 64 of them; 16 message queues of 16 KiB; 16
 #   semaphore sets, 4096 semaphores in all.
+# - ipcRefused: where the kernel lets no user namespace write those
+#   System V limits (before Linux 6.1), the calls that then fail and how:
+#   jail-budget loads them as a seccomp filter (nix-sandbox-seccomp's), so
+#   nothing in the jail makes a segment, queue or semaphore set, and its
+#   IPC namespace stays empty, as on a kernel built without System V IPC.
 #
 # Other per-user counters have no limit a namespace can hold: POSIX
 # queues live in the jail's own IPC namespace; keys (keyctl, add_key)
@@ -59,5 +64,10 @@
     semmns = 4096;
     semopm = 32;
     semmni = 16;
+  };
+  ipcRefused = {
+    shmget = "ENOSYS";
+    msgget = "ENOSYS";
+    semget = "ENOSYS";
   };
 }

@@ -7,7 +7,10 @@
 # kernel's defaults). The jail, nested below it, holds no capability
 # there: it cannot raise them, and its use is charged to this namespace's
 # count, so the host user keeps the rest. A budget that cannot be set stops
-# the wrapper with status 2 and one line on stderr.
+# the wrapper with status 2 and one line on stderr, except the System V
+# limits where the kernel refuses them to every user namespace (before
+# Linux 6.1): there jail-budget loads the filter of ipcRefused instead
+# (--ipc-refused-filter), written at build time by nix-sandbox-seccomp.
 #
 # jail-budget also starts bubblewrap with an empty environment
 # (--clear-env): in a run's jail bwrap stays as its pid 1 (a session's
@@ -43,7 +46,13 @@ c:
 let
   inherit (pkgs) lib;
   budgets = import ../kernelBudgets.nix;
-  jailBudget = "${pkgs.callPackage ../../package.nix { }}/bin/jail-budget";
+  package = pkgs.callPackage ../../package.nix { };
+  jailBudget = "${package}/bin/jail-budget";
+  ipcRefusedFilter = pkgs.runCommand "nix-sandbox-ipc-refused.bpf" { } ''
+    ${package}/bin/nix-sandbox-seccomp ${
+      lib.escapeShellArgs (lib.mapAttrsToList (name: errno: "--deny=${name}=${errno}") budgets.ipcRefused)
+    } --output "$out"
+  '';
   publishes = environment.publish != [ ];
   hostNetwork = environment.network == true;
   flags =
@@ -51,6 +60,7 @@ let
     ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits
     ++ [ "--clear-env" ]
     ++ lib.mapAttrsToList (name: value: "--ipc ${name}=${toString value}") budgets.ipc
+    ++ [ "--ipc-refused-filter ${ipcRefusedFilter}" ]
     ++ lib.optionals publishes [
       "--net"
       "\"\${sandbox_publish[@]}\""

@@ -31,9 +31,17 @@ const RULES: &[&str] = &[
     "--allow-only-arg=socket=16:2=0:EPROTONOSUPPORT",
 ];
 
-fn filter() -> Vec<u8> {
+/// The rules lib/kernelBudgets.nix's `ipcRefused` gives it: the filter
+/// jail-budget loads where the kernel refuses an IPC namespace's limits.
+const IPC_REFUSED: &[&str] = &[
+    "--deny=shmget=ENOSYS",
+    "--deny=msgget=ENOSYS",
+    "--deny=semget=ENOSYS",
+];
+
+fn filter(rules: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_nix-sandbox-seccomp"))
-        .args(RULES)
+        .args(rules)
         .output()
         .expect("run nix-sandbox-seccomp");
     assert!(
@@ -74,12 +82,11 @@ print("thread", 0)
 print("subprocess", subprocess.run(["/bin/true"]).returncode)
 "#;
 
-#[test]
-#[cfg(target_arch = "x86_64")]
-fn the_kernel_applies_the_filter() {
-    let program = filter();
+/// Python's output under the filter `program`, as (name, errno) pairs
+/// from its `name errno` lines.
+fn probed(program: Vec<u8>, probe: &str) -> Vec<(String, i32)> {
     let mut child = Command::new("/usr/bin/python3");
-    child.args(["-c", PROBE]);
+    child.args(["-c", probe]);
     // SAFETY: only async-signal-safe calls (prctl) between fork and exec; the
     // program bytes are owned by this closure and outlive the calls.
     unsafe {
@@ -107,13 +114,19 @@ fn the_kernel_applies_the_filter() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got: Vec<(&str, i32)> = stdout
+    stdout
         .lines()
         .map(|l| {
             let (name, errno) = l.split_once(' ').expect("name errno");
-            (name, errno.parse().expect("a number"))
+            (name.to_owned(), errno.parse().expect("a number"))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_kernel_applies_the_filter() {
+    let got = probed(filter(RULES), PROBE);
     let (eperm, enosys) = (libc::EPERM, libc::ENOSYS);
     let want = [
         ("keyctl", eperm),
@@ -136,5 +149,37 @@ fn the_kernel_applies_the_filter() {
         ("thread", 0),
         ("subprocess", 0),
     ];
-    assert_eq!(got, want);
+    assert_eq!(got, want.map(|(n, e)| (n.to_owned(), e)));
+}
+
+/// System V's three makers, then calls the filter does not name.
+const SYSTEM_V: &str = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    print(name, 0 if r != -1 else ctypes.get_errno())
+call("shmget", 29, 0, 4096, 0o600)
+call("msgget", 68, 0, 0o600)
+call("semget", 64, 0, 1, 0o600)
+print("getppid", 0 if os.getppid() > 0 else 1)
+os.pipe()
+print("pipe", 0)
+"#;
+
+/// Under the filter of `ipcRefused`, System V's three makers fail with
+/// ENOSYS, and calls the filter does not name still work.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_system_v_filter_fails_the_three_makers_and_nothing_else() {
+    let got = probed(filter(IPC_REFUSED), SYSTEM_V);
+    let enosys = libc::ENOSYS;
+    let want = [
+        ("shmget", enosys),
+        ("msgget", enosys),
+        ("semget", enosys),
+        ("getppid", 0),
+        ("pipe", 0),
+    ];
+    assert_eq!(got, want.map(|(n, e)| (n.to_owned(), e)));
 }

@@ -23,13 +23,15 @@
 //! allow a jail to hold gigabytes of shared memory segments and of
 //! message queue and semaphore kernel memory, none of it counted by an
 //! rlimit, and the segments outlive the processes that made them. Before
-//! Linux 6.1 the kernel lets no user namespace write those limits: there
-//! it loads a seccomp filter under which `shmget`, `msgget` and `semget`
-//! fail with `ENOSYS`, so the jail has no System V IPC at all
-//! (jail-budget/no_sysv.rs).
+//! Linux 6.1 the kernel lets no user namespace write those limits: there,
+//! with `--ipc-refused-filter FILE` (a cBPF program, lib/kernelBudgets.nix's
+//! `ipcRefused` under which `shmget`, `msgget` and `semget` fail with
+//! `ENOSYS`), it loads FILE as a seccomp filter, so the jail has no System
+//! V IPC at all (jail-budget/no_sysv.rs); without it the jail does not
+//! start.
 //!
 //!   jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... [--ipc NAME=VALUE]...
-//!               [--clear-env] [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
+//!               [--ipc-refused-filter FILE] [--clear-env] [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH
 //!               [--project-lower-fd FD]] [--restore]] [--project-read-only PATH]
 //!               [--net [--publish-fd FD]] [--store-view DIR --store-paths LIST]
 //!               -- PROGRAM [ARGS...]
@@ -132,7 +134,7 @@ mod no_sysv;
 mod store_view;
 
 const USAGE: &str = "usage: jail-budget [--sysctl NAME=VALUE]... [--rlimit NAME=VALUE]... \
-                     [--ipc NAME=VALUE]... [--clear-env] \
+                     [--ipc NAME=VALUE]... [--ipc-refused-filter FILE] [--clear-env] \
                      [--layer DIR (--layer-size BYTES | --layer-on-disk) [--project-lower PATH \
                      [--project-lower-fd FD]] [--restore]] [--project-read-only PATH] \
                      [--net [--publish-fd FD]] [--store-view DIR --store-paths LIST] \
@@ -163,6 +165,9 @@ struct Args {
     publish_fd: Option<i32>,
     /// Whether PROGRAM starts with an empty environment.
     clear_env: bool,
+    /// The seccomp filter to load where the kernel refuses the System V
+    /// limits of `ipc`.
+    ipc_refused_filter: Option<OsString>,
     /// The directory to mount the jail's view of the store over, and the
     /// file listing the store paths it shows.
     store_view: Option<(OsString, OsString)>,
@@ -220,6 +225,7 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
         net: false,
         publish_fd: None,
         clear_env: false,
+        ipc_refused_filter: None,
         store_view: None,
         program,
         args,
@@ -263,6 +269,9 @@ fn parse(argv: Vec<OsString>) -> Result<Args, String> {
             Long("store-view") => view = Some(parser.value().map_err(|e| e.to_string())?),
             Long("store-paths") => view_paths = Some(parser.value().map_err(|e| e.to_string())?),
             Long("clear-env") => parsed.clear_env = true,
+            Long("ipc-refused-filter") => {
+                parsed.ipc_refused_filter = Some(parser.value().map_err(|e| e.to_string())?);
+            }
             Long("publish-fd") => parsed.publish_fd = Some(descriptor(parser.value())?),
             Long("ipc") => {
                 let value = text(parser.value().map_err(|e| e.to_string())?)?;
@@ -812,7 +821,8 @@ fn write_and_check(path: &str, value: &str) -> Result<(), String> {
 /// expects them. (The jail, whose uid outside is the caller's, could
 /// write them too through a writable /proc/sys: bubblewrap mounts it
 /// read-only, and the jail can mount nothing.) Where the kernel refuses
-/// them, the jail gets no System V IPC at all (`no_sysv`).
+/// them, the jail gets no System V IPC at all (`no_sysv`, with the filter
+/// `--ipc-refused-filter` names).
 fn budgets(args: &Args) -> Result<(), String> {
     let outside = (
         nix::unistd::getuid().as_raw(),
@@ -829,7 +839,11 @@ fn budgets(args: &Args) -> Result<(), String> {
         let bounded = enter_ipc_namespace(&args.ipc)?;
         enter_namespace(false, outside)?;
         if !bounded {
-            no_sysv::forbid()?;
+            let filter = args.ipc_refused_filter.as_ref().ok_or(
+                "this kernel lets no user namespace set the System V limits of its IPC \
+                 namespace (Linux 6.1 does), and no --ipc-refused-filter was given",
+            )?;
+            no_sysv::forbid(Path::new(filter))?;
         }
     }
     args.rlimits
@@ -924,6 +938,7 @@ mod tests {
                 net: false,
                 publish_fd: None,
                 clear_env: false,
+                ipc_refused_filter: None,
                 store_view: None,
                 program: "/bin/bwrap".into(),
                 args: args(&["--unshare-all", "--", "sh"]),

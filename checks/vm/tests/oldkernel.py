@@ -31,13 +31,14 @@ def old_only():
         raise Skipped(f"the guest runs Linux {os.uname().release}: `checks/vm/run --kernel old` boots 5.10")
 
 
-def server(vm, extra_env=None):
+def server(vm, extra_env=None, uid=None):
     """The harness's launcher with its manifest (home-manager's mcp.json
-    entry), as root over stdio, without the entry's project unless
-    extra_env names one."""
+    entry), over stdio, as root (or as `uid`, with exactly that env),
+    without the entry's project unless extra_env names one."""
     entry = json.loads(Path(vm.config["mcp_json"]).read_text())["mcpServers"]["nix-sandbox"]
+    argv = [entry["command"], *entry["args"]]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/root", **(extra_env or {})}
-    client = McpClient([entry["command"], *entry["args"]], env)
+    client = McpClient(argv, env) if uid is None else McpClient(vm.as_user(uid, argv, env), None)
     client.initialize("nix-sandbox-mcp-vm")
     return client
 
@@ -149,11 +150,8 @@ def test_shared_uid_forks(vm):
     home = Path("/run/nsm-oldkernel-nobody")
     home.mkdir(exist_ok=True)
     os.chown(home, 65534, 65534)
-    entry = json.loads(Path(vm.config["mcp_json"]).read_text())["mcpServers"]["nix-sandbox"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "NIX_SANDBOX_MAX_CHECKPOINTS": "2"}
-    client = McpClient(vm.as_user(65534, [entry["command"], *entry["args"]], env), None)
+    client = server(vm, {"HOME": str(home), "NIX_SANDBOX_MAX_CHECKPOINTS": "2"}, uid=65534)
     try:
-        client.initialize("nix-sandbox-mcp-vm")
         result, text = reprobed(lambda: call_run(client, "python", FORKS), "oldkernel, uid 65534")
         check(text.startswith("forked 8\n"), f"{result} {''.join(client.stderr)[-1500:]}")
         limits = [line.split("self-test: ", 1)[1].strip() for line in client.stderr if "self-test: limits:" in line]

@@ -240,22 +240,7 @@ pub fn set_attributes(
         } else {
             0
         };
-    // SAFETY: mount_setattr reads `attr` (its size given) and the empty
-    // path; `tree` is a descriptor we hold.
-    let done = unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    match done {
-        0 => Ok(()),
-        _ => Err(Errno::from_raw_os_error(nix::errno::Errno::last_raw())),
-    }
+    mount_setattr(tree.as_raw_fd(), flags, &attr)
 }
 
 /// Whether this kernel has `mount_setattr` (Linux 5.12), which makes a
@@ -268,19 +253,32 @@ pub fn has_mount_setattr() -> bool {
         propagation: 0,
         userns_fd: 0,
     };
+    mount_setattr(-1, nix::libc::AT_EMPTY_PATH, &attr) != Err(Errno::NOSYS)
+}
+
+/// `mount_setattr` on the mount `fd` is (the empty path), with `flags`:
+/// the one place that makes the call, which rustix does not offer.
+fn mount_setattr(
+    fd: std::os::fd::RawFd,
+    flags: nix::libc::c_int,
+    attr: &MountAttr,
+) -> Result<(), Errno> {
     // SAFETY: mount_setattr reads `attr` (its size given) and the empty
-    // path; -1 is no descriptor, so nothing is changed.
+    // path; a bad `fd` is an error, not a change.
     let done = unsafe {
         nix::libc::syscall(
             nix::libc::SYS_mount_setattr,
-            -1,
+            fd,
             c"".as_ptr(),
-            nix::libc::AT_EMPTY_PATH,
-            &attr as *const MountAttr,
+            flags,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
-    done == 0 || nix::errno::Errno::last() != nix::errno::Errno::ENOSYS
+    match done {
+        0 => Ok(()),
+        _ => Err(Errno::from_raw_os_error(nix::errno::Errno::last_raw())),
+    }
 }
 
 /// `struct mount_attr` (MOUNT_ATTR_SIZE_VER0).

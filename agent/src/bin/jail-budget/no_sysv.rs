@@ -4,53 +4,45 @@
 //! before, the files of /proc/sys/kernel stay the initial namespace root's,
 //! and a new IPC namespace keeps the kernel's defaults, which bound
 //! nothing (32768 segments of any size, 32000 message queues). Where the
-//! limits cannot be written, [`forbid`] loads a seccomp filter that makes
-//! `shmget`, `msgget` and `semget` fail with `ENOSYS`, as on a kernel built
-//! without System V IPC: the jail's IPC namespace starts empty and nothing
-//! in it can make a segment, queue or semaphore set, so its budget holds at
-//! zero. Every other call passes to the jail's own filter, which bubblewrap
-//! loads below this one (a filter of another architecture's calls is its
-//! concern: it kills them).
+//! limits cannot be written, [`forbid`] loads the seccomp filter the
+//! wrapper names (`--ipc-refused-filter`: lib/kernelBudgets.nix's
+//! `ipcRefused`, compiled by nix-sandbox-seccomp, under which `shmget`,
+//! `msgget` and `semget` fail with `ENOSYS`): the jail's IPC namespace
+//! starts empty and nothing in it can make a segment, queue or semaphore
+//! set, so its budget holds at zero. The jail's own filter, which
+//! bubblewrap loads below this one, still applies.
+
+use std::path::Path;
 
 use nix::libc;
 
-/// The audit architecture of this build's system calls.
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xC000_003E;
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xC000_00B7;
-
-/// The filter: native `shmget`, `msgget` and `semget` fail with `ENOSYS`;
-/// everything else is allowed (here).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn program() -> [libc::sock_filter; 8] {
-    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
+/// The instructions of a cBPF program file (`struct sock_filter`, 8 bytes
+/// each, this machine's byte order): at least one, at most the kernel's
+/// `BPF_MAXINSNS`.
+fn instructions(bytes: &[u8]) -> Option<Vec<libc::sock_filter>> {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(8) || bytes.len() / 8 > 4096 {
+        return None;
+    }
+    let each = |i: &[u8]| libc::sock_filter {
+        code: u16::from_ne_bytes([i[0], i[1]]),
+        jt: i[2],
+        jf: i[3],
+        k: u32::from_ne_bytes([i[4], i[5], i[6], i[7]]),
     };
-    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
-    let equal = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
-    let ret = libc::BPF_RET | libc::BPF_K;
-    let call = |nr: libc::c_long| nr as u32;
-    [
-        // seccomp_data.arch, then .nr.
-        op(load, 0, 0, 4),
-        op(equal, 0, 4, AUDIT_ARCH),
-        op(load, 0, 0, 0),
-        op(equal, 3, 0, call(libc::SYS_shmget)),
-        op(equal, 2, 0, call(libc::SYS_msgget)),
-        op(equal, 1, 0, call(libc::SYS_semget)),
-        op(ret, 0, 0, libc::SECCOMP_RET_ALLOW),
-        op(ret, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-    ]
+    Some(bytes.chunks_exact(8).map(each).collect())
 }
 
-/// Loads the filter into this process, for everything it execs and forks.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub fn forbid() -> Result<(), String> {
-    let filter = program();
+/// Loads the filter in `file` into this process, for everything it execs
+/// and forks.
+pub fn forbid(file: &Path) -> Result<(), String> {
+    let bytes = std::fs::read(file)
+        .map_err(|e| format!("cannot read the System V filter {}: {e}", file.display()))?;
+    let filter = instructions(&bytes).ok_or_else(|| {
+        format!(
+            "{} is not a seccomp filter (whole 8-byte instructions, 1 to 4096)",
+            file.display()
+        )
+    })?;
     let prog = libc::sock_fprog {
         len: filter.len() as u16,
         filter: filter.as_ptr().cast_mut(),
@@ -71,60 +63,30 @@ pub fn forbid() -> Result<(), String> {
     };
     nix::errno::Errno::result(done)
         .map(drop)
-        .map_err(|e| format!("cannot load the filter that forbids System V IPC: {e}"))
-}
-
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub fn forbid() -> Result<(), String> {
-    Err("no filter that forbids System V IPC is written for this architecture".into())
+        .map_err(|e| format!("cannot load the System V filter {}: {e}", file.display()))
 }
 
 #[cfg(test)]
 mod tests {
-    /// In a child loaded with the filter: System V's three makers fail
-    /// with ENOSYS, and calls the filter does not name still work.
+    use super::*;
+
+    /// What the filter forbids is nix-sandbox-seccomp's (seccomp/tests/
+    /// kernel.rs runs `ipcRefused`'s rules); here, only what is a program.
     #[test]
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    fn the_filter_fails_the_three_makers_and_nothing_else() {
-        use nix::libc;
-        use nix::sys::wait::{WaitStatus, waitpid};
-        use nix::unistd::ForkResult;
-        // SAFETY: the child makes system calls only, then _exit.
-        match unsafe { nix::unistd::fork() }.unwrap() {
-            ForkResult::Child => {
-                let code = (|| {
-                    if super::forbid().is_err() {
-                        return 10;
-                    }
-                    let errno = || nix::errno::Errno::last_raw();
-                    // SAFETY: plain system calls with integer arguments.
-                    unsafe {
-                        if libc::shmget(libc::IPC_PRIVATE, 4096, 0o600) != -1
-                            || errno() != libc::ENOSYS
-                        {
-                            return 11;
-                        }
-                        if libc::msgget(libc::IPC_PRIVATE, 0o600) != -1 || errno() != libc::ENOSYS {
-                            return 12;
-                        }
-                        if libc::syscall(libc::SYS_semget, libc::IPC_PRIVATE, 1, 0o600) != -1
-                            || errno() != libc::ENOSYS
-                        {
-                            return 13;
-                        }
-                        if libc::getppid() <= 0 || libc::pipe([0; 2].as_mut_ptr()) != 0 {
-                            return 14;
-                        }
-                        0
-                    }
-                })();
-                // SAFETY: ends the forked child without running the
-                // parent's destructors or test harness.
-                unsafe { libc::_exit(code) }
-            }
-            ForkResult::Parent { child } => {
-                assert_eq!(waitpid(child, None).unwrap(), WaitStatus::Exited(child, 0));
-            }
+    fn whole_instructions_only() {
+        // BPF_RET | BPF_K, SECCOMP_RET_ALLOW.
+        let allow = [
+            &0x06u16.to_ne_bytes()[..],
+            &[0, 0],
+            &0x7fff_0000u32.to_ne_bytes(),
+        ]
+        .concat();
+        let one = instructions(&allow).unwrap();
+        assert_eq!((one.len(), one[0].code, one[0].k), (1, 6, 0x7fff_0000));
+        assert_eq!(instructions(&allow.repeat(2)).map(|p| p.len()), Some(2));
+        for bad in [&[][..], &allow[..7], &[allow.as_slice(), &[0]].concat()] {
+            assert!(instructions(bad).is_none(), "{bad:?}");
         }
+        assert!(instructions(&allow.repeat(4097)).is_none());
     }
 }

@@ -31,8 +31,9 @@
 #
 # Other per-user counters have no limit a namespace can hold: POSIX
 # queues live in the jail's own IPC namespace; keys (keyctl, add_key)
-# are refused by seccomp (seccompRules.nix); processes are RLIMIT_NPROC
-# inside the jail (jail/processLimit.nix) or the run's cgroup.
+# are refused by seccomp (seccompRules.nix); processes are the
+# environment's `limits.pids`, an RLIMIT_NPROC that jail/kernelBudgets.nix
+# sets in the same namespace, and the run's cgroup.
 {
   sysctls = {
     max_inotify_instances = 16;

@@ -241,7 +241,7 @@ fn holds(
         };
     }
     if limit.cgroup == Some(Controller::Pids) && !host::nproc_per_namespace() {
-        // Before Linux 5.14 jail-entry leaves RLIMIT_NPROC as it is (the
+        // Before Linux 5.14 jail-budget leaves RLIMIT_NPROC as it is (the
         // kernel would count the uid's processes everywhere), and the
         // self-test says that nothing bounds a run's processes.
         return Ok(());

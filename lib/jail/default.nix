@@ -26,11 +26,11 @@ c.compose (
     ./projectMount.nix
     # Limits: the values a profiled session's launcher lowers, then
     # memory and processes through the run's cgroup when the launcher
-    # gives one, then rlimits; RLIMIT_NPROC inside the jail.
+    # gives one, then rlimits; RLIMIT_NPROC in kernelBudgets.nix's
+    # namespace.
     ./sessionLimits.nix
     ./cgroupLimits.nix
     ./rlimits.nix
-    ./processLimit.nix
     ./seccomp.nix
     ./kernelBudgets.nix
     ./runtimeLimits.nix

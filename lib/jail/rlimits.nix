@@ -11,7 +11,8 @@
 # allocator only reserves (the JVM's, Node's, Go's), which is not memory
 # used. A hard limit that is already lower stays. The values are
 # sessionLimits.nix's: the environment's, or lower for a profiled session.
-# RLIMIT_NPROC is set inside the jail instead (processLimit.nix).
+# RLIMIT_NPROC is set in the jail's budget namespace instead
+# (kernelBudgets.nix), where the kernel counts the jail's processes only.
 _: c:
 c.add-runtime ''
   # sandbox_rlimit FLAG SOFT [HARD]: sets one limit; a lower hard limit stays.

@@ -8,9 +8,20 @@
 //! that namespace's limits (it holds every capability there until it
 //! execs), lowers the ucount-backed rlimits (pending signals, message
 //! queue bytes, locked shared memory, which bound a namespace's processes
-//! together), and execs PROGRAM (bubblewrap) inside it. The jail, nested
-//! below, cannot write these limits: it holds no capability in this
-//! namespace, and reads and writes its own namespace's sysctls only.
+//! together, and processes), and execs PROGRAM (bubblewrap) inside it.
+//! The jail, nested below, cannot write these limits: it holds no
+//! capability in this namespace, and reads and writes its own namespace's
+//! sysctls only.
+//!
+//! `--rlimit nproc=N` bounds the jail's processes and threads: set in this
+//! namespace, the kernel counts the processes of this namespace's uid
+//! (bubblewrap's and everything below it), not the caller's on the host,
+//! and the jail, inheriting N, cannot raise it. Bubblewrap's user
+//! namespace, made below with N as its ceiling, is checked against it
+//! again. Before Linux 5.14 the kernel counts `RLIMIT_NPROC` for every
+//! process of the uid on the host, whatever its namespace, so there it is
+//! left as it is (a run's cgroup bounds the processes, or `--check` says
+//! nothing does).
 //!
 //! With `--clear-env`, PROGRAM starts with an empty environment: bubblewrap
 //! stays a jail's pid 1 or its parent, and a process in the jail could read
@@ -37,7 +48,7 @@
 //!               -- PROGRAM [ARGS...]
 //!
 //! NAME of `--sysctl` is a file of /proc/sys/user (`max_inotify_instances`);
-//! NAME of `--rlimit` is `sigpending`, `msgqueue` or `memlock`; NAME of
+//! NAME of `--rlimit` is `sigpending`, `msgqueue`, `memlock` or `nproc`; NAME of
 //! `--ipc` is a System V limit of /proc/sys/kernel (`shmmax`, `shmmni`,
 //! `msgmax`, `msgmnb`, `msgmni`), `shm_total_bytes` (written to `shmall`
 //! in pages of this machine), or one of the four fields of its `sem`
@@ -207,9 +218,31 @@ fn resource(name: &str) -> Result<Resource, String> {
         "sigpending" => Ok(Resource::RLIMIT_SIGPENDING),
         "msgqueue" => Ok(Resource::RLIMIT_MSGQUEUE),
         "memlock" => Ok(Resource::RLIMIT_MEMLOCK),
+        "nproc" => Ok(Resource::RLIMIT_NPROC),
         _ => Err(format!(
-            "unknown rlimit `{name}` (sigpending, msgqueue or memlock)"
+            "unknown rlimit `{name}` (sigpending, msgqueue, memlock or nproc)"
         )),
+    }
+}
+
+/// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
+/// (Linux 5.14 and later). A release it cannot read counts as one that
+/// does: the limit is then set.
+fn nproc_counted_per_namespace() -> bool {
+    nix::sys::utsname::uname().map_or(true, |name| {
+        release_at_least(&name.release().to_string_lossy(), (5, 14))
+    })
+}
+
+/// Whether a kernel release (`5.10.0-32-amd64`, `6.1.0`) is at least
+/// `major.minor`; true when it does not start with two numbers.
+fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => (a, b) >= (major, minor),
+        _ => true,
     }
 }
 
@@ -846,8 +879,17 @@ fn budgets(args: &Args) -> Result<(), String> {
             no_sysv::forbid(Path::new(filter))?;
         }
     }
+    // Before Linux 5.14 the kernel counts RLIMIT_NPROC against every
+    // process of the uid on the host, whatever its namespace: in a jail
+    // whose uid is shared (a user's server, a service's dynamic user), the
+    // server's threads and the other jails' processes would count, and the
+    // jail's forks fail. There it stays as it is: a run's cgroup
+    // (`pids.max`) bounds the processes where the server has one, and
+    // `--check` says when nothing does.
+    let nproc = nproc_counted_per_namespace();
     args.rlimits
         .iter()
+        .filter(|(resource, _)| nproc || *resource != Resource::RLIMIT_NPROC)
         .try_for_each(|(resource, value)| command::lower_rlimit(*resource, *value))
 }
 
@@ -944,6 +986,27 @@ mod tests {
                 args: args(&["--unshare-all", "--", "sh"]),
             }
         );
+    }
+
+    #[test]
+    fn kernel_releases_compared() {
+        for (release, at_least) in [
+            ("5.14.0-427.el9.x86_64", true),
+            ("6.1.0-50-amd64", true),
+            ("5.15.0-91-generic", true),
+            ("5.13.19", false),
+            ("5.10.0-32-amd64", false),
+            ("4.18.0-553.el8_10.x86_64", false),
+            ("not-a-release", true),
+        ] {
+            assert_eq!(release_at_least(release, (5, 14)), at_least, "{release}");
+        }
+    }
+
+    #[test]
+    fn the_process_limit_is_an_rlimit_of_the_namespace() {
+        let parsed = parse(args(&["--rlimit", "nproc=32", "--", "bwrap"])).unwrap();
+        assert_eq!(parsed.rlimits, vec![(Resource::RLIMIT_NPROC, 32)]);
     }
 
     #[test]

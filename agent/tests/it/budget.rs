@@ -259,3 +259,93 @@ fn a_store_view_of_a_path_outside_the_store_runs_nothing() {
         )
     );
 }
+
+/// Python, under `--rlimit nproc=N`: its process limit, then how many
+/// children it could fork (each waiting on a pipe) and what stopped it.
+const FORKS: &str = r#"
+import errno, os, resource
+print('limit=%d/%d' % resource.getrlimit(resource.RLIMIT_NPROC))
+r, w = os.pipe()
+kids, stop = [], 'none'
+while len(kids) < 64:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        stop = errno.errorcode[e.errno]
+        break
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    kids.append(pid)
+os.close(w)
+for pid in kids:
+    os.waitpid(pid, 0)
+print('took=%d' % len(kids))
+print('stop=%s' % stop)
+"#;
+
+/// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
+/// (Linux 5.14 and later).
+fn nproc_per_namespace() -> bool {
+    let release = nix::sys::utsname::uname().unwrap();
+    let release = release.release().to_string_lossy();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (5, 14)
+}
+
+#[test]
+fn the_process_limit_counts_the_jails_processes_only() {
+    // Twelve processes of the same uid outside, in a process group of the
+    // test's own: set before the namespace, the limit would count them
+    // and the program could not fork at all.
+    let mut outside = budget_uid(Command::new("/bin/sh"));
+    outside
+        .args([
+            "-c",
+            "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 60 & done; echo up; wait",
+        ])
+        .stdout(std::process::Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut outside, 0);
+    let mut outside = outside.spawn().unwrap();
+    let mut up = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(outside.stdout.take().unwrap()),
+        &mut up,
+    )
+    .unwrap();
+    let out = budget()
+        .args(["--rlimit", "nproc=6", "--", "/usr/bin/python3", "-c", FORKS])
+        .output();
+    let group = i32::try_from(outside.id()).unwrap();
+    if group > 1 {
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), nix::sys::signal::SIGKILL)
+            .unwrap();
+    }
+    outside.wait().unwrap();
+    let out = out.unwrap();
+    let stdout = succeeded(&out);
+    if nproc_per_namespace() {
+        // The program itself and five children: six processes of the uid
+        // in the namespace.
+        assert_eq!(stdout, "limit=6/6\ntook=5\nstop=EAGAIN\n");
+    } else {
+        // Left as it is before Linux 5.14.
+        assert!(!stdout.starts_with("limit=6/6\n"), "{stdout}");
+    }
+}
+
+/// `command` as jail-budget is run here: as uid 65534 when the test is
+/// root.
+fn budget_uid(command: Command) -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { nix::libc::geteuid() } != 0 {
+        return command;
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    cmd.arg(command.get_program()).args(command.get_args());
+    cmd
+}

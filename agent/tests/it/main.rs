@@ -15,7 +15,6 @@ mod harness;
 mod bash;
 mod bridge;
 mod budget;
-mod entry;
 mod files;
 mod fuzz;
 mod init;

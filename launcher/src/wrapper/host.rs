@@ -163,7 +163,7 @@ impl Host {
 }
 
 /// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
-/// (Linux 5.14 and later), as `jail-entry` decides whether to set it.
+/// (Linux 5.14 and later), as `jail-budget` decides whether to set it.
 pub fn nproc_per_namespace() -> bool {
     kernel_at_least(5, 14)
 }

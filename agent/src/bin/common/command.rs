@@ -1,4 +1,4 @@
-//! What jail-budget and jail-entry share: a command line of flags, `--`,
+//! What jail-budget uses to run: a command line of flags, `--`,
 //! then the program to exec; a limit lowered and read back; and the exec
 //! itself, which returns only when the program cannot run.
 

@@ -1,6 +1,8 @@
 # Takes { pkgs, ... } and jail.nix's combinators; returns the permission
 # that stands for jail.nix's base permissions, which it first drops
-# (`reset`): a fresh /proc and /dev, /bin/sh, coreutils on PATH, an empty
+# (`reset`): a fresh /proc and /dev, /bin/sh (a symlink into the store, on
+# the jail's read-only root: bubblewrap reads its whole mount table after
+# each bind, never after a symlink), coreutils on PATH, an empty
 # environment (--clearenv); the store's runtime closure only is
 # storeView.nix's, through jail-budget. Its /tmp,
 # an unbounded tmpfs, is left out too: filesystem.nix mounts a bounded one.
@@ -14,7 +16,7 @@ c:
 c.compose [
   c.reset
   (c.unsafe-add-raw-args "--proc /proc --dev /dev")
-  (c.ro-bind "${pkgs.bash}/bin/sh" "/bin/sh")
+  (c.unsafe-add-raw-args "--symlink ${pkgs.bash}/bin/sh /bin/sh")
   (c.add-path "/bin")
   (s: s // { additionalRuntimeClosures = s.additionalRuntimeClosures ++ [ pkgs.bash ]; })
   (c.add-pkg-deps [ pkgs.coreutils ])

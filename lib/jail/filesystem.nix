@@ -1,7 +1,8 @@
 # Takes { pkgs, environment, profile, ... } and jail.nix's combinators;
 # returns the permission that lays out what the code finds: /tmp, the home
 # (/home/sandbox) and /dev/shm, each a tmpfs of limits.tmp_mb, the rest of
-# /dev read-only, /usr/bin/env, and the environment's packages (the
+# /dev read-only, /usr/bin/env (a symlink into the store, as base.nix's
+# /bin/sh), and the environment's packages (the
 # profile) on PATH, their runtime closure mounted. A tmpfs is memory that no
 # rlimit counts, so every writable mount of the jail has a size
 # (readOnlyRoot.nix makes the root read-only; docs/limits.md sums them).
@@ -24,6 +25,6 @@ c.compose [
   # /dev/shm; the rest of bubblewrap's /dev (its own tmpfs) is device
   # nodes, which a read-only mount still lets the code read and write.
   (c.unsafe-add-raw-args "${sized "/dev/shm"} --remount-ro /dev")
-  (c.ro-bind "${pkgs.coreutils}/bin/env" "/usr/bin/env")
+  (c.unsafe-add-raw-args "--symlink ${pkgs.coreutils}/bin/env /usr/bin/env")
   (c.add-pkg-deps [ profile ])
 ]

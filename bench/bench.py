@@ -346,10 +346,11 @@ class Bench:
             created = self.interleaved(creations, min(self.args.runs, 20), warmup=1)
             self.lines(self.stat_rows(created, baseline="new session, pool off"))
             # CPU per run, machine-wide (the pool's refills included), 20 runs
+            # each, the kinds taking turns over 3 rounds, the median round of
             # each; beside them the floor: a bare bwrap running the
             # environment's own python3 -c (the store bound whole: one
             # bind), and one running Debian's (/usr), whose start differs.
-            cpu = {}
+            cpu, rounds = {}, {}
             own = BWRAP_FLOOR[:-1] + ["--ro-bind", "/nix/store", "/nix/store",
                                       self.interpreter(entry["run"][0], "python3"), "-c", "print(1)"]
             debian = BWRAP_FLOOR[:-1] + ["/usr/bin/python3", "-c", "print(1)"]
@@ -357,12 +358,15 @@ class Bench:
                      ("pool off", lambda: self.mcp_print(cold, "python")),
                      (OWN_FLOOR, lambda: self.direct_true(own)),
                      (DEBIAN_FLOOR, lambda: self.direct_true(debian)))
-            for name, once in kinds:
-                spent = self.cpu_per_run(once, 20, settle=1.0)  # the last refill
-                if spent is not None:
-                    cpu[name] = spent
-            self.lines(["CPU per run (machine-wide, the refill included): " +
-                        ", ".join(f"{k} {v:.1f} ms" for k, v in cpu.items())])
+            for _ in range(3):
+                for name, once in kinds:
+                    spent = self.cpu_per_run(once, 20, settle=1.0)  # the last refill
+                    if spent is not None:
+                        rounds.setdefault(name, []).append(spent)
+            cpu = {name: statistics.median(values) for name, values in rounds.items()}
+            self.lines(["CPU per run (machine-wide, the refill included), the median of 3 rounds: " +
+                        ", ".join(f"{k} {v:.1f} ms (" + " / ".join(f"{r:.1f}" for r in rounds[k]) + ")"
+                                  for k, v in cpu.items())])
             # A burst of 64 at once, then one every 100 ms, on servers whose
             # answers a reader thread hands to each caller.
             hot.close()
@@ -1402,9 +1406,8 @@ class Bench:
     def cold_layers(self):
         """Where a cold run's CPU goes, each layer taken away in turn: the
         python preset's run wrapper run directly; jail-budget started with
-        the argv that wrapper computes (no wrapper shell); the same without
-        jail-entry; a bare bwrap running the same python3 (the warm step's
-        floor). The machine's CPU per print(1), the kinds taking turns over
+        the argv that wrapper computes (no wrapper shell); a bare bwrap
+        running the same python3 (the warm step's floor). The machine's CPU per print(1), the kinds taking turns over
         3 rounds, the median round of each. As uid 65534 (through setpriv
         as root): a root server runs its wrappers as uids of their own."""
         runs, rounds = 30, 3
@@ -1423,9 +1426,8 @@ class Bench:
         env = {"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}
         printed = subprocess.run([str(printer), "-"], capture_output=True, env=env, timeout=DEADLINE, check=True)
         argv = [a.decode() for a in printed.stdout.split(b"\0")[:-1]]
-        entry = next((i for i, a in enumerate(argv) if a.endswith("/bin/jail-entry")), None)
-        if entry is None or argv[entry + 3] != "--" or "--add-seccomp-fd" not in argv:
-            raise Unmeasured(f"the wrapper's argv has no jail-entry or seccomp descriptor: {argv[-6:]}")
+        if "--add-seccomp-fd" not in argv:
+            raise Unmeasured(f"the wrapper's argv has no seccomp descriptor: {argv[-6:]}")
         # The filter on a descriptor of this process, named in the argv.
         fd = os.open(seccomp.group(1), os.O_RDONLY)
         at = argv.index("--add-seccomp-fd") + 1
@@ -1435,7 +1437,6 @@ class Bench:
         kinds = {
             "run wrapper": [wrapper, "-"],
             "jail-budget, no wrapper shell": argv,
-            "no jail-entry either": argv[:entry] + argv[entry + 4:],
             "bare bwrap + its python3": [*BWRAP_FLOOR[:-1], "--ro-bind", "/nix/store", "/nix/store", python, "-"],
         }
         def once(name, command):
@@ -1458,7 +1459,7 @@ class Bench:
         self.lines([f"{name}: {median[name]:.1f} ms (rounds " + ", ".join(f"{v:.1f}" for v in values) + ")"
                     for name, values in cpu.items()])
         self.results["cold_layers"] = cpu
-        self.row("cold run CPU, as uid 65534: run wrapper / no wrapper shell / no jail-entry / bare bwrap + python3",
+        self.row("cold run CPU, as uid 65534: run wrapper / no wrapper shell / bare bwrap + python3",
                  " / ".join(f"{median[name]:.1f}" for name in kinds) + " ms")
 
     def startup(self):

@@ -18,12 +18,16 @@
 # environment (/proc/1/environ), so no variable of the wrapper's (HOME,
 # PROJECT_DIR, the cgroup path) is seen. It is done in the program already
 # there, so no process of its own (env -i) starts each time.
-# RLIMIT_NPROC is limits.pids, set there too (`--rlimit nproc`): in that
-# namespace the kernel counts the jail's processes and threads alone (per
-# user namespace and uid), bubblewrap's included, where set before it
-# would count every process of the caller's uid on the host. Bubblewrap's
-# namespace below takes it as its ceiling, and the jail inherits it and
-# cannot raise it. Before Linux 5.14, which counts it per uid on the whole
+# RLIMIT_NPROC is set there too (`--rlimit nproc`): in that namespace the
+# kernel counts the jail's processes and threads alone (per user namespace
+# and uid), where set before it would count every process of the
+# caller's uid on the host. That count includes bubblewrap's own process
+# outside the jail's pid namespace, so the limit is limits.pids + 1: the
+# jail's processes are at most limits.pids. A run's cgroup (pids.max =
+# limits.pids, which counts that process too) is then reached first, and
+# the launcher can say for certain that the process limit stopped a run.
+# Bubblewrap's namespace below takes the limit as its ceiling, and the
+# jail inherits it and cannot raise it. Before Linux 5.14, which counts it per uid on the whole
 # host, jail-budget leaves it as it is: the run's cgroup bounds the
 # processes, or the launcher's --check says nothing does.
 #
@@ -64,7 +68,7 @@ let
   flags =
     lib.mapAttrsToList (name: value: "--sysctl ${name}=${toString value}") budgets.sysctls
     ++ lib.mapAttrsToList (name: value: "--rlimit ${name}=${toString value}") budgets.rlimits
-    ++ [ "--rlimit nproc=${toString environment.limits.pids}" ]
+    ++ [ "--rlimit nproc=${toString (environment.limits.pids + 1)}" ]
     ++ [ "--clear-env" ]
     ++ lib.mapAttrsToList (name: value: "--ipc ${name}=${toString value}") budgets.ipc
     ++ [ "--ipc-refused-filter ${ipcRefusedFilter}" ]

@@ -129,11 +129,15 @@
 //! there was one for each path (see jail-budget/store_view.rs).
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::ExitCode;
 
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
 use nix::sys::resource::Resource;
+use nix::sys::stat::Mode;
 
 #[path = "common/command.rs"]
 mod command;
@@ -798,9 +802,24 @@ fn enter_net_namespace() -> Result<(), String> {
     forward::loopback_up().map_err(|e| format!("cannot bring the jail's loopback up: {e}"))
 }
 
-/// Writes one limit of this namespace and reads it back.
-fn set_sysctl(name: &str, value: u64) -> Result<(), String> {
-    write_and_check(&format!("/proc/sys/user/{name}"), &value.to_string())
+/// A directory of /proc/sys (`user`, `kernel`) as this process sees it
+/// now: its files are then opened from it, one name to look up each
+/// (proc's sysctl lookups compare every entry of every namespace's table).
+fn sysctl_dir(name: &str) -> Result<(OwnedFd, String), String> {
+    let path = format!("/proc/sys/{name}");
+    let dir = nix::fcntl::open(
+        path.as_str(),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open {path}: {e}"))?;
+    Ok((dir, path))
+}
+
+/// The sysctl file `name` of `dir`, opened to write it and read it back.
+fn open_sysctl(dir: &OwnedFd, name: &str) -> nix::Result<std::fs::File> {
+    nix::fcntl::openat(dir, name, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())
+        .map(std::fs::File::from)
 }
 
 /// Makes the jail's IPC namespace, owned by the user namespace this
@@ -810,23 +829,28 @@ fn set_sysctl(name: &str, value: u64) -> Result<(), String> {
 fn enter_ipc_namespace(limits: &[(String, String)]) -> Result<bool, String> {
     nix::sched::unshare(CloneFlags::CLONE_NEWIPC)
         .map_err(|e| format!("cannot make the jail's IPC namespace: unshare(CLONE_NEWIPC): {e}"))?;
-    if let Some((file, _)) = limits.first() {
-        let path = format!("/proc/sys/kernel/{file}");
-        let refused = std::fs::OpenOptions::new().write(true).open(&path);
-        if refused.is_err_and(|e| e.raw_os_error() == Some(nix::libc::EACCES)) {
+    let (dir, path) = sysctl_dir("kernel")?;
+    for (at, (file, value)) in limits.iter().enumerate() {
+        let opened = open_sysctl(&dir, file);
+        if at == 0 && opened.as_ref().is_err_and(|e| *e == Errno::EACCES) {
             return Ok(false);
         }
+        write_and_check(opened, &format!("{path}/{file}"), value)?;
     }
-    limits
-        .iter()
-        .try_for_each(|(file, value)| write_and_check(&format!("/proc/sys/kernel/{file}"), value))
-        .map(|()| true)
+    Ok(true)
 }
 
-/// Writes `value` to the sysctl file `path` and reads it back (fields
-/// compared whatever whitespace separates them).
-fn write_and_check(path: &str, value: &str) -> Result<(), String> {
-    std::fs::write(path, value).map_err(|e| {
+/// Writes `value` to the sysctl file `path`, opened as `file`, and reads
+/// it back through the same descriptor (fields compared whatever
+/// whitespace separates them).
+fn write_and_check(
+    file: nix::Result<std::fs::File>,
+    path: &str,
+    value: &str,
+) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let cannot_write = |e: std::io::Error| {
         if e.raw_os_error() == Some(nix::libc::EROFS) {
             format!(
                 "cannot write {path}: /proc/sys is read-only here (a container's default); \
@@ -836,8 +860,14 @@ fn write_and_check(path: &str, value: &str) -> Result<(), String> {
         } else {
             format!("cannot write {path}: {e}")
         }
-    })?;
-    let read = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    };
+    let mut file = file.map_err(|e| cannot_write(e.into()))?;
+    file.write_all(value.as_bytes()).map_err(cannot_write)?;
+    let mut read = [0u8; 256];
+    let n = file
+        .read_at(&mut read, 0)
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    let read = String::from_utf8_lossy(&read[..n]);
     if !read.split_whitespace().eq(value.split_whitespace()) {
         return Err(format!("{path} is {}, not {value}", read.trim()));
     }
@@ -862,9 +892,14 @@ fn budgets(args: &Args) -> Result<(), String> {
         nix::unistd::getgid().as_raw(),
     );
     enter_namespace(!args.ipc.is_empty(), outside)?;
-    args.sysctls
-        .iter()
-        .try_for_each(|(name, value)| set_sysctl(name, *value))?;
+    let (user, path) = sysctl_dir("user")?;
+    args.sysctls.iter().try_for_each(|(name, value)| {
+        write_and_check(
+            open_sysctl(&user, name),
+            &format!("{path}/{name}"),
+            &value.to_string(),
+        )
+    })?;
     if args.net {
         enter_net_namespace()?;
     }

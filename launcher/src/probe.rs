@@ -248,11 +248,8 @@ fn holds(
     }
     match limit.probe {
         Probe::Launcher => Ok(()),
-        // jail-budget sets RLIMIT_NPROC to pids + 1: the kernel's count
-        // there includes bubblewrap's own process, outside the jail's pid
-        // namespace (lib/jail/kernelBudgets.nix).
-        Probe::Rlimit(row) if limit.cgroup == Some(Controller::Pids) => seen.within(row, most + 1),
         Probe::Rlimit(row) => seen.within(row, most),
+        Probe::RlimitWithBubblewrap(row) => seen.within(row, most + 1),
         Probe::Mount(path) => seen.mount_within(path, most),
         Probe::Data => seen
             .hard_within("Max data size", most)

@@ -10,9 +10,9 @@
 # with the memory+swap limit when the kernel accounts swap). Anything else
 # stops the wrapper with status 2 and a message: it never runs under weaker
 # limits than the environment states. Unset: nothing happens (rlimits.nix
-# and kernelBudgets.nix's process limit apply). The memory limit is sessionLimits.nix's:
-# the environment's, or lower for a profiled session, whose launcher wrote
-# that lower limit.
+# and kernelBudgets.nix's process limit apply). The memory limit is
+# sessionLimits.nix's: the environment's, or lower for a profiled session,
+# whose launcher wrote that lower limit.
 { environment, ... }:
 c:
 let

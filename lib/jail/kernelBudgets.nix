@@ -27,9 +27,10 @@
 # limits.pids, which counts that process too) is then reached first, and
 # the launcher can say for certain that the process limit stopped a run.
 # Bubblewrap's namespace below takes the limit as its ceiling, and the
-# jail inherits it and cannot raise it. Before Linux 5.14, which counts it per uid on the whole
-# host, jail-budget leaves it as it is: the run's cgroup bounds the
-# processes, or the launcher's --check says nothing does.
+# jail inherits it and cannot raise it. Before Linux 5.14, which counts it
+# per uid on the whole host, jail-budget leaves it as it is: the run's
+# cgroup bounds the processes, or the launcher's --check says nothing
+# does.
 #
 # It also mounts the jail's view of the store (storeView.nix's run-time
 # array sandbox_store_view, always set), and the session's layer when

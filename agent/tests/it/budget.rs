@@ -52,12 +52,18 @@ for key, value in out.items():
 /// wrappers run as uids of their own; uid 0 would keep every capability in
 /// the namespace, so the test runs it as uid 65534 when it is root).
 fn budget() -> Command {
+    as_jail_uid(Command::new(BUDGET))
+}
+
+/// `command` as a jail's wrapper runs: as uid 65534 when the test is root.
+fn as_jail_uid(command: Command) -> Command {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { nix::libc::geteuid() } != 0 {
-        return Command::new(BUDGET);
+        return command;
     }
     let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", BUDGET]);
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    cmd.arg(command.get_program()).args(command.get_args());
     cmd
 }
 
@@ -285,23 +291,12 @@ print('took=%d' % len(kids))
 print('stop=%s' % stop)
 "#;
 
-/// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
-/// (Linux 5.14 and later).
-fn nproc_per_namespace() -> bool {
-    let release = nix::sys::utsname::uname().unwrap();
-    let release = release.release().to_string_lossy();
-    let mut parts = release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (5, 14)
-}
-
 #[test]
 fn the_process_limit_counts_the_jails_processes_only() {
     // Twelve processes of the same uid outside, in a process group of the
     // test's own: set before the namespace, the limit would count them
     // and the program could not fork at all.
-    let mut outside = budget_uid(Command::new("/bin/sh"));
+    let mut outside = as_jail_uid(Command::new("/bin/sh"));
     outside
         .args([
             "-c",
@@ -327,7 +322,8 @@ fn the_process_limit_counts_the_jails_processes_only() {
     outside.wait().unwrap();
     let out = out.unwrap();
     let stdout = succeeded(&out);
-    if nproc_per_namespace() {
+    // Linux 5.14 counts RLIMIT_NPROC per user namespace and uid.
+    if proto::kernel::running_at_least(5, 14) {
         // The program itself and five children: six processes of the uid
         // in the namespace.
         assert_eq!(stdout, "limit=6/6\ntook=5\nstop=EAGAIN\n");
@@ -335,17 +331,4 @@ fn the_process_limit_counts_the_jails_processes_only() {
         // Left as it is before Linux 5.14.
         assert!(!stdout.starts_with("limit=6/6\n"), "{stdout}");
     }
-}
-
-/// `command` as jail-budget is run here: as uid 65534 when the test is
-/// root.
-fn budget_uid(command: Command) -> Command {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { nix::libc::geteuid() } != 0 {
-        return command;
-    }
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
-    cmd.arg(command.get_program()).args(command.get_args());
-    cmd
 }

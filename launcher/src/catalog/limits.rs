@@ -135,6 +135,10 @@ pub enum Probe {
     Launcher,
     /// The soft limit of this row of /proc/self/limits is at most the value.
     Rlimit(&'static str),
+    /// The soft limit of this row is at most the value plus one: the
+    /// jail's `RLIMIT_NPROC`, whose count includes bubblewrap's own process
+    /// outside the jail's pid namespace (lib/jail/kernelBudgets.nix).
+    RlimitWithBubblewrap(&'static str),
     /// The writable mount at this path, if the jail has one, is at most the
     /// value.
     Mount(&'static str),
@@ -278,7 +282,7 @@ pub const PIDS: Limit = Limit {
         generic_words: true,
         probable: |l, _| format!("probably too many processes (limit {})", l.pids),
     }),
-    probe: Probe::Rlimit("Max processes"),
+    probe: Probe::RlimitWithBubblewrap("Max processes"),
     cgroup: Some(Controller::Pids),
 };
 

@@ -165,23 +165,7 @@ impl Host {
 /// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
 /// (Linux 5.14 and later), as `jail-budget` decides whether to set it.
 pub fn nproc_per_namespace() -> bool {
-    kernel_at_least(5, 14)
-}
-
-/// Whether the running kernel's release is at least `major.minor`; a
-/// release that does not start with two numbers counts as one that is.
-fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let Ok(name) = nix::sys::utsname::uname() else {
-        return true;
-    };
-    let release = name.release().to_string_lossy();
-    let mut parts = release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(str::parse::<u32>);
-    match (parts.next(), parts.next()) {
-        (Some(Ok(a)), Some(Ok(b))) => (a, b) >= (major, minor),
-        _ => true,
-    }
+    proto::kernel::running_at_least(5, 14)
 }
 
 /// Removes what [`Host::detect`] made (in the cgroup hierarchies, the
@@ -438,6 +422,9 @@ mod tests {
             uid: Uid::from_raw(65534),
             gid: Gid::from_raw(65534),
         });
-        assert_eq!(sysv_answer(jail), Some(kernel_at_least(6, 1)));
+        assert_eq!(
+            sysv_answer(jail),
+            Some(proto::kernel::running_at_least(6, 1))
+        );
     }
 }

@@ -8,7 +8,8 @@
 # and the jail's pid 1.
 # The agent drives the environment's own interpreter from the profile (so
 # the environment's packages import in a session too) through its driver
-# file from agent/drivers, copied into the store. It takes no arguments:
+# file from agent/drivers, copied into the store (Python's compiled by that
+# interpreter: compilePythonDriver.nix). It takes no arguments:
 # the launcher's frames come on stdin and go out on stdout.
 {
   pkgs,
@@ -22,12 +23,19 @@ let
   interpreter = (import ./interpreters.nix).${environment.interpreter};
   agent = pkgs.callPackage ../package.nix { };
   driverFile = ../agent/drivers + "/${interpreter.driver}";
+  driverSource = builtins.path {
+    path = driverFile;
+    name = "nix-sandbox-mcp-${interpreter.driver}";
+  };
   driver =
-    if runner == null then
-      builtins.path {
-        path = driverFile;
-        name = "nix-sandbox-mcp-${interpreter.driver}";
+    if environment.interpreter == "python" then
+      import ./compilePythonDriver.nix {
+        inherit pkgs;
+        python = "${profile}/bin/${interpreter.program}";
+        source = driverSource;
       }
+    else if runner == null then
+      driverSource
     else
       pkgs.writeText "nix-sandbox-mcp-${environment.name}-${interpreter.driver}" (
         builtins.replaceStrings [ "@runner@" ] [ "${runner}/bin/sandbox-${environment.name}-program" ] (

@@ -27,16 +27,24 @@
 # outputs/ and the launcher shows the images to the model. The hook costs
 # nothing until matplotlib.pyplot is imported.
 #
-# The first call of a session waits for this driver to start, so it imports
-# only what that call needs: the parser's C module `_ast` rather than `ast`,
+# The first call of a session waits for this driver to start, and every
+# warm jail starts one, so it imports only what that call needs: the C
+# modules `_ast` and `_signal` rather than `ast` and `signal` (which builds
+# its enums at import, about 3 ms, more than half of Python's own start),
 # and `traceback` when an exception is to be printed. The source of each
 # call goes to `linecache` (tracebacks show it) once anything imports that.
+# The store holds this file compiled by the environment's own python3
+# (lib/sessionWrapper.nix), so that no start compiles it either.
 import _ast
 import fcntl
 import os
-import signal
 import sys
 import types
+
+try:
+    import _signal
+except ImportError:  # an interpreter without CPython's C module
+    import signal as _signal
 
 
 def _private_fd(fd):
@@ -289,14 +297,14 @@ def _exit_once(status):
     atexit._run_exitfuncs()
     _flush()
     if status is None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        os.kill(os.getpid(), _signal.SIGINT)
         status = 130
     os._exit(status)
 
 
 def main():
-    signal.signal(signal.SIGINT, _on_sigint)
+    _signal.signal(_signal.SIGINT, _on_sigint)
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.meta_path.insert(0, _AfterImport())
     for stream in (sys.stdout, sys.stderr):

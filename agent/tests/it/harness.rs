@@ -76,6 +76,27 @@ impl Lang {
     }
 }
 
+/// The Python driver `source` compiled by `python` into `source`c, as
+/// lib/compilePythonDriver.nix compiles it for an environment: an
+/// unchecked hash .pyc naming itself as its file. The tests drive the
+/// form that jails run.
+fn compiled(source: &Path, python: &str) -> std::path::PathBuf {
+    let pyc = source.with_extension("pyc");
+    let status = Command::new(python)
+        .args([
+            "-c",
+            "import py_compile, sys\n\
+             py_compile.compile(sys.argv[1], cfile=sys.argv[2], dfile=sys.argv[2], doraise=True,\n\
+             invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)",
+        ])
+        .arg(source)
+        .arg(&pyc)
+        .status()
+        .expect("run python3 to compile the driver");
+    assert!(status.success(), "compiling the driver: {status}");
+    pyc
+}
+
 /// A running agent and what it said.
 pub struct Agent {
     child: Child,
@@ -114,8 +135,11 @@ impl Agent {
         let source = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("drivers")
             .join(lang.driver());
-        let driver = dir.path().join(lang.driver());
+        let mut driver = dir.path().join(lang.driver());
         std::fs::copy(&source, &driver).expect("copy the driver");
+        if let Lang::Python = lang {
+            driver = compiled(&driver, lang.program());
+        }
         if let Lang::Program = lang {
             // As lib/sessionWrapper.nix writes the runner's path into it.
             use std::os::unix::fs::PermissionsExt;

@@ -1406,10 +1406,14 @@ class Bench:
     def cold_layers(self):
         """Where a cold run's CPU goes, each layer taken away in turn: the
         python preset's run wrapper run directly; jail-budget started with
-        the argv that wrapper computes (no wrapper shell); a bare bwrap
-        running the same python3 (the warm step's floor). The machine's CPU per print(1), the kinds taking turns over
-        3 rounds, the median round of each. As uid 65534 (through setpriv
-        as root): a root server runs its wrappers as uids of their own."""
+        the argv that wrapper computes (no wrapper shell); the same without
+        the store view (the store bound whole); bubblewrap alone with the
+        jail's arguments (no jail-budget: no kernel budgets, bubblewrap
+        makes the IPC namespace); a bare bwrap running the same python3
+        (the warm step's floor). The machine's CPU per print(1), the kinds
+        taking turns over 3 rounds, the median round of each. As uid 65534
+        (through setpriv as root): a root server runs its wrappers as uids
+        of their own."""
         runs, rounds = 30, 3
         self.section(f"where a cold run's CPU goes: the python run wrapper, its layers taken away in turn "
                      f"({rounds} rounds of {runs} runs)")
@@ -1434,9 +1438,19 @@ class Bench:
         argv[at] = str(fd)
         as_jail = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
         python = argv[-2]
+        split = argv.index("--")
+        budget_argv, bwrap_argv = argv[:split], argv[split + 1:]
+        view = budget_argv.index("--store-view")
+        view_dir = budget_argv[view + 1]
+        if budget_argv[view + 2] != "--store-paths" or view_dir not in bwrap_argv:
+            raise Unmeasured(f"the wrapper's store view is not where expected: {budget_argv[view:view + 4]}")
+        # bubblewrap's arguments with the store bound whole where the view was.
+        whole = [("/nix/store" if a == view_dir else a) for a in bwrap_argv]
         kinds = {
             "run wrapper": [wrapper, "-"],
             "jail-budget, no wrapper shell": argv,
+            "no store view": budget_argv[:view] + budget_argv[view + 4:] + ["--", *whole],
+            "bwrap with the jail's arguments": [whole[0], "--unshare-ipc", *whole[1:]],
             "bare bwrap + its python3": [*BWRAP_FLOOR[:-1], "--ro-bind", "/nix/store", "/nix/store", python, "-"],
         }
         def once(name, command):
@@ -1459,7 +1473,8 @@ class Bench:
         self.lines([f"{name}: {median[name]:.1f} ms (rounds " + ", ".join(f"{v:.1f}" for v in values) + ")"
                     for name, values in cpu.items()])
         self.results["cold_layers"] = cpu
-        self.row("cold run CPU, as uid 65534: run wrapper / no wrapper shell / bare bwrap + python3",
+        self.row("cold run CPU, as uid 65534: run wrapper / no wrapper shell / no store view / bwrap with the "
+                 "jail's arguments / bare bwrap + python3",
                  " / ".join(f"{median[name]:.1f}" for name in kinds) + " ms")
 
     def startup(self):

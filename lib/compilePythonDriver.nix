@@ -6,13 +6,16 @@
 # bytecode is checked against no source (an unchecked hash .pyc: the store
 # never changes) and names the .pyc itself as its file, which the driver
 # compares with `__file__` to leave its own frames out of tracebacks. A
-# python3 that cannot compile it fails the build with its own error.
+# python3 that cannot compile it fails the build with its own error. With
+# PYTHONHASHSEED 0, as nixpkgs compiles bytecode: the order of a set
+# constant's items follows the string hash, so the file is the same on
+# every build.
 {
   pkgs,
   python,
   source,
 }:
-pkgs.runCommand "nix-sandbox-mcp-python.pyc" { } ''
+pkgs.runCommand "nix-sandbox-mcp-python.pyc" { PYTHONHASHSEED = "0"; } ''
   ${python} -c '
   import py_compile, sys
   py_compile.compile(sys.argv[1], cfile=sys.argv[2], dfile=sys.argv[2], doraise=True,

@@ -34,7 +34,7 @@
 # and `traceback` when an exception is to be printed. The source of each
 # call goes to `linecache` (tracebacks show it) once anything imports that.
 # The store holds this file compiled by the environment's own python3
-# (lib/sessionWrapper.nix), so that no start compiles it either.
+# (python-compile.py), so that no start compiles it either.
 import _ast
 import fcntl
 import os

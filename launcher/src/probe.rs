@@ -34,7 +34,7 @@ use crate::egress::policy::Network;
 use crate::preflight::Problem;
 use crate::run::{self, Spec};
 use crate::wrapper::cgroup::Stats;
-use crate::wrapper::host::{self, Host};
+use crate::wrapper::host::Host;
 use crate::wrapper::mounts::{self, Writable};
 use crate::wrapper::{self, Spawner};
 
@@ -240,7 +240,7 @@ fn holds(
             other => Err(format!("the cgroup {what} is {other:?}, not {most}")),
         };
     }
-    if limit.cgroup == Some(Controller::Pids) && !host::nproc_per_namespace() {
+    if limit.cgroup == Some(Controller::Pids) && !proto::kernel::nproc_per_namespace() {
         // Before Linux 5.14 jail-budget leaves RLIMIT_NPROC as it is (the
         // kernel would count the uid's processes everywhere), and the
         // self-test says that nothing bounds a run's processes.

@@ -1,6 +1,12 @@
 //! The running kernel's release, where the launcher and `jail-budget`
-//! decide by it (`RLIMIT_NPROC` counted per user namespace from Linux
-//! 5.14).
+//! decide by it.
+
+/// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
+/// (Linux 5.14 and later): `jail-budget` sets the jail's process limit only
+/// there, and the launcher's probe and `--check` say so.
+pub fn nproc_per_namespace() -> bool {
+    running_at_least(5, 14)
+}
 
 /// Whether the running kernel's release is at least `major.minor`; a
 /// release it cannot read counts as one that is.
@@ -12,7 +18,7 @@ pub fn running_at_least(major: u32, minor: u32) -> bool {
 
 /// Whether a kernel release (`5.10.0-32-amd64`, `6.1.0`) is at least
 /// `major.minor`; true when it does not start with two numbers.
-pub fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
+fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
     let mut parts = release
         .split(|c: char| !c.is_ascii_digit())
         .map(str::parse::<u32>);

@@ -900,7 +900,7 @@ fn budgets(args: &Args) -> Result<(), String> {
     // jail's forks fail. There it stays as it is: a run's cgroup
     // (`pids.max`) bounds the processes where the server has one, and
     // `--check` says when nothing does.
-    let nproc = proto::kernel::running_at_least(5, 14);
+    let nproc = proto::kernel::nproc_per_namespace();
     args.rlimits
         .iter()
         .filter(|(resource, _)| nproc || *resource != Resource::RLIMIT_NPROC)

@@ -322,8 +322,7 @@ fn the_process_limit_counts_the_jails_processes_only() {
     outside.wait().unwrap();
     let out = out.unwrap();
     let stdout = succeeded(&out);
-    // Linux 5.14 counts RLIMIT_NPROC per user namespace and uid.
-    if proto::kernel::running_at_least(5, 14) {
+    if proto::kernel::nproc_per_namespace() {
         // The program itself and five children: six processes of the uid
         // in the namespace.
         assert_eq!(stdout, "limit=6/6\ntook=5\nstop=EAGAIN\n");

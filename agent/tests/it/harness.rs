@@ -76,19 +76,14 @@ impl Lang {
     }
 }
 
-/// The Python driver `source` compiled by `python` into `source`c, as
-/// lib/compilePythonDriver.nix compiles it for an environment: an
-/// unchecked hash .pyc naming itself as its file. The tests drive the
-/// form that jails run.
+/// The Python driver `source` compiled by `python` into `source`c by
+/// drivers/python-compile.py, as lib/compilePythonDriver.nix compiles it
+/// for an environment. The tests drive the form that jails run.
 fn compiled(source: &Path, python: &str) -> std::path::PathBuf {
     let pyc = source.with_extension("pyc");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("drivers/python-compile.py");
     let status = Command::new(python)
-        .args([
-            "-c",
-            "import py_compile, sys\n\
-             py_compile.compile(sys.argv[1], cfile=sys.argv[2], dfile=sys.argv[2], doraise=True,\n\
-             invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)",
-        ])
+        .arg(script)
         .arg(source)
         .arg(&pyc)
         .status()

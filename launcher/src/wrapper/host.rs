@@ -137,7 +137,7 @@ impl Host {
         };
         let pids = if self.by_cgroup(Controller::Pids) {
             "processes by cgroup pids.max"
-        } else if nproc_per_namespace() {
+        } else if proto::kernel::nproc_per_namespace() {
             "processes by RLIMIT_NPROC in the jail's user namespace"
         } else {
             "processes NOT bounded per run: this kernel (before Linux 5.14) counts RLIMIT_NPROC \
@@ -160,12 +160,6 @@ impl Host {
         ));
         lines
     }
-}
-
-/// Whether this kernel counts `RLIMIT_NPROC` per user namespace and uid
-/// (Linux 5.14 and later), as `jail-budget` decides whether to set it.
-pub fn nproc_per_namespace() -> bool {
-    proto::kernel::running_at_least(5, 14)
 }
 
 /// Removes what [`Host::detect`] made (in the cgroup hierarchies, the

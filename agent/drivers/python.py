@@ -47,10 +47,14 @@ except ImportError:  # an interpreter without CPython's C module
     import signal as _signal
 
 
+# Linux's number where the fcntl module lacks the name (PyPy's does).
+_F_DUPFD_CLOEXEC = getattr(fcntl, "F_DUPFD_CLOEXEC", 1030)
+
+
 def _private_fd(fd):
     """Moves an inherited fd to a high, close-on-exec one."""
     try:
-        new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+        new = fcntl.fcntl(fd, _F_DUPFD_CLOEXEC, 100)
     except OSError:  # a low RLIMIT_NOFILE
         new = os.dup(fd)  # non-inheritable too (PEP 446)
     os.close(fd)

@@ -515,7 +515,9 @@ pub const RUST_LOG: Setting = Setting {
     ..variable(
         "RUST_LOG",
         VarRole::Fallback,
-        "the log level; logs go to stderr, stdout is the protocol",
+        "the log's level (`debug`), or `target=level` directives separated by commas \
+         (`info,nix_sandbox_mcp::wrapper=debug`); a value not of that form is said in one \
+         line and `info` holds; logs go to stderr, stdout is the protocol",
     )
 };
 

@@ -31,12 +31,14 @@
 
 use std::fs::File;
 use std::hash::{BuildHasher, RandomState};
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
-use nix::unistd::{Gid, Group, Uid, User};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Gid, Group, Uid, User};
 
 /// The size of a block: a 16-bit uid space, as containers get.
 pub const SIZE: u32 = 0x1_0000;
@@ -187,13 +189,8 @@ pub fn owned_dir(dir: &Path) -> Result<PathBuf, String> {
 fn in_use(base: u32) -> Option<String> {
     let last = base + (SIZE - 1);
     let inside = |id: u32| (base..=last).contains(&id);
-    for id in [base, base + 1, base + (SIZE - 2)] {
-        if let Ok(Some(user)) = User::from_uid(Uid::from_raw(id)) {
-            return Some(format!("uid {id} is the user {}", user.name));
-        }
-        if let Ok(Some(group)) = Group::from_gid(Gid::from_raw(id)) {
-            return Some(format!("gid {id} is the group {}", group.name));
-        }
+    if let Some(why) = user_database(&[base, base + 1, base + (SIZE - 2)]) {
+        return Some(why);
     }
     for file in ["/etc/passwd", "/etc/group"] {
         if let Some(id) = lines(file).find_map(|l| database_id(&l).filter(|id| inside(*id))) {
@@ -220,6 +217,76 @@ fn in_use(base: u32) -> Option<String> {
         }
     }
     None
+}
+
+/// The first of `ids` the user database (NSS) knows as a user or a group,
+/// said as [`in_use`] says it.
+///
+/// Asked by a child process when this one has a single thread (a root
+/// launcher has, when it takes its block): the C library loads the modules
+/// nsswitch.conf names (systemd's, sssd's, LDAP's) into the process that
+/// asks and keeps them for its life, so the server would carry them to the
+/// end (0.7 MiB of resident memory for systemd's and the libraries it
+/// needs, on Debian). With more threads a fork could not safely allocate,
+/// so the process asks itself. A child that ends any other way than with
+/// its answer is a reason to skip the block.
+fn user_database(ids: &[u32]) -> Option<String> {
+    if !one_thread() {
+        return ask_user_database(ids);
+    }
+    let (read, write) = match nix::unistd::pipe() {
+        Ok(ends) => ends,
+        Err(_) => return ask_user_database(ids),
+    };
+    // SAFETY: this process has one thread, so the child may allocate and
+    // load libraries as any program does; it ends with _exit.
+    match unsafe { nix::unistd::fork() } {
+        Err(_) => ask_user_database(ids),
+        Ok(ForkResult::Child) => {
+            drop(read);
+            let answer = ask_user_database(ids).unwrap_or_default();
+            let code = i32::from(File::from(write).write_all(answer.as_bytes()).is_err());
+            // SAFETY: ends the child without running the parent's exit
+            // handlers or destructors (the block's lock file among them).
+            unsafe { nix::libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(write);
+            let mut answer = String::new();
+            let read = File::from(read).read_to_string(&mut answer);
+            let status = loop {
+                match waitpid(child, None) {
+                    Err(Errno::EINTR) => continue,
+                    other => break other,
+                }
+            };
+            match (read, status) {
+                (Ok(_), Ok(WaitStatus::Exited(_, 0))) => (!answer.is_empty()).then_some(answer),
+                (_, status) => Some(format!(
+                    "the user database could not be asked about uids {ids:?} (the asking \
+                     process ended: {status:?})"
+                )),
+            }
+        }
+    }
+}
+
+/// [`user_database`]'s question, asked by this process.
+fn ask_user_database(ids: &[u32]) -> Option<String> {
+    for &id in ids {
+        if let Ok(Some(user)) = User::from_uid(Uid::from_raw(id)) {
+            return Some(format!("uid {id} is the user {}", user.name));
+        }
+        if let Ok(Some(group)) = Group::from_gid(Gid::from_raw(id)) {
+            return Some(format!("gid {id} is the group {}", group.name));
+        }
+    }
+    None
+}
+
+/// Whether this process has a single thread (/proc/self/status).
+fn one_thread() -> bool {
+    lines("/proc/self/status").any(|l| l.split_whitespace().eq(["Threads:", "1"]))
 }
 
 /// The lines of a file, none when it cannot be read.

@@ -164,6 +164,36 @@ async fn two_root_servers_take_two_blocks() {
     assert_ne!(blocks[0], blocks[1], "two servers share a block");
 }
 
+/// A root server asks the user database whether its block's uids are
+/// someone's from a child process: the modules the C library loads to
+/// answer (those nsswitch.conf names: systemd's, sssd's, LDAP's) stay out
+/// of the server, which would keep them mapped to its end. The test asks
+/// the same question itself first, to say whether answering loads a module
+/// on this host.
+#[tokio::test]
+async fn a_root_server_keeps_no_user_database_module() {
+    if !is_root() {
+        return;
+    }
+    let modules = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("/libnss_"))
+            .filter_map(|l| l.split_whitespace().nth(5).map(str::to_owned))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let _ = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(0x7FFD_FFFE));
+    let here = modules("self");
+    let mark = marker("nss");
+    let s = Server::start(vec![sessions_marked(&mark, 30)]).await;
+    let r = s.run("python", "print('up')").await;
+    assert_eq!(text(&r), "up\n", "{r:?}");
+    let server = modules(&s.pid.to_string());
+    assert!(server.is_empty(), "the server maps {server:?}");
+    eprintln!("modules answering loads into the asking process here: {here:?}");
+}
+
 /// Python that tries, from inside a jail, what only a process holding host
 /// uid 0 or a writable /proc/sys could do, and prints what happened (JSON).
 const PROC_ATTACKS: &str = include_str!("../../../checks/e2e/proc_attacks.py");

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proto::frame::{self, Reply, Request, Split, Splitter};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
 use super::cpu::{self, CpuWatch};
@@ -38,14 +38,40 @@ use crate::project::{self, InJail, Layer};
 use crate::wrapper::cgroup::{CpuMeter, RunCgroup};
 use crate::wrapper::{self, Group, Spawner, StartError, WrapperEnv};
 
-/// Read buffer for the agent's replies, one per open session: a reply of
-/// full output caps takes a few reads. Reserved, never zeroed: a page of it
-/// is backed only once a read reaches it, so a session of short replies
-/// holds one page, not four.
+/// How much one read of an agent's replies or log takes: a reply of full
+/// output caps takes a few reads.
 const READ_CHUNK: usize = 16 * 1024;
-/// Read buffer for the agent's log, whose lines are cut at [`LOG_LINE`];
-/// reserved as [`READ_CHUNK`] is (an agent that logs nothing backs none).
-const LOG_CHUNK: usize = 4 * 1024;
+
+thread_local! {
+    /// The buffer every read of an agent's pipe goes through on this
+    /// thread, its bytes copied into the session's splitter (or log line)
+    /// before anything awaits: no session holds a read buffer of its own,
+    /// so an open session costs the server only what it keeps.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; READ_CHUNK]);
+}
+
+/// Reads what `pipe` has now into this thread's scratch buffer and hands
+/// it to `take`; `Ok(0)` at end of file, `WouldBlock` when nothing came.
+fn read_now(pipe: &pipe::Receiver, take: impl FnOnce(&[u8])) -> io::Result<usize> {
+    SCRATCH.with_borrow_mut(|scratch| {
+        let n = pipe.try_read(scratch)?;
+        take(&scratch[..n]);
+        Ok(n)
+    })
+}
+
+/// Reads `pipe` once it is readable (cancel-safe: nothing is read until
+/// then, and what is read is handed to `take` at once).
+async fn read_some(pipe: &pipe::Receiver, mut take: impl FnMut(&[u8])) -> io::Result<usize> {
+    loop {
+        pipe.readable().await?;
+        match read_now(pipe, &mut take) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            other => return other,
+        }
+    }
+}
+
 /// How much of the agent's log is kept to explain a jail that died.
 const LOG_TAIL: usize = 1024;
 /// Longest log line passed on to the launcher's log.
@@ -108,7 +134,6 @@ pub struct Jail {
     stdin: pipe::Sender,
     stdout: pipe::Receiver,
     frames: Splitter,
-    buf: Vec<u8>,
     next_id: u64,
     log_tail: Arc<Mutex<String>>,
     /// The jail's way out, when its environment has a network policy: it
@@ -332,7 +357,6 @@ impl Jail {
             stdin: wrapper.stdin,
             stdout: wrapper.stdout,
             frames: Splitter::new(),
-            buf: Vec::with_capacity(READ_CHUNK),
             // Ids nobody can guess, so a frame forged inside the jail is
             // caught as a reply to nothing.
             next_id: RandomState::new().hash_one(pid) >> 1,
@@ -646,16 +670,13 @@ impl Jail {
                     Split::TooLarge => Err(Broken::TooLarge),
                 };
             }
-            self.buf.clear();
-            let n = self
-                .stdout
-                .read_buf(&mut self.buf)
+            let frames = &mut self.frames;
+            let n = read_some(&self.stdout, |bytes| frames.push(bytes))
                 .await
                 .map_err(Broken::Io)?;
             if n == 0 {
                 return Err(Broken::Closed);
             }
-            self.frames.push(&self.buf);
         }
     }
 
@@ -729,33 +750,33 @@ impl Drop for Jail {
 }
 
 /// Passes the agent's log on, line by line, and keeps its tail.
-async fn forward_log(mut stderr: pipe::Receiver, label: String, tail: Arc<Mutex<String>>) {
-    let mut buf = Vec::with_capacity(LOG_CHUNK);
+async fn forward_log(stderr: pipe::Receiver, label: String, tail: Arc<Mutex<String>>) {
     let mut line = Vec::new();
     loop {
-        buf.clear();
-        match stderr.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        for &byte in &buf {
-            if byte == b'\n' {
-                let text = String::from_utf8_lossy(&line).into_owned();
-                tracing::debug!(session = %label, "agent: {text}");
-                let mut kept = tail.lock().unwrap_or_else(|p| p.into_inner());
-                kept.push_str(&text);
-                kept.push('\n');
-                if kept.len() > LOG_TAIL {
-                    let mut cut = kept.len() - LOG_TAIL;
-                    while !kept.is_char_boundary(cut) {
-                        cut += 1;
+        let read = read_some(&stderr, |bytes| {
+            for &byte in bytes {
+                if byte == b'\n' {
+                    let text = String::from_utf8_lossy(&line).into_owned();
+                    tracing::debug!(session = %label, "agent: {text}");
+                    let mut kept = tail.lock().unwrap_or_else(|p| p.into_inner());
+                    kept.push_str(&text);
+                    kept.push('\n');
+                    if kept.len() > LOG_TAIL {
+                        let mut cut = kept.len() - LOG_TAIL;
+                        while !kept.is_char_boundary(cut) {
+                            cut += 1;
+                        }
+                        kept.drain(..cut);
                     }
-                    kept.drain(..cut);
+                    line.clear();
+                } else if line.len() < LOG_LINE {
+                    line.push(byte);
                 }
-                line.clear();
-            } else if line.len() < LOG_LINE {
-                line.push(byte);
             }
+        })
+        .await;
+        if matches!(read, Ok(0) | Err(_)) {
+            break;
         }
     }
     tracing::debug!(session = %label, "session jail's log closed");

@@ -28,11 +28,17 @@
     # (a path of its closure) there, so that C.UTF-8 loads. Nothing else.
     # bin/bwrap is a static program that adds that bind and execs Debian's
     # (bwrap.c), not a script: nixpkgs' bwrap starts no shell, so neither
-    # does the stand-in (the host's C compiler, which cargo links with).
+    # does the stand-in (the host's C compiler, which cargo links with). On
+    # x86_64 it has no C library either, whose start would be a second
+    # program's that nixpkgs' bwrap does not pay.
     postInstall = ''
       mkdir -p "$out/libexec"
       mv "$out/bin/bwrap" "$out/libexec/bwrap"
-      /usr/bin/cc -static -O2 -s -o "$out/bin/bwrap" \
+      no_libc=()
+      if [ "$(uname -m)" = x86_64 ]; then
+        no_libc=(-DNO_LIBC -nostdlib -fno-stack-protector -fno-tree-loop-distribute-patterns)
+      fi
+      /usr/bin/cc -static -O2 -s "''${no_libc[@]}" -o "$out/bin/bwrap" \
         -DLIBEXEC_BWRAP="\"$out/libexec/bwrap\"" -DLOCALE="\"$glibc/lib/locale\"" ${./bwrap.c}
     '';
   };

@@ -1,6 +1,8 @@
 """Memory of a process and its descendants, read from /proc (Linux)."""
 
+import ctypes
 import os
+import time
 
 
 def status_kib(pid, field):
@@ -17,15 +19,16 @@ def status_kib(pid, field):
 
 def cpu_seconds(pid):
     """User and system CPU time of process `pid` (all its threads, not its
-    children), in seconds; None if gone."""
+    children), in seconds; None if gone. Read from the process's CPU-time
+    clock (clock_getcpuclockid's, which Python's time module does not
+    offer: Linux's MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)), exact to the
+    nanosecond, where /proc/PID/stat counts clock ticks: 10 ms, a tenth of
+    what a step's stream costs the server."""
+    clock = ctypes.c_int32((~pid << 3) | 2).value
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
+        return time.clock_gettime(clock)
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    # utime and stime: fields 14 and 15 of stat, 12 and 13 after the name.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cmdline(pid):

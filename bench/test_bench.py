@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench  # noqa: E402
 import languages  # noqa: E402
+import procs  # noqa: E402
 from mcp_client import Client, McpError  # noqa: E402
 from stats import cpu_times, steal_share  # noqa: E402
 
@@ -29,6 +30,23 @@ def proc_stat(directory, user, idle, steal):
     path = Path(directory) / "stat"
     path.write_text(f"cpu  {user} 0 0 {idle} 0 0 0 {steal} 0 0\ncpu0 {user} 0 0 {idle} 0 0 0 {steal} 0 0\n")
     return str(path)
+
+
+class ProcessCpu(unittest.TestCase):
+    def test_a_processs_cpu_time_is_read_to_the_microsecond(self):
+        spin = subprocess.Popen([sys.executable, "-c", "import sys, time\nend = time.process_time() + 0.2\n"
+                                 "while time.process_time() < end: pass\nprint(time.process_time(), flush=True)\n"
+                                 "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            own = float(spin.stdout.readline())
+            seen = procs.cpu_seconds(spin.pid)
+            self.assertGreaterEqual(seen, own)
+            self.assertLess(seen - own, 0.01)
+            self.assertNotEqual(round(seen * 100), seen * 100, "a whole number of clock ticks")
+        finally:
+            spin.stdin.close()
+            spin.wait()
+        self.assertIsNone(procs.cpu_seconds(spin.pid))
 
 
 class Steal(unittest.TestCase):

@@ -4,12 +4,15 @@
 # stdin gets EOF), and the session agent's driver file for it (agent/drivers).
 # `program` has no program of its packages: its run wrapper's entry is the
 # environment's program runner (programRunner.nix), which its driver calls
-# too, and bash runs the driver.
+# too, and bash runs the driver. `compileDriver`, where present: the file
+# that compiles the driver with the environment's own interpreter
+# (compilePythonDriver.nix), so that no session start compiles it.
 {
   python = {
     program = "python3";
     runArgs = [ "-" ];
     driver = "python.py";
+    compileDriver = ./compilePythonDriver.nix;
   };
   bash = {
     program = "bash";

@@ -8,8 +8,8 @@
 # and the jail's pid 1.
 # The agent drives the environment's own interpreter from the profile (so
 # the environment's packages import in a session too) through its driver
-# file from agent/drivers, copied into the store (Python's compiled by that
-# interpreter: compilePythonDriver.nix). It takes no arguments:
+# file from agent/drivers, copied into the store (compiled by that
+# interpreter where interpreters.nix names a `compileDriver`). It takes no arguments:
 # the launcher's frames come on stdin and go out on stdout.
 {
   pkgs,
@@ -28,8 +28,8 @@ let
     name = "nix-sandbox-mcp-${interpreter.driver}";
   };
   driver =
-    if environment.interpreter == "python" then
-      import ./compilePythonDriver.nix {
+    if interpreter ? compileDriver then
+      import interpreter.compileDriver {
         inherit pkgs;
         python = "${profile}/bin/${interpreter.program}";
         source = driverSource;

@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         cli::Command::Help => return print(cli::USAGE),
         cli::Command::Version => return print(&format!("agent {}\n", env!("CARGO_PKG_VERSION"))),
     };
-    init_logging();
+    proto::log::init("RUST_LOG", "info", false);
     // User code runs as the agent's own user in the agent's own jail: were
     // the agent dumpable, it could open /proc/AGENT/fd/0 and fd/1 and read
     // the launcher's requests or write frames of its own. A non-dumpable
@@ -58,35 +58,5 @@ fn print(text: &str) -> ExitCode {
     match std::io::stdout().write_all(text.as_bytes()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(_) => ExitCode::FAILURE,
-    }
-}
-
-/// Logs to stderr at `RUST_LOG`'s level (a level, or `target=level`
-/// directives separated by commas), `info` when unset; a value it cannot
-/// read is said in one line.
-fn init_logging() {
-    use tracing_subscriber::filter::Targets;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let asked = std::env::var("RUST_LOG")
-        .ok()
-        .filter(|v| !v.trim().is_empty());
-    let parsed = asked.as_deref().map(str::parse::<Targets>);
-    let filter = match &parsed {
-        Some(Ok(filter)) => filter.clone(),
-        _ => Targets::new().with_default(tracing::Level::INFO),
-    };
-    // The builder's own cap is `info`: the filter decides, not it.
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .finish()
-        .with(filter)
-        .init();
-    if let (Some(value), Some(Err(e))) = (asked, parsed) {
-        tracing::warn!(
-            "RUST_LOG={value:?} is not a log level or `target=level` list ({e}); logging at info"
-        );
     }
 }

@@ -12,6 +12,18 @@
 
 #define LOCALE_ARGS 3
 
+/* bwrap's arguments: Debian's bwrap, the locale bind, then the caller's
+ * (argv[1] to argv[argc], its NULL included); `args` holds argc + 4. */
+static void bwrap_args(char **args, long argc, char **argv) {
+  args[0] = LIBEXEC_BWRAP;
+  args[1] = "--ro-bind";
+  args[2] = LOCALE;
+  args[3] = "/usr/lib/locale";
+  for (long i = 1; i <= argc; i++) {
+    args[i + LOCALE_ARGS] = argv[i];
+  }
+}
+
 #if defined(__x86_64__) && defined(NO_LIBC)
 
 static long syscall3(long n, long a, long b, long c) {
@@ -37,13 +49,7 @@ __attribute__((used, noreturn)) static void start(long *stack) {
   char **argv = (char **)(stack + 1);
   char **envp = argv + argc + 1;
   char *args[argc + LOCALE_ARGS + 1];
-  args[0] = LIBEXEC_BWRAP;
-  args[1] = "--ro-bind";
-  args[2] = LOCALE;
-  args[3] = "/usr/lib/locale";
-  for (long i = 1; i <= argc; i++) {
-    args[i + LOCALE_ARGS] = argv[i]; /* argv[argc] is the NULL */
-  }
+  bwrap_args(args, argc, argv);
   syscall3(59 /* execve */, (long)LIBEXEC_BWRAP, (long)args, (long)envp);
   static const char failed[] = "bwrap: cannot execute " LIBEXEC_BWRAP "\n";
   syscall3(1 /* write */, 2, (long)failed, (long)length(failed));
@@ -73,13 +79,7 @@ int main(int argc, char **argv) {
     perror("bwrap");
     return 127;
   }
-  args[0] = LIBEXEC_BWRAP;
-  args[1] = "--ro-bind";
-  args[2] = LOCALE;
-  args[3] = "/usr/lib/locale";
-  for (int i = 1; i < argc; i++) {
-    args[i + LOCALE_ARGS] = argv[i];
-  }
+  bwrap_args(args, argc, argv);
   execv(LIBEXEC_BWRAP, args);
   perror(LIBEXEC_BWRAP);
   return 127;

@@ -442,34 +442,13 @@ fn serve(
     }
 }
 
-/// Logs to stderr, at `RUST_LOG`'s level: a level (`debug`) or
-/// `target=level` directives separated by commas. A value it cannot read
-/// is said in one line, and the default level holds.
+/// Logs to stderr, at `RUST_LOG`'s level ([`proto::log::init`]).
 fn init_logging() {
-    use tracing_subscriber::filter::Targets;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let name = settings::RUST_LOG.var_name();
-    let default = settings::RUST_LOG.text();
-    let asked = std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let parsed = asked.as_deref().map(str::parse::<Targets>);
-    let filter = match &parsed {
-        Some(Ok(filter)) => filter.clone(),
-        _ => default.parse::<Targets>().unwrap_or_default(),
-    };
-    // The builder's own cap is `info`: the filter decides, not it.
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .finish()
-        .with(filter)
-        .init();
-    if let (Some(value), Some(Err(e))) = (asked, parsed) {
-        tracing::warn!(
-            "{name}={value:?} is not a log level or `target=level` list ({e}); logging at {default:?}"
-        );
-    }
+    proto::log::init(
+        settings::RUST_LOG.var_name(),
+        settings::RUST_LOG.text(),
+        std::io::stderr().is_terminal(),
+    );
 }
 
 fn print(text: &str) -> ExitCode {

@@ -4,6 +4,7 @@
 //! - [`frame`]: the launcher <-> agent protocol (requests, replies, framing).
 //! - [`files`]: files in and out of a session jail: path rules, caps, MIME types.
 //! - [`kernel`]: whether the running kernel's release is at least a given one.
+//! - [`log`]: the log to stderr, filtered as `RUST_LOG` asks.
 //! - `fuzz` (tests and the `fuzz` feature only): the property tests' random source.
 pub mod cap;
 pub mod files;
@@ -13,3 +14,4 @@ mod frame_fuzz;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
 pub mod kernel;
+pub mod log;

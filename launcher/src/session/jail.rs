@@ -50,22 +50,18 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; READ_CHUNK]);
 }
 
-/// Reads what `pipe` has now into this thread's scratch buffer and hands
-/// it to `take`; `Ok(0)` at end of file, `WouldBlock` when nothing came.
-fn read_now(pipe: &pipe::Receiver, take: impl FnOnce(&[u8])) -> io::Result<usize> {
-    SCRATCH.with_borrow_mut(|scratch| {
-        let n = pipe.try_read(scratch)?;
-        take(&scratch[..n]);
-        Ok(n)
-    })
-}
-
-/// Reads `pipe` once it is readable (cancel-safe: nothing is read until
-/// then, and what is read is handed to `take` at once).
+/// Reads `pipe` once it is readable into this thread's scratch buffer and
+/// hands what came to `take` at once (cancel-safe: nothing is read before
+/// that); `Ok(0)` at end of file.
 async fn read_some(pipe: &pipe::Receiver, mut take: impl FnMut(&[u8])) -> io::Result<usize> {
     loop {
         pipe.readable().await?;
-        match read_now(pipe, &mut take) {
+        let read: io::Result<usize> = SCRATCH.with_borrow_mut(|scratch| {
+            let n = pipe.try_read(scratch)?;
+            take(&scratch[..n]);
+            Ok(n)
+        });
+        match read {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             other => return other,
         }
